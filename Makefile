@@ -1,0 +1,143 @@
+# Makefile -- builds libquant, its tests, benches and demo. `make check` proves, `make bench`
+# measures, `make run` starts the main program. V=1 shows commands, WERROR=1 makes warnings errors.
+# SPDX-License-Identifier: Apache-2.0
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+DESTDIR ?=
+WERROR  ?= 0
+V       ?= 0
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+ARCH := $(shell $(CC) -dumpmachine | cut -d- -f1)
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
+        -Wundef -Wformat=2
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+# -ffp-contract=off: never fuse a*b+c; every result must equal the formula bit for bit.
+CFLAGS   ?= -O2 -g
+ALL_CFLAGS := -std=c11 $(WARN) -fPIC -ffp-contract=off -fno-math-errno $(CFLAGS) $(EXTRA_CFLAGS)
+CPPFLAGS += -D_POSIX_C_SOURCE=200809L -Ilib/include -Ilib/common
+LDLIBS   += -lm -lpthread
+
+ifeq ($(SANITIZE),1)
+ALL_CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDFLAGS    += -fsanitize=address,undefined
+endif
+
+# ---- libquant --------------------------------------------------------------------------------
+LIB_SRCS := $(wildcard lib/common/*.c lib/quant/*.c lib/arch/generic/*.c)
+ifeq ($(ARCH),x86_64)
+LIB_SRCS += lib/arch/x86/kernels_avx2.c
+CPPFLAGS += -DQUANT_BUILD_AVX2
+$(BUILD)/obj/lib/arch/x86/kernels_avx2.o: ISA_CFLAGS := -mavx2 -mfma -mf16c
+ifneq ($(wildcard lib/arch/x86/kernels_avx512.c),)
+LIB_SRCS += lib/arch/x86/kernels_avx512.c
+CPPFLAGS += -DQUANT_BUILD_AVX512
+$(BUILD)/obj/lib/arch/x86/kernels_avx512.o: ISA_CFLAGS := -mavx512f -mavx512bw -mavx512vl \
+    -mavx512dq -mavx2 -mfma -mf16c
+endif
+endif
+ifeq ($(ARCH),aarch64)
+LIB_SRCS += lib/arch/arm/kernels_neon.c
+CPPFLAGS += -DQUANT_BUILD_NEON
+endif
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+
+LIB_A  := $(BUILD)/lib/libquant.a
+LIB_SO := $(BUILD)/lib/libquant.so
+
+# ---- tests, bench, demo ----------------------------------------------------------------------
+CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
+TEST_SRCS := $(wildcard tests/unit/*.c tests/unit/lib/*.c)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
+UNIT_BIN  := $(BUILD)/tests/unit-tests
+BENCH_BIN := $(BUILD)/bin/quant-bench
+DEMO_BIN  := $(BUILD)/bin/quant-demo
+
+.PHONY: all lib check check-asan test bench run deps install clean format lint-lib
+
+all: lib
+
+lib: $(LIB_A) $(LIB_SO)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(ISA_CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB_OBJS): ALL_CFLAGS += -fvisibility=hidden
+
+$(LIB_A): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(TEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS)
+
+$(UNIT_BIN): $(TEST_OBJS) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/bin/%: $(BUILD)/obj/bench/%.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+# Installs what is missing (only when pkg-config cannot find it).
+deps:
+	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check || scripts/install-deps
+
+# The library must never print or exit: no stdio output calls, no exit/abort.
+lint-lib:
+	@if grep -nE '\b(printf|fprintf|puts|fputs|putchar|perror|exit|abort)[[:space:]]*\(|\b(stdout|stderr)\b' \
+	    $$(find lib -name '*.[ch]'); then echo "lib/ must not print or exit (see above)"; exit 1; fi
+
+check: deps lint-lib
+	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN)
+	$(Q)CK_DEFAULT_TIMEOUT=600 $(UNIT_BIN)
+
+test: check
+
+check-asan: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 CFLAGS="-O1 -g" \
+	    build-asan/tests/unit-tests
+	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/unit-tests
+
+bench: lib $(BENCH_BIN)
+	$(Q)$(BENCH_BIN)
+
+# Until the daemon exists, `make run` quantizes a generated tensor with every qtype.
+run: lib $(DEMO_BIN)
+	$(Q)$(DEMO_BIN)
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 lib/include/quant.h $(DESTDIR)$(PREFIX)/include/
+
+format:
+	clang-format -i $$(find lib tests bench -name '*.[ch]')
+
+clean:
+	rm -rf build build-asan build-*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,150 @@
+/* kernels_generic.c -- the scalar reference kernels: reductions, quantize, dequantize, widening.
+ * Every SIMD kernel must produce exactly these bits.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include "internal.h"
+#include "numerics.h"
+
+/* End (exclusive, relative to the chunk) of the column group that holds chunk element j. */
+static inline int64_t group_end(int64_t j, int64_t n, int64_t c0, int64_t tile)
+{
+    int64_t end = ((c0 + j) / tile + 1) * tile - c0;
+    return end < n ? end : n;
+}
+
+int quant_generic_absmax(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc)
+{
+    uint32_t seen = 0;
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+        uint32_t m = qn_bits(acc[g]);
+        for (; j < end; j++) {
+            uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
+            m = a > m ? a : m;
+        }
+        acc[g] = qn_float(m);
+        seen = m > seen ? m : seen;
+    }
+    return seen >= 0x7f800000u;
+}
+
+int quant_generic_minmax(const float *x, int64_t n, int64_t c0, int64_t tile, float *mn, float *mx)
+{
+    uint32_t seen = 0;
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+        float lo = mn[g], hi = mx[g];
+        for (; j < end; j++) {
+            float v = x[j];
+            uint32_t a = qn_bits(v) & 0x7fffffffu;
+            seen = a > seen ? a : seen;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+        mn[g] = lo;
+        mx[g] = hi;
+    }
+    return seen >= 0x7f800000u;
+}
+
+/* Stores the code of scaled value v at codes[j]. */
+static inline void put_code(quant_kcode kc, void *codes, int64_t j, float v, float qmin, float qmax)
+{
+    switch (kc) {
+    case QK_I8: ((int8_t *)codes)[j] = (int8_t)qn_convert_int(v, qmin, qmax); break;
+    case QK_U8: ((uint8_t *)codes)[j] = (uint8_t)qn_convert_int(v, qmin, qmax); break;
+    case QK_I16: ((int16_t *)codes)[j] = (int16_t)qn_convert_int(v, qmin, qmax); break;
+    case QK_E4M3: ((uint8_t *)codes)[j] = qn_quant_e4m3fn(v); break;
+    case QK_E5M2: ((uint8_t *)codes)[j] = qn_quant_e5m2(v); break;
+    case QK_NF4: ((uint8_t *)codes)[j] = qn_nf4_index(v); break;
+    default: break;
+    }
+}
+
+int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+{
+    uint32_t seen = 0;
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile);
+        float s = r->scale[g];
+        bool asym = r->zp != NULL;
+        float z = asym ? (float)r->zp[g] : 0.0f;
+        for (; j < end; j++) {
+            uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
+            seen = a > seen ? a : seen;
+            float v = x[j] / s;
+            if (asym) v = v + z;
+            put_code(r->kcode, codes, j, v, r->qmin, r->qmax);
+        }
+    }
+    return seen >= 0x7f800000u;
+}
+
+int quant_generic_quantize_sr(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                              uint64_t key, uint64_t index0, void *codes)
+{
+    uint32_t seen = 0;
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile);
+        float s = r->scale[g];
+        bool asym = r->zp != NULL;
+        float z = asym ? (float)r->zp[g] : 0.0f;
+        for (; j < end; j++) {
+            uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
+            seen = a > seen ? a : seen;
+            float v = x[j] / s;
+            if (asym) v = v + z;
+            v = v + quant_sr_noise(key, index0 + (uint64_t)j);
+            put_code(r->kcode, codes, j, v, r->qmin, r->qmax);
+        }
+    }
+    return seen >= 0x7f800000u;
+}
+
+static inline float code_level(quant_kcode kc, const void *codes, int64_t j)
+{
+    switch (kc) {
+    case QK_I8: return (float)((const int8_t *)codes)[j];
+    case QK_U8: return (float)((const uint8_t *)codes)[j];
+    case QK_I16: return (float)((const int16_t *)codes)[j];
+    case QK_E4M3: return qn_fp8_to_f32(((const uint8_t *)codes)[j], 3, 7, 0);
+    case QK_E5M2: return qn_fp8_to_f32(((const uint8_t *)codes)[j], 2, 15, 1);
+    case QK_NF4: return quant_nf4_levels[((const uint8_t *)codes)[j] & 15u];
+    default: return 0.0f;
+    }
+}
+
+void quant_generic_dequantize(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
+                              float *out)
+{
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile);
+        float s = r->scale[g];
+        if (r->zp) {
+            float z = (float)r->zp[g];
+            for (; j < end; j++) out[j] = (code_level(r->kcode, codes, j) - z) * s;
+        } else {
+            for (; j < end; j++) out[j] = code_level(r->kcode, codes, j) * s;
+        }
+    }
+}
+
+static void widen_bf16(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = qn_bf16_to_f32(src[i]);
+}
+
+static void widen_f16(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = qn_f16_to_f32(src[i]);
+}
+
+const quant_kernels quant_kernels_generic = {
+    .isa = QUANT_ISA_SCALAR,
+    .absmax = quant_generic_absmax,
+    .minmax = quant_generic_minmax,
+    .quantize = quant_generic_quantize,
+    .dequantize = quant_generic_dequantize,
+    .widen_bf16 = widen_bf16,
+    .widen_f16 = widen_f16,
+};

@@ -1,0 +1,376 @@
+/* kernels_avx2.c -- AVX2 + FMA + F16C kernels: absmax/minmax reductions, quantize to int / fp8 /
+ * nf4 codes, dequantize of integer codes, bf16/f16 widening. Bit-identical to
+ * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <immintrin.h>
+
+#include "internal.h"
+#include "numerics.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+static inline int64_t group_end(int64_t j, int64_t n, int64_t c0, int64_t tile)
+{
+    int64_t end = ((c0 + j) / tile + 1) * tile - c0;
+    return end < n ? end : n;
+}
+
+ALWAYS_INLINE __m256i abs_bits(__m256 v)
+{
+    return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff));
+}
+
+ALWAYS_INLINE uint32_t hmax_epi32(__m256i v)
+{
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+    return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+ALWAYS_INLINE float hmin_ps(__m256 v)
+{
+    __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_min_ps(m, _mm_shuffle_ps(m, m, 0x4e));
+    m = _mm_min_ps(m, _mm_shuffle_ps(m, m, 0xb1));
+    return _mm_cvtss_f32(m);
+}
+
+ALWAYS_INLINE float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, 0x4e));
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, 0xb1));
+    return _mm_cvtss_f32(m);
+}
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+/* max |x| bits over x[0..len): abs values of floats order like their bit patterns. */
+static uint32_t seg_absmax_bits(const float *x, int64_t len)
+{
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+        m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(x + j)));
+        m1 = _mm256_max_epi32(m1, abs_bits(_mm256_loadu_ps(x + j + 8)));
+        m2 = _mm256_max_epi32(m2, abs_bits(_mm256_loadu_ps(x + j + 16)));
+        m3 = _mm256_max_epi32(m3, abs_bits(_mm256_loadu_ps(x + j + 24)));
+    }
+    for (; j + 8 <= len; j += 8) m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(x + j)));
+    uint32_t m = hmax_epi32(_mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3)));
+    for (; j < len; j++) {
+        uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc)
+{
+    if (tile == 1) {
+        __m256i seen = _mm256_setzero_si256();
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256i a = abs_bits(_mm256_loadu_ps(x + j));
+            __m256i m = _mm256_loadu_si256((const __m256i *)(acc + c0 + j));
+            _mm256_storeu_si256((__m256i *)(acc + c0 + j), _mm256_max_epi32(m, a));
+            seen = _mm256_max_epi32(seen, a);
+        }
+        int bad = hmax_epi32(seen) >= 0x7f800000u;
+        return quant_generic_absmax(x + j, n - j, c0 + j, 1, acc) | bad;
+    }
+    if (tile < 8) return quant_generic_absmax(x, n, c0, tile, acc);
+    uint32_t seen = 0;
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+        uint32_t m = seg_absmax_bits(x + j, end - j), prev = qn_bits(acc[g]);
+        m = m > prev ? m : prev;
+        acc[g] = qn_float(m);
+        seen = m > seen ? m : seen;
+        j = end;
+    }
+    return seen >= 0x7f800000u;
+}
+
+static int minmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, float *mn, float *mx)
+{
+    if (tile == 1) {
+        __m256i seen = _mm256_setzero_si256();
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            _mm256_storeu_ps(mn + c0 + j, _mm256_min_ps(v, _mm256_loadu_ps(mn + c0 + j)));
+            _mm256_storeu_ps(mx + c0 + j, _mm256_max_ps(v, _mm256_loadu_ps(mx + c0 + j)));
+            seen = _mm256_max_epi32(seen, abs_bits(v));
+        }
+        int bad = hmax_epi32(seen) >= 0x7f800000u;
+        return quant_generic_minmax(x + j, n - j, c0 + j, 1, mn, mx) | bad;
+    }
+    if (tile < 8) return quant_generic_minmax(x, n, c0, tile, mn, mx);
+    int bad = 0;
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+        __m256 lo = _mm256_set1_ps(mn[g]), hi = _mm256_set1_ps(mx[g]);
+        __m256i seen = _mm256_setzero_si256();
+        for (; j + 8 <= end; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            lo = _mm256_min_ps(v, lo);
+            hi = _mm256_max_ps(v, hi);
+            seen = _mm256_max_epi32(seen, abs_bits(v));
+        }
+        mn[g] = hmin_ps(lo);
+        mx[g] = hmax_ps(hi);
+        bad |= hmax_epi32(seen) >= 0x7f800000u;
+        bad |= quant_generic_minmax(x + j, end - j, c0 + j, tile, mn, mx);
+        j = end;
+    }
+    return bad;
+}
+
+/* ---- quantize -------------------------------------------------------------------------------- */
+
+ALWAYS_INLINE __m256i int_codes(__m256 v, __m256 qmin, __m256 qmax)
+{
+    __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_min_ps(_mm256_max_ps(r, qmin), qmax);
+    return _mm256_cvttps_epi32(r);
+}
+
+/* Clip to +-max, then round to nearest even into an fp8 format (M mantissa bits, bias). */
+ALWAYS_INLINE __m256i fp8_codes(__m256 v, float max, int M, int bias)
+{
+    v = _mm256_min_ps(v, _mm256_set1_ps(max));
+    v = _mm256_max_ps(v, _mm256_set1_ps(-max));
+    __m256i bits = _mm256_castps_si256(v);
+    __m256i sign = _mm256_srli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32((int)0x80000000u)), 24);
+    __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+    const int shift = 23 - M;
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(abs, shift), _mm256_set1_epi32(1));
+    __m256i rounded =
+        _mm256_add_epi32(_mm256_add_epi32(abs, _mm256_set1_epi32((1 << (shift - 1)) - 1)), odd);
+    __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(rounded, shift),
+                                      _mm256_set1_epi32((127 - bias) << M));
+    __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(abs),
+                                  _mm256_castsi256_ps(_mm256_set1_epi32((127 + bias - 1 + M) << 23)));
+    __m256i sub = _mm256_cvttps_epi32(
+        _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32((127 + 1 - bias) << 23), abs);
+    return _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign);
+}
+
+ALWAYS_INLINE __m256i nf4_codes(__m256 v)
+{
+    __m256i count = _mm256_setzero_si256();
+    for (int i = 0; i < 15; i++)
+        count = _mm256_sub_epi32(
+            count, _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_set1_ps(qn_nf4_thresholds[i]),
+                                                     _CMP_GT_OQ)));
+    return count;
+}
+
+ALWAYS_INLINE __m256i codes8(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
+{
+    switch (kc) {
+    case QK_E4M3: return fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    case QK_E5M2: return fp8_codes(v, QN_E5M2_MAX, 2, 15);
+    case QK_NF4: return nf4_codes(v);
+    default: return int_codes(v, qmin, qmax);
+    }
+}
+
+/* Narrows 4 x 8 int32 codes to 32 codes of the kind's width and stores them. */
+ALWAYS_INLINE void store32(quant_kcode kc, void *dst, __m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    if (kc == QK_I16) {
+        _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(ab, 0xd8));
+        _mm256_storeu_si256((__m256i *)dst + 1, _mm256_permute4x64_epi64(cd, 0xd8));
+        return;
+    }
+    __m256i bytes = kc == QK_I8 ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)dst, bytes);
+}
+
+ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
+{
+    __m256i ab = _mm256_packs_epi32(a, a);
+    if (kc == QK_I16) {
+        _mm_storeu_si128((__m128i *)dst,
+                         _mm256_castsi256_si128(_mm256_permute4x64_epi64(ab, 0xd8)));
+        return;
+    }
+    __m256i bytes = kc == QK_I8 ? _mm256_packs_epi16(ab, ab) : _mm256_packus_epi16(ab, ab);
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(bytes));
+}
+
+/* One column group with a shared scale: returns the max |x| bits seen. */
+ALWAYS_INLINE __m256i quantize_seg(quant_kcode kc, const float *x, int64_t len, __m256 s, __m256 z,
+                                   bool asym, __m256 qmin, __m256 qmax, uint8_t *out, size_t csize,
+                                   int64_t *done)
+{
+    __m256i seen = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+        __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+        __m256 x2 = _mm256_loadu_ps(x + j + 16), x3 = _mm256_loadu_ps(x + j + 24);
+        seen = _mm256_max_epi32(seen, _mm256_max_epi32(_mm256_max_epi32(abs_bits(x0), abs_bits(x1)),
+                                                       _mm256_max_epi32(abs_bits(x2), abs_bits(x3))));
+        __m256 v0 = _mm256_div_ps(x0, s), v1 = _mm256_div_ps(x1, s);
+        __m256 v2 = _mm256_div_ps(x2, s), v3 = _mm256_div_ps(x3, s);
+        if (asym) {
+            v0 = _mm256_add_ps(v0, z);
+            v1 = _mm256_add_ps(v1, z);
+            v2 = _mm256_add_ps(v2, z);
+            v3 = _mm256_add_ps(v3, z);
+        }
+        store32(kc, out + j * csize, codes8(kc, v0, qmin, qmax), codes8(kc, v1, qmin, qmax),
+                codes8(kc, v2, qmin, qmax), codes8(kc, v3, qmin, qmax));
+    }
+    for (; j + 8 <= len; j += 8) {
+        __m256 x0 = _mm256_loadu_ps(x + j);
+        seen = _mm256_max_epi32(seen, abs_bits(x0));
+        __m256 v0 = _mm256_div_ps(x0, s);
+        if (asym) v0 = _mm256_add_ps(v0, z);
+        store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
+    }
+    *done = j;
+    return seen;
+}
+
+ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                              int64_t c0, void *codes)
+{
+    uint8_t *out = codes;
+    size_t csize = kc == QK_I16 ? 2 : 1;
+    __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
+    __m256i seen = _mm256_setzero_si256();
+    int bad = 0;
+    if (r->tile == 1) {
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 x0 = _mm256_loadu_ps(x + j);
+            seen = _mm256_max_epi32(seen, abs_bits(x0));
+            __m256 v0 = _mm256_div_ps(x0, _mm256_loadu_ps(r->scale + c0 + j));
+            if (r->zp)
+                v0 = _mm256_add_ps(v0, _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                                           (const __m256i *)(r->zp + c0 + j))));
+            store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
+        }
+        bad = quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
+        return bad | (hmax_epi32(seen) >= 0x7f800000u);
+    }
+    if (r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile), done;
+        __m256 s = _mm256_set1_ps(r->scale[g]);
+        __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
+        seen = _mm256_max_epi32(seen, quantize_seg(kc, x + j, end - j, s, z, r->zp != NULL, qmin,
+                                                   qmax, out + j * csize, csize, &done));
+        j += done;
+        if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
+        j = end;
+    }
+    return bad | (hmax_epi32(seen) >= 0x7f800000u);
+}
+
+static int quantize_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+{
+    switch (r->kcode) {
+    case QK_I8: return quantize_kc(QK_I8, r, x, n, c0, codes);
+    case QK_U8: return quantize_kc(QK_U8, r, x, n, c0, codes);
+    case QK_I16: return quantize_kc(QK_I16, r, x, n, c0, codes);
+    case QK_E4M3: return quantize_kc(QK_E4M3, r, x, n, c0, codes);
+    case QK_E5M2: return quantize_kc(QK_E5M2, r, x, n, c0, codes);
+    case QK_NF4: return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    default: return quant_generic_quantize(r, x, n, c0, codes);
+    }
+}
+
+/* ---- dequantize ------------------------------------------------------------------------------ */
+
+ALWAYS_INLINE __m256 int_levels(quant_kcode kc, const uint8_t *c)
+{
+    __m256i v;
+    if (kc == QK_I16)
+        v = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)c));
+    else if (kc == QK_I8)
+        v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)c));
+    else
+        v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
+    return _mm256_cvtepi32_ps(v);
+}
+
+ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint8_t *codes,
+                                 int64_t n, int64_t c0, float *out)
+{
+    size_t csize = kc == QK_I16 ? 2 : 1;
+    if (r->tile == 1) {
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 l = int_levels(kc, codes + j * csize);
+            if (r->zp)
+                l = _mm256_sub_ps(l, _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                                         (const __m256i *)(r->zp + c0 + j))));
+            _mm256_storeu_ps(out + j, _mm256_mul_ps(l, _mm256_loadu_ps(r->scale + c0 + j)));
+        }
+        quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, out + j);
+        return;
+    }
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile);
+        __m256 s = _mm256_set1_ps(r->scale[g]);
+        __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
+        for (; j + 8 <= end; j += 8) {
+            __m256 l = int_levels(kc, codes + j * csize);
+            if (r->zp) l = _mm256_sub_ps(l, z);
+            _mm256_storeu_ps(out + j, _mm256_mul_ps(l, s));
+        }
+        quant_generic_dequantize(r, codes + j * csize, end - j, c0 + j, out + j);
+        j = end;
+    }
+}
+
+static void dequantize_avx2(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
+                            float *out)
+{
+    switch (r->kcode) {
+    case QK_I8: dequantize_kc(QK_I8, r, codes, n, c0, out); break;
+    case QK_U8: dequantize_kc(QK_U8, r, codes, n, c0, out); break;
+    case QK_I16: dequantize_kc(QK_I16, r, codes, n, c0, out); break;
+    default: quant_generic_dequantize(r, codes, n, c0, out); break;
+    }
+}
+
+/* ---- widening -------------------------------------------------------------------------------- */
+
+static void widen_bf16_avx2(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) dst[i] = qn_bf16_to_f32(src[i]);
+}
+
+static void widen_f16_avx2(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = qn_f16_to_f32(src[i]);
+}
+
+const quant_kernels quant_kernels_avx2 = {
+    .isa = QUANT_ISA_AVX2,
+    .absmax = absmax_avx2,
+    .minmax = minmax_avx2,
+    .quantize = quantize_avx2,
+    .dequantize = dequantize_avx2,
+    .widen_bf16 = widen_bf16_avx2,
+    .widen_f16 = widen_f16_avx2,
+};

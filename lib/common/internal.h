@@ -1,0 +1,198 @@
+/* internal.h -- libquant's one internal header: error helpers, the quantization plan, the
+ * per-ISA kernel table and the thread pool.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QUANT_INTERNAL_H
+#define QUANT_INTERNAL_H
+
+#include "quant.h"
+
+/* ---- errors (error.c) --------------------------------------------------------------------- */
+
+/* Fills `err` (when not NULL) and returns `status`. */
+quant_status quant_fail(quant_error *err, quant_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void quant_error_clear(quant_error *err);
+
+#define QUANT_RETURN_IF_ERR(expr)                                                                  \
+    do {                                                                                           \
+        quant_status st_ = (expr);                                                                 \
+        if (st_ != QUANT_OK) return st_;                                                           \
+    } while (0)
+
+/* ---- code kinds the kernels produce ------------------------------------------------------- */
+
+typedef enum quant_kcode {
+    QK_I8 = 0,   /* signed byte codes: int2..int8 */
+    QK_U8 = 1,   /* unsigned byte codes: uint4, uint8 */
+    QK_I16 = 2,  /* int16 */
+    QK_E4M3 = 3, /* fp8 e4m3fn codes */
+    QK_E5M2 = 4, /* fp8 e5m2 codes */
+    QK_NF4 = 5,  /* nf4 indices 0..15 */
+    QK_COUNT
+} quant_kcode;
+
+/* ---- the plan: a tensor shape seen as rows (plan.c) --------------------------------------- */
+
+/* All axes but the last are flattened into rows. Row r's scales start at
+ * scale[srow(r) * ncolgroups]; element c of a row belongs to column group c / col_tile.
+ * Rows that share a scale row ("members") are reduced together. */
+typedef struct quant_plan {
+    int rank;                        /* >= 1 (a rank-0 tensor is planned as shape [1]) */
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t sshape[QUANT_MAX_RANK];  /* scale shape */
+    int64_t tile[QUANT_MAX_RANK];    /* shape / sshape */
+    int64_t numel, scale_numel;
+    int64_t nrows, ncols;
+    int64_t col_tile, ncolgroups;
+    int64_t nsrows;                  /* scale rows */
+    int64_t members;                 /* rows per scale row */
+    int64_t group_size;              /* elements per scale element */
+    quant_calib_method method;
+    const quant_qtype_traits *traits;
+    quant_kcode kcode;
+    size_t code_size;                /* bytes per unpacked code: 1 or 2 */
+    bool packed;                     /* two codes per byte along the last axis */
+    int64_t qrow_bytes;              /* bytes of one row of codes */
+} quant_plan;
+
+/* Validates the shape-independent part of `how`; sets plan->traits and plan->method. */
+quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_error *err);
+/* Validates `how` for `shape` and fills `plan`. */
+quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shape,
+                             quant_plan *plan, quant_error *err);
+/* Scale row of row `row`. */
+int64_t quant_plan_srow(const quant_plan *plan, int64_t row);
+/* Row index of member `m` (row-major within the tile) of scale row `srow`. */
+int64_t quant_plan_member_row(const quant_plan *plan, int64_t srow, int64_t m);
+
+/* ---- kernels (lib/arch/...) --------------------------------------------------------------- */
+
+/* One row chunk to quantize or dequantize: element j of the chunk is column c0 + j and uses
+ * scale[(c0 + j) / tile] (and zp[...] when zp is not NULL). */
+typedef struct quant_krow {
+    quant_kcode kcode;
+    int64_t tile;
+    const float *scale;
+    const int32_t *zp;
+    float qmin, qmax;
+} quant_krow;
+
+/* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the
+ * column group (c0 + j) / tile. absmax keeps max |x|; minmax keeps min(x) and max(x) folded into
+ * the existing values. */
+typedef int (*quant_absmax_fn)(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc);
+typedef int (*quant_minmax_fn)(const float *x, int64_t n, int64_t c0, int64_t tile, float *mn,
+                               float *mx);
+/* Writes codes (1 or 2 bytes each) for x[0..n); returns nonzero when x held a non-finite value. */
+typedef int (*quant_quantize_fn)(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                                 void *codes);
+/* out[j] = (level(code[j]) - zp) * scale. */
+typedef void (*quant_dequantize_fn)(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
+                                    float *out);
+typedef void (*quant_widen_fn)(const uint16_t *src, float *dst, int64_t n);
+
+typedef struct quant_kernels {
+    quant_isa isa;
+    quant_absmax_fn absmax;
+    quant_minmax_fn minmax;
+    quant_quantize_fn quantize;
+    quant_dequantize_fn dequantize;
+    quant_widen_fn widen_bf16;
+    quant_widen_fn widen_f16;
+} quant_kernels;
+
+extern const quant_kernels quant_kernels_generic;
+#if defined(__x86_64__)
+extern const quant_kernels quant_kernels_avx2;
+extern const quant_kernels quant_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const quant_kernels quant_kernels_neon;
+#endif
+
+/* Scalar kernels, callable from SIMD kernels for tails and rare shapes. */
+int quant_generic_absmax(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc);
+int quant_generic_minmax(const float *x, int64_t n, int64_t c0, int64_t tile, float *mn, float *mx);
+int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes);
+void quant_generic_dequantize(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
+                              float *out);
+/* Stochastic rounding (integer codes only), any ISA: element j has flat index index0 + j. */
+int quant_generic_quantize_sr(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                              uint64_t key, uint64_t index0, void *codes);
+
+/* The kernel table for an ISA (NULL when not built in or not supported by the CPU). */
+const quant_kernels *quant_kernels_for(quant_isa isa);
+
+/* ---- thread pool (pool.c) ----------------------------------------------------------------- */
+
+typedef struct quant_pool quant_pool;
+/* fn(arg, item, worker) runs once for every item in [0, nitems); worker is in [0, threads). */
+typedef void (*quant_pool_fn)(void *arg, int64_t item, int worker);
+
+quant_status quant_pool_new(int threads, quant_pool **out, quant_error *err);
+void quant_pool_free(quant_pool *pool);
+int quant_pool_threads(const quant_pool *pool);
+void quant_pool_run(quant_pool *pool, int64_t nitems, quant_pool_fn fn, void *arg);
+
+struct quant_ctx {
+    const quant_kernels *k;
+    quant_pool *pool;
+};
+
+/* ---- row loading (load.c) ------------------------------------------------------------------ */
+
+/* Maximum elements converted into a worker's scratch at once. */
+#define QUANT_CHUNK 8192
+
+/* Returns a pointer to `n` float32 values of row `row` of `x` starting at column c0: straight
+ * into x when it is contiguous float32, else converted into `scratch` (>= n floats). */
+const float *quant_load_row(const quant_kernels *k, const quant_tensor *x, const quant_plan *plan,
+                            int64_t row, int64_t c0, int64_t n, float *scratch);
+/* True when rows can be read without conversion (contiguous float32). */
+bool quant_rows_direct(const quant_tensor *x);
+
+/* Validates an input tensor against its plan (dtype, data, strides). */
+quant_status quant_check_input(const quant_tensor *x, quant_error *err);
+
+/* ---- shared driver state (calibrate.c) ----------------------------------------------------- */
+
+#include <stdatomic.h>
+
+/* What the drivers share while reading one input: where to record the first non-finite index. */
+typedef struct quant_reader {
+    const quant_plan *plan;
+    const quant_tensor *x;
+    const quant_kernels *k;
+    atomic_llong bad; /* smallest flat index of a non-finite value seen, INT64_MAX if none */
+} quant_reader;
+
+void quant_reader_init(quant_reader *rd, const quant_plan *plan, const quant_tensor *x,
+                       const quant_kernels *k);
+/* Records the first non-finite value of x[0..n) (row `row`, columns from c0). */
+void quant_reader_bad(quant_reader *rd, int64_t row, int64_t c0, const float *x, int64_t n);
+/* True when row `row` starts after a non-finite value already found (no need to read it). */
+bool quant_reader_skip(quant_reader *rd, int64_t row);
+/* Folds row `row` into the accumulators of its scale row (a = absmax or min, b = max, sums for
+ * rms); returns nonzero when a non-finite value stopped it. */
+int quant_reduce_row(quant_reader *rd, int64_t row, float *scratch, float *a, float *b,
+                     double *sums);
+/* Initial accumulator values for n column groups. */
+void quant_reduce_init(const quant_plan *plan, int64_t n, float *a, float *b, double *sums);
+/* Turns n accumulated column groups into calibration values at out (offset `at`). */
+void quant_reduce_finish(const quant_plan *plan, int64_t n, const float *a, const float *b,
+                         const double *sums, const quant_calibration *out, int64_t at);
+/* Writes the fixed range into out (one value). */
+void quant_calib_fixed(const quant_plan *plan, const quant_calibration *out);
+/* The whole calibration of x into out (non-fused path). */
+quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *plan, const quant_tensor *x,
+                                  const quant_calibration *out, quant_error *err);
+/* Scale and zero point of n calibration entries (scale.c); `first` is the index of entry 0 in
+ * the whole scale, for messages. */
+quant_status quant_scale_range(const quant_plan *plan, quant_dtype scale_dtype,
+                               const quant_calibration *calib, int64_t n, float *scale,
+                               int32_t *zero_point, int64_t first, quant_error *err);
+/* Fills err for a non-finite value found at flat index idx. */
+quant_status quant_fail_nonfinite(quant_error *err, int64_t idx);
+
+#endif /* QUANT_INTERNAL_H */

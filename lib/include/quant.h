@@ -1,0 +1,420 @@
+/* quant.h -- libquant public API: qtypes, tensors, calibration, scales, quantize/dequantize,
+ * packing and dtype conversions.
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ * The numerics follow ../shared/SPEC.md sections 1-5 (Qwix semantics). Everything is computed in
+ * IEEE float32 (bf16/f16 inputs widen exactly, f64 inputs round to f32 first) under the default
+ * floating-point environment (round to nearest even). Every SIMD path produces the same bits as
+ * the scalar path, and every thread count the same bits as one thread.
+ *
+ * Conventions:
+ *  - Functions that can fail return a quant_status and, when `err` is not NULL, fill it with a
+ *    message a caller can show. The library never prints, never exits and never aborts on bad
+ *    input.
+ *  - All buffers are owned by the caller unless a function says otherwise. Sizes come from
+ *    quant_scale_shape() and quant_qvalue_bytes().
+ *  - A quant_ctx may be used by one thread at a time; distinct contexts are independent. The
+ *    free functions that take no context are thread-safe.
+ */
+#ifndef QUANT_H
+#define QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define QUANT_API __attribute__((visibility("default")))
+#else
+#define QUANT_API
+#endif
+
+#define QUANT_VERSION_MAJOR  0
+#define QUANT_VERSION_MINOR  1
+#define QUANT_VERSION_PATCH  0
+#define QUANT_VERSION_NUMBER (QUANT_VERSION_MAJOR * 10000 + QUANT_VERSION_MINOR * 100 + QUANT_VERSION_PATCH)
+
+/*! quant_version_number() :
+ * @return : QUANT_VERSION_NUMBER of the library actually linked (compare with the header's). */
+QUANT_API unsigned quant_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+
+/* Status codes. Values are stable: never renumbered, never reused. */
+typedef enum quant_status {
+    QUANT_OK = 0,
+    QUANT_ERR_ARG = 1,         /* invalid argument: NULL pointer, bad rank, bad shape, bad scale */
+    QUANT_ERR_QTYPE = 2,       /* unknown qtype name */
+    QUANT_ERR_METHOD = 3,      /* malformed calibration method string */
+    QUANT_ERR_AXIS = 4,        /* axis out of range, repeated, or both channelwise and tiled */
+    QUANT_ERR_TILE = 5,        /* tile size invalid or not dividing its dimension */
+    QUANT_ERR_ASYMMETRIC = 6,  /* asymmetric calibration on a qtype that forbids it (nf4, fp8) */
+    QUANT_ERR_NONFINITE = 7,   /* NaN or +-Inf in the input; quant_error.index is the first */
+    QUANT_ERR_DTYPE = 8,       /* dtype not supported by this operation */
+    QUANT_ERR_NOMEM = 9,       /* allocation failed */
+    QUANT_ERR_RANGE = 10,      /* a scale is not representable in the requested scale dtype */
+    QUANT_ERR_ISA = 11,        /* unknown or unavailable instruction set (QUANT_ISA) */
+    QUANT_ERR_THREAD = 12,     /* a worker thread could not be started */
+    QUANT_ERR_UNSUPPORTED = 13 /* valid request this qtype cannot do (e.g. stochastic fp8) */
+} quant_status;
+
+#define QUANT_ERROR_MESSAGE_MAX 256
+
+/* Filled by failing calls. `index` is the flat row-major element index of the first non-finite
+ * input value for QUANT_ERR_NONFINITE, and -1 otherwise. */
+typedef struct quant_error {
+    quant_status status;
+    int64_t index;
+    char message[QUANT_ERROR_MESSAGE_MAX];
+} quant_error;
+
+/*! quant_status_str() :
+ * @return : a static, human-readable name of `status` ("unknown status" if out of range). */
+QUANT_API const char *quant_status_str(quant_status status);
+
+/* ---------------------------------------------------------------------------------------------
+ * Dtypes (storage element types) and qtypes (logical quantized types)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum quant_dtype {
+    QUANT_DTYPE_F32 = 0,
+    QUANT_DTYPE_F16 = 1,
+    QUANT_DTYPE_BF16 = 2,
+    QUANT_DTYPE_F64 = 3,
+    QUANT_DTYPE_F8_E4M3 = 4, /* float8_e4m3fn: no infinities, NaN = S.1111.111 */
+    QUANT_DTYPE_F8_E5M2 = 5, /* float8_e5m2: IEEE-like, with infinities */
+    QUANT_DTYPE_I8 = 6,
+    QUANT_DTYPE_U8 = 7,
+    QUANT_DTYPE_I16 = 8,
+    QUANT_DTYPE_I32 = 9,
+    QUANT_DTYPE_COUNT
+} quant_dtype;
+
+/*! quant_dtype_name() : safetensors name ("F32", "BF16", "F8_E4M3", ...), or NULL if invalid. */
+QUANT_API const char *quant_dtype_name(quant_dtype dtype);
+/*! quant_dtype_size() : bytes per element, or 0 if invalid. */
+QUANT_API size_t quant_dtype_size(quant_dtype dtype);
+/*! quant_dtype_is_float() : true for F32, F16, BF16, F64 and the two fp8 dtypes. */
+QUANT_API bool quant_dtype_is_float(quant_dtype dtype);
+
+/* Logical qtypes. Values are stable: never renumbered, never reused. */
+typedef enum quant_qtype {
+    QUANT_QTYPE_INT2 = 0,
+    QUANT_QTYPE_INT3 = 1,
+    QUANT_QTYPE_INT4 = 2,
+    QUANT_QTYPE_INT5 = 3,
+    QUANT_QTYPE_INT6 = 4,
+    QUANT_QTYPE_INT7 = 5,
+    QUANT_QTYPE_INT8 = 6,
+    QUANT_QTYPE_INT16 = 7,
+    QUANT_QTYPE_UINT4 = 8,
+    QUANT_QTYPE_UINT8 = 9,
+    QUANT_QTYPE_NF4 = 10,
+    QUANT_QTYPE_FP8_E4M3FN = 11,
+    QUANT_QTYPE_FP8_E5M2 = 12,
+    QUANT_QTYPE_COUNT
+} quant_qtype;
+
+/* How a qtype's codes are computed from a scaled value v (x / scale [+ zero point]). */
+typedef enum quant_code_kind {
+    QUANT_CODE_INT = 0,  /* round half to even, then saturate to [qmin, qmax] */
+    QUANT_CODE_FP8 = 1,  /* clip to +-bound, then round to nearest even into the fp8 format */
+    QUANT_CODE_TABLE = 2 /* index of the nearest table level; a tie goes to the lower index */
+} quant_code_kind;
+
+/* One row per qtype (SPEC section 2). */
+typedef struct quant_qtype_traits {
+    const char *name;            /* canonical name: "int8", "nf4", "float8_e4m3fn", ... */
+    int bits;                    /* logical bits per value */
+    quant_code_kind kind;        /* how values become codes */
+    quant_dtype storage;         /* dtype of one unpacked code: I8, I16, U8, F8_E4M3, F8_E5M2 */
+    bool packable;               /* <= 4 bits: stored two per byte when packing is on */
+    float symmetric_bound;       /* B in scale = absmax / B */
+    bool asymmetric_allowed;     /* minmax and asymmetric fixed ranges allowed */
+    int32_t qmin, qmax;          /* asymmetric range; for QUANT_CODE_INT also the clip range */
+    quant_dtype zero_point_dtype; /* dtype a stored zero point uses (I8, I16 or U8) */
+    /* convert(v): a scaled value to its code, exactly as the quantizer does (no noise). */
+    int32_t (*convert)(float v);
+    /* level(code): the value a code stands for, before the zero point and scale. */
+    float (*level)(int32_t code);
+} quant_qtype_traits;
+
+/*! quant_qtype_traits_get() :
+ * @return : the traits row of `qtype`, or NULL if `qtype` is out of range. Static storage. */
+QUANT_API const quant_qtype_traits *quant_qtype_traits_get(quant_qtype qtype);
+
+/*! quant_qtype_parse() :
+ * Parses a qtype name (case-sensitive, canonical names plus the aliases `fp8_e4m3` and
+ * `fp8_e5m2`) into `*out`.
+ * @return : QUANT_OK, or QUANT_ERR_QTYPE naming the bad value. */
+QUANT_API quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *err);
+
+/* The 16 NF4 levels, index 0..15 (SPEC section 2). */
+QUANT_API extern const float quant_nf4_levels[16];
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors
+ * ------------------------------------------------------------------------------------------- */
+
+#define QUANT_MAX_RANK 8
+
+/* A borrowed view of an n-d array. Strides are in elements (not bytes) and may be any
+ * non-negative values; quant_tensor_init() fills row-major contiguous strides. Rank 0 is a
+ * scalar. The library never frees `data`. */
+typedef struct quant_tensor {
+    quant_dtype dtype;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t strides[QUANT_MAX_RANK];
+    void *data;
+} quant_tensor;
+
+/*! quant_tensor_init() :
+ * Fills `t` as a contiguous row-major view of `data` with `rank` dims from `shape`.
+ * @return : QUANT_OK, or QUANT_ERR_ARG when rank is outside 0..QUANT_MAX_RANK or a dim < 0. */
+QUANT_API quant_status quant_tensor_init(quant_tensor *t, quant_dtype dtype, int rank,
+                                         const int64_t *shape, void *data, quant_error *err);
+
+/*! quant_numel() : product of `shape[0..rank)`, 1 for rank 0, or -1 on overflow/negative dims. */
+QUANT_API int64_t quant_numel(int rank, const int64_t *shape);
+
+/* ---------------------------------------------------------------------------------------------
+ * How to quantize
+ * ------------------------------------------------------------------------------------------- */
+
+/* A tiled (sub-channel) axis: `size` > 0 is the tile length; otherwise `fraction` in (0, 1]
+ * gives round(dim * fraction) (so fraction 1.0 = one shared scale along the axis). */
+typedef struct quant_tile {
+    int axis;         /* may be negative: -1 is the last axis */
+    int64_t size;     /* tile length, or 0 to use `fraction` */
+    double fraction;  /* used when size == 0 */
+} quant_tile;
+
+/* Everything that decides how one tensor is quantized (Qwix's HowToQuantize). Start from
+ * quant_how_init(). Axes that are neither channelwise nor tiled are reduced (one scale). */
+typedef struct quant_how {
+    quant_qtype qtype;
+    int n_channel_axes;
+    int channel_axes[QUANT_MAX_RANK]; /* one scale per index along these axes */
+    int n_tiles;
+    quant_tile tiles[QUANT_MAX_RANK]; /* sub-channel tiles; a tiled axis is never channelwise */
+    const char *calibration;          /* "<method>[,<args>]"; NULL means "absmax" */
+    quant_dtype scale_dtype;          /* F32 (default), BF16 or F16 */
+    bool pack;                        /* <= 4-bit qtypes: two codes per byte (default true) */
+    bool stochastic;                  /* stochastic rounding (integer qtypes only) */
+    uint64_t sr_key;                  /* noise key, from quant_sr_key(seed, tensor name) */
+    uint64_t sr_index_base;           /* flat index of this tensor's first element in the whole
+                                         tensor, when quantizing a slice (0 otherwise) */
+} quant_how;
+
+/*! quant_how_init() : int8, absmax, per-tensor, f32 scales, packing on, no noise. */
+QUANT_API void quant_how_init(quant_how *how, quant_qtype qtype);
+
+/*! quant_sr_key() :
+ * Derives the stochastic-rounding key from a user seed and the tensor's name, so that each
+ * tensor gets its own noise stream and the noise of an element depends only on (seed, name,
+ * element index): never on thread count or chunking. `name` may be NULL. */
+QUANT_API uint64_t quant_sr_key(uint64_t seed, const char *name);
+
+/*! quant_sr_noise() :
+ * @return : the noise added to element `index` under `key`: uniform in [-0.5, 0.5), a multiple of
+ *           2^-24 (exact in float32). */
+QUANT_API float quant_sr_noise(uint64_t key, uint64_t index);
+
+/* A parsed calibration method (SPEC section 3). */
+typedef enum quant_calib_kind {
+    QUANT_CALIB_ABSMAX = 0,
+    QUANT_CALIB_MINMAX = 1,
+    QUANT_CALIB_RMS = 2,
+    QUANT_CALIB_FIXED = 3
+} quant_calib_kind;
+
+typedef struct quant_calib_method {
+    quant_calib_kind kind;
+    bool has_factor;     /* absmax,f / minmax,f / rms,f */
+    double factor;
+    double fixed_min;    /* fixed,a[,b]: [a, b] (a = -a when one value is given) */
+    double fixed_max;
+    bool asymmetric;     /* minmax, or fixed with a + b != 0 */
+} quant_calib_method;
+
+/*! quant_calib_parse() :
+ * Parses "<method>[,<args>]" (case-insensitive, spaces around commas allowed).
+ * @return : QUANT_OK, or QUANT_ERR_METHOD with a message naming what is wrong. */
+QUANT_API quant_status quant_calib_parse(const char *text, quant_calib_method *out,
+                                         quant_error *err);
+
+/*! quant_scale_shape() :
+ * Validates `how` against a tensor shape and writes the scale shape (same rank; 1 on reduced
+ * axes, dim on channelwise axes, dim/tile on tiled axes, all 1 for `fixed`).
+ * @return : QUANT_OK, or QUANT_ERR_AXIS / QUANT_ERR_TILE / QUANT_ERR_METHOD /
+ *           QUANT_ERR_ASYMMETRIC / QUANT_ERR_UNSUPPORTED / QUANT_ERR_ARG. */
+QUANT_API quant_status quant_scale_shape(const quant_how *how, int rank, const int64_t *shape,
+                                         int64_t *scale_shape, quant_error *err);
+
+/*! quant_qvalue_bytes() :
+ * @return : bytes needed for the codes of a tensor of this shape (packed along the last axis to
+ *           ceil(n/2) bytes per row when how->pack and the qtype is packable), or -1 on bad
+ *           arguments or overflow. */
+QUANT_API int64_t quant_qvalue_bytes(const quant_how *how, int rank, const int64_t *shape);
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts: instruction set and thread pool
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum quant_isa {
+    QUANT_ISA_AUTO = 0, /* the best the CPU has, or $QUANT_ISA when set */
+    QUANT_ISA_SCALAR = 1,
+    QUANT_ISA_AVX2 = 2, /* AVX2 + FMA + F16C */
+    QUANT_ISA_AVX512 = 3,
+    QUANT_ISA_NEON = 4,
+    QUANT_ISA_COUNT
+} quant_isa;
+
+/*! quant_isa_name() : "scalar", "avx2", ... ("auto" for QUANT_ISA_AUTO), NULL if invalid. */
+QUANT_API const char *quant_isa_name(quant_isa isa);
+/*! quant_isa_supported() : true when this build has kernels for `isa` and the CPU runs them. */
+QUANT_API bool quant_isa_supported(quant_isa isa);
+/*! quant_isa_best() : the best supported ISA (CPUID is probed once per process). */
+QUANT_API quant_isa quant_isa_best(void);
+
+typedef struct quant_ctx quant_ctx;
+
+typedef struct quant_ctx_options {
+    int threads;   /* 0 = online CPUs; otherwise 1..QUANT_MAX_THREADS */
+    quant_isa isa; /* QUANT_ISA_AUTO honours $QUANT_ISA (scalar|avx2|avx512|neon|auto) */
+} quant_ctx_options;
+
+#define QUANT_MAX_THREADS 256
+
+/*! quant_ctx_new() :
+ * Creates a context with its worker threads. `opts` may be NULL (all defaults).
+ * @return : a context to release with quant_ctx_free(), or NULL with `err` filled
+ *           (QUANT_ERR_ISA for an unknown or unsupported ISA, QUANT_ERR_ARG, QUANT_ERR_NOMEM,
+ *           QUANT_ERR_THREAD). */
+QUANT_API quant_ctx *quant_ctx_new(const quant_ctx_options *opts, quant_error *err);
+/*! quant_ctx_free() : joins the workers and frees `ctx`; NULL is a no-op. */
+QUANT_API void quant_ctx_free(quant_ctx *ctx);
+QUANT_API quant_isa quant_ctx_isa(const quant_ctx *ctx);
+QUANT_API int quant_ctx_threads(const quant_ctx *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Calibration, scales, quantization
+ * ------------------------------------------------------------------------------------------- */
+
+/* Calibration result, one value per scale element. Symmetric methods fill `absmax`;
+ * asymmetric ones fill `min` (<= 0) and `max` (>= 0). The caller owns the arrays and sizes them
+ * to the scale's element count; arrays a method does not fill may be NULL. */
+typedef struct quant_calibration {
+    bool asymmetric;
+    float *absmax;
+    float *min;
+    float *max;
+} quant_calibration;
+
+/*! quant_calibrate() :
+ * Reduces `x` (F32, F16, BF16 or F64; any strides) per scale element as `how->calibration` says.
+ * rms sums squares in float64 in row-major order (deterministic for any thread count and ISA),
+ * then rounds sqrt(sum / n) to float32 and multiplies by the factor in float32.
+ * @return : QUANT_OK, or an error (QUANT_ERR_NONFINITE with the first bad index). */
+QUANT_API quant_status quant_calibrate(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                       quant_calibration *out, quant_error *err);
+
+/*! quant_compute_scale() :
+ * SPEC section 4 for `n` calibration values: scale = absmax / B, or (max - min) / (qmax - qmin)
+ * with zero_point = convert(qmin - min / scale); a scale below sqrt(FLT_MIN) becomes 1; the
+ * scale is then rounded to how->scale_dtype and the zero point computed from the rounded scale.
+ * `scale` receives float32 values exactly representable in the scale dtype. `zero_point` must
+ * be non-NULL for asymmetric calibrations and is left untouched otherwise.
+ * @return : QUANT_OK, or QUANT_ERR_RANGE when a scale rounds to 0 or infinity in the scale
+ *           dtype, QUANT_ERR_ASYMMETRIC, QUANT_ERR_ARG. */
+QUANT_API quant_status quant_compute_scale(const quant_how *how, const quant_calibration *calib,
+                                           int64_t n, float *scale, int32_t *zero_point,
+                                           quant_error *err);
+
+/*! quant_quantize_with_scale() :
+ * q = convert(x / scale [+ zero_point]) with the given scale (and zero point when not NULL;
+ * shape from quant_scale_shape()). Codes go to `q` (quant_qvalue_bytes() bytes; storage dtype
+ * per the traits; packed two per byte along the last axis when how->pack and the qtype is
+ * packable: element 2i in the low nibble, 2i+1 in the high one).
+ * @return : QUANT_OK, QUANT_ERR_NONFINITE (index of the first NaN/Inf; `q` is then
+ *           unspecified), QUANT_ERR_ARG for a scale that is not positive and finite, ... */
+QUANT_API quant_status quant_quantize_with_scale(quant_ctx *ctx, const quant_how *how,
+                                                 const quant_tensor *x, const float *scale,
+                                                 const int32_t *zero_point, void *q,
+                                                 quant_error *err);
+
+/*! quant_quantize() :
+ * Dynamic-range quantization: calibrate, compute the scale, quantize, bit-identical to running
+ * the three steps, in one pass over memory when each scale row covers one row of `x`.
+ * `zero_point` is written only for asymmetric calibrations (may be NULL otherwise).
+ * @return : as quant_calibrate() and quant_quantize_with_scale(). */
+QUANT_API quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                      void *q, float *scale, int32_t *zero_point,
+                                      quant_error *err);
+
+/*! quant_dequantize() :
+ * out = (level(q) - zero_point) * scale, in float32, stored as out->dtype (F32, F16, BF16 with
+ * round to nearest even). `out` gives the shape (strides are honoured); `q` is laid out as
+ * quant_quantize() writes it.
+ * @return : QUANT_OK, or QUANT_ERR_ARG / QUANT_ERR_DTYPE / QUANT_ERR_TILE ... */
+QUANT_API quant_status quant_dequantize(quant_ctx *ctx, const quant_how *how, const void *q,
+                                        const float *scale, const int32_t *zero_point,
+                                        quant_tensor *out, quant_error *err);
+
+/*! quant_fake_quant() :
+ * out = dequantize(quantize(x)), bit-identical to the two steps. `out` has x's shape and dtype
+ * F32, F16 or BF16. Temporary storage is allocated and freed inside.
+ * @return : as quant_quantize(). */
+QUANT_API quant_status quant_fake_quant(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                        quant_tensor *out, quant_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Packing of <= 4-bit codes
+ * ------------------------------------------------------------------------------------------- */
+
+/*! quant_pack_nibbles() :
+ * Packs `rows` rows of `n` codes (low 4 bits of each byte of `codes`) into rows of ceil(n/2)
+ * bytes: code 2i in the low nibble, 2i+1 in the high nibble; an odd row ends with a zero high
+ * nibble. Signed codes are stored as 4-bit two's complement. */
+QUANT_API void quant_pack_nibbles(const uint8_t *codes, int64_t rows, int64_t n, uint8_t *packed);
+
+/*! quant_unpack_nibbles() :
+ * The inverse: writes `rows` x `n` bytes to `codes`, sign-extending each nibble when
+ * `sign_extend` (int2..int4) and zero-extending otherwise (uint4, nf4 indices). */
+QUANT_API void quant_unpack_nibbles(const uint8_t *packed, int64_t rows, int64_t n,
+                                    bool sign_extend, uint8_t *codes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Dtype conversions
+ * ------------------------------------------------------------------------------------------- */
+
+/* Scalar conversions. Narrowing rounds to nearest even. f32 -> f16 overflows to infinity;
+ * f32 -> e5m2 overflows to infinity; f32 -> e4m3fn overflows to NaN (the format has no
+ * infinity). NaN stays NaN (quiet). The quantizer itself clips before converting. */
+QUANT_API float quant_f16_to_f32(uint16_t h);
+QUANT_API uint16_t quant_f32_to_f16(float f);
+QUANT_API float quant_bf16_to_f32(uint16_t b);
+QUANT_API uint16_t quant_f32_to_bf16(float f);
+QUANT_API float quant_e4m3fn_to_f32(uint8_t code);
+QUANT_API uint8_t quant_f32_to_e4m3fn(float f);
+QUANT_API float quant_e5m2_to_f32(uint8_t code);
+QUANT_API uint8_t quant_f32_to_e5m2(float f);
+
+/*! quant_convert() :
+ * Converts `n` elements between float dtypes (F32, F16, BF16, F64, F8_E4M3, F8_E5M2), through
+ * float32 (so F64 -> F16 rounds twice, as SPEC section 1 says inputs do).
+ * @return : QUANT_OK, or QUANT_ERR_DTYPE / QUANT_ERR_ARG. */
+QUANT_API quant_status quant_convert(quant_dtype src_dtype, const void *src, quant_dtype dst_dtype,
+                                     void *dst, int64_t n, quant_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QUANT_H */

@@ -1,0 +1,332 @@
+/* plan.c -- validates a `how` against a shape: calibration method parsing, axes, tiles, scale
+ * shape, and the row view (quant_plan) every driver works from.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+void quant_how_init(quant_how *how, quant_qtype qtype)
+{
+    memset(how, 0, sizeof *how);
+    how->qtype = qtype;
+    how->calibration = NULL;
+    how->scale_dtype = QUANT_DTYPE_F32;
+    how->pack = true;
+}
+
+int64_t quant_numel(int rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0) return -1;
+        if (shape[i] != 0 && n > INT64_MAX / shape[i]) return -1;
+        n *= shape[i];
+    }
+    return n;
+}
+
+quant_status quant_tensor_init(quant_tensor *t, quant_dtype dtype, int rank, const int64_t *shape,
+                               void *data, quant_error *err)
+{
+    if (!t || (rank > 0 && !shape)) return quant_fail(err, QUANT_ERR_ARG, "tensor or shape is NULL");
+    if (rank < 0 || rank > QUANT_MAX_RANK)
+        return quant_fail(err, QUANT_ERR_ARG, "rank %d is outside 0..%d", rank, QUANT_MAX_RANK);
+    if (quant_numel(rank, shape) < 0)
+        return quant_fail(err, QUANT_ERR_ARG, "shape has a negative dim or overflows");
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->rank = rank;
+    t->data = data;
+    int64_t stride = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t->shape[i] = shape[i];
+        t->strides[i] = stride;
+        stride *= shape[i] ? shape[i] : 1;
+    }
+    return QUANT_OK;
+}
+
+/* ---- calibration method ---------------------------------------------------------------------- */
+
+#define METHOD_TEXT_MAX 128
+
+static quant_status parse_args(char *rest, double *args, int *nargs, const char *text,
+                               quant_error *err)
+{
+    *nargs = 0;
+    while (rest) {
+        char *comma = strchr(rest, ',');
+        if (comma) *comma = '\0';
+        if (*nargs == 2)
+            return quant_fail(err, QUANT_ERR_METHOD, "calibration \"%.64s\": too many arguments",
+                              text);
+        char *end = NULL;
+        double v = strtod(rest, &end);
+        while (end && isspace((unsigned char)*end)) end++;
+        if (end == rest || !end || *end != '\0' || !isfinite(v))
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": argument \"%.32s\" is not a finite number",
+                              text, rest);
+        args[(*nargs)++] = v;
+        rest = comma ? comma + 1 : NULL;
+    }
+    return QUANT_OK;
+}
+
+static quant_status check_factor(quant_calib_method *m, const double *args, int nargs,
+                                 const char *text, quant_error *err)
+{
+    if (nargs > 1)
+        return quant_fail(err, QUANT_ERR_METHOD, "calibration \"%.64s\": takes one factor at most",
+                          text);
+    if (nargs == 1) {
+        if (!(args[0] > 0))
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": factor must be positive", text);
+        m->has_factor = true;
+        m->factor = args[0];
+    }
+    return QUANT_OK;
+}
+
+quant_status quant_calib_parse(const char *text, quant_calib_method *out, quant_error *err)
+{
+    if (!text) text = "absmax";
+    if (!out) return quant_fail(err, QUANT_ERR_ARG, "output is NULL");
+    size_t len = strlen(text);
+    if (len >= METHOD_TEXT_MAX)
+        return quant_fail(err, QUANT_ERR_METHOD, "calibration method longer than %d characters",
+                          METHOD_TEXT_MAX - 1);
+    char buf[METHOD_TEXT_MAX];
+    for (size_t i = 0; i <= len; i++) buf[i] = (char)tolower((unsigned char)text[i]);
+
+    char *comma = strchr(buf, ',');
+    if (comma) *comma = '\0';
+    char *name = buf;
+    while (isspace((unsigned char)*name)) name++;
+    for (char *e = name + strlen(name); e > name && isspace((unsigned char)e[-1]); e--) e[-1] = '\0';
+
+    double args[2];
+    int nargs = 0;
+    QUANT_RETURN_IF_ERR(parse_args(comma ? comma + 1 : NULL, args, &nargs, text, err));
+
+    quant_calib_method m;
+    memset(&m, 0, sizeof m);
+    m.factor = 1.0;
+    if (strcmp(name, "absmax") == 0) {
+        m.kind = QUANT_CALIB_ABSMAX;
+        QUANT_RETURN_IF_ERR(check_factor(&m, args, nargs, text, err));
+    } else if (strcmp(name, "minmax") == 0) {
+        m.kind = QUANT_CALIB_MINMAX;
+        m.asymmetric = true;
+        QUANT_RETURN_IF_ERR(check_factor(&m, args, nargs, text, err));
+    } else if (strcmp(name, "rms") == 0) {
+        m.kind = QUANT_CALIB_RMS;
+        if (nargs != 1)
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": rms needs a factor, as in \"rms,3.0\"", text);
+        QUANT_RETURN_IF_ERR(check_factor(&m, args, nargs, text, err));
+    } else if (strcmp(name, "fixed") == 0) {
+        m.kind = QUANT_CALIB_FIXED;
+        if (nargs == 0)
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": fixed needs a range, as in \"fixed,-2,2\"",
+                              text);
+        double a = nargs == 1 ? -args[0] : args[0];
+        double b = nargs == 1 ? args[0] : args[1];
+        if (a > 0 || b < 0 || a >= b)
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": the range [%g, %g] must contain 0 and be "
+                              "non-empty",
+                              text, a, b);
+        m.fixed_min = a;
+        m.fixed_max = b;
+        m.asymmetric = (a + b != 0);
+    } else {
+        return quant_fail(err, QUANT_ERR_METHOD,
+                          "unknown calibration method \"%.64s\" (expected absmax[,f], minmax[,f], "
+                          "rms,f or fixed,a[,b])",
+                          text);
+    }
+    *out = m;
+    return QUANT_OK;
+}
+
+/* ---- axes, tiles, scale shape ---------------------------------------------------------------- */
+
+static quant_status normalize_axis(int axis, int rank, const char *what, int *out, quant_error *err)
+{
+    int a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank)
+        return quant_fail(err, QUANT_ERR_AXIS, "%s axis %d is out of range for rank %d", what, axis,
+                          rank);
+    *out = a;
+    return QUANT_OK;
+}
+
+/* Per axis: 0 = reduced, otherwise the scale dim. */
+static quant_status axis_scale_dims(const quant_how *how, int rank, const int64_t *shape,
+                                    int64_t *sdim, quant_error *err)
+{
+    bool channel[QUANT_MAX_RANK] = {false};
+    bool tiled[QUANT_MAX_RANK] = {false};
+    if (how->n_channel_axes < 0 || how->n_channel_axes > QUANT_MAX_RANK || how->n_tiles < 0 ||
+        how->n_tiles > QUANT_MAX_RANK)
+        return quant_fail(err, QUANT_ERR_AXIS, "axis counts must be within 0..%d", QUANT_MAX_RANK);
+    for (int i = 0; i < rank; i++) sdim[i] = 1;
+    for (int i = 0; i < how->n_channel_axes; i++) {
+        int a = 0;
+        QUANT_RETURN_IF_ERR(normalize_axis(how->channel_axes[i], rank, "channelwise", &a, err));
+        if (channel[a])
+            return quant_fail(err, QUANT_ERR_AXIS, "channelwise axis %d is given twice",
+                              how->channel_axes[i]);
+        channel[a] = true;
+        sdim[a] = shape[a];
+    }
+    for (int i = 0; i < how->n_tiles; i++) {
+        const quant_tile *t = &how->tiles[i];
+        int a = 0;
+        QUANT_RETURN_IF_ERR(normalize_axis(t->axis, rank, "tiled", &a, err));
+        if (channel[a])
+            return quant_fail(err, QUANT_ERR_AXIS, "axis %d cannot be both channelwise and tiled",
+                              t->axis);
+        if (tiled[a]) return quant_fail(err, QUANT_ERR_AXIS, "axis %d is tiled twice", t->axis);
+        tiled[a] = true;
+        int64_t size = t->size;
+        if (size == 0) {
+            if (!(t->fraction > 0 && t->fraction <= 1))
+                return quant_fail(err, QUANT_ERR_TILE,
+                                  "tile fraction %g for axis %d must be in (0, 1]", t->fraction,
+                                  t->axis);
+            size = (int64_t)rint((double)shape[a] * t->fraction); /* Python round: half to even */
+        }
+        if (size <= 0)
+            return quant_fail(err, QUANT_ERR_TILE, "tile size %lld for axis %d must be positive",
+                              (long long)size, t->axis);
+        if (shape[a] % size != 0)
+            return quant_fail(err, QUANT_ERR_TILE,
+                              "axis %d of size %lld cannot be tiled by %lld (not a divisor)",
+                              t->axis, (long long)shape[a], (long long)size);
+        sdim[a] = shape[a] / size;
+    }
+    return QUANT_OK;
+}
+
+quant_status quant_scale_shape(const quant_how *how, int rank, const int64_t *shape,
+                               int64_t *scale_shape, quant_error *err)
+{
+    quant_plan plan;
+    QUANT_RETURN_IF_ERR(quant_plan_make(how, rank, shape, &plan, err));
+    for (int i = 0; i < rank; i++) scale_shape[i] = plan.sshape[i];
+    return QUANT_OK;
+}
+
+int64_t quant_qvalue_bytes(const quant_how *how, int rank, const int64_t *shape)
+{
+    quant_plan plan;
+    if (quant_plan_make(how, rank, shape, &plan, NULL) != QUANT_OK) return -1;
+    if (plan.qrow_bytes != 0 && plan.nrows > INT64_MAX / plan.qrow_bytes) return -1;
+    return plan.nrows * plan.qrow_bytes;
+}
+
+static quant_kcode kcode_of(quant_qtype q)
+{
+    switch (q) {
+    case QUANT_QTYPE_INT16: return QK_I16;
+    case QUANT_QTYPE_UINT4:
+    case QUANT_QTYPE_UINT8: return QK_U8;
+    case QUANT_QTYPE_NF4: return QK_NF4;
+    case QUANT_QTYPE_FP8_E4M3FN: return QK_E4M3;
+    case QUANT_QTYPE_FP8_E5M2: return QK_E5M2;
+    default: return QK_I8;
+    }
+}
+
+quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_error *err)
+{
+    if (!how) return quant_fail(err, QUANT_ERR_ARG, "how is NULL");
+    plan->traits = quant_qtype_traits_get(how->qtype);
+    if (!plan->traits) return quant_fail(err, QUANT_ERR_QTYPE, "qtype %d is out of range", how->qtype);
+    QUANT_RETURN_IF_ERR(quant_calib_parse(how->calibration, &plan->method, err));
+    if (plan->method.asymmetric && !plan->traits->asymmetric_allowed)
+        return quant_fail(err, QUANT_ERR_ASYMMETRIC,
+                          "calibration \"%.64s\" is asymmetric, which %s does not allow "
+                          "(use absmax, rms or a symmetric fixed range)",
+                          how->calibration, plan->traits->name);
+    if (how->stochastic && plan->traits->kind != QUANT_CODE_INT)
+        return quant_fail(err, QUANT_ERR_UNSUPPORTED,
+                          "stochastic rounding applies to integer qtypes only, not %s",
+                          plan->traits->name);
+    if (how->scale_dtype != QUANT_DTYPE_F32 && how->scale_dtype != QUANT_DTYPE_BF16 &&
+        how->scale_dtype != QUANT_DTYPE_F16)
+        return quant_fail(err, QUANT_ERR_DTYPE, "scale dtype must be F32, BF16 or F16");
+    return QUANT_OK;
+}
+
+quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shape, quant_plan *plan,
+                             quant_error *err)
+{
+    memset(plan, 0, sizeof *plan);
+    QUANT_RETURN_IF_ERR(quant_plan_check_how(how, plan, err));
+    if (rank < 0 || rank > QUANT_MAX_RANK || (rank > 0 && !shape))
+        return quant_fail(err, QUANT_ERR_ARG, "rank %d is outside 0..%d", rank, QUANT_MAX_RANK);
+    int64_t numel = quant_numel(rank, shape);
+    if (numel < 0) return quant_fail(err, QUANT_ERR_ARG, "shape has a negative dim or overflows");
+
+    int64_t sdim[QUANT_MAX_RANK];
+    QUANT_RETURN_IF_ERR(axis_scale_dims(how, rank, shape, sdim, err));
+
+    plan->rank = rank ? rank : 1;
+    for (int i = 0; i < plan->rank; i++) {
+        plan->shape[i] = rank ? shape[i] : 1;
+        plan->sshape[i] = rank ? sdim[i] : 1;
+        if (plan->method.kind == QUANT_CALIB_FIXED) plan->sshape[i] = 1;
+        int64_t t = plan->sshape[i] ? plan->shape[i] / plan->sshape[i] : 1;
+        plan->tile[i] = t > 0 ? t : 1;
+    }
+    int r = plan->rank;
+    plan->numel = numel;
+    plan->scale_numel = quant_numel(r, plan->sshape);
+    plan->ncols = plan->shape[r - 1];
+    plan->nrows = quant_numel(r - 1, plan->shape);
+    plan->col_tile = plan->tile[r - 1];
+    plan->ncolgroups = plan->sshape[r - 1];
+    plan->nsrows = quant_numel(r - 1, plan->sshape);
+    plan->members = quant_numel(r - 1, plan->tile);
+    plan->group_size = plan->members * plan->col_tile;
+    plan->kcode = kcode_of(how->qtype);
+    plan->code_size = plan->kcode == QK_I16 ? 2 : 1;
+    plan->packed = how->pack && plan->traits->packable;
+    plan->qrow_bytes = plan->packed ? (plan->ncols + 1) / 2 : plan->ncols * (int64_t)plan->code_size;
+    return QUANT_OK;
+}
+
+int64_t quant_plan_srow(const quant_plan *plan, int64_t row)
+{
+    int64_t srow = 0, sstride = 1;
+    for (int k = plan->rank - 2; k >= 0; k--) {
+        int64_t i = row % plan->shape[k];
+        row /= plan->shape[k];
+        srow += (i / plan->tile[k]) * sstride;
+        sstride *= plan->sshape[k];
+    }
+    return srow;
+}
+
+int64_t quant_plan_member_row(const quant_plan *plan, int64_t srow, int64_t m)
+{
+    int64_t row = 0, stride = 1;
+    for (int k = plan->rank - 2; k >= 0; k--) {
+        int64_t j = srow % plan->sshape[k];
+        int64_t mk = m % plan->tile[k];
+        srow /= plan->sshape[k];
+        m /= plan->tile[k];
+        row += (j * plan->tile[k] + mk) * stride;
+        stride *= plan->shape[k];
+    }
+    return row;
+}

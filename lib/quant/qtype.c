@@ -1,0 +1,201 @@
+/* qtype.c -- the qtype traits table (one row per qtype, SPEC section 2), dtype facts and qtype
+ * name parsing.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <string.h>
+
+#include "internal.h"
+#include "numerics.h"
+
+const float quant_nf4_levels[16] = {
+    -1.0f,
+    -0.6961928009986877f,
+    -0.5250730514526367f,
+    -0.39491748809814453f,
+    -0.28444138169288635f,
+    -0.18477343022823334f,
+    -0.09105003625154495f,
+    0.0f,
+    0.07958029955625534f,
+    0.16093020141124725f,
+    0.24611230194568634f,
+    0.33791524171829224f,
+    0.44070982933044434f,
+    0.5626170039176941f,
+    0.7229568362236023f,
+    1.0f,
+};
+
+#define INT_CONVERT(name, lo, hi)                                                                  \
+    static int32_t name(float v)                                                                   \
+    {                                                                                              \
+        return qn_convert_int(v, (float)(lo), (float)(hi));                                        \
+    }
+INT_CONVERT(convert_int2, -2, 1)
+INT_CONVERT(convert_int3, -4, 3)
+INT_CONVERT(convert_int4, -8, 7)
+INT_CONVERT(convert_int5, -16, 15)
+INT_CONVERT(convert_int6, -32, 31)
+INT_CONVERT(convert_int7, -64, 63)
+INT_CONVERT(convert_int8, -128, 127)
+INT_CONVERT(convert_int16, -32768, 32767)
+INT_CONVERT(convert_uint4, 0, 15)
+INT_CONVERT(convert_uint8, 0, 255)
+
+static float level_int(int32_t code)
+{
+    return (float)code;
+}
+
+static int32_t convert_nf4(float v)
+{
+    return qn_nf4_index(v);
+}
+
+static float level_nf4(int32_t code)
+{
+    return quant_nf4_levels[code & 15];
+}
+
+static int32_t convert_e4m3(float v)
+{
+    return qn_quant_e4m3fn(v);
+}
+
+static float level_e4m3(int32_t code)
+{
+    return qn_fp8_to_f32((uint8_t)code, 3, 7, 0);
+}
+
+static int32_t convert_e5m2(float v)
+{
+    return qn_quant_e5m2(v);
+}
+
+static float level_e5m2(int32_t code)
+{
+    return qn_fp8_to_f32((uint8_t)code, 2, 15, 1);
+}
+
+#define INT_ROW(q, nm, b, store, lo, hi, bnd, zpd, conv)                                             \
+    [q] = {.name = nm,                                                                             \
+           .bits = b,                                                                              \
+           .kind = QUANT_CODE_INT,                                                                 \
+           .storage = store,                                                                       \
+           .packable = (b) <= 4,                                                                   \
+           .symmetric_bound = bnd,                                                                \
+           .asymmetric_allowed = true,                                                             \
+           .qmin = lo,                                                                             \
+           .qmax = hi,                                                                             \
+           .zero_point_dtype = zpd,                                                                \
+           .convert = conv,                                                                        \
+           .level = level_int}
+
+/* Symmetric bound B = qmax + 0.5 for integers (Qwix: the qmax bucket covers [qmax-0.5, qmax+0.5)),
+ * except int16, where SPEC and Qwix use 32768 (the TFLite/QATv3 convention). */
+static const quant_qtype_traits traits_table[QUANT_QTYPE_COUNT] = {
+    INT_ROW(QUANT_QTYPE_INT2, "int2", 2, QUANT_DTYPE_I8, -2, 1, 1.5f, QUANT_DTYPE_I8, convert_int2),
+    INT_ROW(QUANT_QTYPE_INT3, "int3", 3, QUANT_DTYPE_I8, -4, 3, 3.5f, QUANT_DTYPE_I8, convert_int3),
+    INT_ROW(QUANT_QTYPE_INT4, "int4", 4, QUANT_DTYPE_I8, -8, 7, 7.5f, QUANT_DTYPE_I8, convert_int4),
+    INT_ROW(QUANT_QTYPE_INT5, "int5", 5, QUANT_DTYPE_I8, -16, 15, 15.5f, QUANT_DTYPE_I8, convert_int5),
+    INT_ROW(QUANT_QTYPE_INT6, "int6", 6, QUANT_DTYPE_I8, -32, 31, 31.5f, QUANT_DTYPE_I8, convert_int6),
+    INT_ROW(QUANT_QTYPE_INT7, "int7", 7, QUANT_DTYPE_I8, -64, 63, 63.5f, QUANT_DTYPE_I8, convert_int7),
+    INT_ROW(QUANT_QTYPE_INT8, "int8", 8, QUANT_DTYPE_I8, -128, 127, 127.5f, QUANT_DTYPE_I8, convert_int8),
+    INT_ROW(QUANT_QTYPE_INT16, "int16", 16, QUANT_DTYPE_I16, -32768, 32767, 32768.0f, QUANT_DTYPE_I16, convert_int16),
+    INT_ROW(QUANT_QTYPE_UINT4, "uint4", 4, QUANT_DTYPE_U8, 0, 15, 15.5f, QUANT_DTYPE_U8, convert_uint4),
+    INT_ROW(QUANT_QTYPE_UINT8, "uint8", 8, QUANT_DTYPE_U8, 0, 255, 255.5f, QUANT_DTYPE_U8, convert_uint8),
+    [QUANT_QTYPE_NF4] = {.name = "nf4",
+                         .bits = 4,
+                         .kind = QUANT_CODE_TABLE,
+                         .storage = QUANT_DTYPE_U8,
+                         .packable = true,
+                         .symmetric_bound = 1.0f,
+                         .asymmetric_allowed = false,
+                         .qmin = 0,
+                         .qmax = 15,
+                         .zero_point_dtype = QUANT_DTYPE_U8,
+                         .convert = convert_nf4,
+                         .level = level_nf4},
+    [QUANT_QTYPE_FP8_E4M3FN] = {.name = "float8_e4m3fn",
+                                .bits = 8,
+                                .kind = QUANT_CODE_FP8,
+                                .storage = QUANT_DTYPE_F8_E4M3,
+                                .packable = false,
+                                .symmetric_bound = QN_E4M3_MAX,
+                                .asymmetric_allowed = false,
+                                .qmin = 0,
+                                .qmax = 0,
+                                .zero_point_dtype = QUANT_DTYPE_I8,
+                                .convert = convert_e4m3,
+                                .level = level_e4m3},
+    [QUANT_QTYPE_FP8_E5M2] = {.name = "float8_e5m2",
+                              .bits = 8,
+                              .kind = QUANT_CODE_FP8,
+                              .storage = QUANT_DTYPE_F8_E5M2,
+                              .packable = false,
+                              .symmetric_bound = QN_E5M2_MAX,
+                              .asymmetric_allowed = false,
+                              .qmin = 0,
+                              .qmax = 0,
+                              .zero_point_dtype = QUANT_DTYPE_I8,
+                              .convert = convert_e5m2,
+                              .level = level_e5m2},
+};
+
+const quant_qtype_traits *quant_qtype_traits_get(quant_qtype qtype)
+{
+    if ((unsigned)qtype >= QUANT_QTYPE_COUNT) return NULL;
+    return &traits_table[qtype];
+}
+
+quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *err)
+{
+    if (!name || !out) return quant_fail(err, QUANT_ERR_ARG, "qtype name is NULL");
+    for (int q = 0; q < QUANT_QTYPE_COUNT; q++) {
+        if (strcmp(name, traits_table[q].name) == 0) {
+            *out = (quant_qtype)q;
+            return QUANT_OK;
+        }
+    }
+    if (strcmp(name, "fp8_e4m3") == 0) {
+        *out = QUANT_QTYPE_FP8_E4M3FN;
+        return QUANT_OK;
+    }
+    if (strcmp(name, "fp8_e5m2") == 0) {
+        *out = QUANT_QTYPE_FP8_E5M2;
+        return QUANT_OK;
+    }
+    return quant_fail(err, QUANT_ERR_QTYPE,
+                      "unknown qtype \"%.64s\" (expected int2..int8, int16, uint4, uint8, nf4, "
+                      "float8_e4m3fn, float8_e5m2)",
+                      name);
+}
+
+/* ---- dtypes ---------------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    size_t size;
+    bool is_float;
+} dtype_rows[QUANT_DTYPE_COUNT] = {
+    [QUANT_DTYPE_F32] = {"F32", 4, true},     [QUANT_DTYPE_F16] = {"F16", 2, true},
+    [QUANT_DTYPE_BF16] = {"BF16", 2, true},   [QUANT_DTYPE_F64] = {"F64", 8, true},
+    [QUANT_DTYPE_F8_E4M3] = {"F8_E4M3", 1, true}, [QUANT_DTYPE_F8_E5M2] = {"F8_E5M2", 1, true},
+    [QUANT_DTYPE_I8] = {"I8", 1, false},      [QUANT_DTYPE_U8] = {"U8", 1, false},
+    [QUANT_DTYPE_I16] = {"I16", 2, false},    [QUANT_DTYPE_I32] = {"I32", 4, false},
+};
+
+const char *quant_dtype_name(quant_dtype dtype)
+{
+    return (unsigned)dtype < QUANT_DTYPE_COUNT ? dtype_rows[dtype].name : NULL;
+}
+
+size_t quant_dtype_size(quant_dtype dtype)
+{
+    return (unsigned)dtype < QUANT_DTYPE_COUNT ? dtype_rows[dtype].size : 0;
+}
+
+bool quant_dtype_is_float(quant_dtype dtype)
+{
+    return (unsigned)dtype < QUANT_DTYPE_COUNT && dtype_rows[dtype].is_float;
+}

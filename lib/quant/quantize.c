@@ -1,0 +1,272 @@
+/* quantize.c -- quantize drivers (SPEC section 5): with a given scale, and dynamic range, fused
+ * into one pass over memory (scan a row while it is in cache, then quantize it) whenever each
+ * scale row covers exactly one row of the input.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "numerics.h"
+
+#define ITEM_ELEMS (1 << 15)
+
+typedef struct quant_run {
+    quant_reader rd;
+    const quant_how *how;
+    uint8_t *q;
+    const float *scale;      /* given scales (NULL in the fused path) */
+    const int32_t *zp;
+    float *scale_out;        /* fused path: scales written row by row */
+    int32_t *zp_out;
+    int64_t rows_per_item;
+    float *scratch;          /* threads x QUANT_CHUNK floats */
+    uint8_t *codes;          /* threads x QUANT_CHUNK bytes, staging for packed rows */
+    /* fused path, per worker: accumulators and one row of calibration values */
+    float *acc_a, *acc_b, *cal_a, *cal_b;
+    double *acc_s;
+    atomic_llong bad_scale;  /* smallest scale index whose scale failed, INT64_MAX if none */
+} quant_run;
+
+/* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
+ * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
+static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
+                        const int32_t *zp, const float *pre)
+{
+    const quant_plan *p = run->rd.plan;
+    quant_krow kr = {p->kcode, p->col_tile, scale, zp, (float)p->traits->qmin,
+                     (float)p->traits->qmax};
+    uint8_t *dst = run->q + row * p->qrow_bytes;
+    float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
+    uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
+    for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
+        int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
+        const float *x = pre ? pre : quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
+        void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
+        int bad;
+        if (run->how->stochastic)
+            bad = quant_generic_quantize_sr(&kr, x, n, c0, run->how->sr_key,
+                                            run->how->sr_index_base + (uint64_t)(row * p->ncols + c0),
+                                            out);
+        else
+            bad = run->rd.k->quantize(&kr, x, n, c0, out);
+        if (bad) {
+            quant_reader_bad(&run->rd, row, c0, x, n);
+            return 1;
+        }
+        if (p->packed) quant_pack_nibbles(codes, 1, n, dst + c0 / 2);
+    }
+    return 0;
+}
+
+static void given_item(void *arg, int64_t item, int worker)
+{
+    quant_run *run = arg;
+    const quant_plan *p = run->rd.plan;
+    int64_t end = (item + 1) * run->rows_per_item;
+    if (end > p->nrows) end = p->nrows;
+    for (int64_t row = item * run->rows_per_item; row < end; row++) {
+        if (quant_reader_skip(&run->rd, row)) return;
+        int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
+        if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL))
+            return;
+    }
+}
+
+/* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. */
+static void fused_item(void *arg, int64_t item, int worker)
+{
+    quant_run *run = arg;
+    const quant_plan *p = run->rd.plan;
+    int64_t ng = p->ncolgroups, woff = (int64_t)worker * ng;
+    float *a = run->acc_a ? run->acc_a + woff : NULL, *b = run->acc_b ? run->acc_b + woff : NULL;
+    double *sums = run->acc_s ? run->acc_s + woff : NULL;
+    quant_calibration cal = {p->method.asymmetric, run->cal_a + woff, run->cal_a + woff,
+                             run->cal_b ? run->cal_b + woff : NULL};
+    float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
+    int64_t end = (item + 1) * run->rows_per_item;
+    if (end > p->nrows) end = p->nrows;
+    for (int64_t row = item * run->rows_per_item; row < end; row++) {
+        if (quant_reader_skip(&run->rd, row)) return;
+        int64_t off = quant_plan_srow(p, row) * ng;
+        quant_reduce_init(p, ng, a, b, sums);
+        if (quant_reduce_row(&run->rd, row, scratch, a, b, sums)) return;
+        quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
+        int32_t *zp = p->method.asymmetric ? run->zp_out + off : NULL;
+        if (quant_scale_range(p, run->how->scale_dtype, &cal, ng, run->scale_out + off, zp, off,
+                              NULL) != QUANT_OK) {
+            long long cur = atomic_load(&run->bad_scale);
+            while (off < cur && !atomic_compare_exchange_weak(&run->bad_scale, &cur, off)) {
+            }
+            return;
+        }
+        bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
+        if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL))
+            return;
+    }
+}
+
+static quant_status run_alloc(quant_run *run, const quant_plan *p, int threads, bool fused,
+                              quant_error *err)
+{
+    run->rows_per_item = p->ncols >= ITEM_ELEMS ? 1 : ITEM_ELEMS / (p->ncols ? p->ncols : 1);
+    run->scratch = malloc((size_t)threads * QUANT_CHUNK * sizeof *run->scratch);
+    run->codes = malloc((size_t)threads * QUANT_CHUNK);
+    bool ok = run->scratch && run->codes;
+    if (fused) {
+        size_t per = (size_t)threads * (size_t)(p->ncolgroups ? p->ncolgroups : 1);
+        if (p->method.kind == QUANT_CALIB_RMS) {
+            ok = ok && (run->acc_s = malloc(per * sizeof *run->acc_s));
+        } else {
+            ok = ok && (run->acc_a = malloc(per * sizeof *run->acc_a));
+            if (p->method.asymmetric) ok = ok && (run->acc_b = malloc(per * sizeof *run->acc_b));
+        }
+        ok = ok && (run->cal_a = malloc(per * sizeof *run->cal_a));
+        if (p->method.asymmetric) ok = ok && (run->cal_b = malloc(per * sizeof *run->cal_b));
+    }
+    atomic_init(&run->bad_scale, INT64_MAX);
+    return ok ? QUANT_OK : quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate quantize buffers");
+}
+
+static void run_free(quant_run *run)
+{
+    free(run->scratch);
+    free(run->codes);
+    free(run->acc_a);
+    free(run->acc_b);
+    free(run->acc_s);
+    free(run->cal_a);
+    free(run->cal_b);
+}
+
+static int64_t nitems(const quant_run *run, const quant_plan *p)
+{
+    return (p->nrows + run->rows_per_item - 1) / run->rows_per_item;
+}
+
+static quant_status check_given_scale(const quant_plan *p, const float *scale, const int32_t *zp,
+                                      quant_error *err)
+{
+    if (zp && !p->traits->asymmetric_allowed)
+        return quant_fail(err, QUANT_ERR_ASYMMETRIC, "%s does not take a zero point",
+                          p->traits->name);
+    for (int64_t i = 0; i < p->scale_numel; i++) {
+        if (!(scale[i] > 0.0f) || qn_nonfinite(scale[i]))
+            return quant_fail(err, QUANT_ERR_ARG, "scale[%lld] = %g is not positive and finite",
+                              (long long)i, (double)scale[i]);
+        if (zp && (zp[i] < p->traits->qmin || zp[i] > p->traits->qmax))
+            return quant_fail(err, QUANT_ERR_ARG, "zero_point[%lld] = %d is outside %s's [%d, %d]",
+                              (long long)i, (int)zp[i], p->traits->name, (int)p->traits->qmin,
+                              (int)p->traits->qmax);
+    }
+    return QUANT_OK;
+}
+
+/* The quantize pass with known scales (shared by both public entry points). */
+static quant_status quantize_given(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
+                                   const quant_tensor *x, const float *scale, const int32_t *zp,
+                                   void *q, quant_error *err)
+{
+    if (p->numel == 0) return QUANT_OK;
+    quant_run run = {0};
+    quant_reader_init(&run.rd, p, x, ctx->k);
+    run.how = how;
+    run.q = q;
+    run.scale = scale;
+    run.zp = zp;
+    quant_status st = run_alloc(&run, p, quant_pool_threads(ctx->pool), false, err);
+    if (st == QUANT_OK) {
+        quant_pool_run(ctx->pool, nitems(&run, p), given_item, &run);
+        long long bad = atomic_load(&run.rd.bad);
+        if (bad != INT64_MAX) st = quant_fail_nonfinite(err, bad);
+    }
+    run_free(&run);
+    return st;
+}
+
+static quant_status check_args(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                               quant_plan *p, quant_error *err)
+{
+    quant_error_clear(err);
+    if (!ctx) return quant_fail(err, QUANT_ERR_ARG, "context is NULL");
+    QUANT_RETURN_IF_ERR(quant_check_input(x, err));
+    return quant_plan_make(how, x->rank, x->shape, p, err);
+}
+
+quant_status quant_quantize_with_scale(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                       const float *scale, const int32_t *zero_point, void *q,
+                                       quant_error *err)
+{
+    quant_plan p;
+    QUANT_RETURN_IF_ERR(check_args(ctx, how, x, &p, err));
+    if (!scale || (!q && p.numel > 0)) return quant_fail(err, QUANT_ERR_ARG, "scale or q is NULL");
+    QUANT_RETURN_IF_ERR(check_given_scale(&p, scale, zero_point, err));
+    return quantize_given(ctx, how, &p, x, scale, zero_point, q, err);
+}
+
+/* Two passes: calibrate everything, derive the scales, then quantize. */
+static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
+                                      const quant_tensor *x, void *q, float *scale, int32_t *zp,
+                                      quant_error *err)
+{
+    size_t n = (size_t)(p->scale_numel ? p->scale_numel : 1);
+    quant_calibration cal = {p->method.asymmetric, NULL, NULL, NULL};
+    cal.absmax = cal.min = malloc(n * sizeof(float));
+    if (p->method.asymmetric) cal.max = malloc(n * sizeof(float));
+    quant_status st = QUANT_OK;
+    if (!cal.absmax || (p->method.asymmetric && !cal.max))
+        st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate calibration buffers");
+    if (st == QUANT_OK) st = quant_calibrate_plan(ctx, p, x, &cal, err);
+    if (st == QUANT_OK)
+        st = quant_scale_range(p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
+    if (st == QUANT_OK) st = quantize_given(ctx, how, p, x, scale, zp, q, err);
+    free(cal.absmax);
+    free(cal.max);
+    return st;
+}
+
+static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
+                                   const quant_tensor *x, void *q, float *scale, int32_t *zp,
+                                   quant_error *err)
+{
+    quant_run run = {0};
+    quant_reader_init(&run.rd, p, x, ctx->k);
+    run.how = how;
+    run.q = q;
+    run.scale_out = scale;
+    run.zp_out = zp;
+    quant_status st = run_alloc(&run, p, quant_pool_threads(ctx->pool), true, err);
+    if (st == QUANT_OK) {
+        quant_pool_run(ctx->pool, nitems(&run, p), fused_item, &run);
+        long long bad = atomic_load(&run.rd.bad);
+        long long bad_scale = atomic_load(&run.bad_scale);
+        if (bad != INT64_MAX) {
+            st = quant_fail_nonfinite(err, bad);
+        } else if (bad_scale != INT64_MAX) {
+            /* rerun the first failing scale row alone to report it */
+            int64_t row = bad_scale / p->ncolgroups;
+            quant_reduce_init(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s);
+            quant_reduce_row(&run.rd, quant_plan_member_row(p, row, 0), run.scratch, run.acc_a,
+                             run.acc_b, run.acc_s);
+            quant_calibration cal = {p->method.asymmetric, run.cal_a, run.cal_a, run.cal_b};
+            quant_reduce_finish(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s, &cal, 0);
+            st = quant_scale_range(p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
+                                   zp ? zp + bad_scale : NULL, bad_scale, err);
+        }
+    }
+    run_free(&run);
+    return st;
+}
+
+quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_tensor *x, void *q,
+                            float *scale, int32_t *zero_point, quant_error *err)
+{
+    quant_plan p;
+    QUANT_RETURN_IF_ERR(check_args(ctx, how, x, &p, err));
+    if (!scale || (!q && p.numel > 0)) return quant_fail(err, QUANT_ERR_ARG, "scale or q is NULL");
+    if (p.method.asymmetric && !zero_point)
+        return quant_fail(err, QUANT_ERR_ARG, "zero_point is NULL for an asymmetric calibration");
+    if (p.members == 1 && p.numel > 0 && p.method.kind != QUANT_CALIB_FIXED)
+        return quantize_fused(ctx, how, &p, x, q, scale, zero_point, err);
+    return quantize_two_pass(ctx, how, &p, x, q, scale, zero_point, err);
+}
