@@ -88,7 +88,7 @@ $(LIB_SO): $(LIB_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS)
+$(TEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) -Itests/unit
 
 $(UNIT_BIN): $(TEST_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,300 @@
+/* test_props.c -- property tests: over random shapes, axes, tiles, qtypes, methods, input dtypes
+ * and strides, every available ISA and every thread count gives the scalar one-thread result
+ * bit for bit (calibration, scales, zero points, codes, dequantized values); plus the kernels
+ * alone on random chunk offsets and tile widths.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../testutil.h"
+#include "internal.h"
+
+typedef struct pcase {
+    quant_how how;
+    char method[32];
+    int rank;
+    int64_t shape[4];
+    quant_dtype dtype;
+    bool transposed; /* input is a strided view with the first two axes swapped */
+} pcase;
+
+static const int64_t dims[] = {1, 2, 3, 5, 7, 8, 9, 16, 24, 31, 32, 33, 48, 64, 96, 100, 128};
+
+static int64_t pick_divisor(tu_rng *r, int64_t d)
+{
+    for (int tries = 0; tries < 20; tries++) {
+        int64_t t = 1 + tu_below(r, d);
+        if (d % t == 0) return t;
+    }
+    return d;
+}
+
+static void make_case(tu_rng *r, pcase *c)
+{
+    memset(c, 0, sizeof *c);
+    do {
+        c->rank = 1 + (int)tu_below(r, 4);
+        for (int i = 0; i < c->rank; i++)
+            c->shape[i] = dims[tu_below(r, sizeof dims / sizeof dims[0])];
+    } while (quant_numel(c->rank, c->shape) > 60000);
+    quant_qtype q = (quant_qtype)tu_below(r, QUANT_QTYPE_COUNT);
+    quant_how_init(&c->how, q);
+    const quant_qtype_traits *t = quant_qtype_traits_get(q);
+    static const char *sym[] = {"absmax", "absmax,0.8", "rms,2.5", "fixed,1.5", "fixed,-40,40"};
+    static const char *asym[] = {"minmax", "minmax,0.9", "fixed,-1,3", "fixed,0,2"};
+    if (t->asymmetric_allowed && tu_below(r, 3) == 0)
+        strcpy(c->method, asym[tu_below(r, 4)]);
+    else
+        strcpy(c->method, sym[tu_below(r, 5)]);
+    c->how.calibration = c->method;
+    for (int a = 0; a < c->rank; a++) {
+        switch (tu_below(r, 3)) {
+        case 0: c->how.channel_axes[c->how.n_channel_axes++] = a; break;
+        case 1:
+            c->how.tiles[c->how.n_tiles++] =
+                (quant_tile){.axis = a - (int)tu_below(r, 2) * c->rank,
+                             .size = pick_divisor(r, c->shape[a])};
+            break;
+        default: break;
+        }
+    }
+    static const quant_dtype sdt[] = {QUANT_DTYPE_F32, QUANT_DTYPE_F32, QUANT_DTYPE_BF16,
+                                      QUANT_DTYPE_F16};
+    c->how.scale_dtype = sdt[tu_below(r, 4)];
+    c->how.pack = tu_below(r, 4) != 0;
+    c->how.stochastic = t->kind == QUANT_CODE_INT && tu_below(r, 6) == 0;
+    c->how.sr_key = tu_next(r);
+    static const quant_dtype in[] = {QUANT_DTYPE_F32, QUANT_DTYPE_F32, QUANT_DTYPE_BF16,
+                                     QUANT_DTYPE_F16, QUANT_DTYPE_F64};
+    c->dtype = in[tu_below(r, 5)];
+    c->transposed = c->rank >= 2 && tu_below(r, 4) == 0;
+}
+
+/* Builds the input: data in c->dtype; a transposed case stores the tensor with its first two
+ * axes swapped in memory and describes it with strides. */
+static void *make_input(tu_rng *r, const pcase *c, quant_tensor *t, int64_t nan_at)
+{
+    int64_t n = quant_numel(c->rank, c->shape);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+    tu_fill(r, f, n, tu_below(r, 2) ? 1.0f : 300.0f, 1);
+    if (nan_at >= 0) f[nan_at] = tu_below(r, 2) ? NAN : -INFINITY;
+    void *data = malloc((size_t)(n ? n : 1) * 8);
+    quant_tensor_init(t, c->dtype, c->rank, c->shape, data, NULL);
+    if (c->transposed) {
+        /* memory layout [d1, d0, rest]: element (i, j, rest) lives at (j * d0 + i) * inner */
+        int64_t inner = 1;
+        for (int k = 2; k < c->rank; k++) inner *= c->shape[k];
+        t->strides[0] = inner;
+        t->strides[1] = c->shape[0] * inner;
+    }
+    /* scatter f (logical row-major order) into memory through the strides */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, off = 0;
+        for (int k = c->rank - 1; k >= 0; k--) {
+            off += (rem % c->shape[k]) * t->strides[k];
+            rem /= c->shape[k];
+        }
+        switch (c->dtype) {
+        case QUANT_DTYPE_BF16: ((uint16_t *)data)[off] = quant_f32_to_bf16(f[i]); break;
+        case QUANT_DTYPE_F16: ((uint16_t *)data)[off] = quant_f32_to_f16(f[i]); break;
+        case QUANT_DTYPE_F64: ((double *)data)[off] = (double)f[i] * (1.0 + 0x1p-40); break;
+        default: ((float *)data)[off] = f[i]; break;
+        }
+    }
+    free(f);
+    return data;
+}
+
+typedef struct result {
+    quant_status st;
+    int64_t bad;
+    uint8_t *q;
+    float *scale, *deq;
+    int32_t *zp;
+} result;
+
+static void run_case(const pcase *c, const quant_tensor *t, quant_isa isa, int threads, result *res)
+{
+    quant_ctx *ctx = tu_ctx(isa, threads);
+    quant_error err;
+    int64_t ss[4];
+    ck_assert_int_eq(quant_scale_shape(&c->how, c->rank, c->shape, ss, &err), QUANT_OK);
+    int64_t sn = quant_numel(c->rank, ss), n = quant_numel(c->rank, c->shape);
+    int64_t qb = quant_qvalue_bytes(&c->how, c->rank, c->shape);
+    res->q = calloc((size_t)qb + 1, 1);
+    res->scale = calloc((size_t)sn + 1, sizeof(float));
+    res->zp = calloc((size_t)sn + 1, sizeof(int32_t));
+    res->deq = calloc((size_t)n + 1, sizeof(float));
+    res->st = quant_quantize(ctx, &c->how, t, res->q, res->scale, res->zp, &err);
+    res->bad = err.index;
+    if (res->st == QUANT_OK) {
+        quant_tensor o;
+        quant_tensor_init(&o, QUANT_DTYPE_F32, c->rank, c->shape, res->deq, NULL);
+        quant_calib_method m;
+        quant_calib_parse(c->how.calibration, &m, NULL);
+        ck_assert_int_eq(quant_dequantize(ctx, &c->how, res->q, res->scale,
+                                          m.asymmetric ? res->zp : NULL, &o, &err),
+                         QUANT_OK);
+    }
+    quant_ctx_free(ctx);
+}
+
+static void free_result(result *r)
+{
+    free(r->q);
+    free(r->scale);
+    free(r->zp);
+    free(r->deq);
+}
+
+static void describe(const pcase *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %s rank %d [%lld %lld %lld %lld] ch %d tiles %d sd %s pack %d sr %d in %s%s",
+             quant_qtype_traits_get(c->how.qtype)->name, c->method, c->rank,
+             (long long)c->shape[0], (long long)c->shape[1], (long long)c->shape[2],
+             (long long)c->shape[3], c->how.n_channel_axes, c->how.n_tiles,
+             quant_dtype_name(c->how.scale_dtype), c->how.pack, c->how.stochastic,
+             quant_dtype_name(c->dtype), c->transposed ? " transposed" : "");
+}
+
+START_TEST(all_isas_and_threads_equal_scalar)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {1234};
+    int ran = 0;
+    for (int it = 0; it < 400; it++) {
+        pcase c;
+        make_case(&r, &c);
+        quant_error err;
+        int64_t ss[4];
+        if (quant_scale_shape(&c.how, c.rank, c.shape, ss, &err) != QUANT_OK) continue;
+        int64_t n = quant_numel(c.rank, c.shape);
+        int64_t nan_at = (n > 0 && tu_below(&r, 8) == 0) ? tu_below(&r, n) : -1;
+        quant_tensor t;
+        void *data = make_input(&r, &c, &t, nan_at);
+        char desc[256];
+        describe(&c, desc, sizeof desc);
+        int64_t sn = quant_numel(c.rank, ss);
+        int64_t qb = quant_qvalue_bytes(&c.how, c.rank, c.shape);
+        result ref;
+        run_case(&c, &t, QUANT_ISA_SCALAR, 1, &ref);
+        if (ref.st != QUANT_OK && ref.st != QUANT_ERR_NONFINITE && ref.st != QUANT_ERR_RANGE)
+            ck_abort_msg("%s: status %d", desc, ref.st);
+        if (nan_at >= 0) ck_assert_msg(ref.st == QUANT_ERR_NONFINITE, "%s: NaN missed", desc);
+        for (int k = 0; k < nisa; k++) {
+            for (int threads = 1; threads <= 3; threads++) {
+                if (isas[k] == QUANT_ISA_SCALAR && threads == 1) continue;
+                result got;
+                run_case(&c, &t, isas[k], threads, &got);
+                ck_assert_msg(got.st == ref.st, "%s on %s/%d: status %d vs %d", desc,
+                              quant_isa_name(isas[k]), threads, got.st, ref.st);
+                if (ref.st == QUANT_ERR_NONFINITE)
+                    ck_assert_msg(got.bad == ref.bad && ref.bad == nan_at, "%s: bad index", desc);
+                if (ref.st == QUANT_OK) {
+                    ck_assert_msg(memcmp(got.scale, ref.scale, (size_t)sn * 4) == 0,
+                                  "%s on %s/%d: scales differ", desc, quant_isa_name(isas[k]),
+                                  threads);
+                    ck_assert_msg(memcmp(got.zp, ref.zp, (size_t)sn * 4) == 0,
+                                  "%s: zero points differ", desc);
+                    ck_assert_msg(memcmp(got.q, ref.q, (size_t)qb) == 0,
+                                  "%s on %s/%d: codes differ", desc, quant_isa_name(isas[k]),
+                                  threads);
+                    ck_assert_msg(memcmp(got.deq, ref.deq, (size_t)n * 4) == 0,
+                                  "%s on %s/%d: dequantized values differ", desc,
+                                  quant_isa_name(isas[k]), threads);
+                }
+                free_result(&got);
+            }
+        }
+        free_result(&ref);
+        free(data);
+        ran++;
+    }
+    ck_assert_int_gt(ran, 200);
+}
+END_TEST
+
+/* Kernels alone: random lengths, column offsets and tile widths against the generic kernels. */
+START_TEST(kernels_match_generic_on_random_chunks)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {99};
+    enum { MAXN = 700 };
+    static float x[MAXN], scale[MAXN], a1[MAXN], a2[MAXN], b1[MAXN], b2[MAXN], d1[MAXN], d2[MAXN];
+    static int32_t zp[MAXN];
+    static uint8_t q1[2 * MAXN], q2[2 * MAXN];
+    static const int64_t tiles[] = {1, 2, 3, 7, 8, 9, 16, 31, 32, 33, 64, 128, 700};
+    for (int it = 0; it < 3000; it++) {
+        int64_t n = tu_below(&r, MAXN), tile = tiles[tu_below(&r, 13)];
+        int64_t c0 = tu_below(&r, 3) == 0 ? 0 : tu_below(&r, 40);
+        int64_t groups = (c0 + n) / tile + 1;
+        if (groups > MAXN) continue;
+        tu_fill(&r, x, n, tu_below(&r, 2) ? 3.0f : 200.0f, 1);
+        if (n > 0 && tu_below(&r, 10) == 0) x[tu_below(&r, n)] = INFINITY;
+        for (int64_t g = 0; g < groups; g++) {
+            scale[g] = 0.01f + (float)tu_below(&r, 1000) / 97.0f;
+            zp[g] = (int32_t)tu_below(&r, 100) - 50;
+            a1[g] = a2[g] = (float)tu_below(&r, 3);
+            b1[g] = b2[g] = -(float)tu_below(&r, 3);
+        }
+        for (int k = 0; k < nisa; k++) {
+            const quant_kernels *kk = quant_kernels_for(isas[k]);
+            memcpy(a2, a1, (size_t)groups * 4);
+            float a0[MAXN];
+            memcpy(a0, a1, (size_t)groups * 4);
+            int bad1 = quant_generic_absmax(x, n, c0, tile, a0);
+            int bad2 = kk->absmax(x, n, c0, tile, a2);
+            ck_assert_int_eq(bad1, bad2);
+            if (!bad1) ck_assert_int_eq(memcmp(a0, a2, (size_t)groups * 4), 0);
+            float m1[MAXN], m2[MAXN], x1[MAXN], x2[MAXN];
+            memcpy(m1, b1, (size_t)groups * 4);
+            memcpy(m2, b1, (size_t)groups * 4);
+            memcpy(x1, a1, (size_t)groups * 4);
+            memcpy(x2, a1, (size_t)groups * 4);
+            bad1 = quant_generic_minmax(x, n, c0, tile, m1, x1);
+            bad2 = kk->minmax(x, n, c0, tile, m2, x2);
+            ck_assert_int_eq(bad1, bad2);
+            if (!bad1)
+                for (int64_t g = 0; g < groups; g++) {
+                    ck_assert_float_eq(m1[g], m2[g]); /* +-0 may differ: calibration canonicalises */
+                    ck_assert_float_eq(x1[g], x2[g]);
+                }
+            for (int kc = 0; kc < QK_COUNT; kc++) {
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f, 127.0f};
+                if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 15.0f;
+                if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
+                if (kc <= QK_I16 && tu_below(&r, 2)) kr.zp = zp;
+                memset(q1, 0xaa, sizeof q1);
+                memset(q2, 0xaa, sizeof q2);
+                bad1 = quant_generic_quantize(&kr, x, n, c0, q1);
+                bad2 = kk->quantize(&kr, x, n, c0, q2);
+                ck_assert_int_eq(bad1, bad2);
+                if (bad1) continue;
+                ck_assert_msg(memcmp(q1, q2, sizeof q1) == 0, "%s quantize kc %d n %lld c0 %lld tile %lld",
+                              quant_isa_name(isas[k]), kc, (long long)n, (long long)c0,
+                              (long long)tile);
+                quant_generic_dequantize(&kr, q1, n, c0, d1);
+                kk->dequantize(&kr, q1, n, c0, d2);
+                ck_assert_msg(memcmp(d1, d2, (size_t)n * 4) == 0, "%s dequantize kc %d",
+                              quant_isa_name(isas[k]), kc);
+            }
+        }
+        (void)b2;
+    }
+}
+END_TEST
+
+Suite *suite_props(void)
+{
+    Suite *s = suite_create("properties");
+    TCase *tc = tcase_create("isa-threads");
+    tcase_set_timeout(tc, 1200);
+    tcase_add_test(tc, all_isas_and_threads_equal_scalar);
+    tcase_add_test(tc, kernels_match_generic_on_random_chunks);
+    suite_add_tcase(s, tc);
+    return s;
+}
