@@ -221,6 +221,7 @@ START_TEST(fake_quant_equals_two_steps_and_out_dtypes)
         if (!z) {
             int32_t zz[R * 3] = {0};
             o.dtype = QUANT_DTYPE_F32;
+            o.data = dq;
             ck_assert_int_eq(quant_dequantize(ctx, &how, q, scale, zz, &o, &err),
                              qs[k] == QUANT_QTYPE_NF4 || qs[k] == QUANT_QTYPE_FP8_E4M3FN
                                  ? QUANT_ERR_ASYMMETRIC
