@@ -76,6 +76,8 @@ typedef struct quant_krow {
     const float *scale;
     const int32_t *zp;
     float qmin, qmax;
+    int64_t prefetch; /* bytes from x to data worth prefetching while quantizing (the next row),
+                         or 0; a hint that never changes results */
 } quant_krow;
 
 /* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the
@@ -91,6 +93,8 @@ typedef int (*quant_quantize_fn)(const quant_krow *r, const float *x, int64_t n,
 typedef void (*quant_dequantize_fn)(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
                                     float *out);
 typedef void (*quant_widen_fn)(const uint16_t *src, float *dst, int64_t n);
+/* Packs n codes (low nibbles) into ceil(n/2) bytes, as quant_pack_nibbles() does for one row. */
+typedef void (*quant_pack_fn)(const uint8_t *codes, int64_t n, uint8_t *packed);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -100,6 +104,7 @@ typedef struct quant_kernels {
     quant_dequantize_fn dequantize;
     quant_widen_fn widen_bf16;
     quant_widen_fn widen_f16;
+    quant_pack_fn pack;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;

@@ -31,11 +31,11 @@ typedef struct quant_run {
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *pre)
+                        const int32_t *zp, const float *pre, int64_t prefetch)
 {
     const quant_plan *p = run->rd.plan;
     quant_krow kr = {p->kcode, p->col_tile, scale, zp, (float)p->traits->qmin,
-                     (float)p->traits->qmax};
+                     (float)p->traits->qmax, prefetch};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -54,7 +54,7 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
             quant_reader_bad(&run->rd, row, c0, x, n);
             return 1;
         }
-        if (p->packed) quant_pack_nibbles(codes, 1, n, dst + c0 / 2);
+        if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
     }
     return 0;
 }
@@ -68,9 +68,16 @@ static void given_item(void *arg, int64_t item, int worker)
     for (int64_t row = item * run->rows_per_item; row < end; row++) {
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
-        if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL))
+        if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL,
+                         0))
             return;
     }
+}
+
+/* Bytes from one row of a direct (f32, last stride 1) input to the next. */
+static int64_t next_row_bytes(const quant_tensor *x)
+{
+    return x->rank >= 2 ? x->strides[x->rank - 2] * (int64_t)sizeof(float) : 0;
 }
 
 /* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. */
@@ -100,8 +107,12 @@ static void fused_item(void *arg, int64_t item, int worker)
             }
             return;
         }
-        bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
-        if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL))
+        bool direct = quant_rows_direct(run->rd.x);
+        bool one_chunk = p->ncols <= QUANT_CHUNK && !direct;
+        /* while this row is quantized from cache, pull the next one in */
+        int64_t next = direct && row + 1 < end ? next_row_bytes(run->rd.x) : 0;
+        if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL,
+                         next))
             return;
     }
 }

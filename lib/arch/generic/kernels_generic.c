@@ -139,6 +139,11 @@ static void widen_f16(const uint16_t *src, float *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = qn_f16_to_f32(src[i]);
 }
 
+static void pack_row(const uint8_t *codes, int64_t n, uint8_t *packed)
+{
+    quant_pack_nibbles(codes, 1, n, packed);
+}
+
 const quant_kernels quant_kernels_generic = {
     .isa = QUANT_ISA_SCALAR,
     .absmax = quant_generic_absmax,
@@ -147,4 +152,5 @@ const quant_kernels quant_kernels_generic = {
     .dequantize = quant_generic_dequantize,
     .widen_bf16 = widen_bf16,
     .widen_f16 = widen_f16,
+    .pack = pack_row,
 };

@@ -10,12 +10,6 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-static inline int64_t group_end(int64_t j, int64_t n, int64_t c0, int64_t tile)
-{
-    int64_t end = ((c0 + j) / tile + 1) * tile - c0;
-    return end < n ? end : n;
-}
-
 ALWAYS_INLINE __m256i abs_bits(__m256 v)
 {
     return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff));
@@ -83,8 +77,9 @@ static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
     }
     if (tile < 8) return quant_generic_absmax(x, n, c0, tile, acc);
     uint32_t seen = 0;
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
         uint32_t m = seg_absmax_bits(x + j, end - j), prev = qn_bits(acc[g]);
         m = m > prev ? m : prev;
         acc[g] = qn_float(m);
@@ -110,8 +105,9 @@ static int minmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
     }
     if (tile < 8) return quant_generic_minmax(x, n, c0, tile, mn, mx);
     int bad = 0;
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
         __m256 lo = _mm256_set1_ps(mn[g]), hi = _mm256_set1_ps(mx[g]);
         __m256i seen = _mm256_setzero_si256();
         for (; j + 8 <= end; j += 8) {
@@ -207,28 +203,88 @@ ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(bytes));
 }
 
-/* One column group with a shared scale: returns the max |x| bits seen. */
-ALWAYS_INLINE __m256i quantize_seg(quant_kcode kc, const float *x, int64_t len, __m256 s, __m256 z,
-                                   bool asym, __m256 qmin, __m256 qmax, uint8_t *out, size_t csize,
-                                   int64_t *done)
+/* Integer codes without a divide per element. With r = fl(1/s), a = fl(x * r) (+ zero point)
+ * differs from fl(x / s) (+ zero point) by less than (|a| + |b|) * 2^-21, so when b is farther
+ * than that from every half-integer both round to the same integer, and when |b| > qmax + 2
+ * both saturate alike. Within the clip range that distance is below `margin` (2^-12 for 8-bit,
+ * 2^-11 for uint8 with its zero points up to 255, 2^-4 for int16); blocks with any value that
+ * close to a tie are recomputed with the IEEE division. Only used when r is a normal float. */
+ALWAYS_INLINE float int_margin(quant_kcode kc)
 {
+    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
+}
+
+/* Rounded (not yet clipped) value of b = x * r [+ z]; ORs lanes too close to a tie into *near. */
+ALWAYS_INLINE __m256 recip_round(__m256 x, __m256 r, __m256 z, bool asym, __m256 limit,
+                                 __m256 *near)
+{
+    __m256 b = _mm256_mul_ps(x, r);
+    if (asym) b = _mm256_add_ps(b, z);
+    __m256 k = _mm256_round_ps(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 d = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(b, k));
+    *near = _mm256_or_ps(*near, _mm256_cmp_ps(d, limit, _CMP_GE_OQ));
+    return k;
+}
+
+ALWAYS_INLINE __m256i clip_cvt(__m256 k, __m256 qmin, __m256 qmax)
+{
+    return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(k, qmin), qmax));
+}
+
+/* The IEEE path for 32 values. */
+ALWAYS_INLINE void divide32(quant_kcode kc, const float *x, __m256 s, __m256 z, bool asym,
+                            __m256 qmin, __m256 qmax, uint8_t *out)
+{
+    __m256 v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_div_ps(_mm256_loadu_ps(x + 8 * i), s);
+        if (asym) v[i] = _mm256_add_ps(v[i], z);
+    }
+    store32(kc, out, codes8(kc, v[0], qmin, qmax), codes8(kc, v[1], qmin, qmax),
+            codes8(kc, v[2], qmin, qmax), codes8(kc, v[3], qmin, qmax));
+}
+
+ALWAYS_INLINE __m256i abs_max4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    return _mm256_max_epi32(_mm256_max_epi32(abs_bits(a), abs_bits(b)),
+                            _mm256_max_epi32(abs_bits(c), abs_bits(d)));
+}
+
+/* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 32 then 8; returns
+ * the max |x| bits seen and sets *done to the count handled (the rest is a scalar tail). */
+ALWAYS_INLINE __m256i quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc, __m256 z,
+                                   bool asym, __m256 qmin, __m256 qmax, uint8_t *out,
+                                   int64_t prefetch, int64_t *done)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    __m256 s = _mm256_set1_ps(sc);
     __m256i seen = _mm256_setzero_si256();
+    bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    bool recip = is_int && sc >= 0x1p-126f && sc <= 0x1p126f;
+    __m256 r = _mm256_set1_ps(1.0f / sc);
+    __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
     int64_t j = 0;
     for (; j + 32 <= len; j += 32) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(x + j) + prefetch, _MM_HINT_T1);
+            _mm_prefetch((const char *)(x + j) + prefetch + 64, _MM_HINT_T1);
+        }
         __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
         __m256 x2 = _mm256_loadu_ps(x + j + 16), x3 = _mm256_loadu_ps(x + j + 24);
-        seen = _mm256_max_epi32(seen, _mm256_max_epi32(_mm256_max_epi32(abs_bits(x0), abs_bits(x1)),
-                                                       _mm256_max_epi32(abs_bits(x2), abs_bits(x3))));
-        __m256 v0 = _mm256_div_ps(x0, s), v1 = _mm256_div_ps(x1, s);
-        __m256 v2 = _mm256_div_ps(x2, s), v3 = _mm256_div_ps(x3, s);
-        if (asym) {
-            v0 = _mm256_add_ps(v0, z);
-            v1 = _mm256_add_ps(v1, z);
-            v2 = _mm256_add_ps(v2, z);
-            v3 = _mm256_add_ps(v3, z);
+        seen = _mm256_max_epi32(seen, abs_max4(x0, x1, x2, x3));
+        if (recip) {
+            __m256 near = _mm256_setzero_ps();
+            __m256 k0 = recip_round(x0, r, z, asym, limit, &near);
+            __m256 k1 = recip_round(x1, r, z, asym, limit, &near);
+            __m256 k2 = recip_round(x2, r, z, asym, limit, &near);
+            __m256 k3 = recip_round(x3, r, z, asym, limit, &near);
+            if (_mm256_testz_ps(near, near)) {
+                store32(kc, out + j * csize, clip_cvt(k0, qmin, qmax), clip_cvt(k1, qmin, qmax),
+                        clip_cvt(k2, qmin, qmax), clip_cvt(k3, qmin, qmax));
+                continue;
+            }
         }
-        store32(kc, out + j * csize, codes8(kc, v0, qmin, qmax), codes8(kc, v1, qmin, qmax),
-                codes8(kc, v2, qmin, qmax), codes8(kc, v3, qmin, qmax));
+        divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
     }
     for (; j + 8 <= len; j += 8) {
         __m256 x0 = _mm256_loadu_ps(x + j);
@@ -264,12 +320,14 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
         return bad | (hmax_epi32(seen) >= 0x7f800000u);
     }
     if (r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile), done;
-        __m256 s = _mm256_set1_ps(r->scale[g]);
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
+        int64_t done;
         __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
-        seen = _mm256_max_epi32(seen, quantize_seg(kc, x + j, end - j, s, z, r->zp != NULL, qmin,
-                                                   qmax, out + j * csize, csize, &done));
+        seen = _mm256_max_epi32(seen, quantize_seg(kc, x + j, end - j, r->scale[g], z,
+                                                   r->zp != NULL, qmin, qmax, out + j * csize,
+                                                   r->prefetch, &done));
         j += done;
         if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
         j = end;
@@ -320,8 +378,9 @@ ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint
         quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, out + j);
         return;
     }
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile);
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
         __m256 s = _mm256_set1_ps(r->scale[g]);
         __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
         for (; j + 8 <= end; j += 8) {
@@ -365,6 +424,22 @@ static void widen_f16_avx2(const uint16_t *src, float *dst, int64_t n)
     for (; i < n; i++) dst[i] = qn_f16_to_f32(src[i]);
 }
 
+/* ---- packing -------------------------------------------------------------------------------- */
+
+/* 32 codes -> 16 bytes: low nibble of code 2i, plus code 2i+1 times 16, summed by maddubs. */
+static void pack_avx2(const uint8_t *codes, int64_t n, uint8_t *packed)
+{
+    const __m256i nib = _mm256_set1_epi8(0x0f), weights = _mm256_set1_epi16(0x1001);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(codes + i)), nib);
+        __m256i w = _mm256_maddubs_epi16(v, weights); /* lo + 16 * hi per 16-bit lane */
+        __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storeu_si128((__m128i *)(packed + i / 2), b);
+    }
+    quant_pack_nibbles(codes + i, 1, n - i, packed + i / 2);
+}
+
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -373,4 +448,5 @@ const quant_kernels quant_kernels_avx2 = {
     .dequantize = dequantize_avx2,
     .widen_bf16 = widen_bf16_avx2,
     .widen_f16 = widen_f16_avx2,
+    .pack = pack_avx2,
 };
