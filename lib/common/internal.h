@@ -61,6 +61,9 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
 /* Validates `how` for `shape` and fills `plan`. */
 quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shape,
                              quant_plan *plan, quant_error *err);
+/* A zero point must be given exactly when the calibration is asymmetric. */
+quant_status quant_check_zero_point(const quant_plan *plan, const int32_t *zero_point,
+                                    quant_error *err);
 /* Scale row of row `row`. */
 int64_t quant_plan_srow(const quant_plan *plan, int64_t row);
 /* Row index of member `m` (row-major within the tile) of scale row `srow`. */

@@ -216,6 +216,11 @@ typedef struct quant_how {
 /*! quant_how_init() : int8, absmax, per-tensor, f32 scales, packing on, no noise. */
 QUANT_API void quant_how_init(quant_how *how, quant_qtype qtype);
 
+/*! quant_how_asymmetric() :
+ * @return : true when how->calibration is a valid asymmetric method (minmax, or fixed with
+ *           a + b != 0), i.e. when quantize writes and dequantize needs a zero point. */
+QUANT_API bool quant_how_asymmetric(const quant_how *how);
+
 /*! quant_sr_key() :
  * Derives the stochastic-rounding key from a user seed and the tensor's name, so that each
  * tensor gets its own noise stream and the noise of an element depends only on (seed, name,
@@ -287,7 +292,7 @@ QUANT_API quant_isa quant_isa_best(void);
 typedef struct quant_ctx quant_ctx;
 
 typedef struct quant_ctx_options {
-    int threads;   /* 0 = online CPUs; otherwise 1..QUANT_MAX_THREADS */
+    int threads;   /* 0 = the CPUs this process may run on; otherwise 1..QUANT_MAX_THREADS */
     quant_isa isa; /* QUANT_ISA_AUTO honours $QUANT_ISA (scalar|avx2|avx512|neon|auto) */
 } quant_ctx_options;
 
@@ -301,6 +306,7 @@ typedef struct quant_ctx_options {
 QUANT_API quant_ctx *quant_ctx_new(const quant_ctx_options *opts, quant_error *err);
 /*! quant_ctx_free() : joins the workers and frees `ctx`; NULL is a no-op. */
 QUANT_API void quant_ctx_free(quant_ctx *ctx);
+/*! quant_ctx_isa(), quant_ctx_threads() : the context's ISA and worker count (ctx not NULL). */
 QUANT_API quant_isa quant_ctx_isa(const quant_ctx *ctx);
 QUANT_API int quant_ctx_threads(const quant_ctx *ctx);
 
@@ -339,8 +345,9 @@ QUANT_API quant_status quant_compute_scale(const quant_how *how, const quant_cal
                                            quant_error *err);
 
 /*! quant_quantize_with_scale() :
- * q = convert(x / scale [+ zero_point]) with the given scale (and zero point when not NULL;
- * shape from quant_scale_shape()). Codes go to `q` (quant_qvalue_bytes() bytes; storage dtype
+ * q = convert(x / scale [+ zero_point]) with the given scale (shape from quant_scale_shape()) and
+ * zero point, which must be given exactly when how->calibration is asymmetric
+ * (quant_how_asymmetric()); the calibration method is otherwise not used. Codes go to `q` (quant_qvalue_bytes() bytes; storage dtype
  * per the traits; packed two per byte along the last axis when how->pack and the qtype is
  * packable: element 2i in the low nibble, 2i+1 in the high one).
  * @return : QUANT_OK, QUANT_ERR_NONFINITE (index of the first NaN/Inf; `q` is then
@@ -362,8 +369,10 @@ QUANT_API quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, cons
 /*! quant_dequantize() :
  * out = (level(q) - zero_point) * scale, in float32, stored as out->dtype (F32, F16, BF16 with
  * round to nearest even). `out` gives the shape (strides are honoured); `q` is laid out as
- * quant_quantize() writes it.
- * @return : QUANT_OK, or QUANT_ERR_ARG / QUANT_ERR_DTYPE / QUANT_ERR_TILE ... */
+ * quant_quantize() writes it. `zero_point` must be given exactly when how->calibration is
+ * asymmetric.
+ * @return : QUANT_OK, or QUANT_ERR_ARG (also for a missing or unexpected zero point) /
+ *           QUANT_ERR_DTYPE / QUANT_ERR_TILE ... */
 QUANT_API quant_status quant_dequantize(quant_ctx *ctx, const quant_how *how, const void *q,
                                         const float *scale, const int32_t *zero_point,
                                         quant_tensor *out, quant_error *err);

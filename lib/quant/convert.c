@@ -73,6 +73,7 @@ static void store_f32(quant_dtype dtype, void *dst, int64_t i, float v)
 quant_status quant_convert(quant_dtype src_dtype, const void *src, quant_dtype dst_dtype, void *dst,
                            int64_t n, quant_error *err)
 {
+    quant_error_clear(err);
     if (!quant_dtype_is_float(src_dtype) || !quant_dtype_is_float(dst_dtype))
         return quant_fail(err, QUANT_ERR_DTYPE, "conversion %s -> %s: both dtypes must be float",
                           quant_dtype_name(src_dtype) ? quant_dtype_name(src_dtype) : "?",

@@ -1,6 +1,8 @@
 /* ctx.c -- contexts: the chosen kernel table ($QUANT_ISA or CPUID) and the thread pool.
  * SPDX-License-Identifier: Apache-2.0
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +24,15 @@ static quant_status isa_from_env(quant_isa *isa, quant_error *err)
                       "QUANT_ISA=\"%.32s\" is not one of scalar, avx2, avx512, neon, auto", env);
 }
 
+/* CPUs this process may run on (its affinity mask), else the online CPUs. */
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n > QUANT_MAX_THREADS ? QUANT_MAX_THREADS : (int)n;
+}
+
 quant_ctx *quant_ctx_new(const quant_ctx_options *opts, quant_error *err)
 {
     quant_ctx_options o = {0, QUANT_ISA_AUTO};
@@ -38,10 +49,7 @@ quant_ctx *quant_ctx_new(const quant_ctx_options *opts, quant_error *err)
                    quant_isa_name(o.isa));
         return NULL;
     }
-    if (o.threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        o.threads = n < 1 ? 1 : n > QUANT_MAX_THREADS ? QUANT_MAX_THREADS : (int)n;
-    }
+    if (o.threads == 0) o.threads = default_threads();
     quant_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate a context");

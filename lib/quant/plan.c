@@ -32,6 +32,7 @@ int64_t quant_numel(int rank, const int64_t *shape)
 quant_status quant_tensor_init(quant_tensor *t, quant_dtype dtype, int rank, const int64_t *shape,
                                void *data, quant_error *err)
 {
+    quant_error_clear(err);
     if (!t || (rank > 0 && !shape)) return quant_fail(err, QUANT_ERR_ARG, "tensor or shape is NULL");
     if (rank < 0 || rank > QUANT_MAX_RANK)
         return quant_fail(err, QUANT_ERR_ARG, "rank %d is outside 0..%d", rank, QUANT_MAX_RANK);
@@ -220,7 +221,9 @@ quant_status quant_scale_shape(const quant_how *how, int rank, const int64_t *sh
                                int64_t *scale_shape, quant_error *err)
 {
     quant_plan plan;
+    quant_error_clear(err);
     QUANT_RETURN_IF_ERR(quant_plan_make(how, rank, shape, &plan, err));
+    if (!scale_shape && rank > 0) return quant_fail(err, QUANT_ERR_ARG, "scale_shape is NULL");
     for (int i = 0; i < rank; i++) scale_shape[i] = plan.sshape[i];
     return QUANT_OK;
 }
@@ -329,4 +332,26 @@ int64_t quant_plan_member_row(const quant_plan *plan, int64_t srow, int64_t m)
         stride *= plan->shape[k];
     }
     return row;
+}
+
+quant_status quant_check_zero_point(const quant_plan *plan, const int32_t *zero_point,
+                                    quant_error *err)
+{
+    if (zero_point && !plan->traits->asymmetric_allowed)
+        return quant_fail(err, QUANT_ERR_ASYMMETRIC, "%s does not take a zero point",
+                          plan->traits->name);
+    if (zero_point && !plan->method.asymmetric)
+        return quant_fail(err, QUANT_ERR_ARG,
+                          "a zero point was given but the calibration \"%.64s\" is symmetric",
+                          plan->method.kind == QUANT_CALIB_FIXED ? "fixed" : "absmax/rms");
+    if (!zero_point && plan->method.asymmetric)
+        return quant_fail(err, QUANT_ERR_ARG,
+                          "the calibration is asymmetric but no zero point was given");
+    return QUANT_OK;
+}
+
+bool quant_how_asymmetric(const quant_how *how)
+{
+    quant_calib_method m;
+    return how && quant_calib_parse(how->calibration, &m, NULL) == QUANT_OK && m.asymmetric;
 }

@@ -158,9 +158,7 @@ static int64_t nitems(const quant_run *run, const quant_plan *p)
 static quant_status check_given_scale(const quant_plan *p, const float *scale, const int32_t *zp,
                                       quant_error *err)
 {
-    if (zp && !p->traits->asymmetric_allowed)
-        return quant_fail(err, QUANT_ERR_ASYMMETRIC, "%s does not take a zero point",
-                          p->traits->name);
+    QUANT_RETURN_IF_ERR(quant_check_zero_point(p, zp, err));
     for (int64_t i = 0; i < p->scale_numel; i++) {
         if (!(scale[i] > 0.0f) || qn_nonfinite(scale[i]))
             return quant_fail(err, QUANT_ERR_ARG, "scale[%lld] = %g is not positive and finite",

@@ -288,6 +288,46 @@ START_TEST(kernels_match_generic_on_random_chunks)
 }
 END_TEST
 
+/* Values at and a few ulps around (k + 0.5) * s, where a reciprocal shortcut would round the
+ * other way: every ISA must still give the IEEE-division result. */
+START_TEST(kernels_exact_near_ties)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {2024};
+    enum { N = 4096 };
+    static float x[N];
+    static uint8_t q1[2 * N], q2[2 * N];
+    for (int it = 0; it < 300; it++) {
+        float s = it < 3 ? (float[]){1.0f / 127.5f, 3.0f / 255.0f, 0.1f}[it]
+                         : tu_float(0x3a000000u + (uint32_t)tu_below(&r, 0x06000000));
+        int32_t zp = (int32_t)tu_below(&r, 64) - 32;
+        quant_kcode kc = (quant_kcode)tu_below(&r, 3); /* I8, U8, I16 */
+        int64_t i = 0;
+        while (i < N) {
+            float h = (float)(tu_below(&r, 300) - 150) + 0.5f;
+            float v = (h - (float)zp) * s;
+            for (int d = -3; d <= 3 && i < N; d++) {
+                float w = v;
+                for (int k = 0; k < (d < 0 ? -d : d); k++) w = nextafterf(w, d < 0 ? -INFINITY : INFINITY);
+                x[i++] = w;
+            }
+        }
+        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, 0};
+        if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
+        if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
+        if (tu_below(&r, 2)) kr.zp = &zp;
+        quant_generic_quantize(&kr, x, N, 0, q1);
+        for (int k = 0; k < nisa; k++) {
+            quant_kernels_for(isas[k])->quantize(&kr, x, N, 0, q2);
+            ck_assert_msg(memcmp(q1, q2, (size_t)N * (kc == QK_I16 ? 2 : 1)) == 0,
+                          "%s kc %d scale %a zp %d", quant_isa_name(isas[k]), kc, (double)s,
+                          kr.zp ? zp : 0);
+        }
+    }
+}
+END_TEST
+
 Suite *suite_props(void)
 {
     Suite *s = suite_create("properties");
@@ -295,6 +335,7 @@ Suite *suite_props(void)
     tcase_set_timeout(tc, 1200);
     tcase_add_test(tc, all_isas_and_threads_equal_scalar);
     tcase_add_test(tc, kernels_match_generic_on_random_chunks);
+    tcase_add_test(tc, kernels_exact_near_ties);
     suite_add_tcase(s, tc);
     return s;
 }

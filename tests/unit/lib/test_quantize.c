@@ -104,9 +104,21 @@ START_TEST(given_scale_errors)
         ck_assert_ptr_nonnull(strstr(err.message, "scale[0]"));
     }
     float one = 1.0f;
-    int32_t zp = 300;
+    int32_t zp = 0;
+    ck_assert_int_eq(quant_quantize_with_scale(ctx, &how, &t, &one, &zp, q, &err), QUANT_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "symmetric")); /* absmax takes no zero point */
+    how.calibration = "minmax";
+    ck_assert(quant_how_asymmetric(&how));
+    ck_assert_int_eq(quant_quantize_with_scale(ctx, &how, &t, &one, NULL, q, &err), QUANT_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "no zero point"));
+    zp = 300;
     ck_assert_int_eq(quant_quantize_with_scale(ctx, &how, &t, &one, &zp, q, &err), QUANT_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "zero_point"));
+    zp = -3;
+    ck_assert_int_eq(quant_quantize_with_scale(ctx, &how, &t, &one, &zp, q, &err), QUANT_OK);
+    ck_assert_int_eq(q[0], -2); /* 1 / 1 + (-3) */
+    how.calibration = NULL;
+    ck_assert(!quant_how_asymmetric(&how));
     zp = 0;
     how.qtype = QUANT_QTYPE_NF4;
     ck_assert_int_eq(quant_quantize_with_scale(ctx, &how, &t, &one, &zp, q, &err),
@@ -218,14 +230,17 @@ START_TEST(fake_quant_equals_two_steps_and_out_dtypes)
         }
         o.dtype = QUANT_DTYPE_I8;
         ck_assert_int_eq(quant_dequantize(ctx, &how, q, scale, z, &o, &err), QUANT_ERR_DTYPE);
-        if (!z) {
-            int32_t zz[R * 3] = {0};
-            o.dtype = QUANT_DTYPE_F32;
-            o.data = dq;
+        /* the zero point must come exactly with an asymmetric calibration */
+        int32_t zz[R * 3] = {0};
+        o.dtype = QUANT_DTYPE_F32;
+        o.data = dq;
+        if (z) {
+            ck_assert_int_eq(quant_dequantize(ctx, &how, q, scale, NULL, &o, &err), QUANT_ERR_ARG);
+        } else {
             ck_assert_int_eq(quant_dequantize(ctx, &how, q, scale, zz, &o, &err),
                              qs[k] == QUANT_QTYPE_NF4 || qs[k] == QUANT_QTYPE_FP8_E4M3FN
                                  ? QUANT_ERR_ASYMMETRIC
-                                 : QUANT_OK);
+                                 : QUANT_ERR_ARG);
         }
     }
     quant_ctx_free(ctx);
