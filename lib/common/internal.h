@@ -81,6 +81,7 @@ typedef struct quant_krow {
     float qmin, qmax;
     int64_t prefetch; /* bytes from x to data worth prefetching while quantizing (the next row),
                          or 0; a hint that never changes results */
+    bool checked;     /* x is known to be finite: kernels may skip the non-finite check */
 } quant_krow;
 
 /* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the

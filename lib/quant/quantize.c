@@ -31,11 +31,11 @@ typedef struct quant_run {
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *pre, int64_t prefetch)
+                        const int32_t *zp, const float *pre, int64_t prefetch, bool checked)
 {
     const quant_plan *p = run->rd.plan;
     quant_krow kr = {p->kcode, p->col_tile, scale, zp, (float)p->traits->qmin,
-                     (float)p->traits->qmax, prefetch};
+                     (float)p->traits->qmax, prefetch, checked};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -69,7 +69,7 @@ static void given_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
         if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL,
-                         0))
+                         0, false))
             return;
     }
 }
@@ -111,8 +111,9 @@ static void fused_item(void *arg, int64_t item, int worker)
         bool one_chunk = p->ncols <= QUANT_CHUNK && !direct;
         /* while this row is quantized from cache, pull the next one in */
         int64_t next = direct && row + 1 < end ? next_row_bytes(run->rd.x) : 0;
+        /* the reduction above already proved the row finite */
         if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL,
-                         next))
+                         next, true))
             return;
     }
 }

@@ -226,9 +226,13 @@ ALWAYS_INLINE __m256 recip_round(__m256 x, __m256 r, __m256 z, bool asym, __m256
     return k;
 }
 
-ALWAYS_INLINE __m256i clip_cvt(__m256 k, __m256 qmin, __m256 qmax)
+/* Clips rounded values to [qmin, qmax] and converts them to int32. When the range is the whole
+ * storage type (`full`), the saturating packs in store32() clip the low side: only the high side
+ * must be clipped before the conversion (which would turn values >= 2^31 into INT_MIN). */
+ALWAYS_INLINE __m256i clip_cvt(__m256 k, __m256 qmin, __m256 qmax, bool full)
 {
-    return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(k, qmin), qmax));
+    if (!full) k = _mm256_max_ps(k, qmin);
+    return _mm256_cvttps_epi32(_mm256_min_ps(k, qmax));
 }
 
 /* The IEEE path for 32 values. */
@@ -244,57 +248,78 @@ ALWAYS_INLINE void divide32(quant_kcode kc, const float *x, __m256 s, __m256 z, 
             codes8(kc, v[2], qmin, qmax), codes8(kc, v[3], qmin, qmax));
 }
 
-ALWAYS_INLINE __m256i abs_max4(__m256 a, __m256 b, __m256 c, __m256 d)
-{
-    return _mm256_max_epi32(_mm256_max_epi32(abs_bits(a), abs_bits(b)),
-                            _mm256_max_epi32(abs_bits(c), abs_bits(d)));
-}
-
-/* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 32 then 8; returns
- * the max |x| bits seen and sets *done to the count handled (the rest is a scalar tail). */
-ALWAYS_INLINE __m256i quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc, __m256 z,
-                                   bool asym, __m256 qmin, __m256 qmax, uint8_t *out,
-                                   int64_t prefetch, int64_t *done)
+/* Blocks of 32 integer codes through the reciprocal path; a block with a value too close to a
+ * tie is redone with the division. `asym` and `full` are compile-time constants at each call. */
+ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
+                              __m256 qmin, __m256 qmax, uint8_t *out, int64_t prefetch,
+                              const bool asym, const bool full)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    __m256 s = _mm256_set1_ps(sc);
-    __m256i seen = _mm256_setzero_si256();
-    bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
-    bool recip = is_int && sc >= 0x1p-126f && sc <= 0x1p126f;
-    __m256 r = _mm256_set1_ps(1.0f / sc);
-    __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
-    int64_t j = 0;
-    for (; j + 32 <= len; j += 32) {
+    const __m256 s = _mm256_set1_ps(sc), r = _mm256_set1_ps(1.0f / sc);
+    const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
+    for (int64_t j = 0; j < n32; j += 32) {
         if (prefetch) {
             _mm_prefetch((const char *)(x + j) + prefetch, _MM_HINT_T1);
             _mm_prefetch((const char *)(x + j) + prefetch + 64, _MM_HINT_T1);
         }
-        __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
-        __m256 x2 = _mm256_loadu_ps(x + j + 16), x3 = _mm256_loadu_ps(x + j + 24);
-        seen = _mm256_max_epi32(seen, abs_max4(x0, x1, x2, x3));
-        if (recip) {
-            __m256 near = _mm256_setzero_ps();
-            __m256 k0 = recip_round(x0, r, z, asym, limit, &near);
-            __m256 k1 = recip_round(x1, r, z, asym, limit, &near);
-            __m256 k2 = recip_round(x2, r, z, asym, limit, &near);
-            __m256 k3 = recip_round(x3, r, z, asym, limit, &near);
-            if (_mm256_testz_ps(near, near)) {
-                store32(kc, out + j * csize, clip_cvt(k0, qmin, qmax), clip_cvt(k1, qmin, qmax),
-                        clip_cvt(k2, qmin, qmax), clip_cvt(k3, qmin, qmax));
-                continue;
-            }
+        __m256 near = _mm256_setzero_ps();
+        __m256 k0 = recip_round(_mm256_loadu_ps(x + j), r, z, asym, limit, &near);
+        __m256 k1 = recip_round(_mm256_loadu_ps(x + j + 8), r, z, asym, limit, &near);
+        __m256 k2 = recip_round(_mm256_loadu_ps(x + j + 16), r, z, asym, limit, &near);
+        __m256 k3 = recip_round(_mm256_loadu_ps(x + j + 24), r, z, asym, limit, &near);
+        if (__builtin_expect(_mm256_testz_ps(near, near), 1))
+            store32(kc, out + j * csize, clip_cvt(k0, qmin, qmax, full),
+                    clip_cvt(k1, qmin, qmax, full), clip_cvt(k2, qmin, qmax, full),
+                    clip_cvt(k3, qmin, qmax, full));
+        else
+            divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
+    }
+}
+
+/* Blocks of 32 codes with the IEEE division (fp8, nf4, and scales whose reciprocal is not a
+ * normal float). */
+ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
+                              bool asym, __m256 qmin, __m256 qmax, uint8_t *out, int64_t prefetch)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const __m256 s = _mm256_set1_ps(sc);
+    for (int64_t j = 0; j < n32; j += 32) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(x + j) + prefetch, _MM_HINT_T1);
+            _mm_prefetch((const char *)(x + j) + prefetch + 64, _MM_HINT_T1);
         }
         divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
     }
+}
+
+/* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 32 then 8;
+ * returns the count handled (the rest is left for a scalar tail). */
+ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc, __m256 z,
+                                   bool asym, __m256 qmin, __m256 qmax, bool full, uint8_t *out,
+                                   int64_t prefetch)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    int64_t n32 = len & ~(int64_t)31, j = n32;
+    if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
+        if (asym && full)
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, true, true);
+        else if (asym)
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, true, false);
+        else if (full)
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, false, true);
+        else
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, false, false);
+    } else {
+        div_blocks(kc, x, n32, sc, z, asym, qmin, qmax, out, prefetch);
+    }
+    __m256 s = _mm256_set1_ps(sc);
     for (; j + 8 <= len; j += 8) {
-        __m256 x0 = _mm256_loadu_ps(x + j);
-        seen = _mm256_max_epi32(seen, abs_bits(x0));
-        __m256 v0 = _mm256_div_ps(x0, s);
+        __m256 v0 = _mm256_div_ps(_mm256_loadu_ps(x + j), s);
         if (asym) v0 = _mm256_add_ps(v0, z);
         store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
     }
-    *done = j;
-    return seen;
+    return j;
 }
 
 ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
@@ -303,36 +328,33 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
     uint8_t *out = codes;
     size_t csize = kc == QK_I16 ? 2 : 1;
     __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
-    __m256i seen = _mm256_setzero_si256();
-    int bad = 0;
+    /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
+    int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
     if (r->tile == 1) {
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
-            __m256 x0 = _mm256_loadu_ps(x + j);
-            seen = _mm256_max_epi32(seen, abs_bits(x0));
-            __m256 v0 = _mm256_div_ps(x0, _mm256_loadu_ps(r->scale + c0 + j));
+            __m256 v0 = _mm256_div_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(r->scale + c0 + j));
             if (r->zp)
                 v0 = _mm256_add_ps(v0, _mm256_cvtepi32_ps(_mm256_loadu_si256(
                                            (const __m256i *)(r->zp + c0 + j))));
             store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
         }
-        bad = quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
-        return bad | (hmax_epi32(seen) >= 0x7f800000u);
+        return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
     }
     if (r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
+    bool full = (kc == QK_I8 && r->qmin == -128.0f && r->qmax == 127.0f) ||
+                (kc == QK_U8 && r->qmin == 0.0f && r->qmax == 255.0f) ||
+                (kc == QK_I16 && r->qmin == -32768.0f && r->qmax == 32767.0f);
     int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
     for (int64_t j = 0; j < n; g++, end += r->tile) {
         if (end > n) end = n;
-        int64_t done;
         __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
-        seen = _mm256_max_epi32(seen, quantize_seg(kc, x + j, end - j, r->scale[g], z,
-                                                   r->zp != NULL, qmin, qmax, out + j * csize,
-                                                   r->prefetch, &done));
-        j += done;
+        j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax, full,
+                          out + j * csize, r->prefetch);
         if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
         j = end;
     }
-    return bad | (hmax_epi32(seen) >= 0x7f800000u);
+    return bad;
 }
 
 static int quantize_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
