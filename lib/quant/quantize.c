@@ -276,6 +276,7 @@ quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_te
     if (!scale || (!q && p.numel > 0)) return quant_fail(err, QUANT_ERR_ARG, "scale or q is NULL");
     if (p.method.asymmetric && !zero_point)
         return quant_fail(err, QUANT_ERR_ARG, "zero_point is NULL for an asymmetric calibration");
+    if (!p.method.asymmetric) zero_point = NULL; /* symmetric: the caller's buffer is not used */
     if (p.members == 1 && p.numel > 0 && p.method.kind != QUANT_CALIB_FIXED)
         return quantize_fused(ctx, how, &p, x, q, scale, zero_point, err);
     return quantize_two_pass(ctx, how, &p, x, q, scale, zero_point, err);

@@ -203,36 +203,30 @@ ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(bytes));
 }
 
-/* Integer codes without a divide per element. With r = fl(1/s), a = fl(x * r) (+ zero point)
- * differs from fl(x / s) (+ zero point) by less than (|a| + |b|) * 2^-21, so when b is farther
- * than that from every half-integer both round to the same integer, and when |b| > qmax + 2
- * both saturate alike. Within the clip range that distance is below `margin` (2^-12 for 8-bit,
- * 2^-11 for uint8 with its zero points up to 255, 2^-4 for int16); blocks with any value that
- * close to a tie are recomputed with the IEEE division. Only used when r is a normal float. */
+/* Integer codes without a divide per element. With r = fl(1/s), b = fl(x * r) (+ zero point)
+ * differs from fl(x / s) (+ zero point) by less than (|x * r| + |b|) * 2^-21. b is clipped to
+ * [qmin, qmax] before rounding (the same as clipping after, qmin and qmax being integers); a
+ * clipped value is then exact, and an unclipped one rounds like the division's value unless it
+ * lies within `margin` of a half-integer (2^-12 covers 8-bit values and zero points, 2^-11 uint8
+ * with zero points up to 255, 2^-4 int16). Lanes that close to a tie are recomputed with the
+ * IEEE division. Only used when r is a normal float (else r is NaN, which counts as near). */
 ALWAYS_INLINE float int_margin(quant_kcode kc)
 {
     return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
 }
 
-/* Rounded (not yet clipped) value of b = x * r [+ z]; ORs lanes too close to a tie into *near. */
-ALWAYS_INLINE __m256 recip_round(__m256 x, __m256 r, __m256 z, bool asym, __m256 limit,
-                                 __m256 *near)
+/* Rounded and clipped value of b = x * r [+ z]; ORs lanes too close to a tie into *near.
+ * NaN propagates through the clip (operand order) so that it is caught as near. */
+ALWAYS_INLINE __m256 recip_round(__m256 x, __m256 r, __m256 z, bool asym, __m256 qmin, __m256 qmax,
+                                 __m256 limit, __m256 *near)
 {
     __m256 b = _mm256_mul_ps(x, r);
     if (asym) b = _mm256_add_ps(b, z);
+    b = _mm256_min_ps(qmax, _mm256_max_ps(qmin, b));
     __m256 k = _mm256_round_ps(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 d = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(b, k));
-    *near = _mm256_or_ps(*near, _mm256_cmp_ps(d, limit, _CMP_GE_OQ));
+    *near = _mm256_or_ps(*near, _mm256_cmp_ps(d, limit, _CMP_NLT_UQ));
     return k;
-}
-
-/* Clips rounded values to [qmin, qmax] and converts them to int32. When the range is the whole
- * storage type (`full`), the saturating packs in store32() clip the low side: only the high side
- * must be clipped before the conversion (which would turn values >= 2^31 into INT_MIN). */
-ALWAYS_INLINE __m256i clip_cvt(__m256 k, __m256 qmin, __m256 qmax, bool full)
-{
-    if (!full) k = _mm256_max_ps(k, qmin);
-    return _mm256_cvttps_epi32(_mm256_min_ps(k, qmax));
 }
 
 /* The IEEE path for 32 values. */
@@ -249,10 +243,10 @@ ALWAYS_INLINE void divide32(quant_kcode kc, const float *x, __m256 s, __m256 z, 
 }
 
 /* Blocks of 32 integer codes through the reciprocal path; a block with a value too close to a
- * tie is redone with the division. `asym` and `full` are compile-time constants at each call. */
+ * tie is redone with the division. `asym` is a compile-time constant at each call. */
 ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
                               __m256 qmin, __m256 qmax, uint8_t *out, int64_t prefetch,
-                              const bool asym, const bool full)
+                              const bool asym)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 s = _mm256_set1_ps(sc), r = _mm256_set1_ps(1.0f / sc);
@@ -263,14 +257,14 @@ ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float
             _mm_prefetch((const char *)(x + j) + prefetch + 64, _MM_HINT_T1);
         }
         __m256 near = _mm256_setzero_ps();
-        __m256 k0 = recip_round(_mm256_loadu_ps(x + j), r, z, asym, limit, &near);
-        __m256 k1 = recip_round(_mm256_loadu_ps(x + j + 8), r, z, asym, limit, &near);
-        __m256 k2 = recip_round(_mm256_loadu_ps(x + j + 16), r, z, asym, limit, &near);
-        __m256 k3 = recip_round(_mm256_loadu_ps(x + j + 24), r, z, asym, limit, &near);
+        __m256 k0 = recip_round(_mm256_loadu_ps(x + j), r, z, asym, qmin, qmax, limit, &near);
+        __m256 k1 = recip_round(_mm256_loadu_ps(x + j + 8), r, z, asym, qmin, qmax, limit, &near);
+        __m256 k2 = recip_round(_mm256_loadu_ps(x + j + 16), r, z, asym, qmin, qmax, limit, &near);
+        __m256 k3 = recip_round(_mm256_loadu_ps(x + j + 24), r, z, asym, qmin, qmax, limit, &near);
         if (__builtin_expect(_mm256_testz_ps(near, near), 1))
-            store32(kc, out + j * csize, clip_cvt(k0, qmin, qmax, full),
-                    clip_cvt(k1, qmin, qmax, full), clip_cvt(k2, qmin, qmax, full),
-                    clip_cvt(k3, qmin, qmax, full));
+            store32(kc, out + j * csize, _mm256_cvttps_epi32(k0),
+                    _mm256_cvttps_epi32(k1), _mm256_cvttps_epi32(k2),
+                    _mm256_cvttps_epi32(k3));
         else
             divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
     }
@@ -295,21 +289,17 @@ ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n32, float
 /* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 32 then 8;
  * returns the count handled (the rest is left for a scalar tail). */
 ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc, __m256 z,
-                                   bool asym, __m256 qmin, __m256 qmax, bool full, uint8_t *out,
+                                   bool asym, __m256 qmin, __m256 qmax, uint8_t *out,
                                    int64_t prefetch)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
     int64_t n32 = len & ~(int64_t)31, j = n32;
     if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
-        if (asym && full)
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, true, true);
-        else if (asym)
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, true, false);
-        else if (full)
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, false, true);
+        if (asym)
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, true);
         else
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, false, false);
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, false);
     } else {
         div_blocks(kc, x, n32, sc, z, asym, qmin, qmax, out, prefetch);
     }
@@ -320,6 +310,155 @@ ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, 
         store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
     }
     return j;
+}
+
+/* ---- chunks whose column groups are whole 8-vectors (tile % 8 == 0, c0 % 8 == 0) ------------ */
+
+#define SUB 2048 /* elements per sub-chunk: bounds the per-group tables below */
+
+/* Advances to the group of the next 8 elements. */
+ALWAYS_INLINE int64_t next_group(int64_t *g, int64_t *left, int64_t tile)
+{
+    if (*left == 0) {
+        (*g)++;
+        *left = tile;
+    }
+    *left -= 8;
+    return *g;
+}
+
+/* Advances to the group of the next 32 elements (tile % 32 == 0). */
+ALWAYS_INLINE int64_t next_block_group(int64_t *g, int64_t *left, int64_t tile)
+{
+    if (*left == 0) {
+        (*g)++;
+        *left = tile;
+    }
+    *left -= 32;
+    return *g;
+}
+
+/* One 8-vector of the grouped path: its scale, zero point and, on the reciprocal path, its
+ * rounded value. */
+typedef struct vlane {
+    __m256 s, z, k, near;
+} vlane;
+
+ALWAYS_INLINE vlane lane_at(const quant_krow *r, const float *x, int64_t gi, const float *recip,
+                            const float *zpf, int64_t g0, __m256 qmin, __m256 qmax, __m256 limit,
+                            const bool asym, const bool use_recip)
+{
+    vlane l;
+    l.s = _mm256_broadcast_ss(r->scale + gi);
+    l.z = asym ? _mm256_broadcast_ss(zpf + gi - g0) : _mm256_setzero_ps();
+    l.near = _mm256_setzero_ps();
+    l.k = use_recip ? recip_round(_mm256_loadu_ps(x), _mm256_broadcast_ss(recip + gi - g0), l.z,
+                                  asym, qmin, qmax, limit, &l.near)
+                    : l.s;
+    return l;
+}
+
+ALWAYS_INLINE __m256i lane_divide(quant_kcode kc, const float *x, vlane l, __m256 qmin,
+                                  __m256 qmax, const bool asym)
+{
+    __m256 v = _mm256_div_ps(_mm256_loadu_ps(x), l.s);
+    if (asym) v = _mm256_add_ps(v, l.z);
+    return codes8(kc, v, qmin, qmax);
+}
+
+/* Notes lane j (element offset) for the division pass when one of its values is near a tie,
+ * without a branch: half the column groups hold one (their negative absmax element lands on
+ * -B = qmin + 0.5), too often and too irregularly for a well-predicted branch. */
+ALWAYS_INLINE void note_near(vlane l, int64_t j, int32_t *redo, int *nredo)
+{
+    redo[*nredo] = (int32_t)j;
+    *nredo += !_mm256_testz_ps(l.near, l.near);
+}
+
+/* Codes for x[0..n8) (n8 % 8 == 0) of one sub-chunk. recip[] and zpf[] hold, per group from g0,
+ * 1/scale (NaN when the reciprocal is unusable) and the zero point as a float. `asym`,
+ * `use_recip` and `per_block` (tile % 32 == 0 and c0 % 32 == 0: one group per 32 values) are
+ * compile-time constants at each call. */
+ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, int64_t n8,
+                           int64_t c0, const float *recip, const float *zpf, int64_t g0,
+                           uint8_t *out, const bool asym, const bool use_recip,
+                           const bool per_block)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
+    const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
+    int64_t g = c0 / r->tile, left = (g + 1) * r->tile - c0, j = 0;
+    int32_t redo[SUB / 8 + 1];
+    int nredo = 0;
+    for (; j + 32 <= n8; j += 32) {
+        if (r->prefetch) {
+            _mm_prefetch((const char *)(x + j) + r->prefetch, _MM_HINT_T1);
+            _mm_prefetch((const char *)(x + j) + r->prefetch + 64, _MM_HINT_T1);
+        }
+        int64_t ga = per_block ? next_block_group(&g, &left, r->tile) : next_group(&g, &left, r->tile);
+        int64_t gb = per_block ? ga : next_group(&g, &left, r->tile);
+        int64_t gc = per_block ? ga : next_group(&g, &left, r->tile);
+        int64_t gd = per_block ? ga : next_group(&g, &left, r->tile);
+        vlane a = lane_at(r, x + j, ga, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        vlane b = lane_at(r, x + j + 8, gb, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        vlane c = lane_at(r, x + j + 16, gc, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        vlane d = lane_at(r, x + j + 24, gd, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        if (use_recip) {
+            store32(kc, out + j * csize, _mm256_cvttps_epi32(a.k), _mm256_cvttps_epi32(b.k),
+                    _mm256_cvttps_epi32(c.k), _mm256_cvttps_epi32(d.k));
+            note_near(a, j, redo, &nredo);
+            note_near(b, j + 8, redo, &nredo);
+            note_near(c, j + 16, redo, &nredo);
+            note_near(d, j + 24, redo, &nredo);
+        } else
+            store32(kc, out + j * csize, lane_divide(kc, x + j, a, qmin, qmax, asym),
+                    lane_divide(kc, x + j + 8, b, qmin, qmax, asym),
+                    lane_divide(kc, x + j + 16, c, qmin, qmax, asym),
+                    lane_divide(kc, x + j + 24, d, qmin, qmax, asym));
+    }
+    for (; j < n8; j += 8) {
+        int64_t gi = next_group(&g, &left, r->tile);
+        __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + j), _mm256_broadcast_ss(r->scale + gi));
+        if (asym) v = _mm256_add_ps(v, _mm256_broadcast_ss(zpf + gi - g0));
+        store8(kc, out + j * csize, codes8(kc, v, qmin, qmax));
+    }
+    /* the division pass over the lanes noted near a tie */
+    for (int i = 0; i < nredo; i++) {
+        int64_t at = redo[i], gi = (c0 + at) / r->tile;
+        vlane l = {_mm256_broadcast_ss(r->scale + gi),
+                   asym ? _mm256_broadcast_ss(zpf + gi - g0) : _mm256_setzero_ps(),
+                   _mm256_setzero_ps(), _mm256_setzero_ps()};
+        store8(kc, out + at * csize, lane_divide(kc, x + at, l, qmin, qmax, asym));
+    }
+}
+
+ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                              int64_t c0, uint8_t *out)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    float recip[SUB / 8 + 2], zpf[SUB / 8 + 2];
+    for (int64_t j0 = 0; j0 < n; j0 += SUB) {
+        int64_t m = n - j0 < SUB ? n - j0 : SUB, m8 = m & ~(int64_t)7, cj = c0 + j0;
+        int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
+        for (int64_t g = g0; g <= g1; g++) {
+            float sc = r->scale[g];
+            recip[g - g0] = sc >= 0x1p-126f && sc <= 0x1p126f ? 1.0f / sc : __builtin_nanf("");
+            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
+        }
+        const float *xj = x + j0;
+        uint8_t *oj = out + j0 * csize;
+        bool blk = r->tile % 32 == 0 && cj % 32 == 0;
+        if (!is_int)
+            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, false, false, false);
+        else if (r->zp)
+            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, true, true, false);
+        else if (blk)
+            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, false, true, true);
+        else
+            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, false, true, false);
+        if (m8 < m) quant_generic_quantize(r, xj + m8, m - m8, cj + m8, oj + m8 * csize);
+    }
 }
 
 ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
@@ -342,14 +481,15 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
         return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
     }
     if (r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
-    bool full = (kc == QK_I8 && r->qmin == -128.0f && r->qmax == 127.0f) ||
-                (kc == QK_U8 && r->qmin == 0.0f && r->qmax == 255.0f) ||
-                (kc == QK_I16 && r->qmin == -32768.0f && r->qmax == 32767.0f);
+    if (r->tile < 64 && r->tile % 8 == 0 && c0 % 8 == 0) { /* small tiles: many groups */
+        grouped_kc(kc, r, x, n, c0, out);
+        return bad;
+    }
     int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
     for (int64_t j = 0; j < n; g++, end += r->tile) {
         if (end > n) end = n;
         __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
-        j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax, full,
+        j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax,
                           out + j * csize, r->prefetch);
         if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
         j = end;

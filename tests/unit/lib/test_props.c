@@ -151,10 +151,16 @@ static void free_result(result *r)
 
 static void describe(const pcase *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s %s rank %d [%lld %lld %lld %lld] ch %d tiles %d sd %s pack %d sr %d in %s%s",
-             quant_qtype_traits_get(c->how.qtype)->name, c->method, c->rank,
-             (long long)c->shape[0], (long long)c->shape[1], (long long)c->shape[2],
-             (long long)c->shape[3], c->how.n_channel_axes, c->how.n_tiles,
+    char axes[96] = "";
+    size_t at = 0;
+    for (int i = 0; i < c->how.n_channel_axes && at < sizeof axes; i++)
+        at += (size_t)snprintf(axes + at, sizeof axes - at, " ch%d", c->how.channel_axes[i]);
+    for (int i = 0; i < c->how.n_tiles && at < sizeof axes; i++)
+        at += (size_t)snprintf(axes + at, sizeof axes - at, " tile%d:%lld", c->how.tiles[i].axis,
+                               (long long)c->how.tiles[i].size);
+    snprintf(buf, len, "%s %s shape [%lld %lld %lld %lld]/%d%s sd %s pack %d sr %d in %s%s",
+             quant_qtype_traits_get(c->how.qtype)->name, c->method, (long long)c->shape[0],
+             (long long)c->shape[1], (long long)c->shape[2], (long long)c->shape[3], c->rank, axes,
              quant_dtype_name(c->how.scale_dtype), c->how.pack, c->how.stochastic,
              quant_dtype_name(c->dtype), c->transposed ? " transposed" : "");
 }
@@ -175,7 +181,7 @@ START_TEST(all_isas_and_threads_equal_scalar)
         int64_t nan_at = (n > 0 && tu_below(&r, 8) == 0) ? tu_below(&r, n) : -1;
         quant_tensor t;
         void *data = make_input(&r, &c, &t, nan_at);
-        char desc[256];
+        char desc[400];
         describe(&c, desc, sizeof desc);
         int64_t sn = quant_numel(c.rank, ss);
         int64_t qb = quant_qvalue_bytes(&c.how, c.rank, c.shape);
@@ -199,9 +205,11 @@ START_TEST(all_isas_and_threads_equal_scalar)
                                   threads);
                     ck_assert_msg(memcmp(got.zp, ref.zp, (size_t)sn * 4) == 0,
                                   "%s: zero points differ", desc);
-                    ck_assert_msg(memcmp(got.q, ref.q, (size_t)qb) == 0,
-                                  "%s on %s/%d: codes differ", desc, quant_isa_name(isas[k]),
-                                  threads);
+                    int64_t at = 0;
+                    while (at < qb && got.q[at] == ref.q[at]) at++;
+                    ck_assert_msg(at == qb, "%s on %s/%d: code byte %lld is %#x, scalar %#x", desc,
+                                  quant_isa_name(isas[k]), threads, (long long)at,
+                                  at < qb ? got.q[at] : 0, at < qb ? ref.q[at] : 0);
                     ck_assert_msg(memcmp(got.deq, ref.deq, (size_t)n * 4) == 0,
                                   "%s on %s/%d: dequantized values differ", desc,
                                   quant_isa_name(isas[k]), threads);
