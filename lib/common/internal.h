@@ -79,8 +79,10 @@ typedef struct quant_krow {
     const float *scale;
     const int32_t *zp;
     float qmin, qmax;
-    int64_t prefetch; /* bytes from x to data worth prefetching while quantizing (the next row),
-                         or 0; a hint that never changes results */
+    const char *pf;   /* memory worth prefetching while quantizing (the next row's source),
+                         element j of the chunk matching pf + j * pf_elem, or NULL; a hint that
+                         never changes results */
+    int64_t pf_elem;
     bool checked;     /* x is known to be finite: kernels may skip the non-finite check */
 } quant_krow;
 
@@ -158,6 +160,8 @@ struct quant_ctx {
  * into x when it is contiguous float32, else converted into `scratch` (>= n floats). */
 const float *quant_load_row(const quant_kernels *k, const quant_tensor *x, const quant_plan *plan,
                             int64_t row, int64_t c0, int64_t n, float *scratch);
+/* Address of element c0 of row `row` of x (whatever its dtype), for prefetching. */
+const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0);
 /* True when rows can be read without conversion (contiguous float32). */
 bool quant_rows_direct(const quant_tensor *x);
 

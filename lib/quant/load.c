@@ -15,6 +15,13 @@ static int64_t row_offset(const quant_tensor *x, int64_t row)
     return off;
 }
 
+const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0)
+{
+    int64_t stride = x->rank ? x->strides[x->rank - 1] : 1;
+    return (const char *)x->data +
+           (row_offset(x, row) + c0 * stride) * (int64_t)quant_dtype_size(x->dtype);
+}
+
 bool quant_rows_direct(const quant_tensor *x)
 {
     return x->dtype == QUANT_DTYPE_F32 && (x->rank == 0 || x->strides[x->rank - 1] == 1 ||

@@ -31,11 +31,13 @@ typedef struct quant_run {
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *pre, int64_t prefetch, bool checked)
+                        const int32_t *zp, const float *pre, bool prefetch_next, bool checked)
 {
     const quant_plan *p = run->rd.plan;
+    const quant_tensor *src = run->rd.x;
+    bool contiguous = src->rank == 0 || src->strides[src->rank - 1] == 1;
     quant_krow kr = {p->kcode, p->col_tile, scale, zp, (float)p->traits->qmin,
-                     (float)p->traits->qmax, prefetch, checked};
+                     (float)p->traits->qmax, NULL, (int64_t)quant_dtype_size(src->dtype), checked};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -43,6 +45,7 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
         const float *x = pre ? pre : quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
         void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
+        if (prefetch_next && contiguous) kr.pf = quant_row_address(src, row + 1, c0);
         int bad;
         if (run->how->stochastic)
             bad = quant_generic_quantize_sr(&kr, x, n, c0, run->how->sr_key,
@@ -69,15 +72,9 @@ static void given_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
         if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL,
-                         0, false))
+                         false, false))
             return;
     }
-}
-
-/* Bytes from one row of a direct (f32, last stride 1) input to the next. */
-static int64_t next_row_bytes(const quant_tensor *x)
-{
-    return x->rank >= 2 ? x->strides[x->rank - 2] * (int64_t)sizeof(float) : 0;
 }
 
 /* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. */
@@ -107,13 +104,11 @@ static void fused_item(void *arg, int64_t item, int worker)
             }
             return;
         }
-        bool direct = quant_rows_direct(run->rd.x);
-        bool one_chunk = p->ncols <= QUANT_CHUNK && !direct;
-        /* while this row is quantized from cache, pull the next one in */
-        int64_t next = direct && row + 1 < end ? next_row_bytes(run->rd.x) : 0;
-        /* the reduction above already proved the row finite */
+        bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
+        /* while this row is quantized from cache, pull the next one in; the reduction above
+         * already proved the row finite */
         if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL,
-                         next, true))
+                         row + 1 < end, true))
             return;
     }
 }

@@ -39,6 +39,14 @@ ALWAYS_INLINE float hmax_ps(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
+/* Prefetches the source of the next row for the 32 values at chunk offset j. */
+ALWAYS_INLINE void prefetch32(const char *pf, int64_t pf_elem, int64_t j)
+{
+    if (!pf) return;
+    _mm_prefetch(pf + j * pf_elem, _MM_HINT_T1);
+    if (pf_elem > 2) _mm_prefetch(pf + j * pf_elem + 64, _MM_HINT_T1);
+}
+
 /* ---- reductions ------------------------------------------------------------------------------ */
 
 /* max |x| bits over x[0..len): abs values of floats order like their bit patterns. */
@@ -245,17 +253,14 @@ ALWAYS_INLINE void divide32(quant_kcode kc, const float *x, __m256 s, __m256 z, 
 /* Blocks of 32 integer codes through the reciprocal path; a block with a value too close to a
  * tie is redone with the division. `asym` is a compile-time constant at each call. */
 ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
-                              __m256 qmin, __m256 qmax, uint8_t *out, int64_t prefetch,
-                              const bool asym)
+                              __m256 qmin, __m256 qmax, uint8_t *out, const char *pf,
+                              int64_t pf_elem, const bool asym)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 s = _mm256_set1_ps(sc), r = _mm256_set1_ps(1.0f / sc);
     const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
     for (int64_t j = 0; j < n32; j += 32) {
-        if (prefetch) {
-            _mm_prefetch((const char *)(x + j) + prefetch, _MM_HINT_T1);
-            _mm_prefetch((const char *)(x + j) + prefetch + 64, _MM_HINT_T1);
-        }
+        prefetch32(pf, pf_elem, j);
         __m256 near = _mm256_setzero_ps();
         __m256 k0 = recip_round(_mm256_loadu_ps(x + j), r, z, asym, qmin, qmax, limit, &near);
         __m256 k1 = recip_round(_mm256_loadu_ps(x + j + 8), r, z, asym, qmin, qmax, limit, &near);
@@ -273,15 +278,13 @@ ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float
 /* Blocks of 32 codes with the IEEE division (fp8, nf4, and scales whose reciprocal is not a
  * normal float). */
 ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
-                              bool asym, __m256 qmin, __m256 qmax, uint8_t *out, int64_t prefetch)
+                              bool asym, __m256 qmin, __m256 qmax, uint8_t *out, const char *pf,
+                              int64_t pf_elem)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 s = _mm256_set1_ps(sc);
     for (int64_t j = 0; j < n32; j += 32) {
-        if (prefetch) {
-            _mm_prefetch((const char *)(x + j) + prefetch, _MM_HINT_T1);
-            _mm_prefetch((const char *)(x + j) + prefetch + 64, _MM_HINT_T1);
-        }
+        prefetch32(pf, pf_elem, j);
         divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
     }
 }
@@ -290,18 +293,18 @@ ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n32, float
  * returns the count handled (the rest is left for a scalar tail). */
 ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc, __m256 z,
                                    bool asym, __m256 qmin, __m256 qmax, uint8_t *out,
-                                   int64_t prefetch)
+                                   const char *pf, int64_t pf_elem)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
     int64_t n32 = len & ~(int64_t)31, j = n32;
     if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
         if (asym)
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, true);
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, pf, pf_elem, true);
         else
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, prefetch, false);
+            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, pf, pf_elem, false);
     } else {
-        div_blocks(kc, x, n32, sc, z, asym, qmin, qmax, out, prefetch);
+        div_blocks(kc, x, n32, sc, z, asym, qmin, qmax, out, pf, pf_elem);
     }
     __m256 s = _mm256_set1_ps(sc);
     for (; j + 8 <= len; j += 8) {
@@ -391,10 +394,7 @@ ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, 
     int32_t redo[SUB / 8 + 1];
     int nredo = 0;
     for (; j + 32 <= n8; j += 32) {
-        if (r->prefetch) {
-            _mm_prefetch((const char *)(x + j) + r->prefetch, _MM_HINT_T1);
-            _mm_prefetch((const char *)(x + j) + r->prefetch + 64, _MM_HINT_T1);
-        }
+        prefetch32(r->pf, r->pf_elem, j);
         int64_t ga = per_block ? next_block_group(&g, &left, r->tile) : next_group(&g, &left, r->tile);
         int64_t gb = per_block ? ga : next_group(&g, &left, r->tile);
         int64_t gc = per_block ? ga : next_group(&g, &left, r->tile);
@@ -448,15 +448,17 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
         }
         const float *xj = x + j0;
         uint8_t *oj = out + j0 * csize;
+        quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
+        if (sub.pf) sub.pf += j0 * sub.pf_elem;
         bool blk = r->tile % 32 == 0 && cj % 32 == 0;
         if (!is_int)
-            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, false, false, false);
+            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, false, false, false);
         else if (r->zp)
-            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, true, true, false);
+            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, true, true, false);
         else if (blk)
-            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, false, true, true);
+            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, false, true, true);
         else
-            grouped(kc, r, xj, m8, cj, recip, zpf, g0, oj, false, true, false);
+            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, false, true, false);
         if (m8 < m) quant_generic_quantize(r, xj + m8, m - m8, cj + m8, oj + m8 * csize);
     }
 }
@@ -490,7 +492,7 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
         if (end > n) end = n;
         __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
         j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax,
-                          out + j * csize, r->prefetch);
+                          out + j * csize, r->pf ? r->pf + j * r->pf_elem : NULL, r->pf_elem);
         if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
         j = end;
     }

@@ -272,7 +272,7 @@ START_TEST(kernels_match_generic_on_random_chunks)
                     ck_assert_float_eq(x1[g], x2[g]);
                 }
             for (int kc = 0; kc < QK_COUNT; kc++) {
-                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f, 127.0f, 0, false};
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f, 127.0f, NULL, 0, false};
                 if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 15.0f;
                 if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
                 if (kc <= QK_I16 && tu_below(&r, 2)) kr.zp = zp;
@@ -321,7 +321,7 @@ START_TEST(kernels_exact_near_ties)
                 x[i++] = w;
             }
         }
-        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, 0, tu_below(&r, 2) == 0};
+        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0};
         if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
         if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
         if (tu_below(&r, 2)) kr.zp = &zp;
