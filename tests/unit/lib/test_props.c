@@ -336,6 +336,67 @@ START_TEST(kernels_exact_near_ties)
 }
 END_TEST
 
+/* fp8 and nf4 codes at their decision boundaries: every midpoint between neighbouring fp8
+ * values and every NF4 threshold, a few ulps either side, through every ISA's kernel. */
+START_TEST(kernels_exact_at_code_boundaries)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    enum { MAXV = 8192 };
+    static float x[MAXV];
+    static uint8_t q1[MAXV], q2[MAXV];
+    for (int kind = 0; kind < 3; kind++) {
+        int n = 0;
+        if (kind == 2) {
+            const float *lv = quant_nf4_levels;
+            for (int i = 0; i < 15; i++) {
+                float mid = (lv[i] + lv[i + 1]) / 2;
+                for (int d = -40; d <= 40 && n < MAXV; d++) {
+                    float v = mid;
+                    for (int k = 0; k < (d < 0 ? -d : d); k++) v = nextafterf(v, d < 0 ? -2.0f : 2.0f);
+                    x[n++] = v;
+                }
+            }
+            for (int c = 0; c <= 32 && n + 3 <= MAXV; c++) { /* multiples of 1/16 */
+                float b = -1.0f + (float)c / 16.0f;
+                x[n++] = nextafterf(b, -2.0f);
+                x[n++] = b;
+                x[n++] = nextafterf(b, 2.0f);
+            }
+            x[n++] = -7.0f;
+            x[n++] = 7.0f;
+        } else {
+            float (*to)(uint8_t) = kind == 0 ? quant_e4m3fn_to_f32 : quant_e5m2_to_f32;
+            int max_code = kind == 0 ? 0x7e : 0x7b;
+            for (int sign = 0; sign < 2; sign++)
+                for (int c = 0; c < max_code && n + 5 <= MAXV; c++) {
+                    float a = to((uint8_t)(c | sign << 7)), b = to((uint8_t)((c + 1) | sign << 7));
+                    float mid = (a + b) / 2;
+                    x[n++] = mid;
+                    x[n++] = nextafterf(mid, a);
+                    x[n++] = nextafterf(mid, b);
+                    x[n++] = a;
+                    x[n++] = -a;
+                }
+            x[n++] = 1e30f;
+            x[n++] = -1e30f;
+        }
+        float one = 1.0f;
+        quant_kcode kc = kind == 0 ? QK_E4M3 : kind == 1 ? QK_E5M2 : QK_NF4;
+        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false};
+        quant_generic_quantize(&kr, x, n, 0, q1);
+        for (int k = 0; k < nisa; k++) {
+            quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q2);
+            int at = 0;
+            while (at < n && q1[at] == q2[at]) at++;
+            ck_assert_msg(at == n, "%s kc %d: x = %a gives %#x, scalar %#x", quant_isa_name(isas[k]),
+                          kc, at < n ? (double)x[at] : 0.0, at < n ? q2[at] : 0,
+                          at < n ? q1[at] : 0);
+        }
+    }
+}
+END_TEST
+
 Suite *suite_props(void)
 {
     Suite *s = suite_create("properties");
@@ -344,6 +405,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, all_isas_and_threads_equal_scalar);
     tcase_add_test(tc, kernels_match_generic_on_random_chunks);
     tcase_add_test(tc, kernels_exact_near_ties);
+    tcase_add_test(tc, kernels_exact_at_code_boundaries);
     suite_add_tcase(s, tc);
     return s;
 }
