@@ -2,6 +2,8 @@
  * and rounding to the scale dtype before the zero point is derived.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
+
 #include "internal.h"
 #include "numerics.h"
 
@@ -36,6 +38,17 @@ quant_status quant_scale_range(const quant_plan *plan, quant_dtype scale_dtype,
                                int32_t *zero_point, int64_t first, quant_error *err)
 {
     const quant_qtype_traits *t = plan->traits;
+    if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32) {
+        /* the common case, in two simple loops the compiler vectorizes */
+        const float bound = t->symmetric_bound;
+        for (int64_t i = 0; i < n; i++) {
+            float s = calib->absmax[i] / bound;
+            scale[i] = s < QUANT_TINY ? 1.0f : s;
+        }
+        bool finite = true;
+        for (int64_t i = 0; i < n; i++) finite &= scale[i] <= FLT_MAX;
+        if (finite) return QUANT_OK;
+    }
     if (!calib->asymmetric) {
         for (int64_t i = 0; i < n; i++)
             QUANT_RETURN_IF_ERR(finish_scale(calib->absmax[i] / t->symmetric_bound, scale_dtype,

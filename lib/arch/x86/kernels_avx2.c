@@ -164,14 +164,30 @@ ALWAYS_INLINE __m256i fp8_codes(__m256 v, float max, int M, int bias)
     return _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign);
 }
 
+/* NF4 index = number of thresholds below v, as a two-level search: two compares pick the
+ * quarter q of the 16 levels (thresholds T7, then T3 or T11), three table lookups give that
+ * quarter's inner thresholds T[4q], T[4q+1], T[4q+2], and three compares count them. NaN compares
+ * false everywhere and gives 0, as the scalar path does. */
 ALWAYS_INLINE __m256i nf4_codes(__m256 v)
 {
-    __m256i count = _mm256_setzero_si256();
-    for (int i = 0; i < 15; i++)
-        count = _mm256_sub_epi32(
-            count, _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_set1_ps(qn_nf4_thresholds[i]),
-                                                     _CMP_GT_OQ)));
-    return count;
+    const float *t = qn_nf4_thresholds;
+    __m256 m1 = _mm256_cmp_ps(v, _mm256_set1_ps(t[7]), _CMP_GT_OQ);
+    __m256 t2 = _mm256_blendv_ps(_mm256_set1_ps(t[3]), _mm256_set1_ps(t[11]), m1);
+    __m256 m2 = _mm256_cmp_ps(v, t2, _CMP_GT_OQ);
+    __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(m1), _mm256_set1_epi32(2)),
+                                _mm256_and_si256(_mm256_castps_si256(m2), _mm256_set1_epi32(1)));
+    const __m256 tab0 = _mm256_setr_ps(t[0], t[4], t[8], t[12], 0, 0, 0, 0);
+    const __m256 tab1 = _mm256_setr_ps(t[1], t[5], t[9], t[13], 0, 0, 0, 0);
+    const __m256 tab2 = _mm256_setr_ps(t[2], t[6], t[10], t[14], 0, 0, 0, 0);
+    __m256i c0 = _mm256_castps_si256(
+        _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab0, q), _CMP_GT_OQ));
+    __m256i c1 = _mm256_castps_si256(
+        _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab1, q), _CMP_GT_OQ));
+    __m256i c2 = _mm256_castps_si256(
+        _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab2, q), _CMP_GT_OQ));
+    /* each true compare is -1 */
+    return _mm256_sub_epi32(_mm256_slli_epi32(q, 2),
+                            _mm256_add_epi32(_mm256_add_epi32(c0, c1), c2));
 }
 
 ALWAYS_INLINE __m256i codes8(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
