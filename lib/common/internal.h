@@ -160,6 +160,8 @@ struct quant_ctx {
  * into x when it is contiguous float32, else converted into `scratch` (>= n floats). */
 const float *quant_load_row(const quant_kernels *k, const quant_tensor *x, const quant_plan *plan,
                             int64_t row, int64_t c0, int64_t n, float *scratch);
+/* Element offset (through the strides) of the first element of row `row` of t. */
+int64_t quant_row_offset(const quant_tensor *t, int64_t row);
 /* Address of element c0 of row `row` of x (whatever its dtype), for prefetching. */
 const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0);
 /* True when rows can be read without conversion (contiguous float32). */

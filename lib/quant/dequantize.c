@@ -19,16 +19,6 @@ typedef struct deq_run {
     uint8_t *codes; /* threads x QUANT_CHUNK bytes */
 } deq_run;
 
-static int64_t out_row_offset(const quant_tensor *t, int64_t row)
-{
-    int64_t off = 0;
-    for (int k = t->rank - 2; k >= 0; k--) {
-        off += (row % t->shape[k]) * t->strides[k];
-        row /= t->shape[k];
-    }
-    return off;
-}
-
 static void store_row(quant_tensor *t, int64_t base, int64_t stride, const float *v, int64_t n)
 {
     for (int64_t j = 0; j < n; j++) {
@@ -56,7 +46,7 @@ static void deq_item(void *arg, int64_t item, int worker)
         quant_krow kr = {p->kcode, p->col_tile, run->scale + off, run->zp ? run->zp + off : NULL,
                          0.0f, 0.0f, NULL, 0, false};
         const uint8_t *src = run->q + row * p->qrow_bytes;
-        int64_t base = out_row_offset(run->out, row);
+        int64_t base = quant_row_offset(run->out, row);
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
             int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
             const void *c = src + c0 * (int64_t)p->code_size;

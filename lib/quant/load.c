@@ -5,7 +5,7 @@
 #include "internal.h"
 #include "numerics.h"
 
-static int64_t row_offset(const quant_tensor *x, int64_t row)
+int64_t quant_row_offset(const quant_tensor *x, int64_t row)
 {
     int64_t off = 0;
     for (int k = x->rank - 2; k >= 0; k--) {
@@ -19,7 +19,7 @@ const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0)
 {
     int64_t stride = x->rank ? x->strides[x->rank - 1] : 1;
     return (const char *)x->data +
-           (row_offset(x, row) + c0 * stride) * (int64_t)quant_dtype_size(x->dtype);
+           (quant_row_offset(x, row) + c0 * stride) * (int64_t)quant_dtype_size(x->dtype);
 }
 
 bool quant_rows_direct(const quant_tensor *x)
@@ -42,7 +42,7 @@ const float *quant_load_row(const quant_kernels *k, const quant_tensor *x, const
                             int64_t row, int64_t c0, int64_t n, float *scratch)
 {
     (void)plan;
-    int64_t base = row_offset(x, row);
+    int64_t base = quant_row_offset(x, row);
     int64_t stride = x->rank ? x->strides[x->rank - 1] : 1;
     if (quant_rows_direct(x)) return (const float *)x->data + base + c0 * stride;
     if (stride == 1) {

@@ -167,6 +167,18 @@ static quant_status check_given_scale(const quant_plan *p, const float *scale, c
     return QUANT_OK;
 }
 
+/* Runs the rows of one pass (fused or with known scales) on the pool; fills err on non-finite
+ * input. The caller set up `run` and frees it. */
+static quant_status run_pass(quant_ctx *ctx, quant_run *run, const quant_plan *p, bool fused,
+                             quant_error *err)
+{
+    quant_status st = run_alloc(run, p, quant_pool_threads(ctx->pool), fused, err);
+    if (st != QUANT_OK) return st;
+    quant_pool_run(ctx->pool, nitems(run, p), fused ? fused_item : given_item, run);
+    long long bad = atomic_load(&run->rd.bad);
+    return bad != INT64_MAX ? quant_fail_nonfinite(err, bad) : QUANT_OK;
+}
+
 /* The quantize pass with known scales (shared by both public entry points). */
 static quant_status quantize_given(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
                                    const quant_tensor *x, const float *scale, const int32_t *zp,
@@ -179,12 +191,7 @@ static quant_status quantize_given(quant_ctx *ctx, const quant_how *how, const q
     run.q = q;
     run.scale = scale;
     run.zp = zp;
-    quant_status st = run_alloc(&run, p, quant_pool_threads(ctx->pool), false, err);
-    if (st == QUANT_OK) {
-        quant_pool_run(ctx->pool, nitems(&run, p), given_item, &run);
-        long long bad = atomic_load(&run.rd.bad);
-        if (bad != INT64_MAX) st = quant_fail_nonfinite(err, bad);
-    }
+    quant_status st = run_pass(ctx, &run, p, false, err);
     run_free(&run);
     return st;
 }
@@ -240,24 +247,18 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
     run.q = q;
     run.scale_out = scale;
     run.zp_out = zp;
-    quant_status st = run_alloc(&run, p, quant_pool_threads(ctx->pool), true, err);
-    if (st == QUANT_OK) {
-        quant_pool_run(ctx->pool, nitems(&run, p), fused_item, &run);
-        long long bad = atomic_load(&run.rd.bad);
-        long long bad_scale = atomic_load(&run.bad_scale);
-        if (bad != INT64_MAX) {
-            st = quant_fail_nonfinite(err, bad);
-        } else if (bad_scale != INT64_MAX) {
-            /* rerun the first failing scale row alone to report it */
-            int64_t row = bad_scale / p->ncolgroups;
-            quant_reduce_init(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s);
-            quant_reduce_row(&run.rd, quant_plan_member_row(p, row, 0), run.scratch, run.acc_a,
-                             run.acc_b, run.acc_s);
-            quant_calibration cal = {p->method.asymmetric, run.cal_a, run.cal_a, run.cal_b};
-            quant_reduce_finish(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s, &cal, 0);
-            st = quant_scale_range(p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
-                                   zp ? zp + bad_scale : NULL, bad_scale, err);
-        }
+    quant_status st = run_pass(ctx, &run, p, true, err);
+    long long bad_scale = atomic_load(&run.bad_scale);
+    if (st == QUANT_OK && bad_scale != INT64_MAX) {
+        /* rerun the first failing scale row alone to report it */
+        int64_t row = bad_scale / p->ncolgroups;
+        quant_reduce_init(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s);
+        quant_reduce_row(&run.rd, quant_plan_member_row(p, row, 0), run.scratch, run.acc_a,
+                         run.acc_b, run.acc_s);
+        quant_calibration cal = {p->method.asymmetric, run.cal_a, run.cal_a, run.cal_b};
+        quant_reduce_finish(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s, &cal, 0);
+        st = quant_scale_range(p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
+                               zp ? zp + bad_scale : NULL, bad_scale, err);
     }
     run_free(&run);
     return st;

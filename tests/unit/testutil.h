@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "numerics.h"
 #include "quant.h"
 
 /* A context for `isa` with `threads` workers; fails the test on error. */
@@ -25,20 +26,6 @@ int64_t tu_below(tu_rng *r, int64_t n);
 float tu_normal(tu_rng *r, float spread);
 /* Fills x with tu_normal values; `special` != 0 also mixes in zeros, -0, tiny and exact halves. */
 void tu_fill(tu_rng *r, float *x, int64_t n, float spread, int special);
-
-static inline uint32_t tu_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float tu_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* ISAs this machine runs, scalar first; returns the count. */
 int tu_isas(quant_isa *out);

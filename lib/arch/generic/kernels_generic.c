@@ -61,7 +61,10 @@ static inline void put_code(quant_kcode kc, void *codes, int64_t j, float v, flo
     }
 }
 
-int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+/* The scalar quantizer; `sr` (a constant at each call) adds the stochastic-rounding noise of
+ * element index0 + j after the zero point. */
+static inline int quantize_impl(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                                void *codes, const bool sr, uint64_t key, uint64_t index0)
 {
     uint32_t seen = 0;
     for (int64_t j = 0; j < n;) {
@@ -74,31 +77,22 @@ int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64
             seen = a > seen ? a : seen;
             float v = x[j] / s;
             if (asym) v = v + z;
+            if (sr) v = v + quant_sr_noise(key, index0 + (uint64_t)j);
             put_code(r->kcode, codes, j, v, r->qmin, r->qmax);
         }
     }
     return seen >= 0x7f800000u;
 }
 
+int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+{
+    return quantize_impl(r, x, n, c0, codes, false, 0, 0);
+}
+
 int quant_generic_quantize_sr(const quant_krow *r, const float *x, int64_t n, int64_t c0,
                               uint64_t key, uint64_t index0, void *codes)
 {
-    uint32_t seen = 0;
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / r->tile, end = group_end(j, n, c0, r->tile);
-        float s = r->scale[g];
-        bool asym = r->zp != NULL;
-        float z = asym ? (float)r->zp[g] : 0.0f;
-        for (; j < end; j++) {
-            uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
-            seen = a > seen ? a : seen;
-            float v = x[j] / s;
-            if (asym) v = v + z;
-            v = v + quant_sr_noise(key, index0 + (uint64_t)j);
-            put_code(r->kcode, codes, j, v, r->qmin, r->qmax);
-        }
-    }
-    return seen >= 0x7f800000u;
+    return quantize_impl(r, x, n, c0, codes, true, key, index0);
 }
 
 static inline float code_level(quant_kcode kc, const void *codes, int64_t j)

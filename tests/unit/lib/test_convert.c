@@ -108,7 +108,7 @@ START_TEST(bf16_rounding_random)
     tu_rng r = {11};
     for (int k = 0; k < 1000000; k++) {
         uint32_t u = (uint32_t)tu_next(&r);
-        float f = tu_float(u);
+        float f = qn_float(u);
         if (isnan(f)) {
             ck_assert(isnan(quant_bf16_to_f32(quant_f32_to_bf16(f))));
             continue;
@@ -143,7 +143,7 @@ START_TEST(f16_all_codes_and_rounding)
 #ifdef __FLT16_MAX__
     tu_rng r = {5};
     for (int k = 0; k < 1000000; k++) {
-        float f = tu_float((uint32_t)tu_next(&r) & 0xbfffffffu); /* keep magnitudes sane */
+        float f = qn_float((uint32_t)tu_next(&r) & 0xbfffffffu); /* keep magnitudes sane */
         if (k & 1) f = ldexpf(f, -(int)tu_below(&r, 40));
         __extension__ _Float16 ref = f;
         uint16_t want;
@@ -167,8 +167,8 @@ START_TEST(widen_kernels_match_scalar)
         quant_kernels_generic.widen_f16(all, want, 65536);
         k->widen_f16(all, got, 65536);
         for (uint32_t h = 0; h < 65536; h++)
-            ck_assert_msg(tu_bits(want[h]) == tu_bits(got[h]), "%s f16 %#x: %#x vs %#x",
-                          quant_isa_name(isas[i]), h, tu_bits(want[h]), tu_bits(got[h]));
+            ck_assert_msg(qn_bits(want[h]) == qn_bits(got[h]), "%s f16 %#x: %#x vs %#x",
+                          quant_isa_name(isas[i]), h, qn_bits(want[h]), qn_bits(got[h]));
         quant_kernels_generic.widen_bf16(all, want, 65536);
         k->widen_bf16(all, got, 65536);
         ck_assert_int_eq(memcmp(want, got, sizeof want), 0);

@@ -308,7 +308,7 @@ START_TEST(kernels_exact_near_ties)
     static uint8_t q1[2 * N], q2[2 * N];
     for (int it = 0; it < 300; it++) {
         float s = it < 3 ? (float[]){1.0f / 127.5f, 3.0f / 255.0f, 0.1f}[it]
-                         : tu_float(0x3a000000u + (uint32_t)tu_below(&r, 0x06000000));
+                         : qn_float(0x3a000000u + (uint32_t)tu_below(&r, 0x06000000));
         int32_t zp = (int32_t)tu_below(&r, 64) - 32;
         quant_kcode kc = (quant_kcode)tu_below(&r, 3); /* I8, U8, I16 */
         int64_t i = 0;
