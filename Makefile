@@ -109,8 +109,16 @@ lint-lib:
 	@if grep -nE '\b(printf|fprintf|puts|fputs|putchar|perror|exit|abort)[[:space:]]*\(|\b(stdout|stderr)\b' \
 	    $$(find lib -name '*.[ch]'); then echo "lib/ must not print or exit (see above)"; exit 1; fi
 
+# The README's C example, extracted and run, so the documented code cannot rot.
+$(BUILD)/tests/readme-example: README.md tests/readme_main.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(Q)awk '/^```c$$/ {f = 1; next} /^```$$/ {if (f) exit} f' README.md > $@.c
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $@.c tests/readme_main.c \
+	    $(LIB_A) $(LDFLAGS) $(LDLIBS)
+
 check: deps lint-lib
-	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN)
+	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN) $(BUILD)/tests/readme-example
+	$(Q)$(BUILD)/tests/readme-example
 	$(Q)CK_DEFAULT_TIMEOUT=600 $(UNIT_BIN)
 
 test: check

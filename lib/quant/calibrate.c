@@ -199,12 +199,8 @@ quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *p, const qua
     }
     calib_run run = {0};
     quant_reader_init(&run.rd, p, x, ctx->k);
-    if (p->numel == 0) {
-        calib_blocks(p, &run.nblocks, &run.rows_per_block);
-        run.nblocks = 1;
-    } else {
-        calib_blocks(p, &run.nblocks, &run.rows_per_block);
-    }
+    calib_blocks(p, &run.nblocks, &run.rows_per_block);
+    if (p->numel == 0) run.nblocks = 1;
     int64_t slots = p->nsrows * run.nblocks * p->ncolgroups;
     int threads = quant_pool_threads(ctx->pool);
     quant_status st = QUANT_OK;
