@@ -69,6 +69,44 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     return m;
 }
 
+/* Lane i of the result is the max of the 8 lanes of v[i] (a transposing reduction). */
+ALWAYS_INLINE __m256i hmax8x8(const __m256i v[8])
+{
+    __m256i a0 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+    __m256i a1 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+    __m256i a2 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[4], v[5]), _mm256_unpackhi_epi32(v[4], v[5]));
+    __m256i a3 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[6], v[7]), _mm256_unpackhi_epi32(v[6], v[7]));
+    __m256i b0 = _mm256_max_epi32(_mm256_unpacklo_epi64(a0, a1), _mm256_unpackhi_epi64(a0, a1));
+    __m256i b1 = _mm256_max_epi32(_mm256_unpacklo_epi64(a2, a3), _mm256_unpackhi_epi64(a2, a3));
+    return _mm256_max_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* Small tiles that start on a group boundary: 8 column groups at a time, each reduced to one
+ * vector, then the 8 vectors reduced together. Returns the elements handled (whole groups). */
+static int64_t absmax_groups8(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc,
+                              uint32_t *seen)
+{
+    int64_t j = 0, g = c0 / tile;
+    __m256i worst = _mm256_setzero_si256();
+    for (; j + 8 * tile <= n; j += 8 * tile, g += 8) {
+        __m256i m[8];
+        for (int i = 0; i < 8; i++) {
+            const float *xg = x + j + i * tile;
+            __m256i a = abs_bits(_mm256_loadu_ps(xg));
+            for (int64_t k = 8; k < tile; k += 8)
+                a = _mm256_max_epi32(a, abs_bits(_mm256_loadu_ps(xg + k)));
+            m[i] = a;
+        }
+        __m256i h = _mm256_max_epi32(hmax8x8(m), _mm256_loadu_si256((const __m256i *)(acc + g)));
+        _mm256_storeu_si256((__m256i *)(acc + g), h);
+        worst = _mm256_max_epi32(worst, h);
+    }
+    uint32_t w = hmax_epi32(worst);
+    *seen = w > *seen ? w : *seen;
+    return j;
+}
+
 static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc)
 {
     if (tile == 1) {
@@ -85,8 +123,10 @@ static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
     }
     if (tile < 8) return quant_generic_absmax(x, n, c0, tile, acc);
     uint32_t seen = 0;
-    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
-    for (int64_t j = 0; j < n; g++, end += tile) {
+    int64_t j = 0;
+    if (tile % 8 == 0 && tile <= 256 && c0 % tile == 0) j = absmax_groups8(x, n, c0, tile, acc, &seen);
+    int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+    for (; j < n; g++, end += tile) {
         if (end > n) end = n;
         uint32_t m = seg_absmax_bits(x + j, end - j), prev = qn_bits(acc[g]);
         m = m > prev ? m : prev;
