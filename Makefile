@@ -48,8 +48,10 @@ $(BUILD)/obj/lib/arch/x86/kernels_avx512.o: ISA_CFLAGS := -mavx512f -mavx512bw -
 endif
 endif
 ifeq ($(ARCH),aarch64)
+ifneq ($(wildcard lib/arch/arm/kernels_neon.c),)
 LIB_SRCS += lib/arch/arm/kernels_neon.c
 CPPFLAGS += -DQUANT_BUILD_NEON
+endif
 endif
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -65,7 +67,7 @@ UNIT_BIN  := $(BUILD)/tests/unit-tests
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
-.PHONY: all lib check check-asan test bench run deps install clean format lint-lib
+.PHONY: all lib check check-asan check-arm64 test bench run deps install clean format lint-lib
 
 all: lib
 
@@ -128,6 +130,15 @@ check-asan: deps
 	    build-asan/tests/unit-tests
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/unit-tests
+
+# The NEON lane: cross-compile with Debian's aarch64 gcc, run the suite under qemu-user.
+ARM64_ENV := PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig
+check-arm64:
+	$(Q)scripts/install-deps --cross-arm64
+	$(Q)$(ARM64_ENV) $(MAKE) --no-print-directory CC=aarch64-linux-gnu-gcc BUILD=build-arm64 \
+	    build-arm64/tests/unit-tests
+	$(Q)QEMU_LD_PREFIX=/usr/aarch64-linux-gnu CK_DEFAULT_TIMEOUT=3000 \
+	    qemu-aarch64 build-arm64/tests/unit-tests
 
 bench: lib $(BENCH_BIN)
 	$(Q)$(BENCH_BIN)
