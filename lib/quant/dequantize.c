@@ -123,7 +123,8 @@ quant_status quant_fake_quant(quant_ctx *ctx, const quant_how *how, const quant_
     quant_plan p;
     QUANT_RETURN_IF_ERR(quant_check_input(x, err));
     QUANT_RETURN_IF_ERR(quant_plan_make(how, x->rank, x->shape, &p, err));
-    int64_t qbytes = p.nrows * p.qrow_bytes;
+    int64_t qbytes = quant_qvalue_bytes(how, x->rank, x->shape);
+    if (qbytes < 0) return quant_fail(err, QUANT_ERR_ARG, "tensor too large to quantize");
     void *q = malloc((size_t)(qbytes ? qbytes : 1));
     float *scale = malloc((size_t)(p.scale_numel ? p.scale_numel : 1) * sizeof *scale);
     int32_t *zp = p.method.asymmetric
