@@ -1,6 +1,8 @@
 /* testutil.c -- helpers shared by the unit suites.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <stdlib.h>
+
 #include "testutil.h"
 
 quant_ctx *tu_ctx(quant_isa isa, int threads)
@@ -56,4 +58,11 @@ int tu_isas(quant_isa *out)
     for (int i = QUANT_ISA_SCALAR; i < QUANT_ISA_COUNT; i++)
         if (quant_isa_supported((quant_isa)i)) out[n++] = (quant_isa)i;
     return n;
+}
+
+int tu_iters(int n)
+{
+    const char *quick = getenv("QUANT_TEST_QUICK");
+    if (!quick || !*quick || *quick == '0') return n;
+    return n / 8 > 0 ? n / 8 : 1;
 }

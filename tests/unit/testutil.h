@@ -27,6 +27,9 @@ float tu_normal(tu_rng *r, float spread);
 /* Fills x with tu_normal values; `special` != 0 also mixes in zeros, -0, tiny and exact halves. */
 void tu_fill(tu_rng *r, float *x, int64_t n, float spread, int special);
 
+/* n, or n / 8 (at least 1) when $QUANT_TEST_QUICK is set: for emulated runs (qemu). */
+int tu_iters(int n);
+
 /* ISAs this machine runs, scalar first; returns the count. */
 int tu_isas(quant_isa *out);
 

@@ -106,7 +106,7 @@ static int nearer_or_even(double v, double a, double b, int a_even)
 START_TEST(bf16_rounding_random)
 {
     tu_rng r = {11};
-    for (int k = 0; k < 1000000; k++) {
+    for (int k = 0; k < tu_iters(1000000); k++) {
         uint32_t u = (uint32_t)tu_next(&r);
         float f = qn_float(u);
         if (isnan(f)) {
@@ -142,7 +142,7 @@ START_TEST(f16_all_codes_and_rounding)
     ck_assert_int_eq(quant_f32_to_f16(-0.0f), 0x8000);
 #ifdef __FLT16_MAX__
     tu_rng r = {5};
-    for (int k = 0; k < 1000000; k++) {
+    for (int k = 0; k < tu_iters(1000000); k++) {
         float f = qn_float((uint32_t)tu_next(&r) & 0xbfffffffu); /* keep magnitudes sane */
         if (k & 1) f = ldexpf(f, -(int)tu_below(&r, 40));
         __extension__ _Float16 ref = f;

@@ -69,7 +69,7 @@ START_TEST(many_threads_many_runs)
     quant_tensor_init(&t, QUANT_DTYPE_F32, 2, shape, x, NULL);
     quant_ctx *one = tu_ctx(QUANT_ISA_SCALAR, 1);
     ck_assert_int_eq(quant_quantize(one, &how, &t, q1, s1, NULL, &err), QUANT_OK);
-    for (int k = 0; k < 200; k++) {
+    for (int k = 0; k < tu_iters(200); k++) {
         memset(q2, 0, sizeof q2);
         ck_assert_int_eq(quant_quantize(c, &how, &t, q2, s2, NULL, &err), QUANT_OK);
         ck_assert_int_eq(memcmp(q1, q2, sizeof q1), 0);

@@ -171,7 +171,7 @@ START_TEST(all_isas_and_threads_equal_scalar)
     int nisa = tu_isas(isas);
     tu_rng r = {1234};
     int ran = 0;
-    for (int it = 0; it < 400; it++) {
+    for (int it = 0; it < tu_iters(400); it++) {
         pcase c;
         make_case(&r, &c);
         quant_error err;
@@ -221,7 +221,7 @@ START_TEST(all_isas_and_threads_equal_scalar)
         free(data);
         ran++;
     }
-    ck_assert_int_gt(ran, 200);
+    ck_assert_int_gt(ran, tu_iters(400) / 2);
 }
 END_TEST
 
@@ -236,7 +236,7 @@ START_TEST(kernels_match_generic_on_random_chunks)
     static int32_t zp[MAXN];
     static uint8_t q1[2 * MAXN], q2[2 * MAXN];
     static const int64_t tiles[] = {1, 2, 3, 7, 8, 9, 16, 31, 32, 33, 64, 128, 700};
-    for (int it = 0; it < 3000; it++) {
+    for (int it = 0; it < tu_iters(3000); it++) {
         int64_t n = tu_below(&r, MAXN), tile = tiles[tu_below(&r, 13)];
         int64_t c0 = tu_below(&r, 3) == 0 ? 0 : tu_below(&r, 40);
         int64_t groups = (c0 + n) / tile + 1;
@@ -306,7 +306,7 @@ START_TEST(kernels_exact_near_ties)
     enum { N = 4096 };
     static float x[N];
     static uint8_t q1[2 * N], q2[2 * N];
-    for (int it = 0; it < 300; it++) {
+    for (int it = 0; it < tu_iters(300); it++) {
         float s = it < 3 ? (float[]){1.0f / 127.5f, 3.0f / 255.0f, 0.1f}[it]
                          : qn_float(0x3a000000u + (uint32_t)tu_below(&r, 0x06000000));
         int32_t zp = (int32_t)tu_below(&r, 64) - 32;

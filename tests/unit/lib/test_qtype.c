@@ -157,7 +157,7 @@ START_TEST(nf4_matches_argmin_around_every_threshold)
                           t->convert(v), nf4_argmin(v));
     }
     tu_rng r = {7};
-    for (int k = 0; k < 200000; k++) {
+    for (int k = 0; k < tu_iters(200000); k++) {
         float v = tu_normal(&r, 1.5f);
         ck_assert_int_eq(t->convert(v), nf4_argmin(v));
     }
