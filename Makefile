@@ -80,6 +80,9 @@ $(BUILD)/obj/%.o: %.c
 
 $(LIB_OBJS): ALL_CFLAGS += -fvisibility=hidden
 
+# cpu.c's QUANT_BUILD_* flags follow which kernel files exist: rebuild it when they change.
+$(BUILD)/obj/lib/common/cpu.o: $(wildcard lib/arch/*/*.c)
+
 $(LIB_A): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")

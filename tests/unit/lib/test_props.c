@@ -397,6 +397,236 @@ START_TEST(kernels_exact_at_code_boundaries)
 }
 END_TEST
 
+/* Code range and symmetric bound of a kernel test row (`narrow`: int4 / uint4). */
+static void kind_range(quant_kcode kc, bool narrow, float *qmin, float *qmax, float *bound)
+{
+    *qmin = kc == QK_I8 ? (narrow ? -8.0f : -128.0f) : kc == QK_I16 ? -32768.0f : 0.0f;
+    *qmax = kc == QK_I8    ? (narrow ? 7.0f : 127.0f)
+            : kc == QK_U8  ? (narrow ? 15.0f : 255.0f)
+            : kc == QK_I16 ? 32767.0f
+                           : 0.0f;
+    *bound = kc == QK_E4M3 ? 448.0f : kc == QK_E5M2 ? 57344.0f : kc == QK_NF4 ? 1.0f : *qmax + 0.5f;
+}
+
+/* Kernels alone on chunks up to QUANT_CHUNK long (past the SIMD kernels' sub-chunks and
+ * 16-group batches), with each group's scale (and zero point) derived from its own values as
+ * calibration does, so that a negative absmax lands on a tie; values placed a few ulps around
+ * decision points; tiles at and off multiples of 16 and 64; offsets at and off 16 and 64;
+ * prefetch hints of every source width. Every byte of the output buffer is compared. */
+START_TEST(kernels_match_generic_on_long_chunks)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {4242};
+    enum { MAXN = QUANT_CHUNK, MAXG = QUANT_CHUNK + 2 };
+    static float x[MAXN], scale[MAXG], a0[MAXG], a1[MAXG], m0[MAXG], m1[MAXG], h0[MAXG], h1[MAXG];
+    static float d0[MAXN], d1[MAXN];
+    static int32_t zp[MAXG];
+    static uint8_t q0[2 * MAXN + 64], q1[2 * MAXN + 64], pf[8 * MAXN];
+    static const int64_t tiles[] = {8,   9,   16,  24,   32,   48,   64,     96,
+                                    128, 256, 512, 1000, 2048, 4096, 1 << 20};
+    for (int it = 0; it < tu_iters(400); it++) {
+        int64_t n = 1 + tu_below(&r, MAXN), tile = tiles[tu_below(&r, 15)];
+        int64_t c0 = (int64_t[]){0, 16 * tu_below(&r, 64), 64 * tu_below(&r, 16),
+                                 tu_below(&r, 1000)}[tu_below(&r, 4)];
+        quant_kcode kc = (quant_kcode)tu_below(&r, QK_COUNT);
+        bool asym = kc <= QK_I16 && tu_below(&r, 2);
+        float qmin, qmax, bound;
+        kind_range(kc, tu_below(&r, 2), &qmin, &qmax, &bound);
+        int64_t g0 = c0 / tile, ng = (c0 + n - 1) / tile - g0 + 1;
+        tu_fill(&r, x, n, tu_below(&r, 2) ? 1.0f : 300.0f, 1);
+        /* scales and zero points from the groups' own values (scale rows start at g0) */
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t lo = (g0 + g) * tile - c0, hi = lo + tile;
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > n ? n : hi;
+            float amax = 0.0f, mn = 0.0f, mx = 0.0f;
+            for (int64_t j = lo; j < hi; j++) {
+                amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+                mn = x[j] < mn ? x[j] : mn;
+                mx = x[j] > mx ? x[j] : mx;
+            }
+            float s = asym && qmax > qmin ? (mx - mn) / (qmax - qmin) : amax / bound;
+            if (s < 0x1p-63f) s = 1.0f;
+            switch (tu_below(&r, 40)) { /* now and then a scale whose reciprocal is not normal */
+            case 0:
+                s = 0x1p-127f;
+                break;
+            case 1:
+                s = 0x1p127f;
+                break;
+            default:
+                break;
+            }
+            scale[g0 + g] = s;
+            zp[g0 + g] = qmax > qmin ? qn_convert_int(qmin - mn / s, qmin, qmax) : 0;
+        }
+        /* a few values right at and around decision points of their group */
+        for (int k = 0; k < 64 && n > 0; k++) {
+            int64_t j = tu_below(&r, n);
+            float s = scale[(c0 + j) / tile], w;
+            if (kc == QK_NF4)
+                w = qn_nf4_thresholds[tu_below(&r, 15)] * s;
+            else if (kc == QK_E4M3 || kc == QK_E5M2) {
+                float (*to)(uint8_t) = kc == QK_E4M3 ? quant_e4m3fn_to_f32 : quant_e5m2_to_f32;
+                uint8_t c = (uint8_t)tu_below(&r, 0x7b);
+                w = (to(c) + to((uint8_t)(c + 1))) / 2 * s; /* a midpoint */
+            } else
+                w = ((float)(tu_below(&r, 64) - 32) + 0.5f) * s;
+            for (int64_t d = tu_below(&r, 7) - 3; d != 0; d += d < 0 ? 1 : -1)
+                w = nextafterf(w, d < 0 ? -INFINITY : INFINITY);
+            x[j] = w;
+        }
+        if (tu_below(&r, 12) == 0) x[tu_below(&r, n)] = tu_below(&r, 2) ? NAN : INFINITY;
+        int bad = 0; /* a placed value may overflow too */
+        for (int64_t j = 0; j < n; j++) bad |= qn_nonfinite(x[j]);
+        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,       qmin,
+                         qmax, NULL, 0,     !bad && tu_below(&r, 2)};
+        if (tu_below(&r, 2))
+            kr.pf = (const char *)pf, kr.pf_elem = (int64_t[]){2, 4, 8}[tu_below(&r, 3)];
+        size_t csize = kc == QK_I16 ? 2 : 1;
+        for (int64_t g = 0; g < ng; g++) {
+            a0[g0 + g] = (float)tu_below(&r, 3);
+            m0[g0 + g] = -(float)tu_below(&r, 3);
+            h0[g0 + g] = (float)tu_below(&r, 3);
+        }
+        memset(q0, 0xaa, sizeof q0);
+        int bad0 = quant_generic_quantize(&kr, x, n, c0, q0);
+        ck_assert_int_eq(bad0, bad);
+        if (!bad) quant_generic_dequantize(&kr, q0, n, c0, d0);
+        for (int k = 0; k < nisa; k++) {
+            const quant_kernels *kk = quant_kernels_for(isas[k]);
+            memcpy(a1 + g0, a0 + g0, (size_t)ng * 4);
+            memcpy(m1 + g0, m0 + g0, (size_t)ng * 4);
+            memcpy(h1 + g0, h0 + g0, (size_t)ng * 4);
+            static float ra[MAXG], rm[MAXG], rh[MAXG];
+            memcpy(ra + g0, a0 + g0, (size_t)ng * 4);
+            ck_assert_int_eq(quant_generic_absmax(x, n, c0, tile, ra), bad);
+            ck_assert_int_eq(kk->absmax(x, n, c0, tile, a1), bad);
+            if (!bad)
+                ck_assert_msg(memcmp(ra + g0, a1 + g0, (size_t)ng * 4) == 0,
+                              "%s absmax n %lld c0 %lld tile %lld", quant_isa_name(isas[k]),
+                              (long long)n, (long long)c0, (long long)tile);
+            memcpy(rm + g0, m0 + g0, (size_t)ng * 4);
+            memcpy(rh + g0, h0 + g0, (size_t)ng * 4);
+            ck_assert_int_eq(quant_generic_minmax(x, n, c0, tile, rm, rh), bad);
+            ck_assert_int_eq(kk->minmax(x, n, c0, tile, m1, h1), bad);
+            for (int64_t g = g0; !bad && g < g0 + ng; g++) {
+                ck_assert_float_eq(rm[g], m1[g]); /* +-0 may differ: calibration canonicalises */
+                ck_assert_float_eq(rh[g], h1[g]);
+            }
+            memset(q1, 0xaa, sizeof q1);
+            ck_assert_int_eq(kk->quantize(&kr, x, n, c0, q1), bad);
+            if (bad) continue;
+            int64_t at = 0;
+            while (at < (int64_t)sizeof q0 && q0[at] == q1[at]) at++;
+            ck_assert_msg(at == (int64_t)sizeof q0,
+                          "%s quantize kc %d zp %d n %lld c0 %lld tile %lld: byte %lld (of %lld) "
+                          "is %#x, scalar %#x",
+                          quant_isa_name(isas[k]), kc, asym, (long long)n, (long long)c0,
+                          (long long)tile, (long long)at, (long long)(n * (int64_t)csize), q1[at],
+                          q0[at]);
+            memset(d1, 0x55, (size_t)n * 4);
+            kk->dequantize(&kr, q0, n, c0, d1);
+            ck_assert_msg(memcmp(d0, d1, (size_t)n * 4) == 0, "%s dequantize kc %d n %lld",
+                          quant_isa_name(isas[k]), kc, (long long)n);
+        }
+    }
+}
+END_TEST
+
+/* Dequantize of every code (NaN and Inf fp8 codes included; signed nibbles; the whole int16
+ * range in steps) against the scalar kernel, bit for bit, with and without zero points. */
+START_TEST(kernels_dequantize_every_code)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {77};
+    enum { N = 1024 };
+    static uint8_t codes[2 * N];
+    static float scale[N + 64], d0[N], d1[N + 1];
+    static int32_t zp[N + 64];
+    for (int it = 0; it < tu_iters(200); it++) {
+        quant_kcode kc = (quant_kcode)(it % QK_COUNT);
+        int64_t n = 1 + tu_below(&r, N), c0 = tu_below(&r, 50);
+        int64_t tile = (int64_t[]){1, 3, 16, 17, 32, 64, N}[tu_below(&r, 7)];
+        for (int64_t i = 0; i < n; i++) {
+            if (kc == QK_I16) {
+                int16_t v = (int16_t)(i * 64 - 32768 + (int64_t)tu_below(&r, 64));
+                memcpy(codes + 2 * i, &v, 2);
+            } else {
+                codes[i] = (uint8_t)(i + it);
+            }
+        }
+        for (int64_t g = 0; g < (c0 + n) / tile + 1; g++) {
+            scale[g] = qn_float(0x30000000u + (uint32_t)tu_below(&r, 0x1e000000));
+            zp[g] = (int32_t)tu_below(&r, 300) - 150;
+        }
+        quant_krow kr = {kc, tile, scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL, 0, false};
+        quant_generic_dequantize(&kr, codes, n, c0, d0);
+        for (int k = 0; k < nisa; k++) {
+            memset(d1, 0x55, sizeof d1);
+            quant_kernels_for(isas[k])->dequantize(&kr, codes, n, c0, d1);
+            int64_t at = 0;
+            while (at < n && memcmp(&d0[at], &d1[at], 4) == 0) at++;
+            ck_assert_msg(at == n, "%s kc %d tile %lld: element %lld is %a, scalar %a",
+                          quant_isa_name(isas[k]), kc, (long long)tile, (long long)at,
+                          at < n ? (double)d1[at] : 0.0, at < n ? (double)d0[at] : 0.0);
+            uint32_t past;
+            memcpy(&past, &d1[n], 4);
+            ck_assert_uint_eq(past, 0x55555555u); /* nothing written past the end */
+        }
+    }
+}
+END_TEST
+
+/* NF4 thresholds and fp8 midpoints times a scale other than 1, a few ulps either side, so that
+ * x * (1/s) and x / s may land on different sides: every ISA must keep the division's code. */
+START_TEST(kernels_exact_at_scaled_code_boundaries)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {31337};
+    enum { N = 4096 };
+    static float x[N];
+    static uint8_t q0[N], q1[N];
+    for (int it = 0; it < tu_iters(300); it++) {
+        quant_kcode kc = (quant_kcode)(QK_E4M3 + it % 3);
+        float s = qn_float(0x3a000000u + (uint32_t)tu_below(&r, 0x08000000));
+        int64_t i = 0;
+        while (i < N) {
+            float b;
+            if (kc == QK_NF4) {
+                b = qn_nf4_thresholds[tu_below(&r, 15)];
+            } else {
+                float (*to)(uint8_t) = kc == QK_E4M3 ? quant_e4m3fn_to_f32 : quant_e5m2_to_f32;
+                uint8_t c = (uint8_t)tu_below(&r, kc == QK_E4M3 ? 0x7e : 0x7b);
+                b = (to(c) + to((uint8_t)(c + 1))) / 2 * (tu_below(&r, 2) ? 1.0f : -1.0f);
+            }
+            float v = b * s;
+            for (int d = -4; d <= 4 && i < N; d++) {
+                float w = v;
+                for (int k = 0; k < (d < 0 ? -d : d); k++)
+                    w = nextafterf(w, d < 0 ? -INFINITY : INFINITY);
+                x[i++] = w;
+            }
+        }
+        int64_t tile = (int64_t[]){N, 64, 48, 100}[tu_below(&r, 4)];
+        float sc[N];
+        for (int64_t g = 0; g < N; g++) sc[g] = s;
+        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0};
+        quant_generic_quantize(&kr, x, N, 0, q0);
+        for (int k = 0; k < nisa; k++) {
+            quant_kernels_for(isas[k])->quantize(&kr, x, N, 0, q1);
+            int64_t at = 0;
+            while (at < N && q0[at] == q1[at]) at++;
+            ck_assert_msg(at == N, "%s kc %d scale %a: x = %a gives %#x, scalar %#x",
+                          quant_isa_name(isas[k]), kc, (double)s, at < N ? (double)x[at] : 0.0,
+                          at < N ? q1[at] : 0, at < N ? q0[at] : 0);
+        }
+    }
+}
+END_TEST
 Suite *suite_props(void)
 {
     Suite *s = suite_create("properties");
@@ -406,6 +636,9 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_match_generic_on_random_chunks);
     tcase_add_test(tc, kernels_exact_near_ties);
     tcase_add_test(tc, kernels_exact_at_code_boundaries);
+    tcase_add_test(tc, kernels_match_generic_on_long_chunks);
+    tcase_add_test(tc, kernels_dequantize_every_code);
+    tcase_add_test(tc, kernels_exact_at_scaled_code_boundaries);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,987 @@
+/* kernels_avx512.c -- AVX-512 (F/BW/VL/DQ) kernels: absmax/minmax reductions, quantize to int /
+ * fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening and nibble packing, 16 lanes
+ * at a time with mask registers for tails. Bit-identical to kernels_generic.c: same IEEE
+ * division (a reciprocal only where a margin proves it gives the division's code), same
+ * round-half-even; rare shapes run the generic code.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <immintrin.h>
+
+#include "internal.h"
+#include "numerics.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Round to nearest even, exceptions suppressed: for the instructions with embedded rounding. */
+#define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+/* vrangeps controls: min(|a|, |b|) with the sign of a, or with the sign cleared. */
+#define RANGE_ABSMIN_SIGN_A 0x02
+#define RANGE_ABSMIN_CLEAR  0x0a
+
+#define SUB 2048 /* elements per sub-chunk of the grouped quantize path: bounds its tables */
+
+/* Lanes [0, len) (all 16 when len >= 16). */
+ALWAYS_INLINE __mmask16 lanes(int64_t len)
+{
+    return (__mmask16)((1u << (len < 16 ? len : 16)) - 1u);
+}
+
+ALWAYS_INLINE __m512i abs_bits(__m512 v)
+{
+    return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+}
+
+ALWAYS_INLINE bool is_int(quant_kcode kc)
+{
+    return kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+}
+
+/* Prefetches the next row's source for the 64 values at chunk offset j: 64 * pf_elem bytes,
+ * pf_elem being 2 (bf16, f16), 4 (f32) or 8 (f64). */
+ALWAYS_INLINE void prefetch64(const char *pf, int64_t pf_elem, int64_t j)
+{
+    if (!pf) return;
+    const char *p = pf + j * pf_elem;
+    _mm_prefetch(p, _MM_HINT_T0);
+    _mm_prefetch(p + 64, _MM_HINT_T0);
+    if (pf_elem <= 2) return;
+    _mm_prefetch(p + 128, _MM_HINT_T0);
+    _mm_prefetch(p + 192, _MM_HINT_T0);
+    if (pf_elem <= 4) return;
+    for (int64_t off = 256; off < 64 * pf_elem; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+/* max |x| bits over x[0..len): magnitudes of floats order like their bit patterns. */
+ALWAYS_INLINE uint32_t seg_absmax_bits(const float *x, int64_t len)
+{
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+    int64_t j = 0;
+    for (; j + 64 <= len; j += 64) {
+        m0 = _mm512_max_epu32(m0, abs_bits(_mm512_loadu_ps(x + j)));
+        m1 = _mm512_max_epu32(m1, abs_bits(_mm512_loadu_ps(x + j + 16)));
+        m2 = _mm512_max_epu32(m2, abs_bits(_mm512_loadu_ps(x + j + 32)));
+        m3 = _mm512_max_epu32(m3, abs_bits(_mm512_loadu_ps(x + j + 48)));
+    }
+    for (; j + 16 <= len; j += 16) m0 = _mm512_max_epu32(m0, abs_bits(_mm512_loadu_ps(x + j)));
+    if (j < len) m1 = _mm512_max_epu32(m1, abs_bits(_mm512_maskz_loadu_ps(lanes(len - j), x + j)));
+    return _mm512_reduce_max_epu32(
+        _mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3)));
+}
+
+/* Transposing reduction: lane i of the result is the max over the lanes of v_i. Each step
+ * halves the lanes per source while doubling the sources per register: 512-bit halves, 128-bit
+ * quarters, 64-bit pairs, then single lanes; a final permutation restores the order. */
+ALWAYS_INLINE __m512i max_halves(__m512i a, __m512i b)
+{
+    return _mm512_max_epu32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xee));
+}
+
+ALWAYS_INLINE __m512i max_quarters(__m512i a, __m512i b)
+{
+    return _mm512_max_epu32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
+}
+
+ALWAYS_INLINE __m512i max_pairs(__m512i a, __m512i b)
+{
+    return _mm512_max_epu32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+ALWAYS_INLINE __m512i max_singles(__m512i a, __m512i b)
+{
+    __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    return _mm512_max_epu32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xdd)));
+}
+
+/* max |x| bits of one whole group (tile % 16 == 0), as a vector of partial maxima. */
+ALWAYS_INLINE __m512i group_absmax(const float *x, int64_t tile)
+{
+    __m512i m = abs_bits(_mm512_loadu_ps(x));
+    for (int64_t k = 16; k < tile; k += 16)
+        m = _mm512_max_epu32(m, abs_bits(_mm512_loadu_ps(x + k)));
+    return m;
+}
+
+/* max |x| bits of the 16 whole groups at x, lane i for group i. */
+ALWAYS_INLINE __m512i absmax16_groups(const float *x, int64_t tile)
+{
+#define GM(i) group_absmax(x + (i)*tile, tile)
+    __m512i t0 = max_halves(GM(0), GM(1)), t1 = max_halves(GM(2), GM(3));
+    __m512i t2 = max_halves(GM(4), GM(5)), t3 = max_halves(GM(6), GM(7));
+    __m512i t4 = max_halves(GM(8), GM(9)), t5 = max_halves(GM(10), GM(11));
+    __m512i t6 = max_halves(GM(12), GM(13)), t7 = max_halves(GM(14), GM(15));
+#undef GM
+    __m512i u0 = max_quarters(t0, t1), u1 = max_quarters(t2, t3);
+    __m512i u2 = max_quarters(t4, t5), u3 = max_quarters(t6, t7);
+    __m512i y = max_singles(max_pairs(u0, u1), max_pairs(u2, u3));
+    /* lane 4 q + p holds group 4 p + q */
+    return _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y);
+}
+
+/* Whole groups g.. from x[0..len) (len a multiple of 16 * tile), 16 at a time; returns the
+ * largest new value. `tile` is a compile-time constant in the common cases. */
+ALWAYS_INLINE __m512i absmax_batches(const float *x, int64_t len, int64_t tile, float *acc)
+{
+    __m512i seen = _mm512_setzero_si512();
+    for (int64_t j = 0; j < len; j += 16 * tile, acc += 16) {
+        __m512i m = _mm512_max_epu32(absmax16_groups(x + j, tile), _mm512_loadu_si512(acc));
+        _mm512_storeu_si512(acc, m);
+        seen = _mm512_max_epu32(seen, m);
+    }
+    return seen;
+}
+
+static int absmax_avx512(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc)
+{
+    if (tile == 1) {
+        __m512i seen = _mm512_setzero_si512();
+        for (int64_t j = 0; j < n; j += 16) {
+            __mmask16 m = lanes(n - j);
+            __m512i a = abs_bits(_mm512_maskz_loadu_ps(m, x + j));
+            a = _mm512_max_epu32(a, _mm512_maskz_loadu_epi32(m, acc + c0 + j));
+            _mm512_mask_storeu_epi32(acc + c0 + j, m, a);
+            seen = _mm512_max_epu32(seen, a); /* like generic, the old values count too */
+        }
+        return _mm512_reduce_max_epu32(seen) >= 0x7f800000u;
+    }
+    if (tile < 8) return quant_generic_absmax(x, n, c0, tile, acc);
+    uint32_t seen = 0;
+    int64_t g = c0 / tile, j = 0;
+    if (tile % 16 == 0 && tile <= 512) { /* small tiles: a register reduction per 16 groups */
+        int64_t lead = c0 % tile ? (g + 1) * tile - c0 : 0; /* a partial first group */
+        if (lead > n) lead = n;
+        if (lead) {
+            uint32_t m = seg_absmax_bits(x, lead), prev = qn_bits(acc[g]);
+            m = m > prev ? m : prev;
+            acc[g++] = qn_float(m);
+            seen = m;
+            j = lead;
+        }
+        int64_t len = (n - j) / (16 * tile) * (16 * tile);
+        __m512i s;
+        if (tile == 32)
+            s = absmax_batches(x + j, len, 32, acc + g);
+        else if (tile == 64)
+            s = absmax_batches(x + j, len, 64, acc + g);
+        else if (tile == 128)
+            s = absmax_batches(x + j, len, 128, acc + g);
+        else
+            s = absmax_batches(x + j, len, tile, acc + g);
+        uint32_t sb = _mm512_reduce_max_epu32(s);
+        seen = sb > seen ? sb : seen;
+        j += len;
+        g += len / tile;
+    }
+    for (; j < n; g++) {
+        int64_t end = (g + 1) * tile - c0 < n ? (g + 1) * tile - c0 : n;
+        uint32_t m = seg_absmax_bits(x + j, end - j), prev = qn_bits(acc[g]);
+        m = m > prev ? m : prev;
+        acc[g] = qn_float(m);
+        seen = m > seen ? m : seen;
+        j = end;
+    }
+    return seen >= 0x7f800000u;
+}
+
+/* Folds x[0..len) into *lo and *hi; returns nonzero on a non-finite value. min_ps(v, lo) is
+ * generic's `v < lo ? v : lo` lane by lane (max alike); only the sign of a zero result may
+ * differ, which calibration canonicalises. */
+ALWAYS_INLINE int seg_minmax(const float *x, int64_t len, float *lo, float *hi)
+{
+    __m512 l0 = _mm512_set1_ps(*lo), h0 = _mm512_set1_ps(*hi), l1 = l0, h1 = h0;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + j), v1 = _mm512_loadu_ps(x + j + 16);
+        l0 = _mm512_min_ps(v0, l0);
+        h0 = _mm512_max_ps(v0, h0);
+        s0 = _mm512_max_epu32(s0, abs_bits(v0));
+        l1 = _mm512_min_ps(v1, l1);
+        h1 = _mm512_max_ps(v1, h1);
+        s1 = _mm512_max_epu32(s1, abs_bits(v1));
+    }
+    for (; j < len; j += 16) {
+        __mmask16 m = lanes(len - j);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + j);
+        l0 = _mm512_mask_min_ps(l0, m, v, l0);
+        h0 = _mm512_mask_max_ps(h0, m, v, h0);
+        s0 = _mm512_max_epu32(s0, abs_bits(v));
+    }
+    *lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
+    *hi = _mm512_reduce_max_ps(_mm512_max_ps(h0, h1));
+    return _mm512_reduce_max_epu32(_mm512_max_epu32(s0, s1)) >= 0x7f800000u;
+}
+
+static int minmax_avx512(const float *x, int64_t n, int64_t c0, int64_t tile, float *mn, float *mx)
+{
+    if (tile == 1) {
+        __m512i seen = _mm512_setzero_si512();
+        for (int64_t j = 0; j < n; j += 16) {
+            __mmask16 m = lanes(n - j);
+            __m512 v = _mm512_maskz_loadu_ps(m, x + j);
+            __m512 lo = _mm512_maskz_loadu_ps(m, mn + c0 + j);
+            __m512 hi = _mm512_maskz_loadu_ps(m, mx + c0 + j);
+            _mm512_mask_storeu_ps(mn + c0 + j, m, _mm512_min_ps(v, lo));
+            _mm512_mask_storeu_ps(mx + c0 + j, m, _mm512_max_ps(v, hi));
+            seen = _mm512_max_epu32(seen, abs_bits(v));
+        }
+        return _mm512_reduce_max_epu32(seen) >= 0x7f800000u;
+    }
+    if (tile < 8) return quant_generic_minmax(x, n, c0, tile, mn, mx);
+    int bad = 0;
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
+        bad |= seg_minmax(x + j, end - j, mn + g, mx + g);
+        j = end;
+    }
+    return bad;
+}
+
+/* ---- code conversions (16 lanes) ------------------------------------------------------------ */
+
+/* Integer codes of scaled values: clip, then round half to even (the same as rounding first,
+ * qmin and qmax being integers). */
+ALWAYS_INLINE __m512i int_codes(__m512 v, __m512 qmin, __m512 qmax)
+{
+    return _mm512_cvt_roundps_epi32(_mm512_min_ps(qmax, _mm512_max_ps(qmin, v)), RNE);
+}
+
+/* Clip to +-max, then round to nearest even into an fp8 format with M mantissa bits and bias
+ * `bias`. With a = |clipped value| and e its exponent, raised to the smallest normal exponent
+ * emin = 1 - bias, c = 2^(e + 23 - M) has a float32 ulp of 2^(e - M), the fp8 spacing at a, so
+ * the RNE sum a + c holds a rounded to the fp8 grid: bits(a + c) - bits(c) is the number of fp8
+ * steps above zero in the binade (2^M..2^(M+1) for normals, 0..2^M for subnormals, where e is
+ * emin). The code is that count plus (e - emin) << M. Equal to qn_quant_*(): the same clip and
+ * the same round-half-even; the sign of zero is kept. */
+ALWAYS_INLINE __m512i fp8_codes(__m512 v, float max, int M, int bias)
+{
+    const __m512 vmax = _mm512_set1_ps(max);
+    const __m512i emin = _mm512_set1_epi32((127 + 1 - bias) << 23);
+    __m512 a = _mm512_range_ps(v, vmax, RANGE_ABSMIN_CLEAR);
+    __m512i ebits = _mm512_max_epu32(
+        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7f800000)), emin);
+    __m512i c = _mm512_add_epi32(ebits, _mm512_set1_epi32((23 - M) << 23));
+    __m512 s = _mm512_add_round_ps(a, _mm512_castsi512_ps(c), RNE);
+    __m512i steps = _mm512_sub_epi32(_mm512_castps_si512(s), c);
+    __m512i code =
+        _mm512_add_epi32(steps, _mm512_srli_epi32(_mm512_sub_epi32(ebits, emin), 23 - M));
+    __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(v), 24);
+    /* code | (sign & 0x80) */
+    return _mm512_ternarylogic_epi32(code, sign, _mm512_set1_epi32(0x80), 0xf8);
+}
+
+/* NF4 by a 32-cell grid over [-1, 1): cell floor(16 v), v clamped to [-1, 1), lives in lane
+ * cell & 31 of two-register tables (lanes 0..15: cells 0..15, lanes 16..31: cells -16..-1).
+ * The thresholds are more than 1/16 apart, so a cell holds at most one: index(v) = the count of
+ * thresholds in lower cells + (v > the cell's threshold, +inf when none). */
+typedef struct nf4_grid {
+    __m512 thr_lo, thr_hi;
+    __m512i base_lo, base_hi;
+} nf4_grid;
+
+static nf4_grid nf4_grid_make(void)
+{
+    float thr[32];
+    int32_t base[32];
+    int cell[15];
+    for (int i = 0; i < 32; i++) thr[i] = __builtin_inff();
+    for (int i = 0; i < 15; i++) {
+        cell[i] = (int)__builtin_floorf(qn_nf4_thresholds[i] * 16.0f); /* exact */
+        thr[cell[i] & 31] = qn_nf4_thresholds[i];
+    }
+    for (int c = -16, i = 0; c < 16; c++) { /* the thresholds ascend */
+        while (i < 15 && cell[i] < c) i++;
+        base[c & 31] = i;
+    }
+    nf4_grid g = {_mm512_loadu_ps(thr), _mm512_loadu_ps(thr + 16), _mm512_loadu_si512(base),
+                  _mm512_loadu_si512(base + 16)};
+    return g;
+}
+
+/* NF4 indices; *thr gets each lane's cell threshold (for the reciprocal path's margin). */
+ALWAYS_INLINE __m512i nf4_codes(__m512 v, const nf4_grid *t, __m512 *thr)
+{
+    /* 16 v is exact; |16 v| clipped to 15.5 with its sign puts v >= 15/16 in cell 15 and
+     * v < -15/16 in cell -16, neither of which holds a threshold */
+    __m512 u = _mm512_range_ps(_mm512_mul_ps(v, _mm512_set1_ps(16.0f)), _mm512_set1_ps(15.5f),
+                               RANGE_ABSMIN_SIGN_A);
+    __m512i cell = _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    *thr = _mm512_permutex2var_ps(t->thr_lo, cell, t->thr_hi);
+    __m512i base = _mm512_permutex2var_epi32(t->base_lo, cell, t->base_hi);
+    __mmask16 above = _mm512_cmp_ps_mask(v, *thr, _CMP_GT_OQ);
+    return _mm512_mask_sub_epi32(base, above, base, _mm512_set1_epi32(-1));
+}
+
+/* Codes of scaled values, as int32 lanes. */
+ALWAYS_INLINE __m512i codes16(quant_kcode kc, __m512 v, __m512 qmin, __m512 qmax,
+                              const nf4_grid *grid)
+{
+    __m512 thr;
+    switch (kc) {
+    case QK_E4M3:
+        return fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    case QK_E5M2:
+        return fp8_codes(v, QN_E5M2_MAX, 2, 15);
+    case QK_NF4:
+        return nf4_codes(v, grid, &thr);
+    default:
+        return int_codes(v, qmin, qmax);
+    }
+}
+
+/* Stores the lanes `m` of 16 codes at the kind's width. Every code is already within the
+ * destination range (clipped integers, fp8 bytes, nf4 indices), so saturation never acts. */
+ALWAYS_INLINE void store16(quant_kcode kc, uint8_t *dst, __mmask16 m, __m512i c)
+{
+    if (kc == QK_I16)
+        _mm512_mask_cvtsepi32_storeu_epi16(dst, m, c);
+    else if (kc == QK_I8)
+        _mm512_mask_cvtsepi32_storeu_epi8(dst, m, c);
+    else
+        _mm512_mask_cvtusepi32_storeu_epi8(dst, m, c);
+}
+
+/* Stores 64 codes: two pack steps, then one permutation undoes their in-lane interleave. */
+ALWAYS_INLINE void store64(quant_kcode kc, uint8_t *dst, __m512i a, __m512i b, __m512i c, __m512i d)
+{
+    __m512i ab = _mm512_packs_epi32(a, b), cd = _mm512_packs_epi32(c, d);
+    if (kc == QK_I16) {
+        const __m512i q = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+        _mm512_storeu_si512(dst, _mm512_permutexvar_epi64(q, ab));
+        _mm512_storeu_si512(dst + 64, _mm512_permutexvar_epi64(q, cd));
+        return;
+    }
+    __m512i bytes = kc == QK_I8 ? _mm512_packs_epi16(ab, cd) : _mm512_packus_epi16(ab, cd);
+    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi32(p, bytes));
+}
+
+/* ---- quantize: the reciprocal path ---------------------------------------------------------- */
+
+/* Integer codes without a divide per element (the scheme of kernels_avx2.c). With r = fl(1/s),
+ * b = fl(x * r) (+ zero point) differs from fl(x / s) (+ zero point) by less than
+ * (|x * r| + |b|) * 2^-21. b is clipped to [qmin, qmax] before rounding (the same as clipping
+ * after, qmin and qmax being integers); a clipped value is then exact, and an unclipped one
+ * rounds like the division's value unless it lies within `margin` of a half-integer (2^-12
+ * covers 8-bit values and zero points, 2^-11 uint8 with zero points up to 255, 2^-4 int16).
+ * Lanes that close to a tie are recomputed with the IEEE division. Only used when r is a normal
+ * float (else r is NaN, which counts as near). */
+ALWAYS_INLINE float int_margin(quant_kcode kc)
+{
+    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
+}
+
+/* NF4 (no zero point) by the same scheme. With q = x / s exactly, b = fl(x * r) and
+ * v = fl(x / s) differ by at most |q| (3 * 2^-24 + 2^-48) + 2^-149 < 2^-21 when |q| <= 2, and
+ * index(b) = index(v) unless a threshold lies between them. The threshold of b's grid cell is
+ * checked against NF4_MARGIN = 2^-20; every other threshold is at least 0.00166 (0x1.00da06p-1
+ * to 1/2) from its own cell's edges, hence farther than that from b. When |q| > 2, b and v both
+ * lie beyond +-15/16, in the edge cells, which hold no threshold. Lanes within the margin, and
+ * unordered ones (b NaN or +Inf), are recomputed with the IEEE division. */
+#define NF4_MARGIN 0x1p-20f
+
+/* True when the kind (with or without a zero point) uses the reciprocal path. */
+ALWAYS_INLINE bool use_recip(quant_kcode kc, bool asym)
+{
+    return is_int(kc) || (kc == QK_NF4 && !asym);
+}
+
+/* Codes of b = x * r [+ z] as int32 lanes; *near gets the lanes the division must redo. For
+ * integers b is rounded after the clip (NaN propagates through it, by operand order, and makes
+ * d unordered); vreduceps gives d = b - rint(b) exactly. */
+ALWAYS_INLINE __m512i recip_codes(quant_kcode kc, __m512 x, __m512 r, __m512 z, bool asym,
+                                  __m512 qmin, __m512 qmax, const nf4_grid *grid, __mmask16 *near)
+{
+    __m512 b = _mm512_mul_ps(x, r);
+    if (kc == QK_NF4) {
+        __m512 thr;
+        __m512i k = nf4_codes(b, grid, &thr);
+        *near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(b, thr)), _mm512_set1_ps(NF4_MARGIN),
+                                   _CMP_NGT_UQ);
+        return k;
+    }
+    if (asym) b = _mm512_add_ps(b, z);
+    b = _mm512_min_ps(qmax, _mm512_max_ps(qmin, b));
+    __m512 d = _mm512_reduce_ps(b, RNE);
+    *near =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(d), _mm512_set1_ps(0.5f - int_margin(kc)), _CMP_NLT_UQ);
+    return _mm512_cvt_roundps_epi32(b, RNE);
+}
+
+/* ---- quantize: chunks whose 16-vectors each lie in one column group ------------------------ */
+
+/* Advances to the group of the next `step` elements (groups hold whole steps). */
+ALWAYS_INLINE int64_t next_group(int64_t *g, int64_t *left, int64_t tile, int64_t step)
+{
+    if (*left == 0) {
+        (*g)++;
+        *left = tile;
+    }
+    *left -= step;
+    return *g;
+}
+
+/* Per group from g0 (ng groups): 1/scale (NaN when the reciprocal is not a normal float, so that
+ * every lane counts as near) and the zero point as a float. */
+ALWAYS_INLINE void group_tables(const quant_krow *r, int64_t g0, int64_t ng, float *recip,
+                                float *zpf, bool want_recip)
+{
+    for (int64_t i = 0; i < ng; i += 16) {
+        __mmask16 m = lanes(ng - i);
+        if (want_recip) {
+            __m512 s = _mm512_maskz_loadu_ps(m, r->scale + g0 + i);
+            __mmask16 ok = _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) &
+                           _mm512_cmp_ps_mask(s, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ);
+            __m512 rc =
+                _mm512_mask_div_ps(_mm512_set1_ps(__builtin_nanf("")), ok, _mm512_set1_ps(1.0f), s);
+            _mm512_mask_storeu_ps(recip + i, m, rc);
+        }
+        if (r->zp) {
+            __m512i z = _mm512_maskz_loadu_epi32(m, r->zp + g0 + i);
+            _mm512_mask_storeu_ps(zpf + i, m, _mm512_cvtepi32_ps(z));
+        }
+    }
+}
+
+/* Codes of the 16 values at x (lanes m) of group gi (tables from g0): the reciprocal path when
+ * the kind has one (near lanes reported), else the division. */
+ALWAYS_INLINE __m512i vec_codes(quant_kcode kc, const quant_krow *r, const float *x, __mmask16 m,
+                                int64_t gi, int64_t g0, const float *recip, const float *zpf,
+                                const nf4_grid *grid, __m512 qmin, __m512 qmax, __mmask16 *near,
+                                const bool asym)
+{
+    __m512 xv = m == 0xffff ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(m, x);
+    __m512 z = asym ? _mm512_set1_ps(zpf[gi - g0]) : _mm512_setzero_ps();
+    if (use_recip(kc, asym)) {
+        __m512i k =
+            recip_codes(kc, xv, _mm512_set1_ps(recip[gi - g0]), z, asym, qmin, qmax, grid, near);
+        *near &= m;
+        return k;
+    }
+    __m512 v = _mm512_maskz_div_ps(m, xv, _mm512_set1_ps(r->scale[gi]));
+    if (asym) v = _mm512_add_ps(v, z);
+    return codes16(kc, v, qmin, qmax, grid);
+}
+
+/* How grouped_sub() finds the group of each 16-vector, and notes near lanes (compile-time): */
+enum {
+    STEP_ANY,   /* tile % 16 == 0: a counter per vector */
+    STEP_16,    /* tile 16 from a group start: one group per vector */
+    STEP_32,    /* tile 32 from a group start: one group per two vectors */
+    STEP_BLOCK, /* tile % 64 == 0 from a 64-aligned start: one group per 64-block */
+    STEP_LONG,  /* as STEP_BLOCK, with near lanes rare enough for a branch: one group in the
+                   sub-chunk, or tiles of 1024 and more (about one near lane per 2 groups, where
+                   the group's absmax is negative: -B = qmin + 0.5 is a tie) */
+};
+
+/* Near lanes gathered for the division pass, REDO_MAX at most between passes: a division per
+ * 16 of them rather than per 16-vector holding one, and no chain of dependent latencies. */
+#define REDO_MAX 256
+
+typedef struct redo_list {
+    float x[REDO_MAX + 16], s[REDO_MAX + 16], z[REDO_MAX + 16];
+    int32_t at[REDO_MAX + 16]; /* element index in the sub-chunk */
+} redo_list;
+
+/* Codes of the n gathered lanes through the IEEE division, stored where they belong. */
+ALWAYS_INLINE void redo_flush(quant_kcode kc, const redo_list *l, int n, __m512 qmin, __m512 qmax,
+                              const nf4_grid *grid, uint8_t *out, const bool asym)
+{
+    for (int k = 0; k < n; k += 16) {
+        __mmask16 m = lanes(n - k);
+        __m512 v = _mm512_maskz_div_ps(m, _mm512_loadu_ps(l->x + k), _mm512_loadu_ps(l->s + k));
+        if (asym) v = _mm512_add_ps(v, _mm512_loadu_ps(l->z + k));
+        int32_t c[16];
+        _mm512_storeu_si512(c, codes16(kc, v, qmin, qmax, grid));
+        for (int i = 0; i < 16 && k + i < n; i++) {
+            if (kc == QK_I16) {
+                int16_t h = (int16_t)c[i];
+                memcpy(out + 2 * (int64_t)l->at[k + i], &h, sizeof h);
+            } else {
+                out[l->at[k + i]] = (uint8_t)c[i];
+            }
+        }
+    }
+}
+
+/* Near lanes, bit l for lane l of a 16-vector. For STEP_LONG, only blocks holding some are noted
+ * (behind a branch): in block[], with their group's table index in group[] and their lanes per
+ * vector in lanes[4 e + q]. Otherwise lanes[v] is stored for every vector v, without a branch
+ * (near lanes are common with small tiles, and irregular), and the pass skips the empty slots
+ * 32 at a time. */
+typedef struct near_list {
+    uint16_t lanes[SUB / 16 + 4]; /* STEP_LONG: 4 per noted block, SUB / 64 + 1 of them */
+    int32_t block[SUB / 64 + 1], group[SUB / 64 + 1];
+} near_list;
+
+/* Gathers the lanes m of the 16-vector v (group table index t) into l. */
+ALWAYS_INLINE void gather_near(redo_list *l, int *n, const quant_krow *r, const float *x, int64_t v,
+                               __mmask16 m, int64_t t, int64_t g0, const float *zpf,
+                               const bool asym)
+{
+    const int64_t j = v * 16;
+    __m512i at =
+        _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32((int)j));
+    _mm512_storeu_ps(l->x + *n, _mm512_maskz_compress_ps(m, _mm512_maskz_loadu_ps(m, x + j)));
+    _mm512_storeu_si512(l->at + *n, _mm512_maskz_compress_epi32(m, at));
+    _mm512_storeu_ps(l->s + *n, _mm512_set1_ps(r->scale[g0 + t]));
+    if (asym) _mm512_storeu_ps(l->z + *n, _mm512_set1_ps(zpf[t]));
+    *n += __builtin_popcount(m);
+}
+
+/* The division pass over the near lanes: nb blocks noted for STEP_LONG, else nv vector slots.
+ * vg[] holds the table index of each vector for STEP_ANY, per block for STEP_BLOCK. */
+ALWAYS_INLINE void redo_near(quant_kcode kc, const quant_krow *r, const float *x,
+                             const near_list *nl, int nb, int64_t nv, const int32_t *vg, int step,
+                             const float *zpf, int64_t g0, const nf4_grid *grid, uint8_t *out,
+                             const bool asym)
+{
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    redo_list l;
+    int n = 0;
+    if (step == STEP_LONG) {
+        for (int e = 0; e < nb; e++) {
+            for (int q = 0; q < 4; q++) {
+                __mmask16 m = nl->lanes[4 * e + q];
+                if (!m) continue;
+                if (n > REDO_MAX) { /* room for 16 more */
+                    redo_flush(kc, &l, n, qmin, qmax, grid, out, asym);
+                    n = 0;
+                }
+                gather_near(&l, &n, r, x, 4 * (int64_t)nl->block[e] + q, m, nl->group[e], g0, zpf,
+                            asym);
+            }
+        }
+    } else {
+        for (int64_t i = 0; i < nv; i += 32) {
+            __mmask32 valid = nv - i >= 32 ? 0xffffffffu : (1u << (nv - i)) - 1u;
+            __m512i w = _mm512_maskz_loadu_epi16(valid, nl->lanes + i);
+            for (uint32_t bits = _mm512_test_epi16_mask(w, w); bits; bits &= bits - 1) {
+                int64_t v = i + __builtin_ctz(bits);
+                int64_t t = step == STEP_16      ? v
+                            : step == STEP_32    ? v / 2
+                            : step == STEP_BLOCK ? vg[v / 4]
+                                                 : vg[v];
+                if (n > REDO_MAX) {
+                    redo_flush(kc, &l, n, qmin, qmax, grid, out, asym);
+                    n = 0;
+                }
+                gather_near(&l, &n, r, x, v, nl->lanes[v], t, g0, zpf, asym);
+            }
+        }
+    }
+    redo_flush(kc, &l, n, qmin, qmax, grid, out, asym);
+}
+
+/* Notes the near lanes of the 16-vectors v..v+3 (block v / 4, group table index t); *nb counts
+ * the blocks noted for STEP_LONG. */
+ALWAYS_INLINE void note_near(near_list *nl, int *nb, int64_t v, int64_t t, __mmask16 n0,
+                             __mmask16 n1, __mmask16 n2, __mmask16 n3, int step)
+{
+    int64_t at = v;
+    if (step == STEP_LONG) {
+        if (__builtin_expect(_kortestz_mask16_u8(_kor_mask16(n0, n1), _kor_mask16(n2, n3)), 1))
+            return;
+        nl->block[*nb] = (int32_t)(v / 4);
+        nl->group[*nb] = (int32_t)t;
+        at = 4 * (int64_t)(*nb)++;
+    }
+    _store_mask16((__mmask16 *)nl->lanes + at, n0);
+    _store_mask16((__mmask16 *)nl->lanes + at + 1, n1);
+    _store_mask16((__mmask16 *)nl->lanes + at + 2, n2);
+    _store_mask16((__mmask16 *)nl->lanes + at + 3, n3);
+}
+
+/* Codes for x[0..m) (m <= SUB) from column cj, every 16-vector inside one column group. */
+ALWAYS_INLINE void grouped_sub(quant_kcode kc, const quant_krow *r, const float *x, int64_t m,
+                               int64_t cj, const nf4_grid *grid, uint8_t *out, const char *pf,
+                               const bool asym, const int step)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    const bool rec = use_recip(kc, asym);
+    const bool per_block = step == STEP_BLOCK || step == STEP_LONG;
+    const int64_t g0 = cj / tile, ng = (cj + m - 1) / tile - g0 + 1;
+    float recip[SUB / 16 + 2], zpf[SUB / 16 + 2];
+    int32_t vg[SUB / 16];
+    near_list nl;
+    int nb = 0;
+    group_tables(r, g0, ng, recip, zpf, rec);
+    int64_t g = g0, left = (g0 + 1) * tile - cj, j = 0, v = 0;
+    __mmask16 n0 = 0, n1 = 0, n2 = 0, n3 = 0;
+    for (; j + 64 <= m; j += 64, v += 4) {
+        prefetch64(pf, r->pf_elem, j);
+        int64_t ga, gb, gc, gd;
+        if (step == STEP_16) {
+            ga = g0 + v, gb = ga + 1, gc = ga + 2, gd = ga + 3;
+        } else if (step == STEP_32) {
+            ga = gb = g0 + v / 2, gc = gd = ga + 1;
+        } else if (per_block) {
+            ga = gb = gc = gd = next_group(&g, &left, tile, 64);
+            if (step == STEP_BLOCK) vg[v / 4] = (int32_t)(ga - g0);
+        } else {
+            ga = next_group(&g, &left, tile, 16), gb = next_group(&g, &left, tile, 16);
+            gc = next_group(&g, &left, tile, 16), gd = next_group(&g, &left, tile, 16);
+            vg[v] = (int32_t)(ga - g0), vg[v + 1] = (int32_t)(gb - g0);
+            vg[v + 2] = (int32_t)(gc - g0), vg[v + 3] = (int32_t)(gd - g0);
+        }
+        __m512i k0 =
+            vec_codes(kc, r, x + j, 0xffff, ga, g0, recip, zpf, grid, qmin, qmax, &n0, asym);
+        __m512i k1 =
+            vec_codes(kc, r, x + j + 16, 0xffff, gb, g0, recip, zpf, grid, qmin, qmax, &n1, asym);
+        __m512i k2 =
+            vec_codes(kc, r, x + j + 32, 0xffff, gc, g0, recip, zpf, grid, qmin, qmax, &n2, asym);
+        __m512i k3 =
+            vec_codes(kc, r, x + j + 48, 0xffff, gd, g0, recip, zpf, grid, qmin, qmax, &n3, asym);
+        store64(kc, out + j * csize, k0, k1, k2, k3);
+        if (rec) note_near(&nl, &nb, v, ga - g0, n0, n1, n2, n3, step);
+    }
+    /* the last vectors (up to 3 full ones, and a partial one): a block of their own */
+    __mmask16 t[4] = {0, 0, 0, 0};
+    int64_t tg = 0, jt = j;
+    for (int q = 0; j < m; j += 16, v++, q++) {
+        __mmask16 lm = lanes(m - j);
+        int64_t gi = step == STEP_16   ? g0 + v
+                     : step == STEP_32 ? g0 + v / 2
+                                       : next_group(&g, &left, tile, 16);
+        if (step == STEP_ANY) vg[v] = (int32_t)(gi - g0);
+        if (q == 0) tg = gi - g0;
+        if (q == 0 && step == STEP_BLOCK) vg[v / 4] = (int32_t)tg;
+        __m512i k = vec_codes(kc, r, x + j, lm, gi, g0, recip, zpf, grid, qmin, qmax, &t[q], asym);
+        store16(kc, out + j * csize, lm, k);
+    }
+    if (rec) {
+        if (jt < m) note_near(&nl, &nb, jt / 16, tg, t[0], t[1], t[2], t[3], step);
+        redo_near(kc, r, x, &nl, nb, v, vg, step, zpf, g0, grid, out, asym);
+    }
+}
+
+/* Sub-chunks of SUB elements, each through the grouped_sub() variant its shape allows. A zero
+ * point is only specialised for integer codes (fp8 and nf4 never take one but in tests). */
+ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                              int64_t c0, const nf4_grid *grid, uint8_t *out)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
+    const bool asym = r->zp != NULL;
+    for (int64_t j0 = 0; j0 < n; j0 += SUB) {
+        int64_t m = n - j0 < SUB ? n - j0 : SUB, cj = c0 + j0;
+        const char *pf = r->pf ? r->pf + j0 * r->pf_elem : NULL;
+        const float *xj = x + j0;
+        uint8_t *oj = out + j0 * csize;
+        bool one = cj / tile == (cj + m - 1) / tile, blocks = tile % 64 == 0 && cj % 64 == 0;
+        int step = one || (blocks && tile >= 1024) ? STEP_LONG
+                   : blocks                        ? STEP_BLOCK
+                   : tile == 16                    ? STEP_16
+                   : tile == 32 && cj % 32 == 0    ? STEP_32
+                                                   : STEP_ANY;
+        if (asym && !is_int(kc)) step = -1;
+#define GROUPED(a, st)                                                                             \
+    case (st)*2 + (a):                                                                             \
+        grouped_sub(kc, r, xj, m, cj, grid, oj, pf, a, st);                                        \
+        break
+        switch (step * 2 + asym) {
+            GROUPED(false, STEP_ANY);
+            GROUPED(false, STEP_16);
+            GROUPED(false, STEP_32);
+            GROUPED(false, STEP_BLOCK);
+            GROUPED(false, STEP_LONG);
+            GROUPED(true, STEP_ANY);
+            GROUPED(true, STEP_16);
+            GROUPED(true, STEP_32);
+            GROUPED(true, STEP_BLOCK);
+            GROUPED(true, STEP_LONG);
+        default:
+            grouped_sub(kc, r, xj, m, cj, grid, oj, pf, true, STEP_ANY);
+            break;
+        }
+#undef GROUPED
+    }
+}
+
+/* ---- quantize: other shapes ------------------------------------------------------------------ */
+
+/* Any tile >= 8: each column group in 16-vectors, its last one masked; a vector with a near lane
+ * is redone at once with the division (a branch: these shapes are rare). */
+ALWAYS_INLINE void segments_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                               int64_t c0, const nf4_grid *grid, uint8_t *out)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    const bool asym = r->zp != NULL;
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
+        float sc = r->scale[g];
+        const __m512 s = _mm512_set1_ps(sc);
+        const __m512 z = _mm512_set1_ps(asym ? (float)r->zp[g] : 0.0f);
+        const bool rec = use_recip(kc, asym) && sc >= 0x1p-126f && sc <= 0x1p126f;
+        const __m512 rc = _mm512_set1_ps(rec ? 1.0f / sc : 0.0f);
+        for (; j < end; j += 16) {
+            if (r->pf) _mm_prefetch(r->pf + j * r->pf_elem, _MM_HINT_T0);
+            __mmask16 m = lanes(end - j), near = 0;
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
+            __m512i k = _mm512_setzero_si512();
+            if (rec) {
+                k = recip_codes(kc, xv, rc, z, asym, qmin, qmax, grid, &near);
+                near &= m;
+            }
+            if (!rec || near) {
+                __m512 v = _mm512_maskz_div_ps(m, xv, s);
+                if (asym) v = _mm512_add_ps(v, z);
+                k = codes16(kc, v, qmin, qmax, grid);
+            }
+            store16(kc, out + j * csize, m, k);
+        }
+        j = end; /* the masked step may have gone past it */
+    }
+}
+
+/* tile == 1: a scale (and zero point) per element, so always the division. */
+ALWAYS_INLINE void per_element_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                                  int64_t c0, const nf4_grid *grid, uint8_t *out)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        __m512 v = _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, x + j),
+                                       _mm512_maskz_loadu_ps(m, r->scale + c0 + j));
+        if (r->zp)
+            v = _mm512_add_ps(v, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, r->zp + c0 + j)));
+        store16(kc, out + j * csize, m, codes16(kc, v, qmin, qmax, grid));
+    }
+}
+
+ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                              int64_t c0, void *codes)
+{
+    if (n <= 0) return 0;
+    if (r->tile > 1 && r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
+    /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
+    int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
+    nf4_grid grid;
+    if (kc == QK_NF4) grid = nf4_grid_make();
+    if (r->tile == 1)
+        per_element_kc(kc, r, x, n, c0, &grid, codes);
+    else if ((r->tile % 16 == 0 && c0 % 16 == 0) || c0 / r->tile == (c0 + n - 1) / r->tile)
+        grouped_kc(kc, r, x, n, c0, &grid, codes);
+    else
+        segments_kc(kc, r, x, n, c0, &grid, codes);
+    return bad;
+}
+
+static int quantize_avx512(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+{
+    switch (r->kcode) {
+    case QK_I8:
+        return quantize_kc(QK_I8, r, x, n, c0, codes);
+    case QK_U8:
+        return quantize_kc(QK_U8, r, x, n, c0, codes);
+    case QK_I16:
+        return quantize_kc(QK_I16, r, x, n, c0, codes);
+    case QK_E4M3:
+        return quantize_kc(QK_E4M3, r, x, n, c0, codes);
+    case QK_E5M2:
+        return quantize_kc(QK_E5M2, r, x, n, c0, codes);
+    case QK_NF4:
+        return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    default:
+        return quant_generic_quantize(r, x, n, c0, codes);
+    }
+}
+
+/* ---- dequantize ------------------------------------------------------------------------------ */
+
+/* fp8 codes (int32 lanes) -> float32, exactly as qn_fp8_to_f32(). A normal code is its bits
+ * shifted into place plus the exponent rebias; a subnormal one is built as the normal
+ * 2^(1-bias) * (1 + m/2^M) minus 2^(1-bias) (exact), so no denormal operand is ever touched. */
+ALWAYS_INLINE __m512 fp8_levels(__m512i c, int M, int bias, bool has_inf)
+{
+    __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+    __m512i t =
+        _mm512_add_epi32(_mm512_slli_epi32(mag, 23 - M), _mm512_set1_epi32((127 - bias) << 23));
+    __mmask16 sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(1 << M));
+    t = _mm512_mask_add_epi32(t, sub, t, _mm512_set1_epi32(1 << 23));
+    __m512 f = _mm512_castsi512_ps(t);
+    f = _mm512_mask_sub_ps(f, sub, f, _mm512_castsi512_ps(_mm512_set1_epi32((128 - bias) << 23)));
+    __m512i bits = _mm512_castps_si512(f);
+    /* exponent all ones: e5m2 Inf, or a quiet NaN without payload; e4m3fn: only S.1111.111,
+     * a NaN */
+    __mmask16 nan = has_inf ? _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7c))
+                            : _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
+    if (has_inf)
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7c)),
+                                     _mm512_set1_epi32(0x7f800000));
+    bits = _mm512_mask_mov_epi32(bits, nan, _mm512_set1_epi32(0x7fc00000));
+    /* bits | ((c << 24) & sign bit) */
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+        bits, _mm512_slli_epi32(c, 24), _mm512_set1_epi32((int)0x80000000u), 0xf8));
+}
+
+/* Levels of the 16 codes at c (lanes m). */
+ALWAYS_INLINE __m512 levels16(quant_kcode kc, const uint8_t *c, __mmask16 m, __m512 nf4_levels)
+{
+    if (kc == QK_I16)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m, c)));
+    __m128i b = _mm_maskz_loadu_epi8(m, c);
+    switch (kc) {
+    case QK_I8:
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    case QK_E4M3:
+        return fp8_levels(_mm512_cvtepu8_epi32(b), 3, 7, false);
+    case QK_E5M2:
+        return fp8_levels(_mm512_cvtepu8_epi32(b), 2, 15, true);
+    case QK_NF4: /* vpermps reads the low 4 index bits: code & 15 */
+        return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(b), nf4_levels);
+    default:
+        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+    }
+}
+
+/* out[0..16) lanes m = (level - z) * s, or level * s without a zero point. */
+ALWAYS_INLINE void deq16(quant_kcode kc, const uint8_t *c, __mmask16 m, __m512 lv, __m512 s,
+                         __m512 z, bool asym, float *out)
+{
+    __m512 l = levels16(kc, c, m, lv);
+    if (asym) l = _mm512_sub_ps(l, z);
+    if (m == 0xffff)
+        _mm512_storeu_ps(out, _mm512_mul_ps(l, s));
+    else
+        _mm512_mask_storeu_ps(out, m, _mm512_mul_ps(l, s));
+}
+
+ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint8_t *codes,
+                                 int64_t n, int64_t c0, float *out)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m512 lv = kc == QK_NF4 ? _mm512_loadu_ps(quant_nf4_levels) : _mm512_setzero_ps();
+    const bool asym = r->zp != NULL;
+    if (r->tile == 1) {
+        for (int64_t j = 0; j < n; j += 16) {
+            __mmask16 m = lanes(n - j);
+            __m512 z = asym ? _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, r->zp + c0 + j))
+                            : _mm512_setzero_ps();
+            deq16(kc, codes + j * csize, m, lv, _mm512_maskz_loadu_ps(m, r->scale + c0 + j), z,
+                  asym, out + j);
+        }
+        return;
+    }
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
+        const __m512 s = _mm512_set1_ps(r->scale[g]);
+        const __m512 z = _mm512_set1_ps(asym ? (float)r->zp[g] : 0.0f);
+        for (; j + 32 <= end; j += 32) {
+            deq16(kc, codes + j * csize, 0xffff, lv, s, z, asym, out + j);
+            deq16(kc, codes + (j + 16) * csize, 0xffff, lv, s, z, asym, out + j + 16);
+        }
+        for (; j < end; j += 16)
+            deq16(kc, codes + j * csize, lanes(end - j), lv, s, z, asym, out + j);
+        j = end;
+    }
+}
+
+static void dequantize_avx512(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
+                              float *out)
+{
+    switch (r->kcode) {
+    case QK_I8:
+        dequantize_kc(QK_I8, r, codes, n, c0, out);
+        break;
+    case QK_U8:
+        dequantize_kc(QK_U8, r, codes, n, c0, out);
+        break;
+    case QK_I16:
+        dequantize_kc(QK_I16, r, codes, n, c0, out);
+        break;
+    case QK_E4M3:
+        dequantize_kc(QK_E4M3, r, codes, n, c0, out);
+        break;
+    case QK_E5M2:
+        dequantize_kc(QK_E5M2, r, codes, n, c0, out);
+        break;
+    case QK_NF4:
+        dequantize_kc(QK_NF4, r, codes, n, c0, out);
+        break;
+    default:
+        quant_generic_dequantize(r, codes, n, c0, out);
+        break;
+    }
+}
+
+/* ---- widening -------------------------------------------------------------------------------- */
+
+ALWAYS_INLINE __m512 bf16x16(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Unmasked 32-element steps, then a masked tail (a mask per step costs twice the time). */
+static void widen_bf16_avx512(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm512_storeu_ps(dst + i, bf16x16(_mm256_loadu_si256((const __m256i *)(src + i))));
+        _mm512_storeu_ps(dst + i + 16,
+                         bf16x16(_mm256_loadu_si256((const __m256i *)(src + i + 16))));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, bf16x16(_mm256_maskz_loadu_epi16(m, src + i)));
+    }
+}
+
+/* vcvtph2ps is exact and quiets NaN keeping its payload, as qn_f16_to_f32() does. */
+static void widen_f16_avx512(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+        _mm512_storeu_ps(dst + i + 16,
+                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 16))));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+    }
+}
+
+/* ---- packing -------------------------------------------------------------------------------- */
+
+/* 64 codes -> 32 bytes: low nibble of code 2i plus code 2i+1 times 16, summed by vpmaddubsw,
+ * narrowed by vpmovwb. In the masked tail a missing last partner loads as 0, leaving the lone
+ * low nibble. */
+ALWAYS_INLINE __m256i pack64(__m512i codes)
+{
+    __m512i v = _mm512_and_si512(codes, _mm512_set1_epi8(0x0f));
+    return _mm512_cvtepi16_epi8(_mm512_maddubs_epi16(v, _mm512_set1_epi16(0x1001)));
+}
+
+static void pack_avx512(const uint8_t *codes, int64_t n, uint8_t *packed)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        _mm256_storeu_si256((__m256i *)(packed + i / 2), pack64(_mm512_loadu_si512(codes + i)));
+    if (i < n) {
+        __mmask64 m = ((__mmask64)1 << (n - i)) - 1;
+        __mmask32 out = (__mmask32)((1ull << ((n - i + 1) / 2)) - 1);
+        _mm256_mask_storeu_epi8(packed + i / 2, out, pack64(_mm512_maskz_loadu_epi8(m, codes + i)));
+    }
+}
+
+const quant_kernels quant_kernels_avx512 = {
+    .isa = QUANT_ISA_AVX512,
+    .absmax = absmax_avx512,
+    .minmax = minmax_avx512,
+    .quantize = quantize_avx512,
+    .dequantize = dequantize_avx512,
+    .widen_bf16 = widen_bf16_avx512,
+    .widen_f16 = widen_f16_avx512,
+    .pack = pack_avx512,
+};
