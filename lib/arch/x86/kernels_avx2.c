@@ -115,8 +115,9 @@ static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
         for (; j + 8 <= n; j += 8) {
             __m256i a = abs_bits(_mm256_loadu_ps(x + j));
             __m256i m = _mm256_loadu_si256((const __m256i *)(acc + c0 + j));
-            _mm256_storeu_si256((__m256i *)(acc + c0 + j), _mm256_max_epi32(m, a));
-            seen = _mm256_max_epi32(seen, a);
+            m = _mm256_max_epi32(m, a); /* accumulators hold non-negative floats: bits order */
+            _mm256_storeu_si256((__m256i *)(acc + c0 + j), m);
+            seen = _mm256_max_epi32(seen, m);
         }
         int bad = hmax_epi32(seen) >= 0x7f800000u;
         return quant_generic_absmax(x + j, n - j, c0 + j, 1, acc) | bad;
@@ -538,7 +539,9 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
         }
         return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
     }
-    if (r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
+    /* tiny tiles, and zero points on fp8/nf4 (never asked by the drivers), stay scalar */
+    if (r->tile < 8 || (r->zp && (kc == QK_E4M3 || kc == QK_E5M2 || kc == QK_NF4)))
+        return quant_generic_quantize(r, x, n, c0, codes);
     if (r->tile < 64 && r->tile % 8 == 0 && c0 % 8 == 0) { /* small tiles: many groups */
         grouped_kc(kc, r, x, n, c0, out);
         return bad;
