@@ -56,17 +56,22 @@ static void probe(void)
 static const quant_kernels *built_kernels(quant_isa isa)
 {
     switch (isa) {
-    case QUANT_ISA_SCALAR: return &quant_kernels_generic;
+    case QUANT_ISA_SCALAR:
+        return &quant_kernels_generic;
 #if defined(QUANT_BUILD_AVX2)
-    case QUANT_ISA_AVX2: return &quant_kernels_avx2;
+    case QUANT_ISA_AVX2:
+        return &quant_kernels_avx2;
 #endif
 #if defined(QUANT_BUILD_AVX512)
-    case QUANT_ISA_AVX512: return &quant_kernels_avx512;
+    case QUANT_ISA_AVX512:
+        return &quant_kernels_avx512;
 #endif
 #if defined(QUANT_BUILD_NEON)
-    case QUANT_ISA_NEON: return &quant_kernels_neon;
+    case QUANT_ISA_NEON:
+        return &quant_kernels_neon;
 #endif
-    default: return NULL;
+    default:
+        return NULL;
     }
 }
 

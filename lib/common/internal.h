@@ -38,29 +38,29 @@ typedef enum quant_kcode {
  * scale[srow(r) * ncolgroups]; element c of a row belongs to column group c / col_tile.
  * Rows that share a scale row ("members") are reduced together. */
 typedef struct quant_plan {
-    int rank;                        /* >= 1 (a rank-0 tensor is planned as shape [1]) */
+    int rank; /* >= 1 (a rank-0 tensor is planned as shape [1]) */
     int64_t shape[QUANT_MAX_RANK];
-    int64_t sshape[QUANT_MAX_RANK];  /* scale shape */
-    int64_t tile[QUANT_MAX_RANK];    /* shape / sshape */
+    int64_t sshape[QUANT_MAX_RANK]; /* scale shape */
+    int64_t tile[QUANT_MAX_RANK];   /* shape / sshape */
     int64_t numel, scale_numel;
     int64_t nrows, ncols;
     int64_t col_tile, ncolgroups;
-    int64_t nsrows;                  /* scale rows */
-    int64_t members;                 /* rows per scale row */
-    int64_t group_size;              /* elements per scale element */
+    int64_t nsrows;     /* scale rows */
+    int64_t members;    /* rows per scale row */
+    int64_t group_size; /* elements per scale element */
     quant_calib_method method;
     const quant_qtype_traits *traits;
     quant_kcode kcode;
-    size_t code_size;                /* bytes per unpacked code: 1 or 2 */
-    bool packed;                     /* two codes per byte along the last axis */
-    int64_t qrow_bytes;              /* bytes of one row of codes */
+    size_t code_size;   /* bytes per unpacked code: 1 or 2 */
+    bool packed;        /* two codes per byte along the last axis */
+    int64_t qrow_bytes; /* bytes of one row of codes */
 } quant_plan;
 
 /* Validates the shape-independent part of `how`; sets plan->traits and plan->method. */
 quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_error *err);
 /* Validates `how` for `shape` and fills `plan`. */
-quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shape,
-                             quant_plan *plan, quant_error *err);
+quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shape, quant_plan *plan,
+                             quant_error *err);
 /* A zero point must be given exactly when the calibration is asymmetric. */
 quant_status quant_check_zero_point(const quant_plan *plan, const int32_t *zero_point,
                                     quant_error *err);
@@ -79,11 +79,11 @@ typedef struct quant_krow {
     const float *scale;
     const int32_t *zp;
     float qmin, qmax;
-    const char *pf;   /* memory worth prefetching while quantizing (the next row's source),
-                         element j of the chunk matching pf + j * pf_elem, or NULL; a hint that
-                         never changes results */
+    const char *pf; /* memory worth prefetching while quantizing (the next row's source),
+                       element j of the chunk matching pf + j * pf_elem, or NULL; a hint that
+                       never changes results */
     int64_t pf_elem;
-    bool checked;     /* x is known to be finite: kernels may skip the non-finite check */
+    bool checked; /* x is known to be finite: kernels may skip the non-finite check */
 } quant_krow;
 
 /* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the

@@ -165,9 +165,9 @@ static inline float qn_bf16_to_f32(uint16_t b)
  * re-checked by the unit tests). index(v) = number of thresholds below v, which equals the
  * argmin over float32 |level - v| with ties to the lower index (Qwix's fp_to_nf4). */
 static const float qn_nf4_thresholds[15] = {
-    -0x1.b239b2p-1f, -0x1.38a4e2p-1f, -0x1.d709p-2f,   -0x1.5bd4eep-2f, -0x1.e079dap-3f,
-    -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f,  0x1.ec90c4p-4f,  0x1.a0cfcp-3f,
-    0x1.2b05a8p-2f,  0x1.8ea7f2p-2f,  0x1.00da06p-1f,  0x1.491b5ep-1f,  0x1.b913b2p-1f,
+    -0x1.b239b2p-1f, -0x1.38a4e2p-1f, -0x1.d709p-2f,  -0x1.5bd4eep-2f, -0x1.e079dap-3f,
+    -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f, 0x1.ec90c4p-4f,  0x1.a0cfcp-3f,
+    0x1.2b05a8p-2f,  0x1.8ea7f2p-2f,  0x1.00da06p-1f, 0x1.491b5ep-1f,  0x1.b913b2p-1f,
 };
 
 static inline uint8_t qn_nf4_index(float v)

@@ -47,7 +47,8 @@ static void *worker_main(void *p)
     uint64_t seen = 0;
     pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->start_cv, &pool->mu);
+        while (!pool->stop && pool->generation == seen)
+            pthread_cond_wait(&pool->start_cv, &pool->mu);
         if (pool->stop) break;
         seen = pool->generation;
         pthread_mutex_unlock(&pool->mu);

@@ -33,10 +33,11 @@ extern "C" {
 #define QUANT_API
 #endif
 
-#define QUANT_VERSION_MAJOR  0
-#define QUANT_VERSION_MINOR  1
-#define QUANT_VERSION_PATCH  0
-#define QUANT_VERSION_NUMBER (QUANT_VERSION_MAJOR * 10000 + QUANT_VERSION_MINOR * 100 + QUANT_VERSION_PATCH)
+#define QUANT_VERSION_MAJOR 0
+#define QUANT_VERSION_MINOR 1
+#define QUANT_VERSION_PATCH 0
+#define QUANT_VERSION_NUMBER                                                                       \
+    (QUANT_VERSION_MAJOR * 10000 + QUANT_VERSION_MINOR * 100 + QUANT_VERSION_PATCH)
 
 /*! quant_version_number() :
  * @return : QUANT_VERSION_NUMBER of the library actually linked (compare with the header's). */
@@ -130,14 +131,14 @@ typedef enum quant_code_kind {
 
 /* One row per qtype (SPEC section 2). */
 typedef struct quant_qtype_traits {
-    const char *name;            /* canonical name: "int8", "nf4", "float8_e4m3fn", ... */
-    int bits;                    /* logical bits per value */
-    quant_code_kind kind;        /* how values become codes */
-    quant_dtype storage;         /* dtype of one unpacked code: I8, I16, U8, F8_E4M3, F8_E5M2 */
-    bool packable;               /* <= 4 bits: stored two per byte when packing is on */
-    float symmetric_bound;       /* B in scale = absmax / B */
-    bool asymmetric_allowed;     /* minmax and asymmetric fixed ranges allowed */
-    int32_t qmin, qmax;          /* asymmetric range; for QUANT_CODE_INT also the clip range */
+    const char *name;             /* canonical name: "int8", "nf4", "float8_e4m3fn", ... */
+    int bits;                     /* logical bits per value */
+    quant_code_kind kind;         /* how values become codes */
+    quant_dtype storage;          /* dtype of one unpacked code: I8, I16, U8, F8_E4M3, F8_E5M2 */
+    bool packable;                /* <= 4 bits: stored two per byte when packing is on */
+    float symmetric_bound;        /* B in scale = absmax / B */
+    bool asymmetric_allowed;      /* minmax and asymmetric fixed ranges allowed */
+    int32_t qmin, qmax;           /* asymmetric range; for QUANT_CODE_INT also the clip range */
     quant_dtype zero_point_dtype; /* dtype a stored zero point uses (I8, I16 or U8) */
     /* convert(v): a scaled value to its code, exactly as the quantizer does (no noise). */
     int32_t (*convert)(float v);
@@ -191,9 +192,9 @@ QUANT_API int64_t quant_numel(int rank, const int64_t *shape);
 /* A tiled (sub-channel) axis: `size` > 0 is the tile length; otherwise `fraction` in (0, 1]
  * gives round(dim * fraction) (so fraction 1.0 = one shared scale along the axis). */
 typedef struct quant_tile {
-    int axis;         /* may be negative: -1 is the last axis */
-    int64_t size;     /* tile length, or 0 to use `fraction` */
-    double fraction;  /* used when size == 0 */
+    int axis;        /* may be negative: -1 is the last axis */
+    int64_t size;    /* tile length, or 0 to use `fraction` */
+    double fraction; /* used when size == 0 */
 } quant_tile;
 
 /* Everything that decides how one tensor is quantized (Qwix's HowToQuantize). Start from
@@ -242,11 +243,11 @@ typedef enum quant_calib_kind {
 
 typedef struct quant_calib_method {
     quant_calib_kind kind;
-    bool has_factor;     /* absmax,f / minmax,f / rms,f */
+    bool has_factor; /* absmax,f / minmax,f / rms,f */
     double factor;
-    double fixed_min;    /* fixed,a[,b]: [a, b] (a = -a when one value is given) */
+    double fixed_min; /* fixed,a[,b]: [a, b] (a = -a when one value is given) */
     double fixed_max;
-    bool asymmetric;     /* minmax, or fixed with a + b != 0 */
+    bool asymmetric; /* minmax, or fixed with a + b != 0 */
 } quant_calib_method;
 
 /*! quant_calib_parse() :
@@ -347,9 +348,10 @@ QUANT_API quant_status quant_compute_scale(const quant_how *how, const quant_cal
 /*! quant_quantize_with_scale() :
  * q = convert(x / scale [+ zero_point]) with the given scale (shape from quant_scale_shape()) and
  * zero point, which must be given exactly when how->calibration is asymmetric
- * (quant_how_asymmetric()); the calibration method is otherwise not used. Codes go to `q` (quant_qvalue_bytes() bytes; storage dtype
- * per the traits; packed two per byte along the last axis when how->pack and the qtype is
- * packable: element 2i in the low nibble, 2i+1 in the high one).
+ * (quant_how_asymmetric()); the calibration method is otherwise not used. Codes go to `q`
+ * (quant_qvalue_bytes() bytes; storage dtype per the traits; packed two per byte along the last
+ * axis when how->pack and the qtype is packable: element 2i in the low nibble, 2i+1 in the high
+ * one).
  * @return : QUANT_OK, QUANT_ERR_NONFINITE (index of the first NaN/Inf; `q` is then
  *           unspecified), QUANT_ERR_ARG for a scale that is not positive and finite, ... */
 QUANT_API quant_status quant_quantize_with_scale(quant_ctx *ctx, const quant_how *how,
@@ -363,8 +365,7 @@ QUANT_API quant_status quant_quantize_with_scale(quant_ctx *ctx, const quant_how
  * `zero_point` is written only for asymmetric calibrations (may be NULL otherwise).
  * @return : as quant_calibrate() and quant_quantize_with_scale(). */
 QUANT_API quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
-                                      void *q, float *scale, int32_t *zero_point,
-                                      quant_error *err);
+                                      void *q, float *scale, int32_t *zero_point, quant_error *err);
 
 /*! quant_dequantize() :
  * out = (level(q) - zero_point) * scale, in float32, stored as out->dtype (F32, F16, BF16 with

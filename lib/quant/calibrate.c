@@ -34,8 +34,9 @@ bool quant_reader_skip(quant_reader *rd, int64_t row)
 
 quant_status quant_fail_nonfinite(quant_error *err, int64_t idx)
 {
-    quant_status st = quant_fail(err, QUANT_ERR_NONFINITE,
-                                 "non-finite value (NaN or Inf) at flat index %lld", (long long)idx);
+    quant_status st =
+        quant_fail(err, QUANT_ERR_NONFINITE, "non-finite value (NaN or Inf) at flat index %lld",
+                   (long long)idx);
     if (err) err->index = idx;
     return st;
 }
@@ -73,9 +74,15 @@ int quant_reduce_row(quant_reader *rd, int64_t row, float *scratch, float *a, fl
         const float *x = quant_load_row(rd->k, rd->x, p, row, c0, n, scratch);
         int bad;
         switch (p->method.kind) {
-        case QUANT_CALIB_MINMAX: bad = rd->k->minmax(x, n, c0, p->col_tile, a, b); break;
-        case QUANT_CALIB_RMS: bad = rms_acc(x, n, c0, p->col_tile, sums); break;
-        default: bad = rd->k->absmax(x, n, c0, p->col_tile, a); break;
+        case QUANT_CALIB_MINMAX:
+            bad = rd->k->minmax(x, n, c0, p->col_tile, a, b);
+            break;
+        case QUANT_CALIB_RMS:
+            bad = rms_acc(x, n, c0, p->col_tile, sums);
+            break;
+        default:
+            bad = rd->k->absmax(x, n, c0, p->col_tile, a);
+            break;
         }
         if (bad) {
             quant_reader_bad(rd, row, c0, x, n);
@@ -114,7 +121,9 @@ void quant_reduce_finish(const quant_plan *plan, int64_t n, const float *a, cons
             out->absmax[at + i] = rms * f;
             break;
         }
-        default: out->absmax[at + i] = m->has_factor ? a[i] * f : a[i]; break;
+        default:
+            out->absmax[at + i] = m->has_factor ? a[i] * f : a[i];
+            break;
         }
     }
 }

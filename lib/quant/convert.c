@@ -47,26 +47,46 @@ uint8_t quant_f32_to_e5m2(float f)
 static float load_f32(quant_dtype dtype, const void *src, int64_t i)
 {
     switch (dtype) {
-    case QUANT_DTYPE_F32: return ((const float *)src)[i];
-    case QUANT_DTYPE_F16: return qn_f16_to_f32(((const uint16_t *)src)[i]);
-    case QUANT_DTYPE_BF16: return qn_bf16_to_f32(((const uint16_t *)src)[i]);
-    case QUANT_DTYPE_F64: return (float)((const double *)src)[i];
-    case QUANT_DTYPE_F8_E4M3: return quant_e4m3fn_to_f32(((const uint8_t *)src)[i]);
-    case QUANT_DTYPE_F8_E5M2: return quant_e5m2_to_f32(((const uint8_t *)src)[i]);
-    default: return 0.0f;
+    case QUANT_DTYPE_F32:
+        return ((const float *)src)[i];
+    case QUANT_DTYPE_F16:
+        return qn_f16_to_f32(((const uint16_t *)src)[i]);
+    case QUANT_DTYPE_BF16:
+        return qn_bf16_to_f32(((const uint16_t *)src)[i]);
+    case QUANT_DTYPE_F64:
+        return (float)((const double *)src)[i];
+    case QUANT_DTYPE_F8_E4M3:
+        return quant_e4m3fn_to_f32(((const uint8_t *)src)[i]);
+    case QUANT_DTYPE_F8_E5M2:
+        return quant_e5m2_to_f32(((const uint8_t *)src)[i]);
+    default:
+        return 0.0f;
     }
 }
 
 static void store_f32(quant_dtype dtype, void *dst, int64_t i, float v)
 {
     switch (dtype) {
-    case QUANT_DTYPE_F32: ((float *)dst)[i] = v; break;
-    case QUANT_DTYPE_F16: ((uint16_t *)dst)[i] = qn_f32_to_f16(v); break;
-    case QUANT_DTYPE_BF16: ((uint16_t *)dst)[i] = qn_f32_to_bf16(v); break;
-    case QUANT_DTYPE_F64: ((double *)dst)[i] = v; break;
-    case QUANT_DTYPE_F8_E4M3: ((uint8_t *)dst)[i] = qn_f32_to_e4m3fn(v); break;
-    case QUANT_DTYPE_F8_E5M2: ((uint8_t *)dst)[i] = qn_f32_to_e5m2(v); break;
-    default: break;
+    case QUANT_DTYPE_F32:
+        ((float *)dst)[i] = v;
+        break;
+    case QUANT_DTYPE_F16:
+        ((uint16_t *)dst)[i] = qn_f32_to_f16(v);
+        break;
+    case QUANT_DTYPE_BF16:
+        ((uint16_t *)dst)[i] = qn_f32_to_bf16(v);
+        break;
+    case QUANT_DTYPE_F64:
+        ((double *)dst)[i] = v;
+        break;
+    case QUANT_DTYPE_F8_E4M3:
+        ((uint8_t *)dst)[i] = qn_f32_to_e4m3fn(v);
+        break;
+    case QUANT_DTYPE_F8_E5M2:
+        ((uint8_t *)dst)[i] = qn_f32_to_e5m2(v);
+        break;
+    default:
+        break;
     }
 }
 

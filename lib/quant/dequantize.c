@@ -24,9 +24,15 @@ static void store_row(quant_tensor *t, int64_t base, int64_t stride, const float
     for (int64_t j = 0; j < n; j++) {
         int64_t i = base + j * stride;
         switch (t->dtype) {
-        case QUANT_DTYPE_F16: ((uint16_t *)t->data)[i] = qn_f32_to_f16(v[j]); break;
-        case QUANT_DTYPE_BF16: ((uint16_t *)t->data)[i] = qn_f32_to_bf16(v[j]); break;
-        default: ((float *)t->data)[i] = v[j]; break;
+        case QUANT_DTYPE_F16:
+            ((uint16_t *)t->data)[i] = qn_f32_to_f16(v[j]);
+            break;
+        case QUANT_DTYPE_BF16:
+            ((uint16_t *)t->data)[i] = qn_f32_to_bf16(v[j]);
+            break;
+        default:
+            ((float *)t->data)[i] = v[j];
+            break;
         }
     }
 }
@@ -43,8 +49,15 @@ static void deq_item(void *arg, int64_t item, int worker)
     if (end > p->nrows) end = p->nrows;
     for (int64_t row = item * run->rows_per_item; row < end; row++) {
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
-        quant_krow kr = {p->kcode, p->col_tile, run->scale + off, run->zp ? run->zp + off : NULL,
-                         0.0f, 0.0f, NULL, 0, false};
+        quant_krow kr = {p->kcode,
+                         p->col_tile,
+                         run->scale + off,
+                         run->zp ? run->zp + off : NULL,
+                         0.0f,
+                         0.0f,
+                         NULL,
+                         0,
+                         false};
         const uint8_t *src = run->q + row * p->qrow_bytes;
         int64_t base = quant_row_offset(run->out, row);
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
@@ -116,7 +129,8 @@ quant_status quant_fake_quant(quant_ctx *ctx, const quant_how *how, const quant_
     quant_error_clear(err);
     if (!ctx || !x) return quant_fail(err, QUANT_ERR_ARG, "context or input is NULL");
     QUANT_RETURN_IF_ERR(check_output(out, err));
-    if (out->rank != x->rank) return quant_fail(err, QUANT_ERR_ARG, "output rank differs from input");
+    if (out->rank != x->rank)
+        return quant_fail(err, QUANT_ERR_ARG, "output rank differs from input");
     for (int i = 0; i < x->rank; i++)
         if (out->shape[i] != x->shape[i])
             return quant_fail(err, QUANT_ERR_ARG, "output shape differs from input at axis %d", i);

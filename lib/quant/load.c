@@ -24,17 +24,21 @@ const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0)
 
 bool quant_rows_direct(const quant_tensor *x)
 {
-    return x->dtype == QUANT_DTYPE_F32 && (x->rank == 0 || x->strides[x->rank - 1] == 1 ||
-                                           x->shape[x->rank - 1] <= 1);
+    return x->dtype == QUANT_DTYPE_F32 &&
+           (x->rank == 0 || x->strides[x->rank - 1] == 1 || x->shape[x->rank - 1] <= 1);
 }
 
 static float load_one(quant_dtype dtype, const void *data, int64_t i)
 {
     switch (dtype) {
-    case QUANT_DTYPE_F32: return ((const float *)data)[i];
-    case QUANT_DTYPE_F16: return qn_f16_to_f32(((const uint16_t *)data)[i]);
-    case QUANT_DTYPE_BF16: return qn_bf16_to_f32(((const uint16_t *)data)[i]);
-    default: return (float)((const double *)data)[i];
+    case QUANT_DTYPE_F32:
+        return ((const float *)data)[i];
+    case QUANT_DTYPE_F16:
+        return qn_f16_to_f32(((const uint16_t *)data)[i]);
+    case QUANT_DTYPE_BF16:
+        return qn_bf16_to_f32(((const uint16_t *)data)[i]);
+    default:
+        return (float)((const double *)data)[i];
     }
 }
 
@@ -56,7 +60,8 @@ const float *quant_load_row(const quant_kernels *k, const quant_tensor *x, const
             return scratch;
         }
     }
-    for (int64_t j = 0; j < n; j++) scratch[j] = load_one(x->dtype, x->data, base + (c0 + j) * stride);
+    for (int64_t j = 0; j < n; j++)
+        scratch[j] = load_one(x->dtype, x->data, base + (c0 + j) * stride);
     return scratch;
 }
 

@@ -10,7 +10,8 @@ void quant_pack_nibbles(const uint8_t *codes, int64_t rows, int64_t n, uint8_t *
         const uint8_t *in = codes + r * n;
         uint8_t *out = packed + r * out_n;
         int64_t i = 0;
-        for (; i + 1 < n; i += 2) out[i / 2] = (uint8_t)((in[i] & 0x0fu) | (uint8_t)(in[i + 1] << 4));
+        for (; i + 1 < n; i += 2)
+            out[i / 2] = (uint8_t)((in[i] & 0x0fu) | (uint8_t)(in[i + 1] << 4));
         if (i < n) out[i / 2] = in[i] & 0x0fu;
     }
 }

@@ -33,7 +33,8 @@ quant_status quant_tensor_init(quant_tensor *t, quant_dtype dtype, int rank, con
                                void *data, quant_error *err)
 {
     quant_error_clear(err);
-    if (!t || (rank > 0 && !shape)) return quant_fail(err, QUANT_ERR_ARG, "tensor or shape is NULL");
+    if (!t || (rank > 0 && !shape))
+        return quant_fail(err, QUANT_ERR_ARG, "tensor or shape is NULL");
     if (rank < 0 || rank > QUANT_MAX_RANK)
         return quant_fail(err, QUANT_ERR_ARG, "rank %d is outside 0..%d", rank, QUANT_MAX_RANK);
     if (quant_numel(rank, shape) < 0)
@@ -109,7 +110,8 @@ quant_status quant_calib_parse(const char *text, quant_calib_method *out, quant_
     if (comma) *comma = '\0';
     char *name = buf;
     while (isspace((unsigned char)*name)) name++;
-    for (char *e = name + strlen(name); e > name && isspace((unsigned char)e[-1]); e--) e[-1] = '\0';
+    for (char *e = name + strlen(name); e > name && isspace((unsigned char)e[-1]); e--)
+        e[-1] = '\0';
 
     double args[2];
     int nargs = 0;
@@ -239,13 +241,19 @@ int64_t quant_qvalue_bytes(const quant_how *how, int rank, const int64_t *shape)
 static quant_kcode kcode_of(quant_qtype q)
 {
     switch (q) {
-    case QUANT_QTYPE_INT16: return QK_I16;
+    case QUANT_QTYPE_INT16:
+        return QK_I16;
     case QUANT_QTYPE_UINT4:
-    case QUANT_QTYPE_UINT8: return QK_U8;
-    case QUANT_QTYPE_NF4: return QK_NF4;
-    case QUANT_QTYPE_FP8_E4M3FN: return QK_E4M3;
-    case QUANT_QTYPE_FP8_E5M2: return QK_E5M2;
-    default: return QK_I8;
+    case QUANT_QTYPE_UINT8:
+        return QK_U8;
+    case QUANT_QTYPE_NF4:
+        return QK_NF4;
+    case QUANT_QTYPE_FP8_E4M3FN:
+        return QK_E4M3;
+    case QUANT_QTYPE_FP8_E5M2:
+        return QK_E5M2;
+    default:
+        return QK_I8;
     }
 }
 
@@ -253,7 +261,8 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
 {
     if (!how) return quant_fail(err, QUANT_ERR_ARG, "how is NULL");
     plan->traits = quant_qtype_traits_get(how->qtype);
-    if (!plan->traits) return quant_fail(err, QUANT_ERR_QTYPE, "qtype %d is out of range", how->qtype);
+    if (!plan->traits)
+        return quant_fail(err, QUANT_ERR_QTYPE, "qtype %d is out of range", how->qtype);
     QUANT_RETURN_IF_ERR(quant_calib_parse(how->calibration, &plan->method, err));
     if (plan->method.asymmetric && !plan->traits->asymmetric_allowed)
         return quant_fail(err, QUANT_ERR_ASYMMETRIC,
@@ -304,7 +313,8 @@ quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shap
     plan->kcode = kcode_of(how->qtype);
     plan->code_size = plan->kcode == QK_I16 ? 2 : 1;
     plan->packed = how->pack && plan->traits->packable;
-    plan->qrow_bytes = plan->packed ? (plan->ncols + 1) / 2 : plan->ncols * (int64_t)plan->code_size;
+    plan->qrow_bytes =
+        plan->packed ? (plan->ncols + 1) / 2 : plan->ncols * (int64_t)plan->code_size;
     return QUANT_OK;
 }
 

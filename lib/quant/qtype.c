@@ -77,13 +77,13 @@ static float level_e5m2(int32_t code)
     return qn_fp8_to_f32((uint8_t)code, 2, 15, 1);
 }
 
-#define INT_ROW(q, nm, b, store, lo, hi, bnd, zpd, conv)                                             \
+#define INT_ROW(q, nm, b, store, lo, hi, bnd, zpd, conv)                                           \
     [q] = {.name = nm,                                                                             \
            .bits = b,                                                                              \
            .kind = QUANT_CODE_INT,                                                                 \
            .storage = store,                                                                       \
            .packable = (b) <= 4,                                                                   \
-           .symmetric_bound = bnd,                                                                \
+           .symmetric_bound = bnd,                                                                 \
            .asymmetric_allowed = true,                                                             \
            .qmin = lo,                                                                             \
            .qmax = hi,                                                                             \
@@ -97,13 +97,20 @@ static const quant_qtype_traits traits_table[QUANT_QTYPE_COUNT] = {
     INT_ROW(QUANT_QTYPE_INT2, "int2", 2, QUANT_DTYPE_I8, -2, 1, 1.5f, QUANT_DTYPE_I8, convert_int2),
     INT_ROW(QUANT_QTYPE_INT3, "int3", 3, QUANT_DTYPE_I8, -4, 3, 3.5f, QUANT_DTYPE_I8, convert_int3),
     INT_ROW(QUANT_QTYPE_INT4, "int4", 4, QUANT_DTYPE_I8, -8, 7, 7.5f, QUANT_DTYPE_I8, convert_int4),
-    INT_ROW(QUANT_QTYPE_INT5, "int5", 5, QUANT_DTYPE_I8, -16, 15, 15.5f, QUANT_DTYPE_I8, convert_int5),
-    INT_ROW(QUANT_QTYPE_INT6, "int6", 6, QUANT_DTYPE_I8, -32, 31, 31.5f, QUANT_DTYPE_I8, convert_int6),
-    INT_ROW(QUANT_QTYPE_INT7, "int7", 7, QUANT_DTYPE_I8, -64, 63, 63.5f, QUANT_DTYPE_I8, convert_int7),
-    INT_ROW(QUANT_QTYPE_INT8, "int8", 8, QUANT_DTYPE_I8, -128, 127, 127.5f, QUANT_DTYPE_I8, convert_int8),
-    INT_ROW(QUANT_QTYPE_INT16, "int16", 16, QUANT_DTYPE_I16, -32768, 32767, 32768.0f, QUANT_DTYPE_I16, convert_int16),
-    INT_ROW(QUANT_QTYPE_UINT4, "uint4", 4, QUANT_DTYPE_U8, 0, 15, 15.5f, QUANT_DTYPE_U8, convert_uint4),
-    INT_ROW(QUANT_QTYPE_UINT8, "uint8", 8, QUANT_DTYPE_U8, 0, 255, 255.5f, QUANT_DTYPE_U8, convert_uint8),
+    INT_ROW(QUANT_QTYPE_INT5, "int5", 5, QUANT_DTYPE_I8, -16, 15, 15.5f, QUANT_DTYPE_I8,
+            convert_int5),
+    INT_ROW(QUANT_QTYPE_INT6, "int6", 6, QUANT_DTYPE_I8, -32, 31, 31.5f, QUANT_DTYPE_I8,
+            convert_int6),
+    INT_ROW(QUANT_QTYPE_INT7, "int7", 7, QUANT_DTYPE_I8, -64, 63, 63.5f, QUANT_DTYPE_I8,
+            convert_int7),
+    INT_ROW(QUANT_QTYPE_INT8, "int8", 8, QUANT_DTYPE_I8, -128, 127, 127.5f, QUANT_DTYPE_I8,
+            convert_int8),
+    INT_ROW(QUANT_QTYPE_INT16, "int16", 16, QUANT_DTYPE_I16, -32768, 32767, 32768.0f,
+            QUANT_DTYPE_I16, convert_int16),
+    INT_ROW(QUANT_QTYPE_UINT4, "uint4", 4, QUANT_DTYPE_U8, 0, 15, 15.5f, QUANT_DTYPE_U8,
+            convert_uint4),
+    INT_ROW(QUANT_QTYPE_UINT8, "uint8", 8, QUANT_DTYPE_U8, 0, 255, 255.5f, QUANT_DTYPE_U8,
+            convert_uint8),
     [QUANT_QTYPE_NF4] = {.name = "nf4",
                          .bits = 4,
                          .kind = QUANT_CODE_TABLE,
@@ -178,11 +185,11 @@ static const struct {
     size_t size;
     bool is_float;
 } dtype_rows[QUANT_DTYPE_COUNT] = {
-    [QUANT_DTYPE_F32] = {"F32", 4, true},     [QUANT_DTYPE_F16] = {"F16", 2, true},
-    [QUANT_DTYPE_BF16] = {"BF16", 2, true},   [QUANT_DTYPE_F64] = {"F64", 8, true},
+    [QUANT_DTYPE_F32] = {"F32", 4, true},         [QUANT_DTYPE_F16] = {"F16", 2, true},
+    [QUANT_DTYPE_BF16] = {"BF16", 2, true},       [QUANT_DTYPE_F64] = {"F64", 8, true},
     [QUANT_DTYPE_F8_E4M3] = {"F8_E4M3", 1, true}, [QUANT_DTYPE_F8_E5M2] = {"F8_E5M2", 1, true},
-    [QUANT_DTYPE_I8] = {"I8", 1, false},      [QUANT_DTYPE_U8] = {"U8", 1, false},
-    [QUANT_DTYPE_I16] = {"I16", 2, false},    [QUANT_DTYPE_I32] = {"I32", 4, false},
+    [QUANT_DTYPE_I8] = {"I8", 1, false},          [QUANT_DTYPE_U8] = {"U8", 1, false},
+    [QUANT_DTYPE_I16] = {"I16", 2, false},        [QUANT_DTYPE_I32] = {"I32", 4, false},
 };
 
 const char *quant_dtype_name(quant_dtype dtype)

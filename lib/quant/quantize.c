@@ -15,17 +15,17 @@ typedef struct quant_run {
     quant_reader rd;
     const quant_how *how;
     uint8_t *q;
-    const float *scale;      /* given scales (NULL in the fused path) */
+    const float *scale; /* given scales (NULL in the fused path) */
     const int32_t *zp;
-    float *scale_out;        /* fused path: scales written row by row */
+    float *scale_out; /* fused path: scales written row by row */
     int32_t *zp_out;
     int64_t rows_per_item;
-    float *scratch;          /* threads x QUANT_CHUNK floats */
-    uint8_t *codes;          /* threads x QUANT_CHUNK bytes, staging for packed rows */
+    float *scratch; /* threads x QUANT_CHUNK floats */
+    uint8_t *codes; /* threads x QUANT_CHUNK bytes, staging for packed rows */
     /* fused path, per worker: accumulators and one row of calibration values */
     float *acc_a, *acc_b, *cal_a, *cal_b;
     double *acc_s;
-    atomic_llong bad_scale;  /* smallest scale index whose scale failed, INT64_MAX if none */
+    atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
 } quant_run;
 
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
@@ -36,8 +36,15 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
     bool contiguous = src->rank == 0 || src->strides[src->rank - 1] == 1;
-    quant_krow kr = {p->kcode, p->col_tile, scale, zp, (float)p->traits->qmin,
-                     (float)p->traits->qmax, NULL, (int64_t)quant_dtype_size(src->dtype), checked};
+    quant_krow kr = {p->kcode,
+                     p->col_tile,
+                     scale,
+                     zp,
+                     (float)p->traits->qmin,
+                     (float)p->traits->qmax,
+                     NULL,
+                     (int64_t)quant_dtype_size(src->dtype),
+                     checked};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -48,9 +55,9 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
         if (prefetch_next && contiguous) kr.pf = quant_row_address(src, row + 1, c0);
         int bad;
         if (run->how->stochastic)
-            bad = quant_generic_quantize_sr(&kr, x, n, c0, run->how->sr_key,
-                                            run->how->sr_index_base + (uint64_t)(row * p->ncols + c0),
-                                            out);
+            bad = quant_generic_quantize_sr(
+                &kr, x, n, c0, run->how->sr_key,
+                run->how->sr_index_base + (uint64_t)(row * p->ncols + c0), out);
         else
             bad = run->rd.k->quantize(&kr, x, n, c0, out);
         if (bad) {

@@ -14,9 +14,12 @@
 static float round_scale(float s, quant_dtype dtype)
 {
     switch (dtype) {
-    case QUANT_DTYPE_BF16: return qn_bf16_to_f32(qn_f32_to_bf16(s));
-    case QUANT_DTYPE_F16: return qn_f16_to_f32(qn_f32_to_f16(s));
-    default: return s;
+    case QUANT_DTYPE_BF16:
+        return qn_bf16_to_f32(qn_f32_to_bf16(s));
+    case QUANT_DTYPE_F16:
+        return qn_f16_to_f32(qn_f32_to_f16(s));
+    default:
+        return s;
     }
 }
 

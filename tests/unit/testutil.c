@@ -43,11 +43,20 @@ void tu_fill(tu_rng *r, float *x, int64_t n, float spread, int special)
         x[i] = tu_normal(r, spread);
         if (!special) continue;
         switch (tu_below(r, 40)) {
-        case 0: x[i] = 0.0f; break;
-        case 1: x[i] = -0.0f; break;
-        case 2: x[i] = 1e-30f; break;
-        case 3: x[i] = (float)(tu_below(r, 64) - 32) + 0.5f; break; /* exact halves */
-        default: break;
+        case 0:
+            x[i] = 0.0f;
+            break;
+        case 1:
+            x[i] = -0.0f;
+            break;
+        case 2:
+            x[i] = 1e-30f;
+            break;
+        case 3:
+            x[i] = (float)(tu_below(r, 64) - 32) + 0.5f;
+            break; /* exact halves */
+        default:
+            break;
         }
     }
 }

@@ -51,13 +51,26 @@ int quant_generic_minmax(const float *x, int64_t n, int64_t c0, int64_t tile, fl
 static inline void put_code(quant_kcode kc, void *codes, int64_t j, float v, float qmin, float qmax)
 {
     switch (kc) {
-    case QK_I8: ((int8_t *)codes)[j] = (int8_t)qn_convert_int(v, qmin, qmax); break;
-    case QK_U8: ((uint8_t *)codes)[j] = (uint8_t)qn_convert_int(v, qmin, qmax); break;
-    case QK_I16: ((int16_t *)codes)[j] = (int16_t)qn_convert_int(v, qmin, qmax); break;
-    case QK_E4M3: ((uint8_t *)codes)[j] = qn_quant_e4m3fn(v); break;
-    case QK_E5M2: ((uint8_t *)codes)[j] = qn_quant_e5m2(v); break;
-    case QK_NF4: ((uint8_t *)codes)[j] = qn_nf4_index(v); break;
-    default: break;
+    case QK_I8:
+        ((int8_t *)codes)[j] = (int8_t)qn_convert_int(v, qmin, qmax);
+        break;
+    case QK_U8:
+        ((uint8_t *)codes)[j] = (uint8_t)qn_convert_int(v, qmin, qmax);
+        break;
+    case QK_I16:
+        ((int16_t *)codes)[j] = (int16_t)qn_convert_int(v, qmin, qmax);
+        break;
+    case QK_E4M3:
+        ((uint8_t *)codes)[j] = qn_quant_e4m3fn(v);
+        break;
+    case QK_E5M2:
+        ((uint8_t *)codes)[j] = qn_quant_e5m2(v);
+        break;
+    case QK_NF4:
+        ((uint8_t *)codes)[j] = qn_nf4_index(v);
+        break;
+    default:
+        break;
     }
 }
 
@@ -98,13 +111,20 @@ int quant_generic_quantize_sr(const quant_krow *r, const float *x, int64_t n, in
 static inline float code_level(quant_kcode kc, const void *codes, int64_t j)
 {
     switch (kc) {
-    case QK_I8: return (float)((const int8_t *)codes)[j];
-    case QK_U8: return (float)((const uint8_t *)codes)[j];
-    case QK_I16: return (float)((const int16_t *)codes)[j];
-    case QK_E4M3: return qn_fp8_to_f32(((const uint8_t *)codes)[j], 3, 7, 0);
-    case QK_E5M2: return qn_fp8_to_f32(((const uint8_t *)codes)[j], 2, 15, 1);
-    case QK_NF4: return quant_nf4_levels[((const uint8_t *)codes)[j] & 15u];
-    default: return 0.0f;
+    case QK_I8:
+        return (float)((const int8_t *)codes)[j];
+    case QK_U8:
+        return (float)((const uint8_t *)codes)[j];
+    case QK_I16:
+        return (float)((const int16_t *)codes)[j];
+    case QK_E4M3:
+        return qn_fp8_to_f32(((const uint8_t *)codes)[j], 3, 7, 0);
+    case QK_E5M2:
+        return qn_fp8_to_f32(((const uint8_t *)codes)[j], 2, 15, 1);
+    case QK_NF4:
+        return quant_nf4_levels[((const uint8_t *)codes)[j] & 15u];
+    default:
+        return 0.0f;
     }
 }
 

@@ -72,10 +72,14 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
 /* Lane i of the result is the max of the 8 lanes of v[i] (a transposing reduction). */
 ALWAYS_INLINE __m256i hmax8x8(const __m256i v[8])
 {
-    __m256i a0 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
-    __m256i a1 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
-    __m256i a2 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[4], v[5]), _mm256_unpackhi_epi32(v[4], v[5]));
-    __m256i a3 = _mm256_max_epi32(_mm256_unpacklo_epi32(v[6], v[7]), _mm256_unpackhi_epi32(v[6], v[7]));
+    __m256i a0 =
+        _mm256_max_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+    __m256i a1 =
+        _mm256_max_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+    __m256i a2 =
+        _mm256_max_epi32(_mm256_unpacklo_epi32(v[4], v[5]), _mm256_unpackhi_epi32(v[4], v[5]));
+    __m256i a3 =
+        _mm256_max_epi32(_mm256_unpacklo_epi32(v[6], v[7]), _mm256_unpackhi_epi32(v[6], v[7]));
     __m256i b0 = _mm256_max_epi32(_mm256_unpacklo_epi64(a0, a1), _mm256_unpackhi_epi64(a0, a1));
     __m256i b1 = _mm256_max_epi32(_mm256_unpacklo_epi64(a2, a3), _mm256_unpackhi_epi64(a2, a3));
     return _mm256_max_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
@@ -125,7 +129,8 @@ static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
     if (tile < 8) return quant_generic_absmax(x, n, c0, tile, acc);
     uint32_t seen = 0;
     int64_t j = 0;
-    if (tile % 8 == 0 && tile <= 256 && c0 % tile == 0) j = absmax_groups8(x, n, c0, tile, acc, &seen);
+    if (tile % 8 == 0 && tile <= 256 && c0 % tile == 0)
+        j = absmax_groups8(x, n, c0, tile, acc, &seen);
     int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
     for (; j < n; g++, end += tile) {
         if (end > n) end = n;
@@ -189,18 +194,20 @@ ALWAYS_INLINE __m256i fp8_codes(__m256 v, float max, int M, int bias)
     v = _mm256_min_ps(v, _mm256_set1_ps(max));
     v = _mm256_max_ps(v, _mm256_set1_ps(-max));
     __m256i bits = _mm256_castps_si256(v);
-    __m256i sign = _mm256_srli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32((int)0x80000000u)), 24);
+    __m256i sign =
+        _mm256_srli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32((int)0x80000000u)), 24);
     __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
     const int shift = 23 - M;
     __m256i odd = _mm256_and_si256(_mm256_srli_epi32(abs, shift), _mm256_set1_epi32(1));
     __m256i rounded =
         _mm256_add_epi32(_mm256_add_epi32(abs, _mm256_set1_epi32((1 << (shift - 1)) - 1)), odd);
-    __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(rounded, shift),
-                                      _mm256_set1_epi32((127 - bias) << M));
-    __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(abs),
-                                  _mm256_castsi256_ps(_mm256_set1_epi32((127 + bias - 1 + M) << 23)));
-    __m256i sub = _mm256_cvttps_epi32(
-        _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i normal =
+        _mm256_sub_epi32(_mm256_srli_epi32(rounded, shift), _mm256_set1_epi32((127 - bias) << M));
+    __m256 scaled =
+        _mm256_mul_ps(_mm256_castsi256_ps(abs),
+                      _mm256_castsi256_ps(_mm256_set1_epi32((127 + bias - 1 + M) << 23)));
+    __m256i sub =
+        _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32((127 + 1 - bias) << 23), abs);
     return _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign);
 }
@@ -220,12 +227,12 @@ ALWAYS_INLINE __m256i nf4_codes(__m256 v)
     const __m256 tab0 = _mm256_setr_ps(t[0], t[4], t[8], t[12], 0, 0, 0, 0);
     const __m256 tab1 = _mm256_setr_ps(t[1], t[5], t[9], t[13], 0, 0, 0, 0);
     const __m256 tab2 = _mm256_setr_ps(t[2], t[6], t[10], t[14], 0, 0, 0, 0);
-    __m256i c0 = _mm256_castps_si256(
-        _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab0, q), _CMP_GT_OQ));
-    __m256i c1 = _mm256_castps_si256(
-        _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab1, q), _CMP_GT_OQ));
-    __m256i c2 = _mm256_castps_si256(
-        _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab2, q), _CMP_GT_OQ));
+    __m256i c0 =
+        _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab0, q), _CMP_GT_OQ));
+    __m256i c1 =
+        _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab1, q), _CMP_GT_OQ));
+    __m256i c2 =
+        _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_permutevar8x32_ps(tab2, q), _CMP_GT_OQ));
     /* each true compare is -1 */
     return _mm256_sub_epi32(_mm256_slli_epi32(q, 2),
                             _mm256_add_epi32(_mm256_add_epi32(c0, c1), c2));
@@ -234,10 +241,14 @@ ALWAYS_INLINE __m256i nf4_codes(__m256 v)
 ALWAYS_INLINE __m256i codes8(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
 {
     switch (kc) {
-    case QK_E4M3: return fp8_codes(v, QN_E4M3_MAX, 3, 7);
-    case QK_E5M2: return fp8_codes(v, QN_E5M2_MAX, 2, 15);
-    case QK_NF4: return nf4_codes(v);
-    default: return int_codes(v, qmin, qmax);
+    case QK_E4M3:
+        return fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    case QK_E5M2:
+        return fp8_codes(v, QN_E5M2_MAX, 2, 15);
+    case QK_NF4:
+        return nf4_codes(v);
+    default:
+        return int_codes(v, qmin, qmax);
     }
 }
 
@@ -324,9 +335,8 @@ ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float
         __m256 k2 = recip_round(_mm256_loadu_ps(x + j + 16), r, z, asym, qmin, qmax, limit, &near);
         __m256 k3 = recip_round(_mm256_loadu_ps(x + j + 24), r, z, asym, qmin, qmax, limit, &near);
         if (__builtin_expect(_mm256_testz_ps(near, near), 1))
-            store32(kc, out + j * csize, _mm256_cvttps_epi32(k0),
-                    _mm256_cvttps_epi32(k1), _mm256_cvttps_epi32(k2),
-                    _mm256_cvttps_epi32(k3));
+            store32(kc, out + j * csize, _mm256_cvttps_epi32(k0), _mm256_cvttps_epi32(k1),
+                    _mm256_cvttps_epi32(k2), _mm256_cvttps_epi32(k3));
         else
             divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
     }
@@ -418,8 +428,8 @@ ALWAYS_INLINE vlane lane_at(const quant_krow *r, const float *x, int64_t gi, con
     return l;
 }
 
-ALWAYS_INLINE __m256i lane_divide(quant_kcode kc, const float *x, vlane l, __m256 qmin,
-                                  __m256 qmax, const bool asym)
+ALWAYS_INLINE __m256i lane_divide(quant_kcode kc, const float *x, vlane l, __m256 qmin, __m256 qmax,
+                                  const bool asym)
 {
     __m256 v = _mm256_div_ps(_mm256_loadu_ps(x), l.s);
     if (asym) v = _mm256_add_ps(v, l.z);
@@ -452,7 +462,8 @@ ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, 
     int nredo = 0;
     for (; j + 32 <= n8; j += 32) {
         prefetch32(r->pf, r->pf_elem, j);
-        int64_t ga = per_block ? next_block_group(&g, &left, r->tile) : next_group(&g, &left, r->tile);
+        int64_t ga =
+            per_block ? next_block_group(&g, &left, r->tile) : next_group(&g, &left, r->tile);
         int64_t gb = per_block ? ga : next_group(&g, &left, r->tile);
         int64_t gc = per_block ? ga : next_group(&g, &left, r->tile);
         int64_t gd = per_block ? ga : next_group(&g, &left, r->tile);
@@ -533,8 +544,8 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
         for (; j + 8 <= n; j += 8) {
             __m256 v0 = _mm256_div_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(r->scale + c0 + j));
             if (r->zp)
-                v0 = _mm256_add_ps(v0, _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                                           (const __m256i *)(r->zp + c0 + j))));
+                v0 = _mm256_add_ps(
+                    v0, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(r->zp + c0 + j))));
             store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
         }
         return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
@@ -561,13 +572,20 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
 static int quantize_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
 {
     switch (r->kcode) {
-    case QK_I8: return quantize_kc(QK_I8, r, x, n, c0, codes);
-    case QK_U8: return quantize_kc(QK_U8, r, x, n, c0, codes);
-    case QK_I16: return quantize_kc(QK_I16, r, x, n, c0, codes);
-    case QK_E4M3: return quantize_kc(QK_E4M3, r, x, n, c0, codes);
-    case QK_E5M2: return quantize_kc(QK_E5M2, r, x, n, c0, codes);
-    case QK_NF4: return quantize_kc(QK_NF4, r, x, n, c0, codes);
-    default: return quant_generic_quantize(r, x, n, c0, codes);
+    case QK_I8:
+        return quantize_kc(QK_I8, r, x, n, c0, codes);
+    case QK_U8:
+        return quantize_kc(QK_U8, r, x, n, c0, codes);
+    case QK_I16:
+        return quantize_kc(QK_I16, r, x, n, c0, codes);
+    case QK_E4M3:
+        return quantize_kc(QK_E4M3, r, x, n, c0, codes);
+    case QK_E5M2:
+        return quantize_kc(QK_E5M2, r, x, n, c0, codes);
+    case QK_NF4:
+        return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    default:
+        return quant_generic_quantize(r, x, n, c0, codes);
     }
 }
 
@@ -594,8 +612,8 @@ ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint
         for (; j + 8 <= n; j += 8) {
             __m256 l = int_levels(kc, codes + j * csize);
             if (r->zp)
-                l = _mm256_sub_ps(l, _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                                         (const __m256i *)(r->zp + c0 + j))));
+                l = _mm256_sub_ps(
+                    l, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(r->zp + c0 + j))));
             _mm256_storeu_ps(out + j, _mm256_mul_ps(l, _mm256_loadu_ps(r->scale + c0 + j)));
         }
         quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, out + j);
@@ -620,10 +638,18 @@ static void dequantize_avx2(const quant_krow *r, const void *codes, int64_t n, i
                             float *out)
 {
     switch (r->kcode) {
-    case QK_I8: dequantize_kc(QK_I8, r, codes, n, c0, out); break;
-    case QK_U8: dequantize_kc(QK_U8, r, codes, n, c0, out); break;
-    case QK_I16: dequantize_kc(QK_I16, r, codes, n, c0, out); break;
-    default: quant_generic_dequantize(r, codes, n, c0, out); break;
+    case QK_I8:
+        dequantize_kc(QK_I8, r, codes, n, c0, out);
+        break;
+    case QK_U8:
+        dequantize_kc(QK_U8, r, codes, n, c0, out);
+        break;
+    case QK_I16:
+        dequantize_kc(QK_I16, r, codes, n, c0, out);
+        break;
+    default:
+        quant_generic_dequantize(r, codes, n, c0, out);
+        break;
     }
 }
 

@@ -48,9 +48,22 @@ END_TEST
 START_TEST(parse_errors)
 {
     static const char *bad[] = {
-        "",        "absmean",   "rms",        "rms,",      "absmax,x",  "absmax,1,2",
-        "absmax,0", "minmax,-1", "fixed",     "fixed,1,2", "fixed,-2,-1", "fixed,0",
-        "fixed,-1,1,2", "fixed,nan", "absmax,inf", "rms,1,2",
+        "",
+        "absmean",
+        "rms",
+        "rms,",
+        "absmax,x",
+        "absmax,1,2",
+        "absmax,0",
+        "minmax,-1",
+        "fixed",
+        "fixed,1,2",
+        "fixed,-2,-1",
+        "fixed,0",
+        "fixed,-1,1,2",
+        "fixed,nan",
+        "absmax,inf",
+        "rms,1,2",
     };
     quant_calib_method m;
     quant_error err;
@@ -279,7 +292,8 @@ START_TEST(nonfinite_first_index)
                 int64_t shape[2] = {64, 40};
                 quant_tensor_init(&tensor, QUANT_DTYPE_F32, 2, shape, x, NULL);
                 quant_calibration cal = {false, a, a, b};
-                ck_assert_int_eq(quant_calibrate(c, &how, &tensor, &cal, &err), QUANT_ERR_NONFINITE);
+                ck_assert_int_eq(quant_calibrate(c, &how, &tensor, &cal, &err),
+                                 QUANT_ERR_NONFINITE);
                 ck_assert_int_eq(err.index, 1000);
                 ck_assert_ptr_nonnull(strstr(err.message, "1000"));
                 quant_ctx_free(c);

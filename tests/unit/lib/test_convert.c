@@ -12,8 +12,8 @@ typedef struct fp8_format {
     const char *name;
     float (*to_f32)(uint8_t);
     uint8_t (*from_f32)(float);
-    uint8_t max_code;     /* largest finite positive code */
-    uint8_t overflow;     /* what values past max + half an ulp become */
+    uint8_t max_code; /* largest finite positive code */
+    uint8_t overflow; /* what values past max + half an ulp become */
 } fp8_format;
 
 static const fp8_format formats[] = {
@@ -136,9 +136,9 @@ START_TEST(f16_all_codes_and_rounding)
     }
     ck_assert_int_eq(quant_f32_to_f16(65520.0f), 0x7c00);
     ck_assert_int_eq(quant_f32_to_f16(65519.996f), 0x7bff);
-    ck_assert_int_eq(quant_f32_to_f16(0x1p-25f), 0x0000);            /* tie to even: 0 */
+    ck_assert_int_eq(quant_f32_to_f16(0x1p-25f), 0x0000); /* tie to even: 0 */
     ck_assert_int_eq(quant_f32_to_f16(nextafterf(0x1p-25f, 1)), 0x0001);
-    ck_assert_int_eq(quant_f32_to_f16(0x1.8p-24f), 0x0002);          /* tie between 1 and 2 */
+    ck_assert_int_eq(quant_f32_to_f16(0x1.8p-24f), 0x0002); /* tie between 1 and 2 */
     ck_assert_int_eq(quant_f32_to_f16(-0.0f), 0x8000);
 #ifdef __FLT16_MAX__
     tu_rng r = {5};
@@ -187,15 +187,19 @@ START_TEST(convert_api)
     ck_assert(isinf(f[2]));
     uint8_t e4[3];
     float in[3] = {448.0f, -0.001953125f, 0.3f};
-    ck_assert_int_eq(quant_convert(QUANT_DTYPE_F32, in, QUANT_DTYPE_F8_E4M3, e4, 3, &err), QUANT_OK);
+    ck_assert_int_eq(quant_convert(QUANT_DTYPE_F32, in, QUANT_DTYPE_F8_E4M3, e4, 3, &err),
+                     QUANT_OK);
     ck_assert_int_eq(e4[0], 0x7e);
     ck_assert_int_eq(e4[1], 0x81);
     uint16_t bf[3];
-    ck_assert_int_eq(quant_convert(QUANT_DTYPE_F8_E4M3, e4, QUANT_DTYPE_BF16, bf, 3, &err), QUANT_OK);
+    ck_assert_int_eq(quant_convert(QUANT_DTYPE_F8_E4M3, e4, QUANT_DTYPE_BF16, bf, 3, &err),
+                     QUANT_OK);
     ck_assert_float_eq(quant_bf16_to_f32(bf[0]), 448.0f);
-    ck_assert_int_eq(quant_convert(QUANT_DTYPE_I8, e4, QUANT_DTYPE_F32, f, 3, &err), QUANT_ERR_DTYPE);
+    ck_assert_int_eq(quant_convert(QUANT_DTYPE_I8, e4, QUANT_DTYPE_F32, f, 3, &err),
+                     QUANT_ERR_DTYPE);
     ck_assert_ptr_nonnull(strstr(err.message, "I8"));
-    ck_assert_int_eq(quant_convert(QUANT_DTYPE_F32, NULL, QUANT_DTYPE_F32, f, 3, &err), QUANT_ERR_ARG);
+    ck_assert_int_eq(quant_convert(QUANT_DTYPE_F32, NULL, QUANT_DTYPE_F32, f, 3, &err),
+                     QUANT_ERR_ARG);
     ck_assert_int_eq(quant_dtype_size(QUANT_DTYPE_BF16), 2);
     ck_assert_str_eq(quant_dtype_name(QUANT_DTYPE_F8_E5M2), "F8_E5M2");
     ck_assert_ptr_null(quant_dtype_name(QUANT_DTYPE_COUNT));

@@ -26,13 +26,13 @@ START_TEST(symmetric_and_tiny_rule)
     float absmax[5] = {127.5f, 0.0f, tiny * 127.5f, nextafterf(tiny, 0) * 127.5f, 1.0f};
     float s[5];
     quant_error err;
-    ck_assert_int_eq(scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F32, absmax, NULL, NULL, 5, s,
-                            NULL, &err),
-                     QUANT_OK);
+    ck_assert_int_eq(
+        scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F32, absmax, NULL, NULL, 5, s, NULL, &err),
+        QUANT_OK);
     ck_assert_float_eq(s[0], 1.0f);
-    ck_assert_float_eq(s[1], 1.0f);            /* zero range: scale 1 */
-    ck_assert_float_eq(s[2], tiny);            /* exactly tiny is kept */
-    ck_assert_float_eq(s[3], 1.0f);            /* below tiny becomes 1 */
+    ck_assert_float_eq(s[1], 1.0f); /* zero range: scale 1 */
+    ck_assert_float_eq(s[2], tiny); /* exactly tiny is kept */
+    ck_assert_float_eq(s[3], 1.0f); /* below tiny becomes 1 */
     ck_assert_float_eq(s[4], 1.0f / 127.5f);
     float fp8[1] = {896.0f};
     ck_assert_int_eq(scales(QUANT_QTYPE_FP8_E4M3FN, "absmax", QUANT_DTYPE_F32, fp8, NULL, NULL, 1,
@@ -45,9 +45,9 @@ START_TEST(symmetric_and_tiny_rule)
         QUANT_OK);
     ck_assert_float_eq(s[0], 0.75f);
     float i16[1] = {65536.0f};
-    ck_assert_int_eq(scales(QUANT_QTYPE_INT16, "absmax", QUANT_DTYPE_F32, i16, NULL, NULL, 1, s,
-                            NULL, &err),
-                     QUANT_OK);
+    ck_assert_int_eq(
+        scales(QUANT_QTYPE_INT16, "absmax", QUANT_DTYPE_F32, i16, NULL, NULL, 1, s, NULL, &err),
+        QUANT_OK);
     ck_assert_float_eq(s[0], 2.0f); /* int16 bound is 32768 */
 }
 END_TEST
@@ -58,7 +58,8 @@ START_TEST(asymmetric_zero_point)
     int32_t zp[3];
     quant_error err;
     ck_assert_int_eq(
-        scales(QUANT_QTYPE_INT8, "minmax", QUANT_DTYPE_F32, NULL, mn, mx, 3, s, zp, &err), QUANT_OK);
+        scales(QUANT_QTYPE_INT8, "minmax", QUANT_DTYPE_F32, NULL, mn, mx, 3, s, zp, &err),
+        QUANT_OK);
     ck_assert_float_eq(s[0], 4.0f / 255.0f);
     /* -128 - (-1 / (4/255)) = -128 + 63.75 = -64.25 -> -64 */
     ck_assert_int_eq(zp[0], (int32_t)rintf(-128.0f - (-1.0f / (4.0f / 255.0f))));
@@ -67,7 +68,8 @@ START_TEST(asymmetric_zero_point)
     ck_assert_int_eq(zp[1], -128);
     ck_assert_int_eq(zp[2], 127); /* all-negative range: zero point saturates at qmax */
     ck_assert_int_eq(
-        scales(QUANT_QTYPE_UINT4, "minmax", QUANT_DTYPE_F32, NULL, mn, mx, 1, s, zp, &err), QUANT_OK);
+        scales(QUANT_QTYPE_UINT4, "minmax", QUANT_DTYPE_F32, NULL, mn, mx, 1, s, zp, &err),
+        QUANT_OK);
     ck_assert_float_eq(s[0], 4.0f / 15.0f);
     ck_assert_int_eq(zp[0], 4); /* 0 + 3.75 -> 4 */
     ck_assert_int_eq(
@@ -82,13 +84,13 @@ START_TEST(scale_dtype_rounds_before_zero_point)
      * rounds 0.502 of a step up: 2^-7 * (1 + 1/128) */
     float absmax[1] = {1.0f}, s[1];
     quant_error err;
-    ck_assert_int_eq(scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_BF16, absmax, NULL, NULL, 1, s,
-                            NULL, &err),
-                     QUANT_OK);
+    ck_assert_int_eq(
+        scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_BF16, absmax, NULL, NULL, 1, s, NULL, &err),
+        QUANT_OK);
     ck_assert_float_eq(s[0], 0x1.02p-7f);
-    ck_assert_int_eq(scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F16, absmax, NULL, NULL, 1, s,
-                            NULL, &err),
-                     QUANT_OK);
+    ck_assert_int_eq(
+        scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F16, absmax, NULL, NULL, 1, s, NULL, &err),
+        QUANT_OK);
     ck_assert_float_eq(s[0], quant_f16_to_f32(quant_f32_to_f16(1.0f / 127.5f)));
     float mn[1] = {-0.3f}, mx[1] = {1.0f};
     int32_t zp[1];
@@ -100,14 +102,14 @@ START_TEST(scale_dtype_rounds_before_zero_point)
     ck_assert_int_eq(zp[0], (int32_t)rintf(-128.0f - (-0.3f / rounded)));
     /* float16 cannot hold a scale of 1e-12 */
     float small[1] = {1e-10f};
-    ck_assert_int_eq(scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F16, small, NULL, NULL, 1, s,
-                            NULL, &err),
-                     QUANT_ERR_RANGE);
+    ck_assert_int_eq(
+        scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F16, small, NULL, NULL, 1, s, NULL, &err),
+        QUANT_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.message, "F16"));
     float huge[1] = {FLT_MAX};
-    ck_assert_int_eq(scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F16, huge, NULL, NULL, 1, s,
-                            NULL, &err),
-                     QUANT_ERR_RANGE);
+    ck_assert_int_eq(
+        scales(QUANT_QTYPE_INT8, "absmax", QUANT_DTYPE_F16, huge, NULL, NULL, 1, s, NULL, &err),
+        QUANT_ERR_RANGE);
 }
 END_TEST
 
