@@ -49,15 +49,10 @@ static void deq_item(void *arg, int64_t item, int worker)
     if (end > p->nrows) end = p->nrows;
     for (int64_t row = item * run->rows_per_item; row < end; row++) {
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
-        quant_krow kr = {p->kcode,
-                         p->col_tile,
-                         run->scale + off,
-                         run->zp ? run->zp + off : NULL,
-                         0.0f,
-                         0.0f,
-                         NULL,
-                         0,
-                         false};
+        quant_krow kr = {.kcode = p->kcode,
+                         .tile = p->col_tile,
+                         .scale = run->scale + off,
+                         .zp = run->zp ? run->zp + off : NULL};
         const uint8_t *src = run->q + row * p->qrow_bytes;
         int64_t base = quant_row_offset(run->out, row);
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {

@@ -36,15 +36,15 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
     bool contiguous = src->rank == 0 || src->strides[src->rank - 1] == 1;
-    quant_krow kr = {p->kcode,
-                     p->col_tile,
-                     scale,
-                     zp,
-                     (float)p->traits->qmin,
-                     (float)p->traits->qmax,
-                     NULL,
-                     (int64_t)quant_dtype_size(src->dtype),
-                     checked};
+    quant_krow kr = {.kcode = p->kcode,
+                     .tile = p->col_tile,
+                     .scale = scale,
+                     .zp = zp,
+                     .qmin = (float)p->traits->qmin,
+                     .qmax = (float)p->traits->qmax,
+                     .pf = NULL,
+                     .pf_elem = (int64_t)quant_dtype_size(src->dtype),
+                     .checked = checked};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
