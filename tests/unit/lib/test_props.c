@@ -51,13 +51,15 @@ static void make_case(tu_rng *r, pcase *c)
     c->how.calibration = c->method;
     for (int a = 0; a < c->rank; a++) {
         switch (tu_below(r, 3)) {
-        case 0: c->how.channel_axes[c->how.n_channel_axes++] = a; break;
-        case 1:
-            c->how.tiles[c->how.n_tiles++] =
-                (quant_tile){.axis = a - (int)tu_below(r, 2) * c->rank,
-                             .size = pick_divisor(r, c->shape[a])};
+        case 0:
+            c->how.channel_axes[c->how.n_channel_axes++] = a;
             break;
-        default: break;
+        case 1:
+            c->how.tiles[c->how.n_tiles++] = (quant_tile){.axis = a - (int)tu_below(r, 2) * c->rank,
+                                                          .size = pick_divisor(r, c->shape[a])};
+            break;
+        default:
+            break;
         }
     }
     static const quant_dtype sdt[] = {QUANT_DTYPE_F32, QUANT_DTYPE_F32, QUANT_DTYPE_BF16,
@@ -97,10 +99,18 @@ static void *make_input(tu_rng *r, const pcase *c, quant_tensor *t, int64_t nan_
             rem /= c->shape[k];
         }
         switch (c->dtype) {
-        case QUANT_DTYPE_BF16: ((uint16_t *)data)[off] = quant_f32_to_bf16(f[i]); break;
-        case QUANT_DTYPE_F16: ((uint16_t *)data)[off] = quant_f32_to_f16(f[i]); break;
-        case QUANT_DTYPE_F64: ((double *)data)[off] = (double)f[i] * (1.0 + 0x1p-40); break;
-        default: ((float *)data)[off] = f[i]; break;
+        case QUANT_DTYPE_BF16:
+            ((uint16_t *)data)[off] = quant_f32_to_bf16(f[i]);
+            break;
+        case QUANT_DTYPE_F16:
+            ((uint16_t *)data)[off] = quant_f32_to_f16(f[i]);
+            break;
+        case QUANT_DTYPE_F64:
+            ((double *)data)[off] = (double)f[i] * (1.0 + 0x1p-40);
+            break;
+        default:
+            ((float *)data)[off] = f[i];
+            break;
         }
     }
     free(f);
@@ -268,11 +278,13 @@ START_TEST(kernels_match_generic_on_random_chunks)
             ck_assert_int_eq(bad1, bad2);
             if (!bad1)
                 for (int64_t g = 0; g < groups; g++) {
-                    ck_assert_float_eq(m1[g], m2[g]); /* +-0 may differ: calibration canonicalises */
+                    ck_assert_float_eq(m1[g],
+                                       m2[g]); /* +-0 may differ: calibration canonicalises */
                     ck_assert_float_eq(x1[g], x2[g]);
                 }
             for (int kc = 0; kc < QK_COUNT; kc++) {
-                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f, 127.0f, NULL, 0, false};
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f,
+                                 127.0f,          NULL, 0,     false};
                 if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 15.0f;
                 if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
                 if (kc <= QK_I16 && tu_below(&r, 2)) kr.zp = zp;
@@ -282,9 +294,9 @@ START_TEST(kernels_match_generic_on_random_chunks)
                 bad2 = kk->quantize(&kr, x, n, c0, q2);
                 ck_assert_int_eq(bad1, bad2);
                 if (bad1) continue;
-                ck_assert_msg(memcmp(q1, q2, sizeof q1) == 0, "%s quantize kc %d n %lld c0 %lld tile %lld",
-                              quant_isa_name(isas[k]), kc, (long long)n, (long long)c0,
-                              (long long)tile);
+                ck_assert_msg(memcmp(q1, q2, sizeof q1) == 0,
+                              "%s quantize kc %d n %lld c0 %lld tile %lld", quant_isa_name(isas[k]),
+                              kc, (long long)n, (long long)c0, (long long)tile);
                 quant_generic_dequantize(&kr, q1, n, c0, d1);
                 kk->dequantize(&kr, q1, n, c0, d2);
                 ck_assert_msg(memcmp(d1, d2, (size_t)n * 4) == 0, "%s dequantize kc %d",
@@ -317,7 +329,8 @@ START_TEST(kernels_exact_near_ties)
             float v = (h - (float)zp) * s;
             for (int d = -3; d <= 3 && i < N; d++) {
                 float w = v;
-                for (int k = 0; k < (d < 0 ? -d : d); k++) w = nextafterf(w, d < 0 ? -INFINITY : INFINITY);
+                for (int k = 0; k < (d < 0 ? -d : d); k++)
+                    w = nextafterf(w, d < 0 ? -INFINITY : INFINITY);
                 x[i++] = w;
             }
         }
@@ -353,7 +366,8 @@ START_TEST(kernels_exact_at_code_boundaries)
                 float mid = (lv[i] + lv[i + 1]) / 2;
                 for (int d = -40; d <= 40 && n < MAXV; d++) {
                     float v = mid;
-                    for (int k = 0; k < (d < 0 ? -d : d); k++) v = nextafterf(v, d < 0 ? -2.0f : 2.0f);
+                    for (int k = 0; k < (d < 0 ? -d : d); k++)
+                        v = nextafterf(v, d < 0 ? -2.0f : 2.0f);
                     x[n++] = v;
                 }
             }
@@ -389,9 +403,9 @@ START_TEST(kernels_exact_at_code_boundaries)
             quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q2);
             int at = 0;
             while (at < n && q1[at] == q2[at]) at++;
-            ck_assert_msg(at == n, "%s kc %d: x = %a gives %#x, scalar %#x", quant_isa_name(isas[k]),
-                          kc, at < n ? (double)x[at] : 0.0, at < n ? q2[at] : 0,
-                          at < n ? q1[at] : 0);
+            ck_assert_msg(at == n, "%s kc %d: x = %a gives %#x, scalar %#x",
+                          quant_isa_name(isas[k]), kc, at < n ? (double)x[at] : 0.0,
+                          at < n ? q2[at] : 0, at < n ? q1[at] : 0);
         }
     }
 }
