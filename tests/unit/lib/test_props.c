@@ -641,6 +641,59 @@ START_TEST(kernels_exact_at_scaled_code_boundaries)
     }
 }
 END_TEST
+
+/* Dequantize of all 256 byte codes (twice each; an int16 sweep for QK_I16) for every kind and
+ * ISA, deterministic so that the quick (emulated) runs always reach the fp8 NaN and Inf codes:
+ * per-column, small and shared scales, with and without zero points, offsets on and off a
+ * vector boundary. */
+START_TEST(kernels_dequantize_all_byte_codes)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    enum { N = 512 };
+    static uint8_t codes[2 * N];
+    static float scale[N + 8], d0[N], d1[N];
+    static int32_t zp[N + 8];
+    for (int64_t g = 0; g < N + 8; g++) {
+        scale[g] = 0.75f + (float)g / 64.0f;
+        zp[g] = (int32_t)(g % 41) - 20;
+    }
+    static const int64_t tiles[] = {1, 4, N + 8}, offsets[] = {0, 3};
+    for (int kc = 0; kc < QK_COUNT; kc++) {
+        for (int64_t i = 0; i < N; i++) {
+            if (kc == QK_I16) {
+                int16_t v = (int16_t)(i * 128 - 32768 + i % 7);
+                memcpy(codes + 2 * i, &v, 2);
+            } else {
+                codes[i] = (uint8_t)i;
+            }
+        }
+        for (int t = 0; t < 3; t++)
+            for (int o = 0; o < 2; o++)
+                for (int asym = 0; asym < 2; asym++) {
+                    int64_t n = N - 5, c0 = offsets[o];
+                    quant_krow kr = {.kcode = (quant_kcode)kc,
+                                     .tile = tiles[t],
+                                     .scale = scale,
+                                     .zp = asym ? zp : NULL};
+                    quant_generic_dequantize(&kr, codes, n, c0, d0);
+                    for (int k = 0; k < nisa; k++) {
+                        memset(d1, 0x55, sizeof d1);
+                        quant_kernels_for(isas[k])->dequantize(&kr, codes, n, c0, d1);
+                        int64_t at = 0;
+                        while (at < n && memcmp(&d0[at], &d1[at], 4) == 0) at++;
+                        ck_assert_msg(at == n,
+                                      "%s kc %d tile %lld c0 %lld zp %d: element %lld is %#x, "
+                                      "scalar %#x",
+                                      quant_isa_name(isas[k]), kc, (long long)tiles[t],
+                                      (long long)c0, asym, (long long)at,
+                                      at < n ? qn_bits(d1[at]) : 0, at < n ? qn_bits(d0[at]) : 0);
+                    }
+                }
+    }
+}
+END_TEST
+
 Suite *suite_props(void)
 {
     Suite *s = suite_create("properties");
@@ -653,6 +706,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_match_generic_on_long_chunks);
     tcase_add_test(tc, kernels_dequantize_every_code);
     tcase_add_test(tc, kernels_exact_at_scaled_code_boundaries);
+    tcase_add_test(tc, kernels_dequantize_all_byte_codes);
     suite_add_tcase(s, tc);
     return s;
 }

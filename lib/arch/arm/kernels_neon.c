@@ -1,0 +1,777 @@
+/* kernels_neon.c -- AArch64 Advanced SIMD (NEON) kernels: absmax/minmax reductions, quantize to
+ * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing.
+ * Bit-identical to kernels_generic.c: same IEEE division, same round-half-even, tails run the
+ * generic code. The algorithms are those of kernels_avx2.c on 4-lane vectors.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <arm_neon.h>
+
+#include "internal.h"
+#include "numerics.h"
+
+/* Lane order and the byte views of code vectors below assume little-endian lanes. */
+#if defined(__ARM_BIG_ENDIAN)
+#error "kernels_neon.c assumes little-endian AArch64"
+#endif
+
+/* b = x * r + z in the reciprocal path below must stay two roundings: the Makefile builds with
+ * -ffp-contract=off, and GCC's vmulq_f32/vaddq_f32 are plain C operators that would otherwise be
+ * fused. */
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE uint32x4_t abs_bits(float32x4_t v)
+{
+    return vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7fffffffu));
+}
+
+/* True when every lane of the mask m (lanes all ones or zero) is set: the low halves of the
+ * lanes, narrowed into one 64-bit word, are all ones. */
+ALWAYS_INLINE bool all_set(uint32x4_t m)
+{
+    return vget_lane_u64(vreinterpret_u64_u16(vmovn_u32(m)), 0) == UINT64_MAX;
+}
+
+/* Prefetches the source of the next row for the 16 values at chunk offset j. */
+ALWAYS_INLINE void prefetch16(const char *pf, int64_t pf_elem, int64_t j)
+{
+    if (!pf) return;
+    __builtin_prefetch(pf + j * pf_elem, 0, 2);
+    if (pf_elem > 4) __builtin_prefetch(pf + j * pf_elem + 64, 0, 2);
+}
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+/* max |x| bits over x[0..len): abs values of floats order like their bit patterns. */
+static uint32_t seg_absmax_bits(const float *x, int64_t len)
+{
+    uint32x4_t m0 = vdupq_n_u32(0), m1 = m0, m2 = m0, m3 = m0;
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        m0 = vmaxq_u32(m0, abs_bits(vld1q_f32(x + j)));
+        m1 = vmaxq_u32(m1, abs_bits(vld1q_f32(x + j + 4)));
+        m2 = vmaxq_u32(m2, abs_bits(vld1q_f32(x + j + 8)));
+        m3 = vmaxq_u32(m3, abs_bits(vld1q_f32(x + j + 12)));
+    }
+    for (; j + 4 <= len; j += 4) m0 = vmaxq_u32(m0, abs_bits(vld1q_f32(x + j)));
+    uint32_t m = vmaxvq_u32(vmaxq_u32(vmaxq_u32(m0, m1), vmaxq_u32(m2, m3)));
+    for (; j < len; j++) {
+        uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* Small tiles that start on a group boundary: 4 column groups at a time, each reduced to one
+ * vector, then the 4 vectors reduced together by two rounds of pairwise max (lane i of the
+ * result is the max of group i). Returns the elements handled (whole groups). */
+static int64_t absmax_groups4(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc,
+                              uint32_t *seen)
+{
+    int64_t j = 0, g = c0 / tile;
+    uint32x4_t worst = vdupq_n_u32(0);
+    for (; j + 4 * tile <= n; j += 4 * tile, g += 4) {
+        uint32x4_t m[4];
+        for (int i = 0; i < 4; i++) {
+            const float *xg = x + j + i * tile;
+            uint32x4_t a = abs_bits(vld1q_f32(xg));
+            for (int64_t k = 4; k < tile; k += 4) a = vmaxq_u32(a, abs_bits(vld1q_f32(xg + k)));
+            m[i] = a;
+        }
+        uint32x4_t h = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+        h = vmaxq_u32(h, vreinterpretq_u32_f32(vld1q_f32(acc + g)));
+        vst1q_f32(acc + g, vreinterpretq_f32_u32(h));
+        worst = vmaxq_u32(worst, h);
+    }
+    uint32_t w = vmaxvq_u32(worst);
+    *seen = w > *seen ? w : *seen;
+    return j;
+}
+
+static int absmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc)
+{
+    if (tile == 1) {
+        uint32x4_t seen = vdupq_n_u32(0);
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            uint32x4_t a = abs_bits(vld1q_f32(x + j));
+            uint32x4_t m = vreinterpretq_u32_f32(vld1q_f32(acc + c0 + j));
+            vst1q_f32(acc + c0 + j, vreinterpretq_f32_u32(vmaxq_u32(m, a)));
+            seen = vmaxq_u32(seen, a);
+        }
+        int bad = vmaxvq_u32(seen) >= 0x7f800000u;
+        return quant_generic_absmax(x + j, n - j, c0 + j, 1, acc) | bad;
+    }
+    if (tile < 4) return quant_generic_absmax(x, n, c0, tile, acc);
+    uint32_t seen = 0;
+    int64_t j = 0;
+    if (tile % 4 == 0 && tile <= 256 && c0 % tile == 0)
+        j = absmax_groups4(x, n, c0, tile, acc, &seen);
+    int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+    for (; j < n; g++, end += tile) {
+        if (end > n) end = n;
+        uint32_t m = seg_absmax_bits(x + j, end - j), prev = qn_bits(acc[g]);
+        m = m > prev ? m : prev;
+        acc[g] = qn_float(m);
+        seen = m > seen ? m : seen;
+        j = end;
+    }
+    return seen >= 0x7f800000u;
+}
+
+static int minmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, float *mn, float *mx)
+{
+    if (tile == 1) {
+        /* one value per group: the generic select (v < lo ? v : lo) lane by lane, so even the
+         * sign of a zero matches */
+        uint32x4_t seen = vdupq_n_u32(0);
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            float32x4_t v = vld1q_f32(x + j);
+            float32x4_t lo = vld1q_f32(mn + c0 + j), hi = vld1q_f32(mx + c0 + j);
+            vst1q_f32(mn + c0 + j, vbslq_f32(vcltq_f32(v, lo), v, lo));
+            vst1q_f32(mx + c0 + j, vbslq_f32(vcgtq_f32(v, hi), v, hi));
+            seen = vmaxq_u32(seen, abs_bits(v));
+        }
+        int bad = vmaxvq_u32(seen) >= 0x7f800000u;
+        return quant_generic_minmax(x + j, n - j, c0 + j, 1, mn, mx) | bad;
+    }
+    if (tile < 4) return quant_generic_minmax(x, n, c0, tile, mn, mx);
+    /* NEON's fmin/fmax propagate NaN where the scalar select ignores it; a NaN makes the chunk
+     * bad and its accumulators unused. Zeros may come out with the other sign (calibration
+     * canonicalises them), as with AVX2. */
+    int bad = 0;
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
+        float32x4_t lo = vdupq_n_f32(mn[g]), hi = vdupq_n_f32(mx[g]);
+        uint32x4_t seen = vdupq_n_u32(0);
+        for (; j + 4 <= end; j += 4) {
+            float32x4_t v = vld1q_f32(x + j);
+            lo = vminq_f32(v, lo);
+            hi = vmaxq_f32(v, hi);
+            seen = vmaxq_u32(seen, abs_bits(v));
+        }
+        mn[g] = vminvq_f32(lo);
+        mx[g] = vmaxvq_f32(hi);
+        bad |= vmaxvq_u32(seen) >= 0x7f800000u;
+        bad |= quant_generic_minmax(x + j, end - j, c0 + j, tile, mn, mx);
+        j = end;
+    }
+    return bad;
+}
+
+/* ---- quantize -------------------------------------------------------------------------------- */
+
+/* qn_convert_int on 4 lanes: round half to even, clip, convert. A NaN stays NaN through NEON's
+ * fmax/fmin and converts to 0, as the scalar code maps it. */
+ALWAYS_INLINE uint32x4_t int_codes(float32x4_t v, float32x4_t qmin, float32x4_t qmax)
+{
+    float32x4_t r = vminq_f32(vmaxq_f32(vrndnq_f32(v), qmin), qmax);
+    return vreinterpretq_u32_s32(vcvtq_s32_f32(r));
+}
+
+/* Clip to +-max, then round to nearest even into an fp8 format (M mantissa bits, bias), as
+ * qn_quant_e4m3fn / qn_quant_e5m2 do for finite values. After the clip no code overflows. */
+ALWAYS_INLINE uint32x4_t fp8_codes(float32x4_t v, float max, int M, int bias)
+{
+    v = vmaxq_f32(vminq_f32(v, vdupq_n_f32(max)), vdupq_n_f32(-max));
+    uint32x4_t bits = vreinterpretq_u32_f32(v);
+    uint32x4_t sign = vshrq_n_u32(vandq_u32(bits, vdupq_n_u32(0x80000000u)), 24);
+    uint32x4_t abs = vandq_u32(bits, vdupq_n_u32(0x7fffffffu));
+    /* normal range: round the float's mantissa to M bits with integer adds (ties to even) */
+    const int shift = 23 - M;
+    const int32x4_t down = vdupq_n_s32(-shift); /* vshlq by a negative count shifts right */
+    uint32x4_t odd = vandq_u32(vshlq_u32(abs, down), vdupq_n_u32(1));
+    uint32x4_t rounded = vaddq_u32(vaddq_u32(abs, vdupq_n_u32((1u << (shift - 1)) - 1u)), odd);
+    uint32x4_t normal =
+        vsubq_u32(vshlq_u32(rounded, down), vdupq_n_u32((uint32_t)(127 - bias) << M));
+    /* subnormal range: the code is round(|v| * 2^(bias - 1 + M)) (FCVTNU rounds to even) */
+    float32x4_t scaled = vmulq_f32(vreinterpretq_f32_u32(abs),
+                                   vdupq_n_f32(qn_float((uint32_t)(127 + bias - 1 + M) << 23)));
+    uint32x4_t sub = vcvtnq_u32_f32(scaled);
+    uint32x4_t is_sub = vcltq_u32(abs, vdupq_n_u32((uint32_t)(127 + 1 - bias) << 23));
+    return vorrq_u32(vbslq_u32(is_sub, sub, normal), sign);
+}
+
+/* NF4 index = number of thresholds below v, as a two-level search: two compares pick the
+ * quarter q of the 16 levels (thresholds T7, then T3 or T11), three byte-table lookups give that
+ * quarter's inner thresholds T[4q], T[4q+1], T[4q+2], and three compares count them. NaN compares
+ * false everywhere and gives 0, as the scalar path does. */
+ALWAYS_INLINE uint32x4_t nf4_codes(float32x4_t v)
+{
+    const float *t = qn_nf4_thresholds;
+    const float inner[3][4] = {
+        {t[0], t[4], t[8], t[12]}, {t[1], t[5], t[9], t[13]}, {t[2], t[6], t[10], t[14]}};
+    uint32x4_t m1 = vcgtq_f32(v, vdupq_n_f32(t[7]));
+    float32x4_t t2 = vbslq_f32(m1, vdupq_n_f32(t[11]), vdupq_n_f32(t[3]));
+    uint32x4_t m2 = vcgtq_f32(v, t2);
+    /* byte indices of float q of a 4-float table: 4q + {0, 1, 2, 3}, q = 2 * m1 + m2 */
+    uint32x4_t idx =
+        vorrq_u32(vandq_u32(m1, vdupq_n_u32(0x08080808u)), vandq_u32(m2, vdupq_n_u32(0x04040404u)));
+    uint8x16_t bidx = vreinterpretq_u8_u32(vorrq_u32(idx, vdupq_n_u32(0x03020100u)));
+    uint32x4_t cnt = vdupq_n_u32(0);
+    for (int i = 0; i < 3; i++) {
+        uint8x16_t tab = vreinterpretq_u8_f32(vld1q_f32(inner[i]));
+        float32x4_t ti = vreinterpretq_f32_u8(vqtbl1q_u8(tab, bidx));
+        cnt = vsubq_u32(cnt, vcgtq_f32(v, ti)); /* a true compare is -1 */
+    }
+    /* the low byte of each lane of idx is 4q */
+    return vaddq_u32(vandq_u32(idx, vdupq_n_u32(0xffu)), cnt);
+}
+
+ALWAYS_INLINE uint32x4_t codes4(quant_kcode kc, float32x4_t v, float32x4_t qmin, float32x4_t qmax)
+{
+    switch (kc) {
+    case QK_E4M3:
+        return fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    case QK_E5M2:
+        return fp8_codes(v, QN_E5M2_MAX, 2, 15);
+    case QK_NF4:
+        return nf4_codes(v);
+    default:
+        return int_codes(v, qmin, qmax);
+    }
+}
+
+/* Narrows 4 x 4 int32 codes to 16 codes of the kind's width (truncating, as the scalar casts
+ * do) and stores them; stores go through byte vectors, so dst needs no alignment. */
+ALWAYS_INLINE void store16(quant_kcode kc, uint8_t *dst, uint32x4_t a, uint32x4_t b, uint32x4_t c,
+                           uint32x4_t d)
+{
+    uint16x8_t ab = vmovn_high_u32(vmovn_u32(a), b), cd = vmovn_high_u32(vmovn_u32(c), d);
+    if (kc == QK_I16) {
+        vst1q_u8(dst, vreinterpretq_u8_u16(ab));
+        vst1q_u8(dst + 16, vreinterpretq_u8_u16(cd));
+        return;
+    }
+    vst1q_u8(dst, vmovn_high_u16(vmovn_u16(ab), cd));
+}
+
+ALWAYS_INLINE void store4(quant_kcode kc, uint8_t *dst, uint32x4_t a)
+{
+    uint16x4_t h = vmovn_u32(a);
+    if (kc == QK_I16) {
+        vst1_u8(dst, vreinterpret_u8_u16(h));
+        return;
+    }
+    uint32_t w = vget_lane_u32(vreinterpret_u32_u8(vmovn_u16(vcombine_u16(h, h))), 0);
+    memcpy(dst, &w, sizeof w);
+}
+
+/* Integer codes without a divide per element (the scheme of kernels_avx2.c). With r = fl(1/s),
+ * b = fl(x * r) (+ zero point) differs from fl(x / s) (+ zero point) by less than
+ * (|x * r| + |b|) * 2^-21. b is clipped to [qmin, qmax] before rounding (the same as clipping
+ * after, qmin and qmax being integers); a clipped value is then exact, and an unclipped one
+ * rounds like the division's value unless it lies within `margin` of a half-integer (2^-12
+ * covers 8-bit values and zero points, 2^-11 uint8 with zero points up to 255, 2^-4 int16).
+ * Lanes that close to a tie are recomputed with the IEEE division. Only used when r is a normal
+ * float (else r is NaN, which counts as near). */
+ALWAYS_INLINE float int_margin(quant_kcode kc)
+{
+    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
+}
+
+/* Rounded and clipped value of b = x * r [+ z]; clears in *ok the lanes too close to a tie.
+ * NEON's fmax/fmin return NaN for a NaN operand, so a NaN b stays NaN through the clip and
+ * fails the ordered compare: it counts as near. */
+ALWAYS_INLINE float32x4_t recip_round(float32x4_t x, float32x4_t r, float32x4_t z, bool asym,
+                                      float32x4_t qmin, float32x4_t qmax, float32x4_t limit,
+                                      uint32x4_t *ok)
+{
+    float32x4_t b = vmulq_f32(x, r);
+    if (asym) b = vaddq_f32(b, z);
+    b = vminq_f32(vmaxq_f32(b, qmin), qmax);
+    float32x4_t k = vrndnq_f32(b);
+    float32x4_t d = vabsq_f32(vsubq_f32(b, k));
+    *ok = vandq_u32(*ok, vcltq_f32(d, limit));
+    return k;
+}
+
+/* Codes of values already rounded and clipped by recip_round (exact integers). */
+ALWAYS_INLINE uint32x4_t rounded_codes(float32x4_t k)
+{
+    return vreinterpretq_u32_s32(vcvtq_s32_f32(k));
+}
+
+/* The IEEE path for 16 values. */
+ALWAYS_INLINE void divide16(quant_kcode kc, const float *x, float32x4_t s, float32x4_t z, bool asym,
+                            float32x4_t qmin, float32x4_t qmax, uint8_t *out)
+{
+    uint32x4_t c[4];
+    for (int i = 0; i < 4; i++) {
+        float32x4_t v = vdivq_f32(vld1q_f32(x + 4 * i), s);
+        if (asym) v = vaddq_f32(v, z);
+        c[i] = codes4(kc, v, qmin, qmax);
+    }
+    store16(kc, out, c[0], c[1], c[2], c[3]);
+}
+
+/* Blocks of 16 integer codes through the reciprocal path; a block with a value too close to a
+ * tie is redone with the division. `asym` is a compile-time constant at each call. */
+ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n16, float sc, float32x4_t z,
+                              float32x4_t qmin, float32x4_t qmax, uint8_t *out, const char *pf,
+                              int64_t pf_elem, const bool asym)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const float32x4_t s = vdupq_n_f32(sc), r = vdupq_n_f32(1.0f / sc);
+    const float32x4_t limit = vdupq_n_f32(0.5f - int_margin(kc));
+    for (int64_t j = 0; j < n16; j += 16) {
+        prefetch16(pf, pf_elem, j);
+        uint32x4_t ok = vdupq_n_u32(UINT32_MAX);
+        float32x4_t k0 = recip_round(vld1q_f32(x + j), r, z, asym, qmin, qmax, limit, &ok);
+        float32x4_t k1 = recip_round(vld1q_f32(x + j + 4), r, z, asym, qmin, qmax, limit, &ok);
+        float32x4_t k2 = recip_round(vld1q_f32(x + j + 8), r, z, asym, qmin, qmax, limit, &ok);
+        float32x4_t k3 = recip_round(vld1q_f32(x + j + 12), r, z, asym, qmin, qmax, limit, &ok);
+        if (__builtin_expect(all_set(ok), 1))
+            store16(kc, out + j * csize, rounded_codes(k0), rounded_codes(k1), rounded_codes(k2),
+                    rounded_codes(k3));
+        else
+            divide16(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
+    }
+}
+
+/* Blocks of 16 codes with the IEEE division (fp8, nf4, and scales whose reciprocal is not a
+ * normal float). */
+ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n16, float sc, float32x4_t z,
+                              bool asym, float32x4_t qmin, float32x4_t qmax, uint8_t *out,
+                              const char *pf, int64_t pf_elem)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const float32x4_t s = vdupq_n_f32(sc);
+    for (int64_t j = 0; j < n16; j += 16) {
+        prefetch16(pf, pf_elem, j);
+        divide16(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
+    }
+}
+
+/* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 16 then 4;
+ * returns the count handled (the rest is left for a scalar tail). */
+ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc,
+                                   float32x4_t z, bool asym, float32x4_t qmin, float32x4_t qmax,
+                                   uint8_t *out, const char *pf, int64_t pf_elem)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    int64_t n16 = len & ~(int64_t)15, j = n16;
+    if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
+        if (asym)
+            int_blocks(kc, x, n16, sc, z, qmin, qmax, out, pf, pf_elem, true);
+        else
+            int_blocks(kc, x, n16, sc, z, qmin, qmax, out, pf, pf_elem, false);
+    } else {
+        div_blocks(kc, x, n16, sc, z, asym, qmin, qmax, out, pf, pf_elem);
+    }
+    float32x4_t s = vdupq_n_f32(sc);
+    for (; j + 4 <= len; j += 4) {
+        float32x4_t v = vdivq_f32(vld1q_f32(x + j), s);
+        if (asym) v = vaddq_f32(v, z);
+        store4(kc, out + j * csize, codes4(kc, v, qmin, qmax));
+    }
+    return j;
+}
+
+/* ---- chunks whose column groups are whole 4-vectors (tile % 4 == 0, c0 % 4 == 0) ------------ */
+
+#define SUB 2048 /* elements per sub-chunk: bounds the per-group tables below */
+
+/* Advances to the group of the next `width` elements (tile % width == 0). */
+ALWAYS_INLINE int64_t next_group(int64_t *g, int64_t *left, int64_t tile, int64_t width)
+{
+    if (*left == 0) {
+        (*g)++;
+        *left = tile;
+    }
+    *left -= width;
+    return *g;
+}
+
+/* One 4-vector of the grouped path: its scale, zero point and, on the reciprocal path, its
+ * rounded value and tie mask. */
+typedef struct vlane {
+    float32x4_t s, z, k;
+    uint32x4_t ok;
+} vlane;
+
+ALWAYS_INLINE vlane lane_at(const quant_krow *r, const float *x, int64_t gi, const float *recip,
+                            const float *zpf, int64_t g0, float32x4_t qmin, float32x4_t qmax,
+                            float32x4_t limit, const bool asym, const bool use_recip)
+{
+    vlane l;
+    l.s = vld1q_dup_f32(r->scale + gi);
+    l.z = asym ? vld1q_dup_f32(zpf + gi - g0) : vdupq_n_f32(0.0f);
+    l.ok = vdupq_n_u32(UINT32_MAX);
+    l.k = use_recip ? recip_round(vld1q_f32(x), vld1q_dup_f32(recip + gi - g0), l.z, asym, qmin,
+                                  qmax, limit, &l.ok)
+                    : l.s;
+    return l;
+}
+
+ALWAYS_INLINE uint32x4_t lane_divide(quant_kcode kc, const float *x, vlane l, float32x4_t qmin,
+                                     float32x4_t qmax, const bool asym)
+{
+    float32x4_t v = vdivq_f32(vld1q_f32(x), l.s);
+    if (asym) v = vaddq_f32(v, l.z);
+    return codes4(kc, v, qmin, qmax);
+}
+
+/* Notes lane j (element offset) for the division pass when one of its values is near a tie,
+ * without a branch (near ties are frequent and irregular: see kernels_avx2.c). */
+ALWAYS_INLINE void note_near(vlane l, int64_t j, int32_t *redo, int *nredo)
+{
+    redo[*nredo] = (int32_t)j;
+    *nredo += !all_set(l.ok);
+}
+
+/* Codes for x[0..n4) (n4 % 4 == 0) of one sub-chunk. recip[] and zpf[] hold, per group from g0,
+ * 1/scale (NaN when the reciprocal is unusable) and the zero point as a float. `asym`,
+ * `use_recip` and `per_block` (tile % 16 == 0 and c0 % 16 == 0: one group per 16 values) are
+ * compile-time constants at each call. */
+ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, int64_t n4,
+                           int64_t c0, const float *recip, const float *zpf, int64_t g0,
+                           uint8_t *out, const bool asym, const bool use_recip,
+                           const bool per_block)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const float32x4_t qmin = vdupq_n_f32(r->qmin), qmax = vdupq_n_f32(r->qmax);
+    const float32x4_t limit = vdupq_n_f32(0.5f - int_margin(kc));
+    const int64_t tile = r->tile;
+    int64_t g = c0 / tile, left = (g + 1) * tile - c0, j = 0;
+    int32_t redo[SUB / 4 + 1];
+    int nredo = 0;
+    for (; j + 16 <= n4; j += 16) {
+        prefetch16(r->pf, r->pf_elem, j);
+        int64_t ga = next_group(&g, &left, tile, per_block ? 16 : 4);
+        int64_t gb = per_block ? ga : next_group(&g, &left, tile, 4);
+        int64_t gc = per_block ? ga : next_group(&g, &left, tile, 4);
+        int64_t gd = per_block ? ga : next_group(&g, &left, tile, 4);
+        vlane a = lane_at(r, x + j, ga, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        vlane b = lane_at(r, x + j + 4, gb, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        vlane c = lane_at(r, x + j + 8, gc, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        vlane d = lane_at(r, x + j + 12, gd, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        if (use_recip) {
+            store16(kc, out + j * csize, rounded_codes(a.k), rounded_codes(b.k), rounded_codes(c.k),
+                    rounded_codes(d.k));
+            note_near(a, j, redo, &nredo);
+            note_near(b, j + 4, redo, &nredo);
+            note_near(c, j + 8, redo, &nredo);
+            note_near(d, j + 12, redo, &nredo);
+        } else {
+            store16(kc, out + j * csize, lane_divide(kc, x + j, a, qmin, qmax, asym),
+                    lane_divide(kc, x + j + 4, b, qmin, qmax, asym),
+                    lane_divide(kc, x + j + 8, c, qmin, qmax, asym),
+                    lane_divide(kc, x + j + 12, d, qmin, qmax, asym));
+        }
+    }
+    for (; j < n4; j += 4) {
+        int64_t gi = next_group(&g, &left, tile, 4);
+        float32x4_t v = vdivq_f32(vld1q_f32(x + j), vld1q_dup_f32(r->scale + gi));
+        if (asym) v = vaddq_f32(v, vld1q_dup_f32(zpf + gi - g0));
+        store4(kc, out + j * csize, codes4(kc, v, qmin, qmax));
+    }
+    /* the division pass over the lanes noted near a tie */
+    for (int i = 0; i < nredo; i++) {
+        int64_t at = redo[i], gi = (c0 + at) / tile;
+        vlane l = {vld1q_dup_f32(r->scale + gi),
+                   asym ? vld1q_dup_f32(zpf + gi - g0) : vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
+                   vdupq_n_u32(0)};
+        store4(kc, out + at * csize, lane_divide(kc, x + at, l, qmin, qmax, asym));
+    }
+}
+
+ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                              int64_t c0, uint8_t *out)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    float recip[SUB / 4 + 2], zpf[SUB / 4 + 2];
+    for (int64_t j0 = 0; j0 < n; j0 += SUB) {
+        int64_t m = n - j0 < SUB ? n - j0 : SUB, m4 = m & ~(int64_t)3, cj = c0 + j0;
+        int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
+        for (int64_t g = g0; g <= g1; g++) {
+            float sc = r->scale[g];
+            recip[g - g0] = sc >= 0x1p-126f && sc <= 0x1p126f ? 1.0f / sc : __builtin_nanf("");
+            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
+        }
+        const float *xj = x + j0;
+        uint8_t *oj = out + j0 * csize;
+        quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
+        if (sub.pf) sub.pf += j0 * sub.pf_elem;
+        bool blk = r->tile % 16 == 0 && cj % 16 == 0;
+        if (!is_int)
+            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, false, false, false);
+        else if (r->zp)
+            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, true, true, false);
+        else if (blk)
+            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, false, true, true);
+        else
+            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, false, true, false);
+        if (m4 < m) quant_generic_quantize(r, xj + m4, m - m4, cj + m4, oj + m4 * csize);
+    }
+}
+
+ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                              int64_t c0, void *codes)
+{
+    uint8_t *out = codes;
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const float32x4_t qmin = vdupq_n_f32(r->qmin), qmax = vdupq_n_f32(r->qmax);
+    /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
+    int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
+    if (r->tile == 1) {
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            float32x4_t v = vdivq_f32(vld1q_f32(x + j), vld1q_f32(r->scale + c0 + j));
+            if (r->zp) v = vaddq_f32(v, vcvtq_f32_s32(vld1q_s32(r->zp + c0 + j)));
+            store4(kc, out + j * csize, codes4(kc, v, qmin, qmax));
+        }
+        return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
+    }
+    if (r->tile < 4) return quant_generic_quantize(r, x, n, c0, codes);
+    if (r->tile < 64 && r->tile % 4 == 0 && c0 % 4 == 0) { /* small tiles: many groups */
+        grouped_kc(kc, r, x, n, c0, out);
+        return bad;
+    }
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
+        float32x4_t z = vdupq_n_f32(r->zp ? (float)r->zp[g] : 0.0f);
+        j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax,
+                          out + j * csize, r->pf ? r->pf + j * r->pf_elem : NULL, r->pf_elem);
+        if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
+        j = end;
+    }
+    return bad;
+}
+
+static int quantize_neon(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+{
+    switch (r->kcode) {
+    case QK_I8:
+        return quantize_kc(QK_I8, r, x, n, c0, codes);
+    case QK_U8:
+        return quantize_kc(QK_U8, r, x, n, c0, codes);
+    case QK_I16:
+        return quantize_kc(QK_I16, r, x, n, c0, codes);
+    case QK_E4M3:
+        return quantize_kc(QK_E4M3, r, x, n, c0, codes);
+    case QK_E5M2:
+        return quantize_kc(QK_E5M2, r, x, n, c0, codes);
+    case QK_NF4:
+        return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    default:
+        return quant_generic_quantize(r, x, n, c0, codes);
+    }
+}
+
+/* ---- dequantize ------------------------------------------------------------------------------ */
+
+/* fp8 code -> float32 on 4 lanes, the bits of qn_fp8_to_f32: normal codes move their exponent
+ * and mantissa into place, subnormal ones are m * 2^(1 - bias - M) (exact), and the top codes are
+ * Inf / NaN without payload (e5m2) or NaN for 0x7f (e4m3fn). */
+ALWAYS_INLINE float32x4_t fp8_levels(uint32x4_t c, int M, int bias, bool has_inf)
+{
+    uint32x4_t sign = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(0x80u)), 24);
+    uint32x4_t mag = vandq_u32(c, vdupq_n_u32(0x7fu));
+    uint32x4_t normal =
+        vaddq_u32(vshlq_u32(mag, vdupq_n_s32(23 - M)), vdupq_n_u32((uint32_t)(127 - bias) << 23));
+    float32x4_t sub =
+        vmulq_f32(vcvtq_f32_u32(mag), vdupq_n_f32(qn_float((uint32_t)(127 + 1 - bias - M) << 23)));
+    uint32x4_t is_sub = vcltq_u32(mag, vdupq_n_u32(1u << M));
+    uint32x4_t bits = vbslq_u32(is_sub, vreinterpretq_u32_f32(sub), normal);
+    if (has_inf) {
+        const uint32_t emax = (1u << (7 - M)) - 1u;
+        uint32x4_t top = vcgeq_u32(mag, vdupq_n_u32(emax << M));
+        uint32x4_t quiet =
+            vandq_u32(vtstq_u32(mag, vdupq_n_u32((1u << M) - 1u)), vdupq_n_u32(0x400000u));
+        bits = vbslq_u32(top, vorrq_u32(vdupq_n_u32(0x7f800000u), quiet), bits);
+    } else {
+        uint32x4_t nan = vceqq_u32(mag, vdupq_n_u32(0x7fu));
+        bits = vbslq_u32(nan, vdupq_n_u32(0x7fc00000u), bits);
+    }
+    return vreinterpretq_f32_u32(vorrq_u32(bits, sign));
+}
+
+/* NF4 index (low nibble) -> level, by a 64-byte table lookup: lane i reads bytes 4k..4k+3. */
+ALWAYS_INLINE float32x4_t nf4_levels(uint32x4_t c, uint8x16x4_t tab)
+{
+    uint32x4_t k = vandq_u32(c, vdupq_n_u32(15u));
+    uint32x4_t idx = vmlaq_n_u32(vdupq_n_u32(0x03020100u), k, 0x04040404u);
+    return vreinterpretq_f32_u8(vqtbl4q_u8(tab, vreinterpretq_u8_u32(idx)));
+}
+
+/* Levels of 4 codes given as unsigned 32-bit lanes (byte kinds) or int16 lanes widened. */
+ALWAYS_INLINE float32x4_t levels4(quant_kcode kc, uint32x4_t c, uint8x16x4_t tab)
+{
+    switch (kc) {
+    case QK_I8:
+        return vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(vreinterpretq_s32_u32(c), 24), 24));
+    case QK_I16:
+        return vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(vreinterpretq_s32_u32(c), 16), 16));
+    case QK_E4M3:
+        return fp8_levels(c, 3, 7, false);
+    case QK_E5M2:
+        return fp8_levels(c, 2, 15, true);
+    case QK_NF4:
+        return nf4_levels(c, tab);
+    default:
+        return vcvtq_f32_u32(c);
+    }
+}
+
+/* Codes j..j+3 zero-extended to 32-bit lanes (the sign is restored by levels4). */
+ALWAYS_INLINE uint32x4_t load_codes4(quant_kcode kc, const uint8_t *c)
+{
+    if (kc == QK_I16) return vmovl_u16(vreinterpret_u16_u8(vld1_u8(c)));
+    uint32_t w;
+    memcpy(&w, c, sizeof w);
+    return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(w)))));
+}
+
+/* (level - z) * s, or level * s without a zero point, as the scalar code computes it. */
+ALWAYS_INLINE float32x4_t dequant4(float32x4_t l, float32x4_t s, float32x4_t z, bool asym)
+{
+    if (asym) l = vsubq_f32(l, z);
+    return vmulq_f32(l, s);
+}
+
+/* Dequantizes x[0..len) of one column group (scale s, zero point z) in blocks of 16 then 4;
+ * returns the count handled. */
+ALWAYS_INLINE int64_t dequantize_seg(quant_kcode kc, const uint8_t *codes, int64_t len,
+                                     float32x4_t s, float32x4_t z, bool asym, uint8x16x4_t tab,
+                                     float *out)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        uint32x4_t c[4];
+        if (kc == QK_I16) {
+            uint16x8_t lo = vreinterpretq_u16_u8(vld1q_u8(codes + 2 * j));
+            uint16x8_t hi = vreinterpretq_u16_u8(vld1q_u8(codes + 2 * j + 16));
+            c[0] = vmovl_u16(vget_low_u16(lo)), c[1] = vmovl_high_u16(lo);
+            c[2] = vmovl_u16(vget_low_u16(hi)), c[3] = vmovl_high_u16(hi);
+        } else {
+            uint8x16_t b = vld1q_u8(codes + j);
+            uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_high_u8(b);
+            c[0] = vmovl_u16(vget_low_u16(lo)), c[1] = vmovl_high_u16(lo);
+            c[2] = vmovl_u16(vget_low_u16(hi)), c[3] = vmovl_high_u16(hi);
+        }
+        for (int i = 0; i < 4; i++)
+            vst1q_f32(out + j + 4 * i, dequant4(levels4(kc, c[i], tab), s, z, asym));
+    }
+    for (; j + 4 <= len; j += 4)
+        vst1q_f32(out + j,
+                  dequant4(levels4(kc, load_codes4(kc, codes + j * csize), tab), s, z, asym));
+    return j;
+}
+
+ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint8_t *codes,
+                                 int64_t n, int64_t c0, float *out)
+{
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    uint8x16x4_t tab = {{vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0)}};
+    if (kc == QK_NF4)
+        for (int i = 0; i < 4; i++)
+            tab.val[i] = vreinterpretq_u8_f32(vld1q_f32(quant_nf4_levels + 4 * i));
+    if (r->tile == 1) {
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            float32x4_t l = levels4(kc, load_codes4(kc, codes + j * csize), tab);
+            float32x4_t z = r->zp ? vcvtq_f32_s32(vld1q_s32(r->zp + c0 + j)) : vdupq_n_f32(0);
+            vst1q_f32(out + j, dequant4(l, vld1q_f32(r->scale + c0 + j), z, r->zp != NULL));
+        }
+        quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, out + j);
+        return;
+    }
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
+        float32x4_t s = vdupq_n_f32(r->scale[g]);
+        float32x4_t z = vdupq_n_f32(r->zp ? (float)r->zp[g] : 0.0f);
+        if (r->zp)
+            j += dequantize_seg(kc, codes + j * csize, end - j, s, z, true, tab, out + j);
+        else
+            j += dequantize_seg(kc, codes + j * csize, end - j, s, z, false, tab, out + j);
+        quant_generic_dequantize(r, codes + j * csize, end - j, c0 + j, out + j);
+        j = end;
+    }
+}
+
+static void dequantize_neon(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
+                            float *out)
+{
+    switch (r->kcode) {
+    case QK_I8:
+        dequantize_kc(QK_I8, r, codes, n, c0, out);
+        break;
+    case QK_U8:
+        dequantize_kc(QK_U8, r, codes, n, c0, out);
+        break;
+    case QK_I16:
+        dequantize_kc(QK_I16, r, codes, n, c0, out);
+        break;
+    case QK_E4M3:
+        dequantize_kc(QK_E4M3, r, codes, n, c0, out);
+        break;
+    case QK_E5M2:
+        dequantize_kc(QK_E5M2, r, codes, n, c0, out);
+        break;
+    case QK_NF4:
+        dequantize_kc(QK_NF4, r, codes, n, c0, out);
+        break;
+    default:
+        quant_generic_dequantize(r, codes, n, c0, out);
+        break;
+    }
+}
+
+/* ---- widening -------------------------------------------------------------------------------- */
+
+static void widen_bf16_neon(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t v = vld1q_u16(src + i);
+        vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(v), 16)));
+        vst1q_f32(dst + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(v, 16)));
+    }
+    for (; i < n; i++) dst[i] = qn_bf16_to_f32(src[i]);
+}
+
+/* FCVT keeps a NaN's payload and quiets it (FPCR.DN is clear under Linux), as qn_f16_to_f32
+ * does; subnormal halves widen exactly. */
+static void widen_f16_neon(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(src + i));
+        vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(h)));
+        vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
+    }
+    for (; i < n; i++) dst[i] = qn_f16_to_f32(src[i]);
+}
+
+/* ---- packing -------------------------------------------------------------------------------- */
+
+/* 32 codes -> 16 bytes: a de-interleaving load splits even and odd codes, then shift-left-and-
+ * insert puts each odd code above the low nibble of its even neighbour. */
+static void pack_neon(const uint8_t *codes, int64_t n, uint8_t *packed)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint8x16x2_t v = vld2q_u8(codes + i);
+        vst1q_u8(packed + i / 2, vsliq_n_u8(v.val[0], v.val[1], 4));
+    }
+    quant_pack_nibbles(codes + i, 1, n - i, packed + i / 2);
+}
+
+const quant_kernels quant_kernels_neon = {
+    .isa = QUANT_ISA_NEON,
+    .absmax = absmax_neon,
+    .minmax = minmax_neon,
+    .quantize = quantize_neon,
+    .dequantize = dequantize_neon,
+    .widen_bf16 = widen_bf16_neon,
+    .widen_f16 = widen_f16_neon,
+    .pack = pack_neon,
+};
