@@ -58,18 +58,34 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_A  := $(BUILD)/lib/libquant.a
 LIB_SO := $(BUILD)/lib/libquant.so
 
+# ---- libquant-checkpoint: safetensors, rule sets, the pipeline (jansson, PCRE2) -----------------
+CK_PKGS   := jansson libpcre2-8
+CK_CFLAGS  = $(shell pkg-config --cflags $(CK_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
+CK_LIBS    = $(shell pkg-config --libs $(CK_PKGS) 2>/dev/null)
+CK_SRCS   := $(wildcard lib/checkpoint/*.c)
+CK_OBJS   := $(CK_SRCS:%.c=$(BUILD)/obj/%.o)
+CK_A      := $(BUILD)/lib/libquant-checkpoint.a
+
+# ---- the quant command -------------------------------------------------------------------------
+CLI_SRCS  := $(wildcard cli/*.c)
+CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+QUANT_BIN := $(BUILD)/bin/quant
+
 # ---- tests, bench, demo ----------------------------------------------------------------------
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 TEST_SRCS := $(wildcard tests/unit/*.c tests/unit/lib/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN  := $(BUILD)/tests/unit-tests
+CKTEST_SRCS := $(wildcard tests/ckpt/*.c)
+CKTEST_OBJS := $(CKTEST_SRCS:%.c=$(BUILD)/obj/%.o)
+CKTEST_BIN  := $(BUILD)/tests/ckpt-tests
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
 .PHONY: all lib check check-asan check-arm64 test bench run deps install clean format lint-lib
 
-all: lib
+all: lib $(CK_A) $(QUANT_BIN)
 
 lib: $(LIB_A) $(LIB_SO)
 
@@ -93,7 +109,28 @@ $(LIB_SO): $(LIB_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(CK_OBJS): ALL_CFLAGS += -fvisibility=hidden $(CK_CFLAGS)
+$(CK_OBJS) $(CLI_OBJS) $(CKTEST_OBJS): CPPFLAGS += -Ilib/checkpoint
+
+$(CK_A): $(CK_OBJS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(CLI_OBJS): ALL_CFLAGS += $(CK_CFLAGS)
+
+$(QUANT_BIN): $(CLI_OBJS) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+
 $(TEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) -Itests/unit
+$(CKTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(CK_CFLAGS) -Itests/ckpt
+
+$(CKTEST_BIN): $(CKTEST_OBJS) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CKTEST_OBJS) $(CK_A) $(LIB_A) $(CHECK_LIBS) $(CK_LIBS) $(LDLIBS)
 
 $(UNIT_BIN): $(TEST_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -107,7 +144,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/bench/%.o $(LIB_A)
 
 # Installs what is missing (only when pkg-config cannot find it).
 deps:
-	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check || scripts/install-deps
+	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check $(CK_PKGS) || scripts/install-deps
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
 lint-lib:
@@ -122,17 +159,21 @@ $(BUILD)/tests/readme-example: README.md tests/readme_main.c $(LIB_A)
 	    $(LIB_A) $(LDFLAGS) $(LDLIBS)
 
 check: deps lint-lib
-	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN) $(BUILD)/tests/readme-example
+	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN) $(CKTEST_BIN) $(QUANT_BIN) \
+	    $(BUILD)/tests/readme-example
 	$(Q)$(BUILD)/tests/readme-example
 	$(Q)CK_DEFAULT_TIMEOUT=600 $(UNIT_BIN)
+	$(Q)CK_DEFAULT_TIMEOUT=600 QUANT_BIN=$(QUANT_BIN) $(CKTEST_BIN)
 
 test: check
 
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 CFLAGS="-O1 -g" \
-	    build-asan/tests/unit-tests
+	    build-asan/tests/unit-tests build-asan/tests/ckpt-tests build-asan/bin/quant
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/unit-tests
+	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1 QUANT_BIN=build-asan/bin/quant build-asan/tests/ckpt-tests
 
 # The NEON lane: cross-compile with Debian's aarch64 gcc, run the suite under qemu-user
 # (QUANT_TEST_QUICK: an eighth of the random iterations, emulation being slow). The binary
@@ -153,14 +194,17 @@ bench: lib $(BENCH_BIN)
 run: lib $(DEMO_BIN)
 	$(Q)$(DEMO_BIN)
 
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 644 $(LIB_A) $(CK_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 lib/include/quant.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 lib/include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(QUANT_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 format:
-	clang-format -i $$(find lib tests bench -name '*.[ch]')
+	clang-format -i $$(find lib tests bench cli -name '*.[ch]')
 
 clean:
 	rm -rf build build-asan build-*

@@ -1,0 +1,92 @@
+/* quant_rules.h -- rule sets (SPEC section 6): parse and validate the JSON (jansson), compile
+ * module_path regexes (PCRE2, full-match), pick the first matching rule for a module path, and
+ * turn a rule into a libquant quant_how for a tensor shape.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QUANT_RULES_H
+#define QUANT_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant_ckpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One rule, validated. Strings are owned by the rule set. */
+typedef struct quant_rule {
+    char *module_path; /* the regex source; default ".*" */
+    bool has_weight_qtype; /* false: weight_qtype absent or null (tensor left as it is) */
+    quant_qtype weight_qtype;
+    char *weight_calibration; /* default "absmax"; validated with quant_calib_parse */
+    int n_tiles;              /* 0: no tile_size */
+    quant_tile tiles[QUANT_MAX_RANK];
+    bool tile_on_contraction; /* tile_size was a number: tiles[0].axis is the last contraction
+                                 axis, resolved per tensor by quant_rule_how() */
+    bool has_act_qtype;
+    quant_qtype act_qtype;
+    char *act_calibration; /* default "absmax" */
+    bool act_static_scale;
+    int n_act_batch_axes; /* default [0] */
+    int act_batch_axes[QUANT_MAX_RANK];
+    int n_contraction_axes; /* default [-1] */
+    int contraction_axes[QUANT_MAX_RANK];
+    quant_dtype scale_dtype; /* default F32; also BF16, F16 */
+    bool pack;               /* default true */
+    bool stochastic_rounding; /* default false */
+    uint64_t sr_seed;         /* stochastic_rounding: true = seed 0, an integer = that seed */
+} quant_rule;
+
+typedef struct quant_ruleset quant_ruleset;
+
+/*! quant_ruleset_parse() :
+ * Parses a rule set from JSON text: either a list of rules or an object {"rules": [...]}.
+ * Every field is checked (type, range, qtype and calibration names, regex syntax); unknown
+ * fields are errors. `source` names the input in messages (a file name, or NULL).
+ * @return : QUANT_CK_OK with `*out` to free with quant_ruleset_free(), or QUANT_CK_ERR_RULES
+ *           with a message like "rules.json: rule 2: field 'tile_size': must be a positive
+ *           integer, a number in (0, 1] or an object of axis -> size". */
+QUANT_API quant_ck_status quant_ruleset_parse(const char *json, size_t len, const char *source,
+                                              quant_ruleset **out, quant_ck_error *err);
+
+/*! quant_ruleset_load() : reads the file `path` and parses it with quant_ruleset_parse(). */
+QUANT_API quant_ck_status quant_ruleset_load(const char *path, quant_ruleset **out,
+                                             quant_ck_error *err);
+
+/*! quant_ruleset_free() : NULL is a no-op. */
+QUANT_API void quant_ruleset_free(quant_ruleset *rs);
+
+/*! quant_ruleset_count(), quant_ruleset_rule() : the rules in order (index < count). */
+QUANT_API size_t quant_ruleset_count(const quant_ruleset *rs);
+QUANT_API const quant_rule *quant_ruleset_rule(const quant_ruleset *rs, size_t index);
+
+/*! quant_ruleset_match() :
+ * @return : the index of the first rule whose module_path regex matches the whole of
+ *           `module_path` (Python re.fullmatch semantics), or -1. Thread-safe. */
+QUANT_API long quant_ruleset_match(const quant_ruleset *rs, const char *module_path);
+
+/*! quant_module_path() :
+ * Writes `name` without its last component (components separated by '.' or '/') into `out`
+ * (capacity `cap`, NUL-terminated): "model.layers.0.mlp.up_proj.weight" ->
+ * "model.layers.0.mlp.up_proj"; a name without a separator gives "".
+ * @return : false if `out` is too small. */
+QUANT_API bool quant_module_path(const char *name, char *out, size_t cap);
+
+/*! quant_rule_how() :
+ * Fills `how` for a weight of `rank` dims from rule `r` (which must have a weight qtype):
+ * contraction axes are reduced, every other axis is channelwise except tiled axes; a numeric
+ * tile_size applies to the last contraction axis. Axes are checked against `rank` and `shape`
+ * with quant_scale_shape(); `how->calibration` points into the rule (keep the set alive).
+ * Stochastic rounding: how->sr_key = quant_sr_key(r->sr_seed, tensor_name).
+ * @return : QUANT_CK_OK, or QUANT_CK_ERR_QUANT with libquant's message (bad axis for this rank,
+ *           tile not dividing the dim, ...). */
+QUANT_API quant_ck_status quant_rule_how(const quant_rule *r, const char *tensor_name, int rank,
+                                         const int64_t *shape, quant_how *how, quant_ck_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QUANT_RULES_H */

@@ -1,0 +1,40 @@
+/* ckutil.h -- helpers shared by the checkpoint suites: temporary directories, whole-file I/O,
+ * raw safetensors files built from a header string, and the suite constructors main.c runs.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QUANT_CKUTIL_H
+#define QUANT_CKUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant_ckpt.h"
+
+/* A fresh directory under $TMPDIR (or /tmp); the caller frees the string and removes the tree
+ * with ck_rmtree(). */
+char *ck_tmpdir(void);
+/* Removes `path` and everything under it (best effort). */
+void ck_rmtree(const char *path);
+/* "dir/name" in a malloc'd string. */
+char *ck_join(const char *dir, const char *name);
+/* Writes `n` bytes to `path` (fails the test on error). */
+void ck_write_file(const char *path, const void *data, size_t n);
+/* Reads a whole file; *n gets its size. NULL when it cannot be read. Caller frees. */
+void *ck_read_file(const char *path, size_t *n);
+/* Writes a safetensors file: the 8-byte length of `header`, `header` itself, then `n` data
+ * bytes. No validation: for building malformed files too. */
+void ck_write_st(const char *path, const char *header, const void *data, size_t n);
+/* Number of entries in directory `dir` (excluding . and ..), -1 if it cannot be opened. */
+int ck_count_entries(const char *dir);
+/* Directory of the test fixtures (tests/data, or $QUANT_CKPT_DATA). */
+const char *ck_data_dir(void);
+
+Suite *suite_st_read(void);
+Suite *suite_st_write(void);
+Suite *suite_rules(void);
+Suite *suite_pipeline(void);
+Suite *suite_ctensors(void);
+Suite *suite_cli(void);
+
+#endif
