@@ -18,7 +18,7 @@ extern "C" {
 
 /* One rule, validated. Strings are owned by the rule set. */
 typedef struct quant_rule {
-    char *module_path; /* the regex source; default ".*" */
+    char *module_path;     /* the regex source; default ".*" */
     bool has_weight_qtype; /* false: weight_qtype absent or null (tensor left as it is) */
     quant_qtype weight_qtype;
     char *weight_calibration; /* default "absmax"; validated with quant_calib_parse */
@@ -34,8 +34,8 @@ typedef struct quant_rule {
     int act_batch_axes[QUANT_MAX_RANK];
     int n_contraction_axes; /* default [-1] */
     int contraction_axes[QUANT_MAX_RANK];
-    quant_dtype scale_dtype; /* default F32; also BF16, F16 */
-    bool pack;               /* default true */
+    quant_dtype scale_dtype;  /* default F32; also BF16, F16 */
+    bool pack;                /* default true */
     bool stochastic_rounding; /* default false */
     uint64_t sr_seed;         /* stochastic_rounding: true = seed 0, an integer = that seed */
 } quant_rule;

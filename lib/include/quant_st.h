@@ -59,8 +59,8 @@ QUANT_API int quant_st_dtype_bits(quant_st_dtype dtype);
 /*! quant_st_dtype_align() : bytes a tensor of this dtype is aligned to by the writer
  * (element size, 1 for sub-byte dtypes). */
 QUANT_API int quant_st_dtype_align(quant_st_dtype dtype);
-/*! quant_st_to_quant_dtype() : the libquant dtype of F32/F16/BF16/F64/F8_E4M3/F8_E5M2/I8/U8/I16/I32;
- * false otherwise. */
+/*! quant_st_to_quant_dtype() : the libquant dtype of
+ * F32/F16/BF16/F64/F8_E4M3/F8_E5M2/I8/U8/I16/I32; false otherwise. */
 QUANT_API bool quant_st_to_quant_dtype(quant_st_dtype dtype, quant_dtype *out);
 /*! quant_st_from_quant_dtype() : the inverse of quant_st_to_quant_dtype(). */
 QUANT_API quant_st_dtype quant_st_from_quant_dtype(quant_dtype dtype);

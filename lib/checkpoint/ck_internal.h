@@ -1,0 +1,245 @@
+/* ck_internal.h -- libquant-checkpoint's internal header: large buffers and the bounded queue the
+ * pipeline stages share, the per-shard plan (what each input tensor becomes), units of work, and
+ * the hooks between plan, layouts, compute, report and the directory driver.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QUANT_CK_INTERNAL_H
+#define QUANT_CK_INTERNAL_H
+
+#include <pthread.h>
+
+#include "quant_pipeline.h"
+
+/* ---- big buffers and the bounded queue (buffers.c) ------------------------------------------ */
+
+/* Anonymous mappings: freed memory goes back to the OS at once, so resident memory follows the
+ * number of buffers in flight. ck_buf_alloc returns NULL on failure (n == 0 gives a valid
+ * pointer that ck_buf_free accepts). */
+void *ck_buf_alloc(size_t n);
+void ck_buf_free(void *p, size_t n);
+
+/* A FIFO of pointers with a fixed capacity. push blocks while full, pop while empty; after
+ * ck_queue_close both return at once (push returns false, pop returns NULL once drained). */
+typedef struct ck_queue {
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty, not_full;
+    void **items;
+    size_t cap, head, len;
+    bool closed;
+} ck_queue;
+
+bool ck_queue_init(ck_queue *q, size_t cap);
+void ck_queue_destroy(ck_queue *q);
+bool ck_queue_push(ck_queue *q, void *item);
+void *ck_queue_pop(ck_queue *q);
+void ck_queue_close(ck_queue *q);
+
+/* ---- the plan of one shard (plan.c, layout_native.c, layout_ct.c) ---------------------------- */
+
+/* How the bytes of libquant's codes become the stored tensor. */
+typedef enum ck_codec {
+    CK_CODEC_RAW = 0,   /* the codes as libquant writes them (packed nibbles when how.pack) */
+    CK_CODEC_PACK32 = 1 /* compressed-tensors: code + 2^(b-1), b bits each, LSB-first in I32 */
+} ck_codec;
+
+/* Output roles of a quantized tensor; -1 in `out` when the layout has no such tensor. */
+enum { CK_OUT_DATA = 0, CK_OUT_SCALE, CK_OUT_ZP, CK_OUT_SHAPE, CK_OUT_ROLES };
+
+typedef struct ck_tensor_plan {
+    const quant_st_tensor *in;
+    bool quantize;
+    const char *reason; /* copied: why (static string) */
+    long rule;
+    const quant_rule *r;
+    quant_how how;
+    quant_dtype in_dtype;
+    int64_t scale_shape[QUANT_MAX_RANK];
+    int64_t scale_numel;
+    bool asym;
+    ck_codec codec;
+    long out[CK_OUT_ROLES]; /* indices into the shard's output list (copy: out[DATA] only) */
+    /* work split along axis 0 */
+    int64_t row_elems; /* elements per axis-0 index */
+    int64_t unit_rows; /* axis-0 indices per unit */
+    int64_t tile0;     /* axis-0 indices per scale row (shape[0] / scale_shape[0]) */
+    bool two_pass;     /* axis 0 reduced and a scale group exceeds a unit: calibrate first */
+} ck_tensor_plan;
+
+typedef struct ck_shard_plan {
+    quant_st_file *in;
+    const char *base; /* input base name */
+    size_t n;         /* == in->n_tensors */
+    ck_tensor_plan *t;
+    size_t n_out, cap_out;
+    quant_st_out_tensor *out; /* names owned (out_names) */
+    char **out_names;
+    char *quant_meta; /* native: the "quantization" metadata JSON; NULL otherwise */
+} ck_shard_plan;
+
+/* Plans every tensor of `in` by the rules for `layout`. */
+quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
+                              quant_layout layout, size_t chunk_bytes, quant_ck_error *err);
+void ck_plan_free(ck_shard_plan *sp);
+/* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
+long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,
+                     const int64_t *shape);
+
+/* Layout hooks: add the output tensors of a quantized tensor (tp->how and scale shape set). */
+quant_ck_status ck_native_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
+quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
+/* Native: the "quantization" metadata value for the planned shard (malloc'd), NULL on OOM. */
+char *ck_native_metadata(const ck_shard_plan *sp);
+
+/* compressed-tensors packing: `rows` rows of `n` signed codes (I8, bits b) into rows of
+ * ceil(n*b/32) little-endian int32 words, each code offset by 2^(b-1), LSB-first. */
+void ck_pack32_rows(const int8_t *codes, int64_t rows, int64_t n, int bits, uint32_t *out);
+int64_t ck_pack32_words(int64_t n, int bits);
+
+/* The zero points of a finished tensor as its layout stores them (the zero_point dtype, or
+ * compressed-tensors' int32 words packed along dim 0), in a ck_buf_alloc buffer of *len bytes;
+ * NULL on allocation failure. */
+void *ck_encode_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len);
+void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len);
+
+/* compressed-tensors' quantization_config, gathered over every shard of a run. */
+typedef struct ck_ct_config ck_ct_config;
+ck_ct_config *ck_ct_config_new(void);
+void ck_ct_config_free(ck_ct_config *cfg);
+/* Records where a planned tensor goes: a config group (quantized) or `ignore` (a rank-2
+ * `.weight` left in float). */
+quant_ck_status ck_ct_config_add(ck_ct_config *cfg, const ck_tensor_plan *tp, quant_ck_error *err);
+/* Sets "quantization_config" in the JSON text of config.json (`text`, may be NULL for a new
+ * file) and returns the new text (malloc'd), or NULL with `err` filled. */
+char *ck_ct_config_apply(const ck_ct_config *cfg, const char *text, quant_ck_error *err);
+
+/* ---- units of work (pipeline.c, compute.c) ----------------------------------------------------
+ */
+
+typedef enum ck_unit_kind { CK_UNIT_COPY = 0, CK_UNIT_CALIB, CK_UNIT_QUANT } ck_unit_kind;
+
+typedef struct ck_piece {
+    long index; /* output tensor */
+    uint64_t offset;
+    void *buf;
+    size_t len, alloc; /* alloc: ck_buf_alloc size to free (0: not owned) */
+} ck_piece;
+
+#define CK_MAX_PIECES 5
+
+typedef struct ck_unit {
+    ck_tensor_plan *tp;
+    size_t tensor; /* index in the shard */
+    ck_unit_kind kind;
+    int64_t row0, rows;
+    uint64_t in_off, in_len;
+    bool first, last; /* first/last unit of its tensor (last of its pass for CALIB) */
+    void *in_buf;
+    size_t n_pieces;
+    ck_piece piece[CK_MAX_PIECES];
+} ck_unit;
+
+/* Per-tensor state the compute stage keeps between units. */
+typedef struct ck_tensor_state {
+    float *scale;
+    int32_t *zp;
+    float *absmax, *min, *max; /* two-pass calibration */
+    double *sumsq;             /* two-pass rms: sum of rms_chunk^2 * n_chunk */
+    double sum_x2, sum_e2, max_err;
+    int64_t calib_units;
+} ck_tensor_state;
+
+typedef struct ck_compute {
+    quant_ctx *ctx;
+    bool quality;
+    float *deq; /* dequantize scratch (f32), deq_len floats */
+    size_t deq_alloc;
+    ck_tensor_state st;
+} ck_compute;
+
+/* Runs one unit; fills its pieces (buffers from ck_buf_alloc). */
+quant_ck_status ck_compute_unit(ck_compute *c, ck_unit *u, quant_ck_error *err);
+/* Fills the report entry's quality of the tensor just finished and clears the state. */
+void ck_compute_finish(ck_compute *c, quant_report_entry *e);
+void ck_compute_destroy(ck_compute *c);
+
+/* ---- the report (report.c) --------------------------------------------------------------------
+ */
+
+quant_report *ck_report_new(quant_layout layout);
+/* Appends an entry for `tp` (strings copied); returns it or NULL on OOM. */
+quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp);
+
+/* ---- one shard through the pipeline (pipeline.c) --------------------------------------------- */
+
+typedef struct ck_run {
+    const quant_pipeline_options *opts;
+    quant_ctx *ctx;
+    quant_report *report;
+    uint64_t tensors_done, tensors_total, bytes_done, bytes_total;
+    /* filled by ck_run_shard: the output's tensor names and data size (for the index) */
+} ck_run;
+
+quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
+                             quant_ck_error *err);
+
+/* ---- files ------------------------------------------------------------------------------------
+ */
+
+/* Reads a whole small file (config, index) up to `max` bytes; malloc'd and NUL-terminated. */
+quant_ck_status ck_read_small_file(const char *path, size_t max, char **out, size_t *len,
+                                   quant_ck_error *err);
+/* Writes `len` bytes to `path` through a temporary file, fsync and rename. */
+quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t len,
+                                     quant_ck_error *err);
+/* Copies a regular file (contents and mode). */
+quant_ck_status ck_copy_file(const char *from, const char *to, quant_ck_error *err);
+/* fsyncs the directory holding `path` (best effort), after a rename into it. */
+void ck_fsync_parent(const char *path);
+/* Removes a directory tree we created (best effort). */
+void ck_remove_tree(const char *path);
+/* The part of `path` after the last '/'. */
+const char *ck_basename(const char *path);
+
+/* ---- checkpoint directories (checkpoint_dir.c) ------------------------------------------------
+ */
+
+#define CK_INDEX_NAME "model.safetensors.index.json"
+
+/* The shards of an input: one file, or a directory's shards in index (or name) order. */
+typedef struct ck_shards {
+    size_t n;
+    quant_st_file **f;
+    bool is_dir, had_index;
+} ck_shards;
+
+/* Opens and validates every shard of `in` (a file or a checkpoint directory) before any work:
+ * the index must name existing shards in `in` (no path separators) and agree with their
+ * headers. */
+quant_ck_status ck_shards_open(const char *in, ck_shards *s, quant_ck_error *err);
+void ck_shards_close(ck_shards *s);
+
+/* An output name that must not exist yet (or, for directories, be an empty directory). */
+quant_ck_status ck_check_output(const char *out, bool dir, quant_ck_error *err);
+
+/* A directory output built under a temporary name beside `out`. */
+typedef struct ck_outdir {
+    char *tmp;        /* the directory being filled */
+    void *weight_map; /* json_t object */
+    uint64_t total_size;
+} ck_outdir;
+
+quant_ck_status ck_outdir_begin(const char *out, ck_outdir *d, quant_ck_error *err);
+/* Path of `name` inside the temporary directory (malloc'd), NULL on OOM. */
+char *ck_outdir_path(const ck_outdir *d, const char *name);
+/* Records the tensors of one written shard for the index. */
+quant_ck_status ck_outdir_add_shard(ck_outdir *d, const char *shard, const quant_st_out_tensor *t,
+                                    size_t n, quant_ck_error *err);
+/* Copies the other regular files of `in_dir` (config.json replaced by `config_text` when not
+ * NULL), writes the index when the input had one or has several shards, and renames the
+ * directory to `out`. */
+quant_ck_status ck_outdir_finish(ck_outdir *d, const char *in_dir, const ck_shards *s,
+                                 const char *config_text, const char *out, quant_ck_error *err);
+/* Removes the temporary directory (after a failure) and frees `d`. */
+void ck_outdir_free(ck_outdir *d);
+
+#endif /* QUANT_CK_INTERNAL_H */

@@ -1,0 +1,149 @@
+/* files.c -- small-file helpers of the checkpoint driver: whole reads of bounded size, atomic
+ * writes (temporary file, fsync, rename, fsync of the directory), file copies and removal of a
+ * directory tree this process created.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ck_internal.h"
+
+const char *ck_basename(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static quant_ck_status io_fail(quant_ck_error *err, const char *what, const char *path)
+{
+    return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s: %s", path, what, strerror(errno));
+}
+
+quant_ck_status ck_read_small_file(const char *path, size_t max, char **out, size_t *len,
+                                   quant_ck_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_fail(err, "cannot open", path);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
+        close(fd);
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "%s: not a regular file of at most %zu bytes", path, max);
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    while (buf && got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (!buf) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (got != n) {
+        free(buf);
+        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: short read", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    return QUANT_CK_OK;
+}
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+void ck_fsync_parent(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir) return;
+    memcpy(dir, !slash ? "." : path, n);
+    dir[n] = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t len,
+                                     quant_ck_error *err)
+{
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    if (!tmp) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    snprintf(tmp, n, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        quant_ck_status st = io_fail(err, "cannot create a temporary file", path);
+        free(tmp);
+        return st;
+    }
+    bool ok = fchmod(fd, 0644) == 0 && write_all(fd, data, len) && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    ok = ok && rename(tmp, path) == 0;
+    quant_ck_status st = ok ? QUANT_CK_OK : io_fail(err, "cannot write", path);
+    if (!ok)
+        unlink(tmp);
+    else
+        ck_fsync_parent(path);
+    free(tmp);
+    return st;
+}
+
+quant_ck_status ck_copy_file(const char *from, const char *to, quant_ck_error *err)
+{
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return io_fail(err, "cannot open", from);
+    struct stat sb;
+    int out = fstat(in, &sb) == 0
+                  ? open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, sb.st_mode & 0777)
+                  : -1;
+    if (out < 0) {
+        close(in);
+        return io_fail(err, "cannot create", to);
+    }
+    char buf[65536];
+    ssize_t k;
+    bool ok = true;
+    while (ok && ((k = read(in, buf, sizeof buf)) != 0)) {
+        if (k < 0 && errno == EINTR) continue;
+        ok = k > 0 && write_all(out, buf, (size_t)k);
+    }
+    ok = fsync(out) == 0 && ok;
+    ok = close(out) == 0 && ok;
+    close(in);
+    return ok ? QUANT_CK_OK : io_fail(err, "cannot copy to", to);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void ck_remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}

@@ -1,0 +1,272 @@
+/* pipeline.c -- one shard through three overlapped stages: a reader thread (pread into units),
+ * the compute stage in the calling thread (libquant's pool does the math), and a writer thread
+ * (pwrite of every output piece at its planned offset). Bounded queues between the stages keep
+ * the number of buffers in flight, hence memory, fixed whatever the shard or tensor size.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck_internal.h"
+
+typedef struct pipe {
+    ck_run *run;
+    ck_shard_plan *sp;
+    quant_st_writer *w;
+    ck_queue to_compute, to_write;
+    atomic_int failed;
+    pthread_mutex_t err_mu;
+    quant_ck_error err; /* the first error of any stage */
+} pipe_t;
+
+static void pipe_fail(pipe_t *p, const quant_ck_error *e)
+{
+    pthread_mutex_lock(&p->err_mu);
+    if (!atomic_load(&p->failed)) {
+        p->err = *e;
+        atomic_store(&p->failed, 1);
+    }
+    pthread_mutex_unlock(&p->err_mu);
+}
+
+static bool cancelled(pipe_t *p)
+{
+    atomic_int *flag = p->run->opts->cancel;
+    if (!flag || !atomic_load(flag)) return false;
+    quant_ck_error e;
+    quant_ck_fail(&e, QUANT_CK_ERR_CANCELLED, "cancelled");
+    pipe_fail(p, &e);
+    return true;
+}
+
+static void unit_free(ck_unit *u)
+{
+    if (!u) return;
+    ck_buf_free(u->in_buf, u->in_len);
+    for (size_t i = 0; i < u->n_pieces; i++) ck_buf_free(u->piece[i].buf, u->piece[i].alloc);
+    free(u);
+}
+
+/* ---- reader ---------------------------------------------------------------------------------- */
+
+static bool read_unit(pipe_t *p, size_t tensor, ck_unit_kind kind, int64_t row0, int64_t rows,
+                      uint64_t off, uint64_t len, bool first, bool last)
+{
+    if (atomic_load(&p->failed) || cancelled(p)) return false;
+    ck_unit *u = calloc(1, sizeof *u);
+    quant_ck_error e;
+    if (!u || !(u->in_buf = ck_buf_alloc(len))) {
+        free(u);
+        quant_ck_fail(&e, QUANT_CK_ERR_NOMEM, "out of memory for a %llu-byte buffer",
+                      (unsigned long long)len);
+        pipe_fail(p, &e);
+        return false;
+    }
+    *u = (ck_unit){.tp = &p->sp->t[tensor],
+                   .tensor = tensor,
+                   .kind = kind,
+                   .row0 = row0,
+                   .rows = rows,
+                   .in_off = off,
+                   .in_len = len,
+                   .first = first,
+                   .last = last,
+                   .in_buf = u->in_buf};
+    if (quant_st_read(p->sp->in, p->sp->t[tensor].in, off, u->in_buf, len, &e) != QUANT_CK_OK) {
+        quant_ck_prefix(&e, "%s", p->sp->in->path);
+        pipe_fail(p, &e);
+        unit_free(u);
+        return false;
+    }
+    if (!ck_queue_push(&p->to_compute, u)) {
+        unit_free(u);
+        return false;
+    }
+    return true;
+}
+
+static bool read_copy(pipe_t *p, size_t i)
+{
+    const quant_st_tensor *t = p->sp->t[i].in;
+    uint64_t total = quant_st_nbytes(t), step = p->run->opts->chunk_bytes, off = 0;
+    do {
+        uint64_t len = total - off < step ? total - off : step;
+        if (!read_unit(p, i, CK_UNIT_COPY, 0, 0, off, len, off == 0, off + len == total))
+            return false;
+        off += len;
+    } while (off < total);
+    return true;
+}
+
+static bool read_pass(pipe_t *p, size_t i, ck_unit_kind kind, bool first_pass)
+{
+    const ck_tensor_plan *tp = &p->sp->t[i];
+    int64_t d0 = tp->in->shape[0];
+    uint64_t row_bytes = (uint64_t)tp->row_elems * quant_dtype_size(tp->in_dtype);
+    for (int64_t r = 0; r < d0; r += tp->unit_rows) {
+        int64_t rows = d0 - r < tp->unit_rows ? d0 - r : tp->unit_rows;
+        if (!read_unit(p, i, kind, r, rows, row_bytes * (uint64_t)r, row_bytes * (uint64_t)rows,
+                       first_pass && r == 0, r + rows == d0))
+            return false;
+    }
+    return true;
+}
+
+static void *reader_main(void *arg)
+{
+    pipe_t *p = arg;
+    for (size_t i = 0; i < p->sp->n; i++) {
+        const ck_tensor_plan *tp = &p->sp->t[i];
+        bool ok = !tp->quantize ? read_copy(p, i)
+                                : (!tp->two_pass || read_pass(p, i, CK_UNIT_CALIB, true)) &&
+                                      read_pass(p, i, CK_UNIT_QUANT, !tp->two_pass);
+        if (!ok) break;
+    }
+    ck_queue_close(&p->to_compute);
+    return NULL;
+}
+
+/* ---- writer ---------------------------------------------------------------------------------- */
+
+static void *writer_main(void *arg)
+{
+    pipe_t *p = arg;
+    ck_unit *u;
+    while ((u = ck_queue_pop(&p->to_write)) != NULL) {
+        for (size_t k = 0; k < u->n_pieces && !atomic_load(&p->failed); k++) {
+            ck_piece *pc = &u->piece[k];
+            quant_ck_error e;
+            if (quant_st_writer_pwrite(p->w, (size_t)pc->index, pc->offset, pc->buf, pc->len, &e) !=
+                QUANT_CK_OK)
+                pipe_fail(p, &e);
+        }
+        unit_free(u);
+    }
+    return NULL;
+}
+
+/* ---- compute (the calling thread) --------------------------------------------------------------
+ */
+
+static uint64_t out_bytes(const pipe_t *p, const ck_tensor_plan *tp)
+{
+    uint64_t n = 0;
+    for (int k = 0; k < CK_OUT_ROLES; k++)
+        if (tp->out[k] >= 0) n += quant_st_writer_nbytes(p->w, (size_t)tp->out[k]);
+    return n;
+}
+
+static void tensor_done(pipe_t *p, ck_compute *c, const ck_unit *u)
+{
+    ck_run *run = p->run;
+    quant_report_entry *e = ck_report_add(run->report, p->sp->base, u->tp);
+    if (e) {
+        e->bytes_in = quant_st_nbytes(u->tp->in);
+        e->bytes_out = out_bytes(p, u->tp);
+    }
+    ck_compute_finish(c, e);
+    run->tensors_done++;
+}
+
+static void compute_loop(pipe_t *p, ck_compute *c)
+{
+    ck_run *run = p->run;
+    ck_unit *u;
+    while ((u = ck_queue_pop(&p->to_compute)) != NULL) {
+        quant_ck_error e;
+        if (atomic_load(&p->failed) || cancelled(p)) {
+            unit_free(u);
+            continue;
+        }
+        if (ck_compute_unit(c, u, &e) != QUANT_CK_OK) {
+            quant_ck_prefix(&e, "%s", p->sp->in->path);
+            pipe_fail(p, &e);
+            unit_free(u);
+            continue;
+        }
+        ck_buf_free(u->in_buf, u->in_len);
+        u->in_buf = NULL;
+        if (u->kind != CK_UNIT_CALIB) run->bytes_done += u->in_len;
+        if (u->last && u->kind != CK_UNIT_CALIB) tensor_done(p, c, u);
+        if (run->opts->progress) {
+            quant_progress pr = {run->tensors_done, run->tensors_total, run->bytes_done,
+                                 run->bytes_total, p->sp->base};
+            run->opts->progress(run->opts->progress_user, &pr);
+        }
+        if (!ck_queue_push(&p->to_write, u)) unit_free(u);
+    }
+}
+
+/* ---- the shard ---------------------------------------------------------------------------------
+ */
+
+static quant_ck_status open_writer(pipe_t *p, const char *out_path, quant_ck_error *err)
+{
+    const quant_st_file *in = p->sp->in;
+    bool native = p->run->opts->layout == QUANT_LAYOUT_NATIVE;
+    const char *extra_key = native ? "quantization" : "format";
+    const char *extra_val = native ? p->sp->quant_meta : "pt";
+    size_t n = 0;
+    const char **keys = malloc((in->n_meta + 1) * sizeof *keys);
+    const char **vals = malloc((in->n_meta + 1) * sizeof *vals);
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < in->n_meta; i++) {
+        if (strcmp(in->meta_keys[i], extra_key) == 0) continue;
+        keys[n] = in->meta_keys[i];
+        vals[n++] = in->meta_values[i];
+    }
+    keys[n] = extra_key;
+    vals[n++] = extra_val;
+    quant_ck_status st =
+        quant_st_writer_new(out_path, p->sp->out, p->sp->n_out, keys, vals, n, &p->w, err);
+    free(keys);
+    free(vals);
+    return st;
+}
+
+quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
+                             quant_ck_error *err)
+{
+    pipe_t p = {.run = run, .sp = sp};
+    atomic_init(&p.failed, 0);
+    quant_ck_status st = open_writer(&p, out_path, err);
+    if (st != QUANT_CK_OK) return st;
+    size_t cap = (size_t)run->opts->buffers;
+    if (!ck_queue_init(&p.to_compute, cap)) goto nomem;
+    if (!ck_queue_init(&p.to_write, cap)) {
+        ck_queue_destroy(&p.to_compute);
+        goto nomem;
+    }
+    pthread_mutex_init(&p.err_mu, NULL);
+    ck_compute c = {.ctx = run->ctx, .quality = run->opts->quality};
+    pthread_t reader, writer;
+    bool reader_up = pthread_create(&reader, NULL, reader_main, &p) == 0;
+    bool writer_up = reader_up && pthread_create(&writer, NULL, writer_main, &p) == 0;
+    if (!writer_up) {
+        quant_ck_fail(&p.err, QUANT_CK_ERR_NOMEM, "cannot start the pipeline threads");
+        atomic_store(&p.failed, 1);
+        ck_queue_close(&p.to_compute);
+    }
+    compute_loop(&p, &c);
+    ck_queue_close(&p.to_write);
+    if (reader_up) pthread_join(reader, NULL);
+    if (writer_up)
+        pthread_join(writer, NULL);
+    else
+        writer_main(&p); /* drains what compute queued */
+    ck_compute_destroy(&c);
+    ck_queue_destroy(&p.to_compute);
+    ck_queue_destroy(&p.to_write);
+    pthread_mutex_destroy(&p.err_mu);
+    st = atomic_load(&p.failed) ? quant_ck_fail(err, p.err.status, "%s", p.err.message)
+                                : quant_st_writer_commit(p.w, err);
+    quant_st_writer_free(p.w);
+    return st;
+nomem:
+    quant_st_writer_free(p.w);
+    return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+}

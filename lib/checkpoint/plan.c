@@ -1,0 +1,158 @@
+/* plan.c -- decides, before any data is read, what every tensor of a shard becomes: copied (and
+ * why) or quantized by which rule, with which output tensors, and how its rows are split into
+ * units of work. The output header follows from this plan alone.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck_internal.h"
+
+long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,
+                     const int64_t *shape)
+{
+    if (sp->n_out == sp->cap_out) {
+        size_t cap = sp->cap_out ? sp->cap_out * 2 : 64;
+        quant_st_out_tensor *o = realloc(sp->out, cap * sizeof *o);
+        if (!o) return -1;
+        sp->out = o;
+        char **names = realloc(sp->out_names, cap * sizeof *names);
+        if (!names) return -1;
+        sp->out_names = names;
+        sp->cap_out = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return -1;
+    quant_st_out_tensor *o = &sp->out[sp->n_out];
+    memset(o, 0, sizeof *o);
+    o->name = copy;
+    o->dtype = dtype;
+    o->rank = rank;
+    if (rank > 0) memcpy(o->shape, shape, (size_t)rank * sizeof *shape);
+    sp->out_names[sp->n_out] = copy;
+    return (long)sp->n_out++;
+}
+
+/* Why a tensor is copied regardless of the rules, or NULL when rules decide. */
+static const char *copy_reason(const quant_st_tensor *t, quant_dtype *qd)
+{
+    if (!quant_st_to_quant_dtype(t->dtype, qd) || !quant_dtype_is_float(*qd))
+        return "not a float tensor";
+    if (*qd == QUANT_DTYPE_F8_E4M3 || *qd == QUANT_DTYPE_F8_E5M2) return "already fp8";
+    if (t->rank < 2) return "rank < 2";
+    if (quant_numel(t->rank, t->shape) == 0) return "empty tensor";
+    return NULL;
+}
+
+/* Splits a quantized tensor's axis 0 into units of about `chunk` input bytes. A unit covers
+ * whole scale groups along axis 0 when a group fits; otherwise (axis 0 reduced over more than a
+ * chunk) the tensor is calibrated in a first pass and quantized in a second. */
+static void plan_units(ck_tensor_plan *tp, size_t chunk)
+{
+    const quant_st_tensor *t = tp->in;
+    int64_t d0 = t->shape[0];
+    tp->row_elems = quant_numel(t->rank - 1, t->shape + 1);
+    uint64_t row_bytes = (uint64_t)tp->row_elems * quant_dtype_size(tp->in_dtype);
+    tp->tile0 = d0 / tp->scale_shape[0];
+    uint64_t group_bytes = row_bytes * (uint64_t)tp->tile0;
+    if (group_bytes <= chunk) {
+        tp->two_pass = false;
+        tp->unit_rows = (int64_t)(chunk / group_bytes) * tp->tile0;
+    } else {
+        tp->two_pass = true;
+        tp->unit_rows = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
+    }
+    if (tp->unit_rows > d0) tp->unit_rows = d0;
+}
+
+static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, quant_layout layout,
+                                      size_t chunk, quant_ck_error *err)
+{
+    const quant_st_tensor *t = tp->in;
+    if (tp->r->act_static_scale)
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "tensor '%s': rule %ld sets act_static_scale, which needs calibration "
+                             "statistics (a quantd job with stats_model); this run has none",
+                             t->name, tp->rule);
+    quant_ck_status st = quant_rule_how(tp->r, t->name, t->rank, t->shape, &tp->how, err);
+    if (st != QUANT_CK_OK) {
+        quant_ck_prefix(err, "tensor '%s': rule %ld", t->name, tp->rule);
+        return st;
+    }
+    quant_error qe;
+    if (quant_scale_shape(&tp->how, t->rank, t->shape, tp->scale_shape, &qe) != QUANT_OK)
+        return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "tensor '%s': rule %ld: %s", t->name,
+                             tp->rule, qe.message);
+    tp->scale_numel = quant_numel(t->rank, tp->scale_shape);
+    tp->asym = quant_how_asymmetric(&tp->how);
+    st = layout == QUANT_LAYOUT_CTENSORS ? ck_ct_outputs(sp, tp, err)
+                                         : ck_native_outputs(sp, tp, err);
+    if (st != QUANT_CK_OK) return st;
+    plan_units(tp, chunk);
+    return QUANT_CK_OK;
+}
+
+static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
+                                   const quant_ruleset *rules, quant_layout layout, size_t chunk,
+                                   quant_ck_error *err)
+{
+    const quant_st_tensor *t = tp->in;
+    for (int k = 0; k < CK_OUT_ROLES; k++) tp->out[k] = -1;
+    tp->rule = -1;
+    tp->reason = copy_reason(t, &tp->in_dtype);
+    if (!tp->reason) {
+        size_t cap = strlen(t->name) + 1;
+        char *module = malloc(cap);
+        if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+        quant_module_path(t->name, module, cap);
+        tp->rule = quant_ruleset_match(rules, module);
+        free(module);
+        if (tp->rule < 0) {
+            tp->reason = "no rule matched";
+        } else {
+            tp->r = quant_ruleset_rule(rules, (size_t)tp->rule);
+            if (!tp->r->has_weight_qtype) tp->reason = "rule has a null weight_qtype";
+        }
+    }
+    if (!tp->reason) {
+        tp->quantize = true;
+        return plan_quantized(sp, tp, layout, chunk, err);
+    }
+    tp->out[CK_OUT_DATA] = ck_plan_add_out(sp, t->name, t->dtype, t->rank, t->shape);
+    if (tp->out[CK_OUT_DATA] < 0) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return QUANT_CK_OK;
+}
+
+quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
+                              quant_layout layout, size_t chunk_bytes, quant_ck_error *err)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->in = in;
+    sp->base = ck_basename(in->path);
+    sp->n = in->n_tensors;
+    sp->t = calloc(sp->n ? sp->n : 1, sizeof *sp->t);
+    if (!sp->t) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < sp->n; i++) {
+        sp->t[i].in = &in->tensors[i];
+        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, layout, chunk_bytes, err);
+        if (st != QUANT_CK_OK) {
+            quant_ck_prefix(err, "%s", in->path);
+            return st;
+        }
+    }
+    if (layout == QUANT_LAYOUT_NATIVE) {
+        sp->quant_meta = ck_native_metadata(sp);
+        if (!sp->quant_meta) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    }
+    return QUANT_CK_OK;
+}
+
+void ck_plan_free(ck_shard_plan *sp)
+{
+    for (size_t i = 0; i < sp->n_out; i++) free(sp->out_names[i]);
+    free(sp->out_names);
+    free(sp->out);
+    free(sp->t);
+    free(sp->quant_meta);
+    memset(sp, 0, sizeof *sp);
+}

@@ -1,0 +1,146 @@
+/* report.c -- the per-tensor report of a run: one entry per input tensor (rule, qtype, shapes,
+ * bytes, SQNR and max error), its JSON form and the atomic write of quant-report.json.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck_internal.h"
+
+struct quant_report {
+    quant_layout layout;
+    size_t n, cap;
+    quant_report_entry *e;
+};
+
+quant_report *ck_report_new(quant_layout layout)
+{
+    quant_report *r = calloc(1, sizeof *r);
+    if (r) r->layout = layout;
+    return r;
+}
+
+void quant_report_free(quant_report *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->n; i++) {
+        free((char *)r->e[i].name);
+        free((char *)r->e[i].shard);
+    }
+    free(r->e);
+    free(r);
+}
+
+size_t quant_report_count(const quant_report *r)
+{
+    return r ? r->n : 0;
+}
+
+const quant_report_entry *quant_report_entry_at(const quant_report *r, size_t i)
+{
+    return r && i < r->n ? &r->e[i] : NULL;
+}
+
+quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp)
+{
+    if (!r) return NULL;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        quant_report_entry *e = realloc(r->e, cap * sizeof *e);
+        if (!e) return NULL;
+        r->e = e;
+        r->cap = cap;
+    }
+    quant_report_entry *e = &r->e[r->n];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(tp->in->name);
+    e->shard = strdup(shard);
+    if (!e->name || !e->shard) {
+        free((char *)e->name);
+        free((char *)e->shard);
+        return NULL;
+    }
+    r->n++;
+    e->quantized = tp->quantize;
+    e->reason = tp->reason; /* static strings */
+    e->rule = tp->rule;
+    e->qtype = tp->how.qtype;
+    e->dtype = tp->in->dtype;
+    e->rank = tp->in->rank;
+    memcpy(e->shape, tp->in->shape, sizeof e->shape);
+    if (tp->quantize) memcpy(e->scale_shape, tp->scale_shape, sizeof e->scale_shape);
+    return e;
+}
+
+static json_t *dims(int rank, const int64_t *shape)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < rank; i++) json_array_append_new(a, json_integer(shape[i]));
+    return a;
+}
+
+static json_t *entry_json(const quant_report_entry *e)
+{
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I}", "name", e->name, "shard", e->shard,
+                  "action", e->quantized ? "quantized" : "copied", "dtype",
+                  quant_st_dtype_name(e->dtype), "shape", dims(e->rank, e->shape), "bytes_in",
+                  (json_int_t)e->bytes_in, "bytes_out", (json_int_t)e->bytes_out);
+    if (!o) return NULL;
+    json_object_set_new(o, "rule", e->rule >= 0 ? json_integer(e->rule) : json_null());
+    if (!e->quantized) {
+        json_object_set_new(o, "reason", json_string(e->reason));
+        return o;
+    }
+    json_object_set_new(o, "qtype", json_string(quant_qtype_traits_get(e->qtype)->name));
+    json_object_set_new(o, "scale_shape", dims(e->rank, e->scale_shape));
+    if (e->has_quality) {
+        /* JSON has no infinity: an exact round trip reports null SQNR and max error 0. */
+        json_object_set_new(o, "sqnr_db",
+                            isfinite(e->sqnr_db) ? json_real(e->sqnr_db) : json_null());
+        json_object_set_new(o, "max_abs_error", json_real(e->max_abs_err));
+    }
+    return o;
+}
+
+static json_t *summary_json(const quant_report *r)
+{
+    uint64_t in = 0, out = 0, quantized = 0;
+    double worst = INFINITY;
+    for (size_t i = 0; i < r->n; i++) {
+        const quant_report_entry *e = &r->e[i];
+        in += e->bytes_in;
+        out += e->bytes_out;
+        quantized += e->quantized;
+        if (e->has_quality && e->sqnr_db < worst) worst = e->sqnr_db;
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "tensors", (json_int_t)r->n, "quantized",
+                     (json_int_t)quantized, "copied", (json_int_t)(r->n - quantized), "bytes_in",
+                     (json_int_t)in, "bytes_out", (json_int_t)out, "min_sqnr_db",
+                     isfinite(worst) ? json_real(worst) : json_null());
+}
+
+char *quant_report_json(const quant_report *r)
+{
+    if (!r) return NULL;
+    json_t *tensors = json_array();
+    for (size_t i = 0; tensors && i < r->n; i++)
+        json_array_append_new(tensors, entry_json(&r->e[i]));
+    json_t *root =
+        json_pack("{s:s, s:s, s:o, s:o}", "format", "quantd.report/1", "layout",
+                  quant_layout_name(r->layout), "tensors", tensors, "summary", summary_json(r));
+    char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    return text;
+}
+
+quant_ck_status quant_report_write(const quant_report *r, const char *path, quant_ck_error *err)
+{
+    char *text = quant_report_json(r);
+    if (!text) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_ck_status st = ck_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return st;
+}

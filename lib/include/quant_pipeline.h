@@ -1,0 +1,129 @@
+/* quant_pipeline.h -- the checkpoint engine: quantize a safetensors file or a sharded checkpoint
+ * directory by a rule set (read -> quantize -> write, overlapped, in bounded memory), the
+ * per-tensor report, and dequantization of a quantized checkpoint back to float.
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ * The CLI (`quant`) and the daemon (`quantd`) both call quant_quantize_path(): one engine, two
+ * front ends. Output appears only complete: files and directories are built under temporary
+ * names and renamed into place; a failed or cancelled run leaves nothing behind.
+ */
+#ifndef QUANT_PIPELINE_H
+#define QUANT_PIPELINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant_ckpt.h"
+#include "quant_rules.h"
+#include "quant_st.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Output layouts. */
+typedef enum quant_layout {
+    QUANT_LAYOUT_NATIVE = 0,  /* SPEC section 7: NAME.qvalue / NAME.scale / NAME.zero_point */
+    QUANT_LAYOUT_CTENSORS = 1 /* compressed-tensors (vLLM): P.weight[_packed] / P.weight_scale */
+} quant_layout;
+
+/*! quant_layout_parse() : "native" or "compressed-tensors"; false if unknown. */
+QUANT_API bool quant_layout_parse(const char *name, quant_layout *out);
+/*! quant_layout_name() : the inverse; NULL if out of range. */
+QUANT_API const char *quant_layout_name(quant_layout layout);
+
+/* Progress, reported after every unit of work (from the calling thread). */
+typedef struct quant_progress {
+    uint64_t tensors_done, tensors_total; /* over the whole run (all shards) */
+    uint64_t bytes_done, bytes_total;     /* input data bytes */
+    const char *shard;                    /* file being processed (base name) */
+} quant_progress;
+
+typedef void (*quant_progress_fn)(void *user, const quant_progress *p);
+
+typedef struct quant_pipeline_options {
+    int threads;                /* libquant worker threads; 0 = every CPU the process may use */
+    quant_layout layout;        /* default QUANT_LAYOUT_NATIVE */
+    bool quality;               /* SQNR and max error per tensor (default true) */
+    size_t chunk_bytes;         /* input bytes per unit of work (default 16 MiB, min 64 KiB) */
+    int buffers;                /* units in flight per stage (default 3, 1..64) */
+    quant_progress_fn progress; /* may be NULL */
+    void *progress_user;
+    atomic_int *cancel; /* when not NULL and set non-zero, the run stops with CANCELLED */
+} quant_pipeline_options;
+
+/*! quant_pipeline_options_init() : the defaults above. */
+QUANT_API void quant_pipeline_options_init(quant_pipeline_options *o);
+
+/* ---- the report ------------------------------------------------------------------------------ */
+
+/* What happened to one input tensor. */
+typedef struct quant_report_entry {
+    const char *name;  /* input tensor name */
+    const char *shard; /* input file base name */
+    bool quantized;
+    const char
+        *reason;       /* why it was copied ("no rule matched", "rank 1", ...); NULL if quantized */
+    long rule;         /* matching rule index, -1 when none */
+    quant_qtype qtype; /* when quantized */
+    quant_st_dtype dtype;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t scale_shape[QUANT_MAX_RANK]; /* same rank; when quantized */
+    uint64_t bytes_in, bytes_out;        /* data bytes read, data bytes written (all outputs) */
+    bool has_quality;
+    double sqnr_db;     /* 10 log10(sum x^2 / sum (x - fake_quant(x))^2); +inf when exact */
+    double max_abs_err; /* max |x - fake_quant(x)| */
+} quant_report_entry;
+
+typedef struct quant_report quant_report;
+
+/*! quant_report_count(), quant_report_entry_at() : the entries in processing order. */
+QUANT_API size_t quant_report_count(const quant_report *r);
+QUANT_API const quant_report_entry *quant_report_entry_at(const quant_report *r, size_t i);
+
+/*! quant_report_json() :
+ * The report as JSON text (`{"format":"quantd.report/1","layout":..,"tensors":[..],
+ * "summary":{..}}`), malloc'd; NULL on allocation failure. */
+QUANT_API char *quant_report_json(const quant_report *r);
+
+/*! quant_report_write() : writes quant_report_json() to `path` atomically (temp + rename). */
+QUANT_API quant_ck_status quant_report_write(const quant_report *r, const char *path,
+                                             quant_ck_error *err);
+
+/*! quant_report_free() : NULL is a no-op. */
+QUANT_API void quant_report_free(quant_report *r);
+
+/* ---- running it --------------------------------------------------------------------------------
+ */
+
+/*! quant_quantize_path() :
+ * Quantizes `in` into `out` by `rules`:
+ *  - a file (`*.safetensors`) -> the file `out`;
+ *  - a directory (a sharded checkpoint: model.safetensors.index.json, or every *.safetensors in
+ *    it) -> the directory `out` (which must not exist, or be empty) with the same shard names, a
+ *    rewritten index (metadata.total_size, weight_map with the output tensor names), the other
+ *    regular files copied (config.json gets a quantization_config in the compressed-tensors
+ *    layout). Shards are processed one after another, tensors in file order.
+ * `*report` (when `report` is not NULL) receives the per-tensor report, also on failure (then it
+ * holds the tensors done so far), to free with quant_report_free().
+ * @return : QUANT_CK_OK, or an error naming the file, tensor or rule; nothing is left at `out`. */
+QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in,
+                                              const char *out, const quant_pipeline_options *opts,
+                                              quant_report **report, quant_ck_error *err);
+
+/*! quant_dequantize_path() :
+ * The inverse for the native layout: every NAME.qvalue (+ .scale, + .zero_point) in `in` becomes
+ * a float tensor NAME of `dtype` (QUANT_ST_F32, QUANT_ST_BF16 or QUANT_ST_F16); other tensors
+ * are copied. File -> file or directory -> directory, like quant_quantize_path().
+ * @return : QUANT_CK_OK or an error; nothing is left at `out` on failure. */
+QUANT_API quant_ck_status quant_dequantize_path(const char *in, const char *out,
+                                                quant_st_dtype dtype, int threads,
+                                                quant_ck_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QUANT_PIPELINE_H */
