@@ -30,6 +30,21 @@ int ck_count_entries(const char *dir);
 /* Directory of the test fixtures (tests/data, or $QUANT_CKPT_DATA). */
 const char *ck_data_dir(void);
 
+/* A tensor for ck_gen_file: raw little-endian data of `nbytes` bytes. */
+typedef struct ck_gen_tensor {
+    const char *name;
+    const char *dtype; /* safetensors dtype name */
+    int rank;
+    int64_t shape[8];
+    const void *data;
+    size_t nbytes;
+} ck_gen_tensor;
+/* Writes a valid safetensors file (tensors in the given order, packed back to back) with
+ * optional `__metadata__` given as JSON object text (or NULL). */
+void ck_gen_file(const char *path, const ck_gen_tensor *t, size_t n, const char *meta_json);
+/* Deterministic pseudo-random floats (roughly normal, spread `s`). */
+void ck_fill(float *x, size_t n, uint64_t seed, float s);
+
 Suite *suite_st_read(void);
 Suite *suite_st_write(void);
 Suite *suite_rules(void);

@@ -13,7 +13,8 @@ int main(void)
     Suite *(*const suites[])(void) = {suite_st_read,  suite_st_write, suite_rules,
                                       suite_pipeline, suite_ctensors, suite_cli};
     SRunner *sr = srunner_create(NULL);
-    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) srunner_add_suite(sr, suites[i]());
+    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
+        srunner_add_suite(sr, suites[i]());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
