@@ -187,8 +187,17 @@ check-arm64:
 	$(Q)env -u QEMU_LD_PREFIX CK_DEFAULT_TIMEOUT=3000 QUANT_TEST_QUICK=1 \
 	    qemu-aarch64 build-arm64/tests/unit-tests
 
-bench: lib $(BENCH_BIN)
+PIPE_BENCH := $(BUILD)/bin/pipeline-bench
+$(BUILD)/obj/bench/pipeline-bench.o: ALL_CFLAGS += $(CK_CFLAGS)
+$(PIPE_BENCH): $(BUILD)/obj/bench/pipeline-bench.o $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+
+# QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048).
+bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN)
 	$(Q)$(BENCH_BIN)
+	$(Q)$(PIPE_BENCH) $(QUANT_BIN)
 
 # Until the daemon exists, `make run` quantizes a generated tensor with every qtype.
 run: lib $(DEMO_BIN)
