@@ -45,8 +45,9 @@ static const char *copy_reason(const quant_st_tensor *t, quant_dtype *qd)
 }
 
 /* Splits a quantized tensor's axis 0 into units of about `chunk` input bytes. A unit covers
- * whole scale groups along axis 0 when a group fits; otherwise (axis 0 reduced over more than a
- * chunk) the tensor is calibrated in a first pass and quantized in a second. */
+ * whole scale groups along axis 0 (one group at least, even when a group is larger than a chunk,
+ * as with a big tile on axis 0). When axis 0 is reduced (one scale row for all of it) and the
+ * tensor exceeds a chunk, a first pass calibrates chunk by chunk and a second quantizes. */
 static void plan_units(ck_tensor_plan *tp, size_t chunk)
 {
     const quant_st_tensor *t = tp->in;
@@ -55,14 +56,23 @@ static void plan_units(ck_tensor_plan *tp, size_t chunk)
     uint64_t row_bytes = (uint64_t)tp->row_elems * quant_dtype_size(tp->in_dtype);
     tp->tile0 = d0 / tp->scale_shape[0];
     uint64_t group_bytes = row_bytes * (uint64_t)tp->tile0;
-    if (group_bytes <= chunk) {
-        tp->two_pass = false;
-        tp->unit_rows = (int64_t)(chunk / group_bytes) * tp->tile0;
-    } else {
-        tp->two_pass = true;
-        tp->unit_rows = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
-    }
+    tp->two_pass = group_bytes > chunk && tp->scale_shape[0] == 1;
+    if (tp->two_pass) tp->unit_rows = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
+    else if (group_bytes >= chunk) tp->unit_rows = tp->tile0;
+    else tp->unit_rows = (int64_t)(chunk / group_bytes) * tp->tile0;
     if (tp->unit_rows > d0) tp->unit_rows = d0;
+}
+
+/* Tile fractions resolve against the whole tensor: make them lengths before any chunking. */
+static void resolve_tiles(ck_tensor_plan *tp)
+{
+    int rank = tp->in->rank;
+    for (int i = 0; i < tp->how.n_tiles; i++) {
+        quant_tile *tile = &tp->how.tiles[i];
+        int a = tile->axis < 0 ? tile->axis + rank : tile->axis;
+        tile->size = tp->in->shape[a] / tp->scale_shape[a];
+        tile->fraction = 0;
+    }
 }
 
 static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, quant_layout layout,
@@ -84,6 +94,7 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
         return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "tensor '%s': rule %ld: %s", t->name,
                              tp->rule, qe.message);
     tp->scale_numel = quant_numel(t->rank, tp->scale_shape);
+    resolve_tiles(tp);
     tp->asym = quant_how_asymmetric(&tp->how);
     st = layout == QUANT_LAYOUT_CTENSORS ? ck_ct_outputs(sp, tp, err)
                                          : ck_native_outputs(sp, tp, err);

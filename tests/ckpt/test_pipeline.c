@@ -196,6 +196,8 @@ START_TEST(test_chunking_is_invisible)
         "[{\"weight_qtype\":\"int8\",\"stochastic_rounding\":7,\"scale_dtype\":\"bfloat16\"}]",
         "[{\"weight_qtype\":\"float8_e4m3fn\",\"contraction_axes\":[0]}]",
         "[{\"weight_qtype\":\"nf4\",\"tile_size\":64}]",
+        "[{\"weight_qtype\":\"int8\",\"contraction_axes\":[0],\"tile_size\":0.25}]",
+        "[{\"weight_qtype\":\"int8\",\"weight_calibration_method\":\"fixed,-2,2\"}]",
     };
     char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
     float *w = make_model(in, 512, 256, 3); /* 512 KiB weight */
