@@ -1,0 +1,75 @@
+/* cli.h -- what the files of the `quant` command share: the subcommands' entry points, exit
+ * codes, one-line errors on stderr, option value parsing, byte and duration formatting, and the
+ * progress bar. Nothing here is part of a library.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QUANT_CLI_H
+#define QUANT_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "quant_pipeline.h"
+
+/* Exit statuses (man/quant.1, EXIT STATUS). */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* Subcommands: argv[0] is the command name, options and operands follow. Each returns an exit
+ * status. */
+int cmd_quantize(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_dequantize(int argc, char **argv);
+
+/* ---- errors (util.c) ---------------------------------------------------------------------- */
+
+/* Prints "quant: <message>\n" on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "quant: <cmd>: <message> (see 'quant <cmd> --help')" and returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The usage error for getopt_long()'s '?' (unknown option) or ':' (missing value) result. */
+int cli_getopt_error(const char *cmd, int c, char **argv);
+/* Prints a library error (its message already names the file, tensor or rule) and returns
+ * CLI_EXIT_FAIL. */
+int cli_ck_error(const quant_ck_error *err);
+
+/* ---- option values (util.c) --------------------------------------------------------------- */
+
+/* A whole decimal integer in [min, max]. */
+bool cli_parse_long(const char *s, long min, long max, long *out);
+/* "--threads N": 0..QUANT_MAX_THREADS; prints the usage error itself when invalid. */
+bool cli_parse_threads(const char *cmd, const char *s, int *out);
+
+/* ---- formatting (util.c) ------------------------------------------------------------------ */
+
+/* 1536 -> "1.5 KiB"; below 1 KiB: "512 B". */
+void cli_fmt_bytes(uint64_t n, char *buf, size_t cap);
+/* Seconds -> "0:07", "12:34", "1:02:03". */
+void cli_fmt_duration(double seconds, char *buf, size_t cap);
+/* Monotonic seconds since an arbitrary origin. */
+double cli_now(void);
+/* The directory part of `path` ("." when it has none), malloc'd; NULL on allocation failure. */
+char *cli_dirname(const char *path);
+/* "dir/name", malloc'd; NULL on allocation failure. */
+char *cli_join(const char *dir, const char *name);
+
+/* ---- the progress bar (progress.c) -------------------------------------------------------- */
+
+typedef struct cli_progress {
+    bool enabled;       /* stderr is a terminal and --quiet was not given */
+    bool drawn;         /* something is on the current line */
+    int width;          /* characters of the last line drawn */
+    double start, last; /* cli_now() at init and at the last redraw */
+    quant_progress p;   /* the latest state */
+} cli_progress;
+
+/* Starts the clock; the bar is drawn only when `enabled` and stderr is a terminal. */
+void cli_progress_init(cli_progress *pr, bool enabled);
+/* A quant_progress_fn: remembers the state, redraws at most ten times a second. */
+void cli_progress_update(void *user, const quant_progress *p);
+/* Draws the latest state and ends the line (when anything was drawn), so what follows on stderr
+ * (the summary or an error) starts on a line of its own. */
+void cli_progress_finish(cli_progress *pr);
+
+#endif /* QUANT_CLI_H */

@@ -1,0 +1,394 @@
+/* cmd_inspect.c -- `quant inspect [--json] FILE`: the tensors of a safetensors file as a table
+ * (name, dtype, shape, qtype, scale min/max, size) or a JSON document. In a native-layout file
+ * (SPEC section 7) NAME.qvalue, NAME.scale and NAME.zero_point listed in the `quantization`
+ * metadata make one row for NAME with its original dtype and shape, its qtype and the range of
+ * its scale; every other tensor is a row of its own. Metadata keys are listed too.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define CMD            "inspect"
+#define META_VALUE_MAX 72          /* longer metadata values are cut in the table */
+#define SCALE_CHUNK    (64u << 10) /* bytes of a scale tensor read at a time */
+
+static const char usage[] =
+    "usage: quant inspect [options] FILE\n"
+    "\n"
+    "Lists the tensors of the safetensors file FILE: name, dtype, shape, qtype, scale min/max\n"
+    "and size. Quantized tensors of the native layout (NAME.qvalue, NAME.scale, NAME.zero_point)\n"
+    "are shown as one row NAME with their original dtype and shape.\n"
+    "\n"
+    "options:\n"
+    "  -j, --json             print a JSON document instead of the table\n"
+    "  -h, --help             this text\n";
+
+/* One logical tensor. */
+typedef struct row {
+    char *name;
+    const char *dtype; /* original dtype name */
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    const char *qtype;            /* NULL for a plain tensor (points into the metadata JSON) */
+    bool packed;                  /* quantized: codes stored two per byte */
+    const quant_st_tensor *scale; /* quantized: the NAME.scale tensor */
+    bool has_range;               /* the scale is a float tensor with a finite element */
+    double smin, smax;
+    uint64_t bytes; /* data bytes of every part */
+} row;
+
+typedef struct inspection {
+    quant_st_file *f;
+    json_t *quant;   /* the parsed `quantization` metadata, or NULL */
+    json_t *entries; /* its "tensors" object, or NULL */
+    size_t n;
+    row *rows;
+} inspection;
+
+/* ---- grouping tensors into rows ------------------------------------------------------------- */
+
+/* The metadata entry of the quantized tensor that `tensor` is the `suffix` part of, or NULL.
+ * `prefix` (capacity `cap`) receives the logical name. */
+static json_t *part_of(const inspection *in, const char *tensor, const char *suffix, char *prefix,
+                       size_t cap)
+{
+    size_t len = strlen(tensor), sl = strlen(suffix);
+    if (!in->entries || len <= sl || len - sl >= cap || strcmp(tensor + len - sl, suffix) != 0)
+        return NULL;
+    memcpy(prefix, tensor, len - sl);
+    prefix[len - sl] = '\0';
+    json_t *e = json_object_get(in->entries, prefix);
+    if (!json_is_object(e)) return NULL;
+    char q[4096];
+    snprintf(q, sizeof q, "%s.qvalue", prefix);
+    return quant_st_find(in->f, q) ? e : NULL; /* a part without its qvalue stays a plain tensor */
+}
+
+static const quant_st_tensor *find_suffixed(const quant_st_file *f, const char *name,
+                                            const char *suffix)
+{
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s%s", name, suffix) >= sizeof buf) return NULL;
+    return quant_st_find(f, buf);
+}
+
+/* The row of quantized tensor `name` from its qvalue tensor `q` and metadata entry `e`. */
+static void quantized_row(const inspection *in, row *r, const quant_st_tensor *q, json_t *e)
+{
+    const quant_st_tensor *zp = find_suffixed(in->f, r->name, ".zero_point");
+    r->scale = find_suffixed(in->f, r->name, ".scale");
+    r->qtype = json_string_value(json_object_get(e, "qtype"));
+    if (!r->qtype) r->qtype = "?";
+    r->packed = json_is_true(json_object_get(e, "packed"));
+    r->bytes = quant_st_nbytes(q) + (r->scale ? quant_st_nbytes(r->scale) : 0) +
+               (zp ? quant_st_nbytes(zp) : 0);
+    const char *dtype = json_string_value(json_object_get(e, "orig_dtype"));
+    if (dtype) r->dtype = dtype;
+    json_t *shape = json_object_get(e, "orig_shape");
+    size_t rank = json_array_size(shape);
+    if (!json_is_array(shape) || rank > QUANT_MAX_RANK) return; /* keep the qvalue's shape */
+    for (size_t i = 0; i < rank; i++) {
+        if (!json_is_integer(json_array_get(shape, i))) return;
+        r->shape[i] = json_integer_value(json_array_get(shape, i));
+    }
+    r->rank = (int)rank;
+}
+
+/* Adds the row of file tensor `t` unless it is a scale or zero point of a quantized tensor. */
+static bool add_row(inspection *in, const quant_st_tensor *t)
+{
+    char prefix[4096];
+    if (part_of(in, t->name, ".scale", prefix, sizeof prefix) ||
+        part_of(in, t->name, ".zero_point", prefix, sizeof prefix))
+        return true;
+    json_t *e = part_of(in, t->name, ".qvalue", prefix, sizeof prefix);
+    row *r = &in->rows[in->n];
+    memset(r, 0, sizeof *r);
+    r->name = strdup(e ? prefix : t->name);
+    if (!r->name) return false;
+    in->n++;
+    r->dtype = quant_st_dtype_name(t->dtype);
+    r->rank = t->rank;
+    memcpy(r->shape, t->shape, sizeof r->shape);
+    r->bytes = quant_st_nbytes(t);
+    if (e) quantized_row(in, r, t, e);
+    return true;
+}
+
+static int cmp_rows(const void *a, const void *b)
+{
+    return strcmp(((const row *)a)->name, ((const row *)b)->name);
+}
+
+static void parse_quantization(inspection *in)
+{
+    const char *text = quant_st_meta(in->f, "quantization");
+    if (!text) return;
+    in->quant = json_loads(text, 0, NULL); /* unparseable: every tensor shown as it is */
+    in->entries = json_object_get(in->quant, "tensors");
+    if (!json_is_object(in->entries)) in->entries = NULL;
+}
+
+/* ---- scale ranges --------------------------------------------------------------------------- */
+
+static void range_of(row *r, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) continue;
+        if (!r->has_range || x[i] < r->smin) r->smin = x[i];
+        if (!r->has_range || x[i] > r->smax) r->smax = x[i];
+        r->has_range = true;
+    }
+}
+
+/* Reads the scale of `r` a chunk at a time, converting it to f32. */
+static quant_ck_status scale_range(const quant_st_file *f, row *r, quant_ck_error *err)
+{
+    quant_dtype qd;
+    if (!r->scale || !quant_st_to_quant_dtype(r->scale->dtype, &qd) || !quant_dtype_is_float(qd))
+        return QUANT_CK_OK;
+    size_t esize = quant_dtype_size(qd), per = SCALE_CHUNK / esize;
+    uint64_t total = quant_st_nbytes(r->scale) / esize;
+    void *raw = malloc(SCALE_CHUNK);
+    float *x = malloc(per * sizeof *x);
+    quant_ck_status st =
+        raw && x ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (uint64_t done = 0; st == QUANT_CK_OK && done < total;) {
+        size_t n = total - done < per ? (size_t)(total - done) : per;
+        st = quant_st_read(f, r->scale, done * esize, raw, n * esize, err);
+        quant_error qe;
+        if (st == QUANT_CK_OK &&
+            quant_convert(qd, raw, QUANT_DTYPE_F32, x, (int64_t)n, &qe) != QUANT_OK)
+            st = quant_ck_fail(err, QUANT_CK_ERR_QUANT, "%s: %s", r->scale->name, qe.message);
+        if (st == QUANT_CK_OK) range_of(r, x, n);
+        done += n;
+    }
+    free(raw);
+    free(x);
+    return st;
+}
+
+/* ---- loading -------------------------------------------------------------------------------- */
+
+static void inspection_free(inspection *in)
+{
+    for (size_t i = 0; i < in->n; i++) free(in->rows[i].name);
+    free(in->rows);
+    json_decref(in->quant);
+    quant_st_close(in->f);
+}
+
+static quant_ck_status inspect_file(const char *path, inspection *in, quant_ck_error *err)
+{
+    memset(in, 0, sizeof *in);
+    quant_ck_status st = quant_st_open(path, &in->f, err);
+    if (st != QUANT_CK_OK) return st;
+    parse_quantization(in);
+    in->rows = calloc(in->f->n_tensors ? in->f->n_tensors : 1, sizeof *in->rows);
+    if (!in->rows) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < in->f->n_tensors; i++)
+        if (!add_row(in, &in->f->tensors[i]))
+            return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    qsort(in->rows, in->n, sizeof *in->rows, cmp_rows);
+    for (size_t i = 0; st == QUANT_CK_OK && i < in->n; i++)
+        st = scale_range(in->f, &in->rows[i], err);
+    return st;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+enum { COL_NAME, COL_DTYPE, COL_SHAPE, COL_QTYPE, COL_SMIN, COL_SMAX, COL_SIZE, N_COLS };
+
+typedef struct cells {
+    const char *c[N_COLS];
+    char shape[QUANT_MAX_RANK * 22 + 4], smin[32], smax[32], size[32];
+} cells;
+
+static void fmt_shape(int rank, const int64_t *shape, char *buf, size_t cap)
+{
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < rank && used < cap; i++)
+        used +=
+            (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+static void row_cells(const row *r, cells *c)
+{
+    fmt_shape(r->rank, r->shape, c->shape, sizeof c->shape);
+    snprintf(c->smin, sizeof c->smin, "%.6g", r->smin);
+    snprintf(c->smax, sizeof c->smax, "%.6g", r->smax);
+    cli_fmt_bytes(r->bytes, c->size, sizeof c->size);
+    c->c[COL_NAME] = r->name;
+    c->c[COL_DTYPE] = r->dtype ? r->dtype : "?";
+    c->c[COL_SHAPE] = c->shape;
+    c->c[COL_QTYPE] = r->qtype ? r->qtype : "-";
+    c->c[COL_SMIN] = r->has_range ? c->smin : "-";
+    c->c[COL_SMAX] = r->has_range ? c->smax : "-";
+    c->c[COL_SIZE] = c->size;
+}
+
+static void print_metadata(const inspection *in)
+{
+    if (in->f->n_meta == 0) return;
+    printf("metadata:\n");
+    for (size_t i = 0; i < in->f->n_meta; i++) {
+        const char *k = in->f->meta_keys[i], *v = in->f->meta_values[i];
+        if (strcmp(k, "quantization") == 0 && in->quant) {
+            const char *fmt = json_string_value(json_object_get(in->quant, "format"));
+            printf("  %s: %s, %zu quantized tensors\n", k, fmt ? fmt : "?",
+                   json_object_size(in->entries));
+        } else if (strlen(v) > META_VALUE_MAX) {
+            printf("  %s: %.*s... (%zu bytes)\n", k, META_VALUE_MAX, v, strlen(v));
+        } else {
+            printf("  %s: %s\n", k, v);
+        }
+    }
+}
+
+static void print_table(const inspection *in)
+{
+    static const char *const heads[N_COLS] = {"NAME",      "DTYPE",     "SHAPE", "QTYPE",
+                                              "SCALE MIN", "SCALE MAX", "SIZE"};
+    int w[N_COLS];
+    for (int k = 0; k < N_COLS; k++) w[k] = (int)strlen(heads[k]);
+    cells c;
+    for (size_t i = 0; i < in->n; i++) {
+        row_cells(&in->rows[i], &c);
+        for (int k = 0; k < N_COLS; k++)
+            if ((int)strlen(c.c[k]) > w[k]) w[k] = (int)strlen(c.c[k]);
+    }
+    for (int k = 0; k < N_COLS; k++) printf(k == N_COLS - 1 ? "%*s\n" : "%-*s  ", w[k], heads[k]);
+    for (size_t i = 0; i < in->n; i++) {
+        row_cells(&in->rows[i], &c);
+        for (int k = 0; k < N_COLS; k++) /* numbers right-aligned, words left */
+            printf(k == N_COLS - 1 ? "%*s\n" : k >= COL_SMIN ? "%*s  " : "%-*s  ", w[k], c.c[k]);
+    }
+}
+
+static void print_text(const inspection *in)
+{
+    size_t quantized = 0;
+    uint64_t data = in->f->file_size - in->f->data_start;
+    for (size_t i = 0; i < in->n; i++) quantized += in->rows[i].qtype != NULL;
+    char size[32], bytes[32];
+    cli_fmt_bytes(in->f->file_size, size, sizeof size);
+    cli_fmt_bytes(data, bytes, sizeof bytes);
+    printf("file: %s (%s, %zu tensors in the file)\n", in->f->path, size, in->f->n_tensors);
+    print_metadata(in);
+    printf("\n");
+    print_table(in);
+    printf("\n%zu tensor%s (%zu quantized), %s of data\n", in->n, in->n == 1 ? "" : "s", quantized,
+           bytes);
+}
+
+/* ---- JSON ----------------------------------------------------------------------------------- */
+
+static json_t *dims(int rank, const int64_t *shape)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < rank; i++) json_array_append_new(a, json_integer(shape[i]));
+    return a;
+}
+
+static json_t *number_or_null(bool ok, double v)
+{
+    return ok && isfinite(v) ? json_real(v) : json_null();
+}
+
+static json_t *row_json(const row *r)
+{
+    json_t *o =
+        json_pack("{s:s, s:s?, s:o, s:s?, s:I}", "name", r->name, "dtype", r->dtype, "shape",
+                  dims(r->rank, r->shape), "qtype", r->qtype, "bytes", (json_int_t)r->bytes);
+    if (!o || !r->qtype) return o;
+    json_object_set_new(o, "packed", json_boolean(r->packed));
+    if (r->scale) {
+        json_object_set_new(o, "scale_dtype", json_string(quant_st_dtype_name(r->scale->dtype)));
+        json_object_set_new(o, "scale_shape", dims(r->scale->rank, r->scale->shape));
+    }
+    json_object_set_new(o, "scale_min", number_or_null(r->has_range, r->smin));
+    json_object_set_new(o, "scale_max", number_or_null(r->has_range, r->smax));
+    return o;
+}
+
+static json_t *inspection_json(const inspection *in)
+{
+    json_t *meta = json_object(), *tensors = json_array(), *quant = json_null();
+    for (size_t i = 0; meta && i < in->f->n_meta; i++)
+        if (strcmp(in->f->meta_keys[i], "quantization") != 0)
+            json_object_set_new(meta, in->f->meta_keys[i], json_string(in->f->meta_values[i]));
+    if (in->quant) {
+        json_decref(quant);
+        quant = json_pack("{s:O?, s:I}", "format", json_object_get(in->quant, "format"), "tensors",
+                          (json_int_t)json_object_size(in->entries));
+    }
+    for (size_t i = 0; tensors && i < in->n; i++)
+        json_array_append_new(tensors, row_json(&in->rows[i]));
+    return json_pack("{s:s, s:I, s:o, s:o, s:o}", "file", in->f->path, "file_size",
+                     (json_int_t)in->f->file_size, "metadata", meta, "quantization", quant,
+                     "tensors", tensors);
+}
+
+static int print_json(const inspection *in)
+{
+    json_t *root = inspection_json(in);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!text) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    puts(text);
+    free(text);
+    return CLI_EXIT_OK;
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    bool as_json = false;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":jh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            as_json = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_getopt_error(CMD, c, argv);
+        }
+    }
+    if (argc - optind != 1)
+        return cli_usage_error(CMD, "expected one FILE, got %d operands", argc - optind);
+    inspection in;
+    quant_ck_error err;
+    int rc = CLI_EXIT_OK;
+    if (inspect_file(argv[optind], &in, &err) != QUANT_CK_OK)
+        rc = cli_ck_error(&err);
+    else if (as_json)
+        rc = print_json(&in);
+    else
+        print_text(&in);
+    inspection_free(&in);
+    if (rc == CLI_EXIT_OK && (fflush(stdout) != 0 || ferror(stdout))) {
+        cli_error("write error on standard output");
+        rc = CLI_EXIT_FAIL;
+    }
+    return rc;
+}

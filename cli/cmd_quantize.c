@@ -1,0 +1,243 @@
+/* cmd_quantize.c -- `quant quantize --rules RULES.json IN OUT`: options, the rule set, SIGINT and
+ * SIGTERM turned into the pipeline's cancel flag, the run with its progress bar, the per-tensor
+ * report written next to the output, and the summary on stderr.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+#define CMD "quantize"
+
+static const char usage[] =
+    "usage: quant quantize --rules RULES.json [options] IN OUT\n"
+    "\n"
+    "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
+    "(sharded or not) into the directory OUT, by the rules in RULES.json. OUT must not exist\n"
+    "(an empty directory is accepted); nothing is left at OUT when the run fails.\n"
+    "\n"
+    "options:\n"
+    "  -r, --rules FILE       the rule set (required)\n"
+    "  -l, --layout NAME      native (default) or compressed-tensors\n"
+    "  -t, --threads N        worker threads, 0 = every CPU (default 0, at most 256)\n"
+    "      --report FILE      where the per-tensor JSON report goes (default: "
+    "OUT/quant-report.json\n"
+    "                         for a directory, quant-report.json beside OUT for a file)\n"
+    "      --no-quality       skip the SQNR and max error measurement (faster)\n"
+    "      --chunk-mib N      input MiB per unit of work (default 16)\n"
+    "  -q, --quiet            no progress bar, no summary\n"
+    "  -h, --help             this text\n";
+
+typedef struct quantize_args {
+    const char *rules, *report, *in, *out;
+    quant_pipeline_options opts;
+    bool quiet;
+} quantize_args;
+
+enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB };
+
+/* Parses argv into `a`; returns -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, quantize_args *a)
+{
+    static const struct option longopts[] = {
+        {"rules", required_argument, NULL, 'r'},
+        {"layout", required_argument, NULL, 'l'},
+        {"threads", required_argument, NULL, 't'},
+        {"report", required_argument, NULL, OPT_REPORT},
+        {"no-quality", no_argument, NULL, OPT_NO_QUALITY},
+        {"chunk-mib", required_argument, NULL, OPT_CHUNK_MIB},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    quant_pipeline_options_init(&a->opts);
+    opterr = 0;
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, ":r:l:t:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            a->rules = optarg;
+            break;
+        case 'l':
+            if (!quant_layout_parse(optarg, &a->opts.layout))
+                return cli_usage_error(CMD, "unknown layout '%s' (native or compressed-tensors)",
+                                       optarg);
+            break;
+        case 't':
+            if (!cli_parse_threads(CMD, optarg, &a->opts.threads)) return CLI_EXIT_USAGE;
+            break;
+        case OPT_REPORT:
+            a->report = optarg;
+            break;
+        case OPT_NO_QUALITY:
+            a->opts.quality = false;
+            break;
+        case OPT_CHUNK_MIB:
+            if (!cli_parse_long(optarg, 1, 4096, &v))
+                return cli_usage_error(CMD, "--chunk-mib must be an integer in 1..4096, not '%s'",
+                                       optarg);
+            a->opts.chunk_bytes = (size_t)v << 20;
+            break;
+        case 'q':
+            a->quiet = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_getopt_error(CMD, c, argv);
+        }
+    }
+    if (!a->rules) return cli_usage_error(CMD, "--rules is required");
+    if (argc - optind != 2)
+        return cli_usage_error(CMD, "expected IN and OUT, got %d operand%s", argc - optind,
+                               argc - optind == 1 ? "" : "s");
+    a->in = argv[optind];
+    a->out = argv[optind + 1];
+    return -1;
+}
+
+/* ---- cancellation --------------------------------------------------------------------------- */
+
+static atomic_int cancel_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&cancel_flag, 1); /* lock-free: async-signal-safe */
+}
+
+/* SIGINT and SIGTERM raise the cancel flag once; a second signal acts as usual (kills). */
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---- the report and the summary ------------------------------------------------------------- */
+
+/* --report, or OUT/quant-report.json for a directory, or quant-report.json beside a file. */
+static char *report_path(const quantize_args *a)
+{
+    if (a->report) return strdup(a->report);
+    struct stat sb;
+    if (stat(a->out, &sb) == 0 && S_ISDIR(sb.st_mode)) return cli_join(a->out, "quant-report.json");
+    char *dir = cli_dirname(a->out);
+    char *path = dir ? cli_join(dir, "quant-report.json") : NULL;
+    free(dir);
+    return path;
+}
+
+static int write_report(const quantize_args *a, const quant_report *rep, char **written)
+{
+    char *path = report_path(a);
+    if (!path) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    quant_ck_error err;
+    if (quant_report_write(rep, path, &err) != QUANT_CK_OK) {
+        cli_error("report: %s", err.message);
+        free(path);
+        return CLI_EXIT_FAIL;
+    }
+    *written = path;
+    return CLI_EXIT_OK;
+}
+
+/* Three or four lines: counts, sizes and rate, the worst SQNR, where the report went. */
+static void print_summary(const quant_report *rep, double seconds, const char *report)
+{
+    uint64_t in = 0, out = 0;
+    size_t quantized = 0, n = quant_report_count(rep);
+    const quant_report_entry *worst = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const quant_report_entry *e = quant_report_entry_at(rep, i);
+        in += e->bytes_in;
+        out += e->bytes_out;
+        quantized += e->quantized;
+        if (e->quantized && e->has_quality && (!worst || e->sqnr_db < worst->sqnr_db)) worst = e;
+    }
+    char bin[32], bout[32], rate[32], took[24];
+    cli_fmt_bytes(in, bin, sizeof bin);
+    cli_fmt_bytes(out, bout, sizeof bout);
+    cli_fmt_bytes(seconds > 0.0 ? (uint64_t)((double)in / seconds) : 0, rate, sizeof rate);
+    snprintf(took, sizeof took, "%.2f s", seconds);
+    fprintf(stderr, "quantized %zu tensor%s, copied %zu\n", quantized, quantized == 1 ? "" : "s",
+            n - quantized);
+    fprintf(stderr, "%s -> %s (%.1f%%) in %s, %s/s\n", bin, bout,
+            in ? 100.0 * (double)out / (double)in : 100.0, took, rate);
+    if (worst && isfinite(worst->sqnr_db))
+        fprintf(stderr, "worst SQNR %.2f dB: %s\n", worst->sqnr_db, worst->name);
+    else if (worst)
+        fprintf(stderr, "worst SQNR: every quantized tensor is exact\n");
+    fprintf(stderr, "report: %s\n", report);
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+/* On failure the partial report (the tensors done) is written only where --report asked. */
+static int finish(const quantize_args *a, quant_ck_status st, const quant_ck_error *err,
+                  const quant_report *rep, double seconds)
+{
+    char *written = NULL;
+    if (st != QUANT_CK_OK) {
+        if (a->report && rep) write_report(a, rep, &written);
+        free(written);
+        if (st == QUANT_CK_ERR_CANCELLED) {
+            cli_error("cancelled");
+            return CLI_EXIT_FAIL;
+        }
+        return cli_ck_error(err);
+    }
+    int rc = write_report(a, rep, &written);
+    if (rc == CLI_EXIT_OK && !a->quiet) print_summary(rep, seconds, written);
+    free(written);
+    return rc;
+}
+
+static int run(quantize_args *a, const quant_ruleset *rules)
+{
+    cli_progress bar;
+    cli_progress_init(&bar, !a->quiet);
+    a->opts.progress = cli_progress_update;
+    a->opts.progress_user = &bar;
+    a->opts.cancel = &cancel_flag;
+    catch_signals();
+
+    quant_report *rep = NULL;
+    quant_ck_error err;
+    quant_ck_status st = quant_quantize_path(rules, a->in, a->out, &a->opts, &rep, &err);
+    double seconds = cli_now() - bar.start;
+    cli_progress_finish(&bar);
+    int rc = finish(a, st, &err, rep, seconds);
+    quant_report_free(rep);
+    return rc;
+}
+
+int cmd_quantize(int argc, char **argv)
+{
+    quantize_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    quant_ruleset *rules = NULL;
+    quant_ck_error err;
+    if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
+    rc = run(&a, rules);
+    quant_ruleset_free(rules);
+    return rc;
+}
