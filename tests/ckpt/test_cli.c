@@ -1,0 +1,668 @@
+/* test_cli.c -- the `quant` command as a user runs it: the binary named by $QUANT_BIN is run with
+ * fork/exec (stdout and stderr captured to files, or stderr on a pseudo-terminal) on generated
+ * files: help texts, exit statuses 0/1/2 with one-line "quant: " errors, nothing left at OUT on
+ * failure, quantize -> inspect (table and JSON) -> dequantize, the report, the progress bar on a
+ * terminal only.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckutil.h"
+#include "quant_pipeline.h"
+
+#define MAX_ARGS 24
+#define ROWS     16
+#define COLS     64
+
+/* What one run of the binary produced. */
+typedef struct run_result {
+    int status; /* exit status, or 128 + signal */
+    char *out, *err;
+} run_result;
+
+static void result_free(run_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static const char *quant_bin(void)
+{
+    const char *bin = getenv("QUANT_BIN");
+    ck_assert_msg(bin && *bin, "QUANT_BIN is not set: it must name the quant binary to test");
+    ck_assert_msg(access(bin, X_OK) == 0, "QUANT_BIN=%s is not executable", bin);
+    return bin;
+}
+
+/* The whole file as a NUL-terminated string ("" when missing). */
+static char *slurp(const char *path)
+{
+    size_t n = 0;
+    char *data = ck_read_file(path, &n);
+    char *s = malloc(n + 1);
+    ck_assert_ptr_nonnull(s);
+    if (data) memcpy(s, data, n);
+    s[n] = '\0';
+    free(data);
+    return s;
+}
+
+static int wait_status(pid_t pid)
+{
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+/* In the child: `fd` becomes descriptor `to`, then the binary runs with `args`. */
+static void exec_quant(const char *bin, const char *const *args)
+{
+    char *argv[MAX_ARGS + 2];
+    int n = 0;
+    argv[n++] = (char *)"quant";
+    for (; args[n - 1] && n <= MAX_ARGS; n++) argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    execv(bin, argv);
+    _exit(127);
+}
+
+static void redirect(const char *path, int to)
+{
+    int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : open("/dev/null", O_RDWR);
+    if (fd < 0 || dup2(fd, to) < 0) _exit(126);
+    close(fd);
+}
+
+/* Runs quant with the NULL-terminated `args`; stdout and stderr go through files in `dir`. */
+static run_result run_in(const char *dir, const char *const *args)
+{
+    const char *bin = quant_bin();
+    char *out = ck_join(dir, ".stdout"), *err = ck_join(dir, ".stderr");
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        redirect(NULL, STDIN_FILENO);
+        redirect(out, STDOUT_FILENO);
+        redirect(err, STDERR_FILENO);
+        exec_quant(bin, args);
+    }
+    run_result r = {.status = wait_status(pid)};
+    r.out = slurp(out);
+    r.err = slurp(err);
+    unlink(out);
+    unlink(err);
+    free(out);
+    free(err);
+    return r;
+}
+
+#define RUN(dir, ...) run_in(dir, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Runs quant with stderr on a pseudo-terminal; returns what the terminal received. */
+static char *run_on_tty(const char *dir, const char *const *args, int *status)
+{
+    const char *bin = quant_bin();
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(master, 0);
+    ck_assert_int_eq(grantpt(master), 0);
+    ck_assert_int_eq(unlockpt(master), 0);
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(slave, 0);
+    char *out = ck_join(dir, ".stdout");
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        redirect(NULL, STDIN_FILENO);
+        redirect(out, STDOUT_FILENO);
+        if (dup2(slave, STDERR_FILENO) < 0) _exit(126);
+        close(slave);
+        close(master);
+        exec_quant(bin, args);
+    }
+    /* The output is small (far below the terminal buffer): read it once the child is done,
+     * keeping our end of the slave open so the buffered bytes stay readable. */
+    *status = wait_status(pid);
+    ck_assert_int_eq(fcntl(master, F_SETFL, O_NONBLOCK), 0);
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    ssize_t got;
+    while (len + 1 < cap && (got = read(master, buf + len, cap - 1 - len)) > 0) len += (size_t)got;
+    buf[len] = '\0';
+    close(slave);
+    close(master);
+    unlink(out);
+    free(out);
+    return buf;
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* stderr holds exactly one line, starting with "quant: ". */
+static void assert_one_line_error(const run_result *r)
+{
+    ck_assert_msg(strncmp(r->err, "quant: ", 7) == 0, "stderr: '%s'", r->err);
+    char *nl = strchr(r->err, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "not one line: '%s'", r->err);
+}
+
+static void assert_usage_error(const run_result *r)
+{
+    ck_assert_msg(r->status == 2, "exit %d, stderr '%s'", r->status, r->err);
+    assert_one_line_error(r);
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------- */
+
+/* A model: "m.w.weight" [ROWS, COLS] f32, rank-1 "m.w.bias", "emb.weight" no rule touches.
+ * Returns the weight (caller frees). */
+static float *make_model(const char *path, uint64_t seed)
+{
+    float *w = malloc(ROWS * COLS * sizeof *w), bias[ROWS], emb[4 * 8];
+    ck_fill(w, ROWS * COLS, seed, 1.0f);
+    ck_fill(bias, ROWS, seed + 1, 1.0f);
+    ck_fill(emb, 32, seed + 2, 1.0f);
+    ck_gen_tensor t[] = {
+        {"emb.weight", "F32", 2, {4, 8}, emb, sizeof emb},
+        {"m.w.weight", "F32", 2, {ROWS, COLS}, w, ROWS * COLS * sizeof *w},
+        {"m.w.bias", "F32", 1, {ROWS}, bias, sizeof bias},
+    };
+    ck_gen_file(path, t, 3, "{\"format\":\"pt\",\"note\":\"kept\"}");
+    return w;
+}
+
+static const char int8_rules[] = "[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\"}]";
+
+/* A temporary directory with in.safetensors and rules.json; `w` receives the weight. */
+static char *setup(float **w)
+{
+    char *dir = ck_tmpdir();
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
+    float *weight = make_model(in, 11);
+    ck_write_file(rules, int8_rules, strlen(int8_rules));
+    if (w)
+        *w = weight;
+    else
+        free(weight);
+    free(in);
+    free(rules);
+    return dir;
+}
+
+static json_t *load_json_text(const char *text)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    ck_assert_msg(j != NULL, "bad JSON (%s): %.200s", je.text, text);
+    return j;
+}
+
+static json_t *load_json_file(const char *path)
+{
+    ck_assert_msg(exists(path), "%s is missing", path);
+    char *text = slurp(path);
+    json_t *j = load_json_text(text);
+    free(text);
+    return j;
+}
+
+/* The tensors array entry named `name`, or NULL. */
+static json_t *tensor_entry(json_t *root, const char *name)
+{
+    json_t *tensors = json_object_get(root, "tensors"), *e;
+    size_t i;
+    json_array_foreach(tensors, i, e) if (strcmp(json_string_value(json_object_get(e, "name")),
+                                                 name) == 0) return e;
+    return NULL;
+}
+
+/* ---- help and usage errors ------------------------------------------------------------------ */
+
+START_TEST(test_help)
+{
+    char *dir = ck_tmpdir();
+    static const char *const cmds[] = {"quantize", "inspect", "dequantize"};
+    run_result r = RUN(dir, "--help");
+    ck_assert_int_eq(r.status, 0);
+    for (size_t i = 0; i < 3; i++) ck_assert_ptr_nonnull(strstr(r.out, cmds[i]));
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+    for (size_t i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: quant %s", cmds[i]);
+        r = RUN(dir, cmds[i], "--help");
+        ck_assert_msg(r.status == 0, "%s --help: exit %d", cmds[i], r.status);
+        ck_assert_msg(strstr(r.out, want) != NULL, "%s --help: '%s'", cmds[i], r.out);
+        ck_assert_str_eq(r.err, "");
+        result_free(&r);
+        r = RUN(dir, "help", cmds[i]);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_ptr_nonnull(strstr(r.out, want));
+        result_free(&r);
+    }
+    r = RUN(dir, "--version");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strncmp(r.out, "quant 0.", 8) == 0, "--version: '%s'", r.out);
+    result_free(&r);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_usage_errors)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json");
+    const char *const cases[][MAX_ARGS] = {
+        {"frobnicate", NULL},
+        {"--frobnicate", NULL},
+        {"quantize", "--bogus", "--rules", rules, in, out, NULL},
+        {"quantize", "-Z", "--rules", rules, in, out, NULL},
+        {"quantize", in, out, NULL}, /* no --rules */
+        {"quantize", in, out, "--rules", NULL},
+        {"quantize", "--rules", rules, in, NULL},
+        {"quantize", "--rules", rules, in, out, "extra", NULL},
+        {"quantize", "--rules", rules, "--threads", "257", in, out, NULL},
+        {"quantize", "--rules", rules, "--threads", "-1", in, out, NULL},
+        {"quantize", "--rules", rules, "--threads", "4x", in, out, NULL},
+        {"quantize", "--rules", rules, "--layout", "gguf", in, out, NULL},
+        {"quantize", "--rules", rules, "--chunk-mib", "0", in, out, NULL},
+        {"inspect", "--bogus", in, NULL},
+        {"inspect", NULL},
+        {"inspect", in, out, NULL},
+        {"dequantize", "--dtype", "f64", in, out, NULL},
+        {"dequantize", in, NULL},
+        {"dequantize", "--threads", "many", in, out, NULL},
+        {"help", "frobnicate", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result r = run_in(dir, cases[i]);
+        ck_assert_msg(r.status == 2, "case %zu (%s %s): exit %d, stderr '%s'", i, cases[i][0],
+                      cases[i][1] ? cases[i][1] : "", r.status, r.err);
+        assert_one_line_error(&r);
+        ck_assert_msg(!exists(out), "case %zu created OUT", i);
+        result_free(&r);
+    }
+    run_result r = RUN(dir, "quantize", in, out);
+    ck_assert_ptr_nonnull(strstr(r.err, "--rules"));
+    result_free(&r);
+    r = RUN(dir, "frobnicate");
+    ck_assert_ptr_nonnull(strstr(r.err, "frobnicate"));
+    result_free(&r);
+    r = run_in(dir, (const char *const[]){NULL});
+    assert_usage_error(&r);
+    result_free(&r);
+    free(in);
+    free(out);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- runtime failures ----------------------------------------------------------------------- */
+
+START_TEST(test_bad_input)
+{
+    char *dir = setup(NULL);
+    char *bad = ck_join(dir, "bad.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json"), *missing = ck_join(dir, "missing.safetensors");
+    /* The header claims 24 bytes of data; the file holds 4. */
+    ck_write_st(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", "abcd",
+                4);
+    const char *const inputs[] = {bad, missing};
+    for (size_t i = 0; i < 2; i++) {
+        run_result r = RUN(dir, "quantize", "--rules", rules, inputs[i], out);
+        ck_assert_msg(r.status == 1, "exit %d, stderr '%s'", r.status, r.err);
+        assert_one_line_error(&r);
+        ck_assert(!exists(out));
+        result_free(&r);
+        r = RUN(dir, "inspect", inputs[i]);
+        ck_assert_int_eq(r.status, 1);
+        assert_one_line_error(&r);
+        result_free(&r);
+        r = RUN(dir, "dequantize", inputs[i], out);
+        ck_assert_int_eq(r.status, 1);
+        assert_one_line_error(&r);
+        ck_assert(!exists(out));
+        result_free(&r);
+    }
+    /* Only the input file and the rules remain (plus bad.safetensors): no temporary left. */
+    ck_assert_int_eq(ck_count_entries(dir), 3);
+    free(bad);
+    free(out);
+    free(rules);
+    free(missing);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_bad_rules)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "bad-rules.json"), *missing = ck_join(dir, "none.json");
+    static const char bad[] = "[{\"module_path\":\".*\",\"weight_qtype\":\"int9\"}]";
+    ck_write_file(rules, bad, strlen(bad));
+    run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
+    ck_assert_msg(r.status == 1, "exit %d, stderr '%s'", r.status, r.err);
+    assert_one_line_error(&r);
+    ck_assert_msg(strstr(r.err, "weight_qtype") != NULL, "stderr: %s", r.err);
+    ck_assert(!exists(out));
+    result_free(&r);
+    r = RUN(dir, "quantize", "--rules", missing, in, out);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    ck_assert(!exists(out));
+    result_free(&r);
+    /* A rule the tensor cannot satisfy: 64 columns do not split into tiles of 5. */
+    static const char tiles[] = "[{\"weight_qtype\":\"int8\",\"tile_size\":5}]";
+    ck_write_file(rules, tiles, strlen(tiles));
+    r = RUN(dir, "quantize", "--rules", rules, in, out);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    ck_assert(!exists(out));
+    result_free(&r);
+    free(in);
+    free(out);
+    free(rules);
+    free(missing);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_existing_output)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json");
+    ck_write_file(out, "keep", 4);
+    run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    char *kept = slurp(out);
+    ck_assert_str_eq(kept, "keep");
+    free(kept);
+    result_free(&r);
+    free(in);
+    free(out);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- quantize -> inspect -> dequantize ------------------------------------------------------ */
+
+static void check_report(const char *path, bool quality)
+{
+    json_t *rep = load_json_file(path);
+    ck_assert_str_eq(json_string_value(json_object_get(rep, "format")), "quantd.report/1");
+    json_t *w = tensor_entry(rep, "m.w.weight");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_str_eq(json_string_value(json_object_get(w, "qtype")), "int8");
+    ck_assert((json_object_get(w, "sqnr_db") != NULL) == quality);
+    json_t *summary = json_object_get(rep, "summary");
+    ck_assert_int_eq(json_integer_value(json_object_get(summary, "quantized")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(summary, "copied")), 2);
+    json_decref(rep);
+}
+
+static void check_inspect(const char *dir, const char *path)
+{
+    run_result r = RUN(dir, "inspect", path);
+    ck_assert_msg(r.status == 0, "inspect: exit %d, %s", r.status, r.err);
+    ck_assert_msg(strstr(r.out, "int8") && strstr(r.out, "m.w.weight") &&
+                      strstr(r.out, "emb.weight") && !strstr(r.out, "m.w.weight.qvalue") &&
+                      !strstr(r.out, "m.w.weight.scale") && strstr(r.out, "note: kept") &&
+                      strstr(r.out, "[16, 64]"),
+                  "inspect: %s", r.out);
+    result_free(&r);
+
+    r = RUN(dir, "inspect", "--json", path);
+    ck_assert_msg(r.status == 0, "inspect --json: exit %d, %s", r.status, r.err);
+    json_t *root = load_json_text(r.out);
+    json_t *w = tensor_entry(root, "m.w.weight"), *e = tensor_entry(root, "emb.weight");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_ptr_null(tensor_entry(root, "m.w.weight.qvalue"));
+    ck_assert_str_eq(json_string_value(json_object_get(w, "qtype")), "int8");
+    ck_assert_str_eq(json_string_value(json_object_get(w, "dtype")), "F32");
+    json_t *shape = json_object_get(w, "shape");
+    ck_assert_int_eq(json_array_size(shape), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), ROWS);
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 1)), COLS);
+    double lo = json_number_value(json_object_get(w, "scale_min"));
+    double hi = json_number_value(json_object_get(w, "scale_max"));
+    ck_assert_msg(lo > 0.0 && lo <= hi, "scale range [%g, %g]", lo, hi);
+    ck_assert(json_is_null(json_object_get(e, "qtype")));
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(root, "metadata"), "note")),
+                     "kept");
+    ck_assert_ptr_null(json_object_get(json_object_get(root, "metadata"), "quantization"));
+    json_decref(root);
+    result_free(&r);
+}
+
+/* The dequantized weight: F32 (or `dtype`), original shape, within one step of each scale. */
+static void check_dequantized(const char *path, const float *w, quant_st_dtype dtype)
+{
+    quant_st_file *f = NULL;
+    quant_ck_error err;
+    ck_assert_msg(quant_st_open(path, &f, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(f->n_tensors, 3);
+    const quant_st_tensor *t = quant_st_find(f, "m.w.weight");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_nonnull(quant_st_find(f, "m.w.bias"));
+    ck_assert_ptr_nonnull(quant_st_find(f, "emb.weight"));
+    ck_assert_int_eq(t->dtype, dtype);
+    ck_assert_int_eq(t->rank, 2);
+    ck_assert_int_eq(t->shape[0], ROWS);
+    ck_assert_int_eq(t->shape[1], COLS);
+    if (dtype == QUANT_ST_F32) {
+        float *x = malloc(ROWS * COLS * sizeof *x);
+        ck_assert_int_eq(quant_st_read(f, t, 0, x, ROWS * COLS * sizeof *x, &err), QUANT_CK_OK);
+        float absmax = 0.0f;
+        for (int i = 0; i < ROWS * COLS; i++) absmax = fmaxf(absmax, fabsf(w[i]));
+        for (int i = 0; i < ROWS * COLS; i++)
+            ck_assert_msg(fabsf(x[i] - w[i]) <= absmax / 127.0f, "element %d: %g vs %g", i,
+                          (double)x[i], (double)w[i]);
+        free(x);
+    }
+    quant_st_close(f);
+}
+
+START_TEST(test_roundtrip)
+{
+    float *w;
+    char *dir = setup(&w);
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json"), *report = ck_join(dir, "quant-report.json");
+    char *dq = ck_join(dir, "dq.safetensors"), *dq16 = ck_join(dir, "dq16.safetensors");
+    run_result r = RUN(dir, "quantize", "--rules", rules, "--threads", "2", in, out);
+    ck_assert_msg(r.status == 0, "quantize: exit %d, %s", r.status, r.err);
+    ck_assert_msg(strchr(r.err, '\r') == NULL, "a progress bar went into a pipe: %s", r.err);
+    ck_assert_msg(strstr(r.err, "quantized 1 tensor") && strstr(r.err, "SQNR") &&
+                      strstr(r.err, "quant-report.json"),
+                  "summary: %s", r.err);
+    ck_assert_str_eq(r.out, "");
+    result_free(&r);
+    check_report(report, true);
+    check_inspect(dir, out);
+
+    r = RUN(dir, "dequantize", out, dq);
+    ck_assert_msg(r.status == 0, "dequantize: exit %d, %s", r.status, r.err);
+    result_free(&r);
+    check_dequantized(dq, w, QUANT_ST_F32);
+    r = RUN(dir, "dequantize", "--dtype", "bf16", "--quiet", out, dq16);
+    ck_assert_msg(r.status == 0, "dequantize: exit %d, %s", r.status, r.err);
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+    check_dequantized(dq16, w, QUANT_ST_BF16);
+
+    r = RUN(dir, "inspect", in); /* a plain file: no qtype anywhere */
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_null(strstr(r.out, "int8"));
+    result_free(&r);
+    free(w);
+    free(in);
+    free(out);
+    free(rules);
+    free(report);
+    free(dq);
+    free(dq16);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_flags)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json"), *report = ck_join(dir, "custom.json");
+    char *ct = ck_join(dir, "ct.safetensors");
+    run_result r = RUN(dir, "quantize", "--quiet", "--no-quality", "--report", report,
+                       "--chunk-mib", "1", "--rules", rules, in, out);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+    check_report(report, false);
+    char *default_report = ck_join(dir, "quant-report.json");
+    ck_assert(!exists(default_report));
+    free(default_report);
+
+    r = RUN(dir, "quantize", "-q", "-l", "compressed-tensors", "-r", rules, "--report", report, in,
+            ct);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    result_free(&r);
+    json_t *rep = load_json_file(report);
+    ck_assert_str_eq(json_string_value(json_object_get(rep, "layout")), "compressed-tensors");
+    json_decref(rep);
+    free(in);
+    free(out);
+    free(rules);
+    free(report);
+    free(ct);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A directory of two shards -> a directory with the report inside; dequantized back. */
+START_TEST(test_directory)
+{
+    char *dir = ck_tmpdir();
+    char *in = ck_join(dir, "model"), *out = ck_join(dir, "model-q"), *dq = ck_join(dir, "dq");
+    char *rules = ck_join(dir, "rules.json");
+    ck_assert_int_eq(mkdir(in, 0700), 0);
+    char *s1 = ck_join(in, "a.safetensors"), *s2 = ck_join(in, "b.safetensors");
+    free(make_model(s1, 1));
+    float x[COLS * 4];
+    ck_fill(x, COLS * 4, 5, 1.0f);
+    ck_gen_tensor t = {"m.v.weight", "F32", 2, {4, COLS}, x, sizeof x};
+    ck_gen_file(s2, &t, 1, NULL);
+    ck_write_file(rules, int8_rules, strlen(int8_rules));
+
+    run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    ck_assert_ptr_nonnull(strstr(r.err, "quantized 2 tensors"));
+    result_free(&r);
+    char *report = ck_join(out, "quant-report.json");
+    json_t *rep = load_json_file(report);
+    ck_assert_int_eq(json_array_size(json_object_get(rep, "tensors")), 4);
+    json_decref(rep);
+    char *q2 = ck_join(out, "b.safetensors");
+    r = RUN(dir, "inspect", "--json", q2);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"int8\""));
+    result_free(&r);
+
+    r = RUN(dir, "dequantize", in, dq); /* nothing quantized: a copy */
+    ck_assert_int_eq(r.status, 0);
+    result_free(&r);
+    ck_rmtree(dq);
+    r = RUN(dir, "dequantize", out, dq);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    result_free(&r);
+    char *d2 = ck_join(dq, "b.safetensors");
+    quant_st_file *f = NULL;
+    ck_assert_int_eq(quant_st_open(d2, &f, NULL), QUANT_CK_OK);
+    ck_assert_ptr_nonnull(quant_st_find(f, "m.v.weight"));
+    ck_assert_int_eq(f->n_tensors, 1);
+    quant_st_close(f);
+    free(d2);
+    free(q2);
+    free(report);
+    free(s1);
+    free(s2);
+    free(in);
+    free(out);
+    free(dq);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* The bar is drawn on a terminal ('\r' redraws) and not with --quiet. */
+START_TEST(test_progress_tty)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *out2 = ck_join(dir, "out2.safetensors"), *rules = ck_join(dir, "rules.json");
+    int status;
+    char *tty = run_on_tty(dir, (const char *const[]){"quantize", "--rules", rules, in, out, NULL},
+                           &status);
+    ck_assert_msg(status == 0, "exit %d: %s", status, tty);
+    ck_assert_msg(strchr(tty, '\r') && strstr(tty, "tensors") && strstr(tty, "ETA"),
+                  "no progress bar on a terminal: '%s'", tty);
+    free(tty);
+    tty = run_on_tty(dir,
+                     (const char *const[]){"quantize", "--quiet", "--rules", rules, in, out2, NULL},
+                     &status);
+    ck_assert_int_eq(status, 0);
+    ck_assert_msg(tty[0] == '\0', "--quiet wrote to the terminal: '%s'", tty);
+    free(tty);
+    free(in);
+    free(out);
+    free(out2);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+Suite *suite_cli(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_usage_errors);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_bad_rules);
+    tcase_add_test(tc, test_existing_output);
+    tcase_add_test(tc, test_roundtrip);
+    tcase_add_test(tc, test_flags);
+    tcase_add_test(tc, test_directory);
+    tcase_add_test(tc, test_progress_tty);
+    suite_add_tcase(s, tc);
+    return s;
+}
