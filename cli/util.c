@@ -36,11 +36,16 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 int cli_getopt_error(const char *cmd, int c, char **argv)
 {
     extern int optind, optopt;
-    /* optopt names a short option; for a long one the offending word is the previous argv. */
+    /* A long option is the previous word (up to any '='); a short one is optopt. */
+    const char *word = optind > 0 ? argv[optind - 1] : "";
+    int len = (int)strcspn(word, "=");
     char shortopt[3] = {'-', (char)optopt, '\0'};
-    const char *word = optopt > 0 && optopt < 128 ? shortopt : argv[optind - 1];
-    if (c == ':') return cli_usage_error(cmd, "option '%s' needs a value", word);
-    return cli_usage_error(cmd, "unknown option '%s'", word);
+    if (strncmp(word, "--", 2) != 0 && optopt > 0 && optopt < 128) {
+        word = shortopt;
+        len = 2;
+    }
+    if (c == ':') return cli_usage_error(cmd, "option '%.*s' needs a value", len, word);
+    return cli_usage_error(cmd, "unknown option '%.*s'", len, word);
 }
 
 int cli_ck_error(const quant_ck_error *err)
