@@ -93,8 +93,7 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-/* ---- the length prefix and the header text ----------------------------------------------------
- */
+/* ---- the length prefix and the header text --------------------------------------------------- */
 
 static quant_ck_status open_file(quant_st_file *f, quant_ck_error *err)
 {
@@ -182,8 +181,7 @@ static quant_ck_status load_header(const quant_st_file *f, json_t **root, quant_
     return st;
 }
 
-/* ---- one tensor entry -------------------------------------------------------------------------
- */
+/* ---- one tensor entry ------------------------------------------------------------------------ */
 
 static bool as_uint(const json_t *v, uint64_t *out)
 {
@@ -296,8 +294,7 @@ static quant_ck_status parse_tensor(quant_st_tensor *t, const char *name, json_t
     return st;
 }
 
-/* ---- __metadata__ and the whole header --------------------------------------------------------
- */
+/* ---- __metadata__ and the whole header ------------------------------------------------------- */
 
 static quant_ck_status parse_metadata(quant_st_file *f, json_t *meta, quant_ck_error *err)
 {
@@ -340,8 +337,7 @@ static quant_ck_status parse_entries(quant_st_file *f, json_t *root, quant_ck_er
     return st;
 }
 
-/* ---- data order and the name index ------------------------------------------------------------
- */
+/* ---- data order and the name index ----------------------------------------------------------- */
 
 static int by_offsets(const void *a, const void *b)
 {
@@ -413,8 +409,7 @@ static quant_ck_status build_index(st_file *sf, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
-/* ---- the public calls -------------------------------------------------------------------------
- */
+/* ---- the public calls ------------------------------------------------------------------------ */
 
 static quant_ck_status validate(st_file *sf, quant_ck_error *err)
 {
