@@ -105,12 +105,33 @@ static quant_ck_status parse_entry(dq_shard *s, const char *name, const json_t *
     return st;
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* A shard without our `quantization` metadata is copied as it is, unless it is plainly a
+ * compressed-tensors shard: copying that would pass quantized codes off as float weights. */
+static quant_ck_status refuse_ctensors(const quant_st_file *in, quant_ck_error *err)
+{
+    for (size_t i = 0; i < in->n_tensors; i++) {
+        const char *name = in->tensors[i].name;
+        if (ends_with(name, ".weight_packed") || ends_with(name, ".weight_scale"))
+            return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                                 "%s: tensor '%s' is compressed-tensors layout; dequantize reads "
+                                 "the native layout only",
+                                 in->path, name);
+    }
+    return QUANT_CK_OK;
+}
+
 static quant_ck_status shard_parse(dq_shard *s, quant_st_file *in, quant_ck_error *err)
 {
     memset(s, 0, sizeof *s);
     s->in = in;
     const char *text = quant_st_meta(in, "quantization");
-    if (!text) return QUANT_CK_OK;
+    if (!text) return refuse_ctensors(in, err);
     json_error_t je;
     s->meta = json_loads(text, 0, &je);
     json_t *tensors = json_object_get(s->meta, "tensors");

@@ -37,8 +37,9 @@ quant_ck_status ck_outdir_begin(const char *out, ck_outdir *d, quant_ck_error *e
     while (len > 1 && out[len - 1] == '/') len--;
     snprintf(d->tmp, n, "%.*s.partial-XXXXXX", (int)len, out);
     if (!mkdtemp(d->tmp)) {
-        quant_ck_status st =
-            quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: cannot create: %s", d->tmp, strerror(errno));
+        quant_ck_status st = quant_ck_fail(err, QUANT_CK_ERR_IO,
+                                           "%.*s: cannot create the temporary directory %s: %s",
+                                           (int)len, out, d->tmp, strerror(errno));
         free(d->tmp);
         d->tmp = NULL;
         ck_outdir_free(d);

@@ -62,7 +62,8 @@ QUANT_API int quant_st_dtype_align(quant_st_dtype dtype);
 /*! quant_st_to_quant_dtype() : the libquant dtype of
  * F32/F16/BF16/F64/F8_E4M3/F8_E5M2/I8/U8/I16/I32; false otherwise. */
 QUANT_API bool quant_st_to_quant_dtype(quant_st_dtype dtype, quant_dtype *out);
-/*! quant_st_from_quant_dtype() : the inverse of quant_st_to_quant_dtype(). */
+/*! quant_st_from_quant_dtype() : the inverse of quant_st_to_quant_dtype();
+ * QUANT_ST_DTYPE_COUNT for a libquant dtype safetensors has no name for. */
 QUANT_API quant_st_dtype quant_st_from_quant_dtype(quant_dtype dtype);
 
 /* One tensor of a file, as its header describes it (validated). */
@@ -142,7 +143,8 @@ QUANT_API quant_ck_status quant_st_writer_new(const char *path, const quant_st_o
                                               const char *const *meta_values, size_t n_meta,
                                               quant_st_writer **out, quant_ck_error *err);
 
-/*! quant_st_writer_index() : position in the writer's layout of tensor `name`, or -1. */
+/*! quant_st_writer_index() : the index (input order of quant_st_writer_new) of tensor `name`,
+ * or -1 when the writer has no such tensor. */
 QUANT_API long quant_st_writer_index(const quant_st_writer *w, const char *name);
 
 /*! quant_st_writer_nbytes() : byte size of tensor `index` (input order of quant_st_writer_new). */

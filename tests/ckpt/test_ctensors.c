@@ -126,6 +126,14 @@ START_TEST(test_w4a16_group)
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(qc, "ignore"), 0)),
                      "lm_head");
     json_decref(qc);
+    /* dequantize reads the native layout only: a compressed-tensors checkpoint is refused */
+    char *out = ck_join(root, "out"), *dq = ck_join(root, "dq");
+    ck_assert_int_eq(quant_dequantize_path(out, dq, QUANT_ST_F32, 1, &err),
+                     QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "compressed-tensors") != NULL, "%s", err.message);
+    ck_assert_int_eq(ck_count_entries(root), 2); /* in, out: no dq, no partial directory */
+    free(out);
+    free(dq);
     ck_rmtree(root);
     free(root);
 }
