@@ -1,6 +1,6 @@
-/* buffers.c -- the pipeline's memory and hand-offs: large buffers as anonymous mappings (freed
- * memory leaves the process at once, so resident memory tracks the buffers in flight) and a
- * bounded FIFO queue of pointers between the stages.
+/* buffers.c -- the pipeline's memory and hand-offs: large buffers as anonymous mappings, recycled
+ * through a small bounded cache (resident memory is the buffers in flight plus at most
+ * CACHE_BYTES kept for reuse) and a bounded FIFO queue of pointers between the stages.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -9,16 +9,69 @@
 
 #include "ck_internal.h"
 
+/* Freed mappings kept for reuse, so the steady state of a run (same-sized chunks one after
+ * another) costs no page faults or zeroing. Bounded in count and bytes; ck_buf_trim() empties
+ * it when a run ends. Shared by concurrent runs (a daemon's jobs), hence the lock. */
+#define CACHE_SLOTS 16
+#define CACHE_BYTES ((size_t)96 << 20)
+
+static struct {
+    pthread_mutex_t mu;
+    void *p[CACHE_SLOTS];
+    size_t n[CACHE_SLOTS]; /* mapping size; 0 = empty slot */
+    size_t bytes;
+} cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t page_round(size_t n)
+{
+    const size_t page = 4096;
+    return n == 0 ? page : (n + page - 1) / page * page;
+}
+
 void *ck_buf_alloc(size_t n)
 {
-    if (n == 0) n = 1;
+    n = page_round(n);
+    pthread_mutex_lock(&cache.mu);
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache.n[i] == n) {
+            void *p = cache.p[i];
+            cache.n[i] = 0;
+            cache.bytes -= n;
+            pthread_mutex_unlock(&cache.mu);
+            return p;
+        }
+    pthread_mutex_unlock(&cache.mu);
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
 void ck_buf_free(void *p, size_t n)
 {
-    if (p) munmap(p, n ? n : 1);
+    if (!p) return;
+    n = page_round(n);
+    pthread_mutex_lock(&cache.mu);
+    for (int i = 0; i < CACHE_SLOTS && cache.bytes + n <= CACHE_BYTES; i++)
+        if (cache.n[i] == 0) {
+            cache.p[i] = p;
+            cache.n[i] = n;
+            cache.bytes += n;
+            pthread_mutex_unlock(&cache.mu);
+            return;
+        }
+    pthread_mutex_unlock(&cache.mu);
+    munmap(p, n);
+}
+
+void ck_buf_trim(void)
+{
+    pthread_mutex_lock(&cache.mu);
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache.n[i]) {
+            munmap(cache.p[i], cache.n[i]);
+            cache.n[i] = 0;
+        }
+    cache.bytes = 0;
+    pthread_mutex_unlock(&cache.mu);
 }
 
 bool ck_queue_init(ck_queue *q, size_t cap)

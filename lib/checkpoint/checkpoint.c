@@ -160,6 +160,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
         st = j.shards.is_dir ? run_dir(&j, in, out, err)
                              : ck_run_shard(&j.run, &j.plans[0], out, err);
     job_free(&j);
+    ck_buf_trim(); /* an idle process (a daemon between jobs) keeps no chunk buffers */
     if (report)
         *report = j.run.report;
     else

@@ -12,11 +12,14 @@
 
 /* ---- big buffers and the bounded queue (buffers.c) ------------------------------------------ */
 
-/* Anonymous mappings: freed memory goes back to the OS at once, so resident memory follows the
- * number of buffers in flight. ck_buf_alloc returns NULL on failure (n == 0 gives a valid
- * pointer that ck_buf_free accepts). */
+/* Anonymous mappings recycled through a bounded cache: resident memory follows the number of
+ * buffers in flight plus a fixed reserve. Contents are NOT zeroed (a recycled buffer holds old
+ * data). ck_buf_alloc returns NULL on failure (n == 0 gives a valid pointer that ck_buf_free
+ * accepts); ck_buf_free takes the size given to ck_buf_alloc. ck_buf_trim returns the cache to
+ * the OS (at the end of a run). */
 void *ck_buf_alloc(size_t n);
 void ck_buf_free(void *p, size_t n);
+void ck_buf_trim(void);
 
 /* A FIFO of pointers with a fixed capacity. push blocks while full, pop while empty; after
  * ck_queue_close both return at once (push returns false, pop returns NULL once drained). */
@@ -151,8 +154,6 @@ typedef struct ck_tensor_state {
 typedef struct ck_compute {
     quant_ctx *ctx;
     bool quality;
-    float *deq; /* dequantize scratch (f32), deq_len floats */
-    size_t deq_alloc;
     ck_tensor_state st;
 } ck_compute;
 

@@ -102,51 +102,17 @@ static quant_ck_status calibrate_unit(ck_compute *c, ck_unit *u, const quant_ten
 
 /* ---- quality: fake-quant error against the input --------------------------------------------- */
 
-static void compare_block(const float *x, const float *d, size_t n, ck_tensor_state *st)
-{
-    double sx = 0, se = 0, mx = st->max_err;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)x[i] - (double)d[i];
-        sx += (double)x[i] * (double)x[i];
-        se += e * e;
-        double ae = fabs(e);
-        if (ae > mx) mx = ae;
-    }
-    st->sum_x2 += sx;
-    st->sum_e2 += se;
-    st->max_err = mx;
-}
-
 static quant_ck_status measure(ck_compute *c, ck_unit *u, const quant_tensor *x,
                                const quant_how *how, const void *q, const float *scale,
                                const int32_t *zp, quant_ck_error *err)
 {
-    size_t n = (size_t)(u->rows * u->tp->row_elems);
-    if (c->deq_alloc < n * sizeof(float)) {
-        ck_buf_free(c->deq, c->deq_alloc);
-        c->deq_alloc = n * sizeof(float);
-        c->deq = ck_buf_alloc(c->deq_alloc);
-        if (!c->deq) {
-            c->deq_alloc = 0;
-            return nomem(err);
-        }
-    }
-    quant_tensor d;
+    quant_error_stats es;
     quant_error qe;
-    quant_tensor_init(&d, QUANT_DTYPE_F32, x->rank, x->shape, c->deq, NULL);
-    if (quant_dequantize(c->ctx, how, q, scale, zp, &d, &qe) != QUANT_OK) return qfail(err, u, &qe);
-    if (x->dtype == QUANT_DTYPE_F32) {
-        compare_block(x->data, c->deq, n, &c->st);
-        return QUANT_CK_OK;
-    }
-    float wide[4096];
-    size_t esize = quant_dtype_size(x->dtype);
-    for (size_t at = 0; at < n; at += 4096) {
-        size_t k = n - at < 4096 ? n - at : 4096;
-        quant_convert(x->dtype, (const char *)x->data + at * esize, QUANT_DTYPE_F32, wide,
-                      (int64_t)k, NULL);
-        compare_block(wide, c->deq + at, k, &c->st);
-    }
+    if (quant_measure_error(c->ctx, how, x, q, scale, zp, &es, &qe) != QUANT_OK)
+        return qfail(err, u, &qe);
+    c->st.sum_x2 += es.sum_sq_x;
+    c->st.sum_e2 += es.sum_sq_err;
+    if (es.max_abs_err > c->st.max_err) c->st.max_err = es.max_abs_err;
     return QUANT_CK_OK;
 }
 
@@ -269,7 +235,4 @@ void ck_compute_finish(ck_compute *c, quant_report_entry *e)
 void ck_compute_destroy(ck_compute *c)
 {
     state_clear(&c->st);
-    ck_buf_free(c->deq, c->deq_alloc);
-    c->deq = NULL;
-    c->deq_alloc = 0;
 }

@@ -340,5 +340,6 @@ quant_ck_status quant_dequantize_path(const char *in, const char *out, quant_st_
     if (dir.tmp || dir.weight_map) ck_outdir_free(&dir);
     ck_shards_close(&shards);
     quant_ctx_free(ctx);
+    ck_buf_trim();
     return st;
 }

@@ -57,9 +57,12 @@ static void plan_units(ck_tensor_plan *tp, size_t chunk)
     tp->tile0 = d0 / tp->scale_shape[0];
     uint64_t group_bytes = row_bytes * (uint64_t)tp->tile0;
     tp->two_pass = group_bytes > chunk && tp->scale_shape[0] == 1;
-    if (tp->two_pass) tp->unit_rows = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
-    else if (group_bytes >= chunk) tp->unit_rows = tp->tile0;
-    else tp->unit_rows = (int64_t)(chunk / group_bytes) * tp->tile0;
+    if (tp->two_pass)
+        tp->unit_rows = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
+    else if (group_bytes >= chunk)
+        tp->unit_rows = tp->tile0;
+    else
+        tp->unit_rows = (int64_t)(chunk / group_bytes) * tp->tile0;
     if (tp->unit_rows > d0) tp->unit_rows = d0;
 }
 

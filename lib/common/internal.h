@@ -101,6 +101,11 @@ typedef void (*quant_dequantize_fn)(const quant_krow *r, const void *codes, int6
 typedef void (*quant_widen_fn)(const uint16_t *src, float *dst, int64_t n);
 /* Packs n codes (low nibbles) into ceil(n/2) bytes, as quant_pack_nibbles() does for one row. */
 typedef void (*quant_pack_fn)(const uint8_t *codes, int64_t n, uint8_t *packed);
+/* Error of d against x over n values, added into acc: [0] sum x^2, [1] sum (x-d)^2, [2] max
+ * |x-d| (all in double). Defined by quant_generic_errstats: QUANT_ERR_LANES independent lanes,
+ * element j in lane j % LANES for the full groups, the tail from lane 0, lanes added in order. */
+typedef void (*quant_errstats_fn)(const float *x, const float *d, int64_t n, double acc[3]);
+#define QUANT_ERR_LANES 8
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -111,6 +116,7 @@ typedef struct quant_kernels {
     quant_widen_fn widen_bf16;
     quant_widen_fn widen_f16;
     quant_pack_fn pack;
+    quant_errstats_fn errstats;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -128,6 +134,11 @@ int quant_generic_minmax(const float *x, int64_t n, int64_t c0, int64_t tile, fl
 int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes);
 void quant_generic_dequantize(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
                               float *out);
+void quant_generic_errstats(const float *x, const float *d, int64_t n, double acc[3]);
+/* The tail and the ordered reduction of quant_generic_errstats, for SIMD versions that ran the
+ * full lane groups: adds x/d[0..n) (n < QUANT_ERR_LANES) into the lanes, then the lanes to acc. */
+void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,
+                           double *mx, double acc[3]);
 /* Stochastic rounding (integer codes only), any ISA: element j has flat index index0 + j. */
 int quant_generic_quantize_sr(const quant_krow *r, const float *x, int64_t n, int64_t c0,
                               uint64_t key, uint64_t index0, void *codes);

@@ -385,6 +385,25 @@ QUANT_API quant_status quant_dequantize(quant_ctx *ctx, const quant_how *how, co
 QUANT_API quant_status quant_fake_quant(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
                                         quant_tensor *out, quant_error *err);
 
+/*! quant_error_stats : how far fake-quant lands from the input. SQNR in dB is
+ * 10 * log10(sum_sq_x / sum_sq_err) (infinite when sum_sq_err is 0). */
+typedef struct quant_error_stats {
+    double sum_sq_x;    /* sum of x^2 over the tensor */
+    double sum_sq_err;  /* sum of (x - dequantize(q))^2 */
+    double max_abs_err; /* largest |x - dequantize(q)| (differences taken in double) */
+} quant_error_stats;
+
+/*! quant_measure_error() :
+ * Compares x with the dequantized codes `q` (+ scale, + zero_point, as quant_quantize() wrote
+ * them for x) in one parallel pass without materialising the dequantized tensor. The result
+ * does not depend on the thread count or the ISA. Sums are in double, per work item, added in
+ * order.
+ * @return : QUANT_OK with *out, or as quant_dequantize(). */
+QUANT_API quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how,
+                                           const quant_tensor *x, const void *q, const float *scale,
+                                           const int32_t *zero_point, quant_error_stats *out,
+                                           quant_error *err);
+
 /* ---------------------------------------------------------------------------------------------
  * Packing of <= 4-bit codes
  * ------------------------------------------------------------------------------------------- */

@@ -774,4 +774,5 @@ const quant_kernels quant_kernels_neon = {
     .widen_bf16 = widen_bf16_neon,
     .widen_f16 = widen_f16_neon,
     .pack = pack_neon,
+    .errstats = quant_generic_errstats, /* measuring is not on the hot path of NEON users yet */
 };

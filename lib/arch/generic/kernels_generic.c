@@ -2,6 +2,8 @@
  * Every SIMD kernel must produce exactly these bits.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <math.h>
+
 #include "internal.h"
 #include "numerics.h"
 
@@ -158,6 +160,36 @@ static void pack_row(const uint8_t *codes, int64_t n, uint8_t *packed)
     quant_pack_nibbles(codes, 1, n, packed);
 }
 
+void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,
+                           double *mx, double acc[3])
+{
+    for (int64_t l = 0; l < n; l++) {
+        double xv = x[l], e = xv - (double)d[l], ae = fabs(e);
+        sx[l] += xv * xv;
+        se[l] += e * e;
+        mx[l] = ae > mx[l] ? ae : mx[l];
+    }
+    for (int l = 0; l < QUANT_ERR_LANES; l++) {
+        acc[0] += sx[l];
+        acc[1] += se[l];
+        acc[2] = mx[l] > acc[2] ? mx[l] : acc[2];
+    }
+}
+
+void quant_generic_errstats(const float *x, const float *d, int64_t n, double acc[3])
+{
+    double sx[QUANT_ERR_LANES] = {0}, se[QUANT_ERR_LANES] = {0}, mx[QUANT_ERR_LANES] = {0};
+    int64_t j = 0;
+    for (; j + QUANT_ERR_LANES <= n; j += QUANT_ERR_LANES)
+        for (int l = 0; l < QUANT_ERR_LANES; l++) {
+            double xv = x[j + l], e = xv - (double)d[j + l], ae = fabs(e);
+            sx[l] += xv * xv;
+            se[l] += e * e;
+            mx[l] = ae > mx[l] ? ae : mx[l];
+        }
+    quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
+}
+
 const quant_kernels quant_kernels_generic = {
     .isa = QUANT_ISA_SCALAR,
     .absmax = quant_generic_absmax,
@@ -167,4 +199,5 @@ const quant_kernels quant_kernels_generic = {
     .widen_bf16 = widen_bf16,
     .widen_f16 = widen_f16,
     .pack = pack_row,
+    .errstats = quant_generic_errstats,
 };

@@ -689,6 +689,30 @@ static void pack_avx2(const uint8_t *codes, int64_t n, uint8_t *packed)
     quant_pack_nibbles(codes + i, 1, n - i, packed + i / 2);
 }
 
+/* quant_generic_errstats with lanes 0-3 and 4-7 in two vectors (max_pd(a, b) is a > b ? a : b). */
+static void errstats_avx2(const float *x, const float *d, int64_t n, double acc[3])
+{
+    __m256d sx[2], se[2], mx[2];
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    for (int h = 0; h < 2; h++) sx[h] = se[h] = mx[h] = _mm256_setzero_pd();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int h = 0; h < 2; h++) {
+            __m256d xv = _mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * h));
+            __m256d e = _mm256_sub_pd(xv, _mm256_cvtps_pd(_mm_loadu_ps(d + j + 4 * h)));
+            sx[h] = _mm256_add_pd(sx[h], _mm256_mul_pd(xv, xv));
+            se[h] = _mm256_add_pd(se[h], _mm256_mul_pd(e, e));
+            mx[h] = _mm256_max_pd(_mm256_andnot_pd(sign, e), mx[h]);
+        }
+    double lsx[8], lse[8], lmx[8];
+    for (int h = 0; h < 2; h++) {
+        _mm256_storeu_pd(lsx + 4 * h, sx[h]);
+        _mm256_storeu_pd(lse + 4 * h, se[h]);
+        _mm256_storeu_pd(lmx + 4 * h, mx[h]);
+    }
+    quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
+}
+
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -698,4 +722,5 @@ const quant_kernels quant_kernels_avx2 = {
     .widen_bf16 = widen_bf16_avx2,
     .widen_f16 = widen_f16_avx2,
     .pack = pack_avx2,
+    .errstats = errstats_avx2,
 };

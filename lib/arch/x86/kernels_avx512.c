@@ -975,6 +975,26 @@ static void pack_avx512(const uint8_t *codes, int64_t n, uint8_t *packed)
     }
 }
 
+/* quant_generic_errstats with the 8 lanes in one vector (max_pd(a, b) is a > b ? a : b). */
+static void errstats_avx512(const float *x, const float *d, int64_t n, double acc[3])
+{
+    __m512d sx = _mm512_setzero_pd(), se = sx, mx = sx;
+    const __m512d sign = _mm512_set1_pd(-0.0);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512d xv = _mm512_cvtps_pd(_mm256_loadu_ps(x + j));
+        __m512d e = _mm512_sub_pd(xv, _mm512_cvtps_pd(_mm256_loadu_ps(d + j)));
+        sx = _mm512_add_pd(sx, _mm512_mul_pd(xv, xv));
+        se = _mm512_add_pd(se, _mm512_mul_pd(e, e));
+        mx = _mm512_max_pd(_mm512_andnot_pd(sign, e), mx);
+    }
+    double lsx[8], lse[8], lmx[8];
+    _mm512_storeu_pd(lsx, sx);
+    _mm512_storeu_pd(lse, se);
+    _mm512_storeu_pd(lmx, mx);
+    quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
+}
+
 const quant_kernels quant_kernels_avx512 = {
     .isa = QUANT_ISA_AVX512,
     .absmax = absmax_avx512,
@@ -984,4 +1004,5 @@ const quant_kernels quant_kernels_avx512 = {
     .widen_bf16 = widen_bf16_avx512,
     .widen_f16 = widen_f16_avx512,
     .pack = pack_avx512,
+    .errstats = errstats_avx512,
 };

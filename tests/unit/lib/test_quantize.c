@@ -272,6 +272,67 @@ START_TEST(error_quality_is_sane)
 }
 END_TEST
 
+/* quant_measure_error: the same bits on every ISA and thread count, and equal (to rounding of the
+ * sums) to the error of quant_fake_quant computed naively; bf16 input and odd row lengths too. */
+START_TEST(measure_error_matches_fake_quant)
+{
+    enum { R = 70, C = 1003 }; /* the lane tail; 32 rows per work item: three items */
+    static float x[R * C], fq[R * C], scale[R * 17];
+    static uint16_t xb[R * C];
+    static uint8_t q[R * C];
+    int32_t zp[R * 17];
+    tu_rng rng = {17};
+    tu_fill(&rng, x, R * C, 3.0f, 1);
+    for (int i = 0; i < R * C; i++) xb[i] = quant_f32_to_bf16(x[i]);
+    quant_isa isas[QUANT_ISA_COUNT];
+    int n_isa = tu_isas(isas);
+    static const quant_qtype qs[] = {QUANT_QTYPE_INT8, QUANT_QTYPE_INT4, QUANT_QTYPE_UINT8};
+    for (size_t k = 0; k < 3; k++)
+        for (int bf = 0; bf < 2; bf++) {
+            quant_how how;
+            quant_error err;
+            quant_how_init(&how, qs[k]);
+            how.n_channel_axes = 1;
+            how.channel_axes[0] = 0;
+            how.pack = qs[k] == QUANT_QTYPE_INT4;
+            if (qs[k] == QUANT_QTYPE_UINT8) how.calibration = "minmax";
+            int32_t *z = qs[k] == QUANT_QTYPE_UINT8 ? zp : NULL;
+            quant_tensor t, o;
+            int64_t shape[2] = {R, C};
+            quant_tensor_init(&t, bf ? QUANT_DTYPE_BF16 : QUANT_DTYPE_F32, 2, shape,
+                              bf ? (void *)xb : (void *)x, NULL);
+            quant_tensor_init(&o, QUANT_DTYPE_F32, 2, shape, fq, NULL);
+            quant_ctx *ctx = tu_ctx(QUANT_ISA_SCALAR, 1);
+            ck_assert_int_eq(quant_quantize(ctx, &how, &t, q, scale, z, &err), QUANT_OK);
+            ck_assert_int_eq(quant_dequantize(ctx, &how, q, scale, z, &o, &err), QUANT_OK);
+            quant_error_stats want;
+            ck_assert_int_eq(quant_measure_error(ctx, &how, &t, q, scale, z, &want, &err),
+                             QUANT_OK);
+            quant_ctx_free(ctx);
+            double sx = 0, se = 0, mx = 0;
+            for (int i = 0; i < R * C; i++) {
+                double xv = bf ? quant_bf16_to_f32(xb[i]) : x[i], e = xv - fq[i];
+                sx += xv * xv;
+                se += e * e;
+                mx = fabs(e) > mx ? fabs(e) : mx;
+            }
+            ck_assert(mx > 0 && want.max_abs_err == mx);
+            ck_assert(fabs(want.sum_sq_x - sx) <= 1e-12 * sx);
+            ck_assert(fabs(want.sum_sq_err - se) <= 1e-12 * se);
+            for (int i = 0; i < n_isa; i++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    quant_error_stats got;
+                    ctx = tu_ctx(isas[i], threads);
+                    ck_assert_int_eq(quant_measure_error(ctx, &how, &t, q, scale, z, &got, &err),
+                                     QUANT_OK);
+                    quant_ctx_free(ctx);
+                    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "%s, %d threads",
+                                  quant_isa_name(isas[i]), threads);
+                }
+        }
+}
+END_TEST
+
 Suite *suite_quantize(void)
 {
     Suite *s = suite_create("quantize");
@@ -282,6 +343,7 @@ Suite *suite_quantize(void)
     tcase_add_test(tc, stochastic_rounding);
     tcase_add_test(tc, fake_quant_equals_two_steps_and_out_dtypes);
     tcase_add_test(tc, error_quality_is_sane);
+    tcase_add_test(tc, measure_error_matches_fake_quant);
     suite_add_tcase(s, tc);
     return s;
 }

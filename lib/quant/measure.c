@@ -1,0 +1,90 @@
+/* measure.c -- quant_measure_error(): how far fake-quant lands from the input (sum of squares of
+ * the input and of the error, largest absolute error) in one parallel pass over the codes, with
+ * no dequantized copy of the tensor. Each work item keeps its own partial sums and they are
+ * added in item order, so the result does not depend on the thread count.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+typedef struct measure_run {
+    const quant_plan *plan;
+    const quant_kernels *k;
+    const quant_tensor *x;
+    const uint8_t *q;
+    const float *scale;
+    const int32_t *zp;
+    int64_t rows_per_item;
+    float *scratch;  /* threads x 2 x QUANT_CHUNK floats: the input row, the dequantized row */
+    uint8_t *codes;  /* threads x QUANT_CHUNK bytes (unpacked nibbles) */
+    double *partial; /* nitems x 3: sum x^2, sum err^2, max |err| */
+} measure_run;
+
+static void measure_item(void *arg, int64_t item, int worker)
+{
+    measure_run *run = arg;
+    const quant_plan *p = run->plan;
+    float *xs = run->scratch + (int64_t)worker * 2 * QUANT_CHUNK, *ds = xs + QUANT_CHUNK;
+    uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
+    bool sign_extend = p->kcode == QK_I8;
+    double *acc = run->partial + item * 3;
+    int64_t end = (item + 1) * run->rows_per_item;
+    if (end > p->nrows) end = p->nrows;
+    for (int64_t row = item * run->rows_per_item; row < end; row++) {
+        int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
+        quant_krow kr = {.kcode = p->kcode,
+                         .tile = p->col_tile,
+                         .scale = run->scale + off,
+                         .zp = run->zp ? run->zp + off : NULL};
+        const uint8_t *src = run->q + row * p->qrow_bytes;
+        for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
+            int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
+            const void *c = src + c0 * (int64_t)p->code_size;
+            if (p->packed) {
+                quant_unpack_nibbles(src + c0 / 2, 1, n, sign_extend, codes);
+                c = codes;
+            }
+            run->k->dequantize(&kr, c, n, c0, ds);
+            run->k->errstats(quant_load_row(run->k, run->x, p, row, c0, n, xs), ds, n, acc);
+        }
+    }
+}
+
+quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                 const void *q, const float *scale, const int32_t *zero_point,
+                                 quant_error_stats *out, quant_error *err)
+{
+    quant_error_clear(err);
+    if (!ctx || !x || !out) return quant_fail(err, QUANT_ERR_ARG, "context, input or out is NULL");
+    *out = (quant_error_stats){0};
+    QUANT_RETURN_IF_ERR(quant_check_input(x, err));
+    quant_plan p;
+    QUANT_RETURN_IF_ERR(quant_plan_make(how, x->rank, x->shape, &p, err));
+    if (p.numel == 0) return QUANT_OK;
+    if (!q || !scale) return quant_fail(err, QUANT_ERR_ARG, "q or scale is NULL");
+    QUANT_RETURN_IF_ERR(quant_check_zero_point(&p, zero_point, err));
+    int threads = quant_pool_threads(ctx->pool);
+    measure_run run = {&p, ctx->k, x, q, scale, zero_point, 0, NULL, NULL, NULL};
+    run.rows_per_item = p.ncols >= (1 << 15) ? 1 : (1 << 15) / p.ncols;
+    int64_t items = (p.nrows + run.rows_per_item - 1) / run.rows_per_item;
+    run.scratch = malloc((size_t)threads * 2 * QUANT_CHUNK * sizeof *run.scratch);
+    run.codes = malloc((size_t)threads * QUANT_CHUNK);
+    run.partial = calloc((size_t)items * 3, sizeof *run.partial);
+    quant_status st = QUANT_OK;
+    if (!run.scratch || !run.codes || !run.partial) {
+        st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate measuring buffers");
+    } else {
+        quant_pool_run(ctx->pool, items, measure_item, &run);
+        for (int64_t i = 0; i < items; i++) {
+            const double *a = run.partial + i * 3;
+            out->sum_sq_x += a[0];
+            out->sum_sq_err += a[1];
+            out->max_abs_err = a[2] > out->max_abs_err ? a[2] : out->max_abs_err;
+        }
+    }
+    free(run.scratch);
+    free(run.codes);
+    free(run.partial);
+    return st;
+}
