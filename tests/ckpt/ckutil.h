@@ -51,5 +51,6 @@ Suite *suite_rules(void);
 Suite *suite_pipeline(void);
 Suite *suite_ctensors(void);
 Suite *suite_cli(void);
+Suite *suite_e2e(void);
 
 #endif
