@@ -79,6 +79,7 @@ static quant_ck_status copy_others(ck_outdir *d, const char *in_dir, const ck_sh
         const char *name = e->d_name;
         if (name[0] == '.' || is_shard(s, name) || strcmp(name, CK_INDEX_NAME) == 0) continue;
         if (config_text && strcmp(name, "config.json") == 0) continue;
+        if (strcmp(name, "quant-report.json") == 0) continue; /* describes the run that wrote it */
         size_t n = strlen(in_dir) + strlen(name) + 2;
         char *from = malloc(n), *to = ck_outdir_path(d, name);
         struct stat sb;
