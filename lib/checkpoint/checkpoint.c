@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "ck_internal.h"
 
 #define CK_MIN_CHUNK (64u << 10)
@@ -100,11 +102,15 @@ static quant_ck_status run_dir(ck_job *j, const char *in, const char *out, quant
         size_t n = strlen(in) + 16;
         path = malloc(n);
         if (path) snprintf(path, n, "%s/config.json", in);
-        quant_ck_error ignore;
-        if (path && ck_read_small_file(path, 64u << 20, &text, NULL, &ignore) != QUANT_CK_OK)
-            text = NULL; /* no config.json: write one holding only quantization_config */
-        config = ck_ct_config_apply(j->ct, text, err);
-        if (!config) st = err ? err->status : QUANT_CK_ERR_NOMEM;
+        struct stat sb;
+        if (!path)
+            st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+        else if (stat(path, &sb) == 0) /* else no config.json: one with quantization_config */
+            st = ck_read_small_file(path, 64u << 20, &text, NULL, err);
+        if (st == QUANT_CK_OK) {
+            config = ck_ct_config_apply(j->ct, text, err);
+            if (!config) st = err ? err->status : QUANT_CK_ERR_NOMEM;
+        }
         free(path);
         free(text);
     }

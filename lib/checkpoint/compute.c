@@ -59,7 +59,7 @@ static quant_ck_status calibrate_unit(ck_compute *c, ck_unit *u, const quant_ten
     quant_calib_method m;
     quant_error qe;
     if (quant_calib_parse(how->calibration, &m, &qe) != QUANT_OK) return qfail(err, u, &qe);
-    if (m.kind == QUANT_CALIB_RMS) how->calibration = "rms";
+    if (m.kind == QUANT_CALIB_RMS) how->calibration = "rms,1"; /* the factor comes at the end */
     size_t n = (size_t)tp->scale_numel;
     float *a = malloc(n * sizeof *a), *lo = malloc(n * sizeof *lo), *hi = malloc(n * sizeof *hi);
     quant_calibration cal = {.asymmetric = m.asymmetric, .absmax = a, .min = lo, .max = hi};

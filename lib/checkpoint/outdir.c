@@ -36,7 +36,7 @@ quant_ck_status ck_outdir_begin(const char *out, ck_outdir *d, quant_ck_error *e
     size_t len = strlen(out);
     while (len > 1 && out[len - 1] == '/') len--;
     snprintf(d->tmp, n, "%.*s.partial-XXXXXX", (int)len, out);
-    if (!mkdtemp(d->tmp)) {
+    if (!mkdtemp(d->tmp) || chmod(d->tmp, 0755) != 0) { /* mkdtemp's 0700; files are 0644 */
         quant_ck_status st = quant_ck_fail(err, QUANT_CK_ERR_IO,
                                            "%.*s: cannot create the temporary directory %s: %s",
                                            (int)len, out, d->tmp, strerror(errno));

@@ -86,11 +86,29 @@ static int name_cmp(const void *a, const void *b)
     return strcmp((*x)->name, (*y)->name);
 }
 
+/* The position of a dtype in the reference crate's `enum Dtype` (HEAD), whose derived order its
+ * writer sorts by: increasing alignment, and within one alignment a fixed order (F32 before I32,
+ * BF16 before F16 once reversed). */
+static int reference_rank(quant_st_dtype d)
+{
+    static const quant_st_dtype order[] = {
+        QUANT_ST_BOOL,    QUANT_ST_F4,          QUANT_ST_F6_E2M3,     QUANT_ST_F6_E3M2,
+        QUANT_ST_U8,      QUANT_ST_I8,          QUANT_ST_F8_E5M2,     QUANT_ST_F8_E4M3,
+        QUANT_ST_F8_E8M0, QUANT_ST_F8_E4M3FNUZ, QUANT_ST_F8_E5M2FNUZ, QUANT_ST_I16,
+        QUANT_ST_U16,     QUANT_ST_F16,         QUANT_ST_BF16,        QUANT_ST_I32,
+        QUANT_ST_U32,     QUANT_ST_F32,         QUANT_ST_C64,         QUANT_ST_F64,
+        QUANT_ST_I64,     QUANT_ST_U64};
+    for (int i = 0; i < (int)(sizeof order / sizeof order[0]); i++)
+        if (order[i] == d) return i;
+    return -1;
+}
+
+/* The reference writer's order (tensor.rs `prepare`): dtype descending, then name. */
 static int layout_cmp(const void *a, const void *b)
 {
     const st_out *const *x = a, *const *y = b;
-    int ax = quant_st_dtype_align((*x)->dtype), ay = quant_st_dtype_align((*y)->dtype);
-    if (ax != ay) return ax > ay ? -1 : 1;
+    int rx = reference_rank((*x)->dtype), ry = reference_rank((*y)->dtype);
+    if (rx != ry) return rx > ry ? -1 : 1;
     return strcmp((*x)->name, (*y)->name);
 }
 

@@ -392,6 +392,42 @@ START_TEST(test_bad_index)
 }
 END_TEST
 
+/* rms calibration over a reduced axis 0 larger than a chunk (two passes): the per-chunk mean
+ * squares are merged in double, so the scale is the whole-tensor one to float rounding. */
+START_TEST(test_rms_two_pass)
+{
+    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    float *w = make_model(in, 512, 256, 4);
+    const char *rules = "[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\","
+                        "\"weight_calibration_method\":\"rms,3\",\"contraction_axes\":[0,1]}]";
+    float scale[2];
+    for (int k = 0; k < 2; k++) {
+        quant_ck_error err;
+        quant_pipeline_options o;
+        quant_pipeline_options_init(&o);
+        o.chunk_bytes = k ? 64u << 10 : 64u << 20;
+        ck_assert_msg(run(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+        size_t n;
+        float *s = tensor_bytes(out, "m.w.weight.scale", &n, NULL);
+        ck_assert_uint_eq(n, sizeof(float));
+        scale[k] = s[0];
+        free(s);
+        remove(out);
+    }
+    double sum = 0;
+    for (int i = 0; i < 512 * 256; i++) sum += (double)w[i] * w[i];
+    double want = 3.0 * sqrt(sum / (512 * 256)) / 127.5; /* int8 absmax maps to 127.5 (SPEC 4) */
+    ck_assert_msg(fabs(scale[0] - want) <= 1e-6 * want, "whole %g vs %g", scale[0], want);
+    ck_assert_msg(fabs(scale[1] - scale[0]) <= 1e-6 * scale[0], "chunked %g vs whole %g", scale[1],
+                  scale[0]);
+    free(w);
+    ck_rmtree(dir);
+    free(dir);
+    free(in);
+    free(out);
+}
+END_TEST
+
 Suite *suite_pipeline(void)
 {
     Suite *s = suite_create("pipeline");
@@ -399,6 +435,7 @@ Suite *suite_pipeline(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_quantized_and_copied);
     tcase_add_test(tc, test_chunking_is_invisible);
+    tcase_add_test(tc, test_rms_two_pass);
     tcase_add_test(tc, test_failure_leaves_nothing);
     tcase_add_test(tc, test_sharded_round_trip);
     tcase_add_test(tc, test_bad_index);
