@@ -1,0 +1,52 @@
+/* config.h -- quantd's settings: embedded defaults < INI file (inih) < environment (QUANTD_*) <
+ * command-line flags, validated once; the subcommand to run; --help and --version text.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_CONFIG_H
+#define QD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+
+#define QD_MAX_SOURCE_ROOTS 16
+#define QD_DEFAULT_CONFIG   "/etc/quantd/quantd.conf"
+
+typedef enum qd_command {
+    QD_CMD_SERVE = 0,   /* quantd [flags]: run the daemon */
+    QD_CMD_MIGRATE,     /* quantd migrate: apply migrations and exit */
+    QD_CMD_CHECK_CONFIG /* quantd check-config: validate and print the effective settings */
+} qd_command;
+
+typedef struct qd_config {
+    char *config_path;       /* the INI file read, or NULL when none */
+    char *listen_host;       /* "127.0.0.1" */
+    int listen_port;         /* 8080; 0 = any free port (tests) */
+    char *data_dir;          /* "./var" */
+    char *db_path;           /* default: DATA_DIR/quantd.db */
+    int workers;             /* concurrent jobs, default 1 */
+    int quant_threads;       /* libquant threads per job, default 0 = online CPUs / workers */
+    int http_threads;        /* libmicrohttpd thread pool, default 4 */
+    int64_t max_upload;      /* bytes, default 16 GiB */
+    int64_t max_json_body;   /* bytes, default 4 MiB (rule sets, job requests) */
+    int idle_timeout;        /* seconds a connection may stay idle, default 60 */
+    int max_attempts;        /* runs of a job interrupted by a crash before it fails, default 2 */
+    char *source_roots[QD_MAX_SOURCE_ROOTS]; /* absolute, resolved (realpath) */
+    int n_source_roots;
+    qd_log_level log_level;  /* default info */
+    char *port_file;         /* write the bound port here once listening (tests), or NULL */
+} qd_config;
+
+/* Parses argv into cfg over the defaults, the config file (--config FILE, $QUANTD_CONFIG, or
+ * QD_DEFAULT_CONFIG when it exists) and the environment, in that precedence. Prints --help /
+ * --version to out and sets *exit_now (status 0). On a bad value writes a one-line message
+ * naming the source (file:line, variable or flag) to msg and returns false. */
+bool qd_config_load(qd_config *cfg, int argc, char **argv, qd_command *cmd, bool *exit_now,
+                    FILE *out, char *msg, size_t msglen);
+/* Writes the effective settings in INI form (check-config). */
+void qd_config_print(const qd_config *cfg, FILE *out);
+void qd_config_free(qd_config *cfg);
+
+#endif /* QD_CONFIG_H */

@@ -1,0 +1,114 @@
+/* fsutil.c -- recursive removal (nftw), directories, SHA-256 of files (nettle), publishing a
+ * file by fsync + rename, and source-root containment (realpath, then a prefix ending at a path
+ * separator).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <nettle/sha2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+qd_status qd_rmtree(const char *path, qd_err *err)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return QD_OK;
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return qd_fail(err, QD_IO, "%s: cannot remove: %s", path, strerror(errno));
+    return QD_OK;
+}
+
+qd_status qd_mkdir(const char *path, unsigned mode, qd_err *err)
+{
+    if (mkdir(path, (mode_t)mode) == 0 || errno == EEXIST) return QD_OK;
+    return qd_fail(err, QD_IO, "%s: cannot create directory: %s", path, strerror(errno));
+}
+
+qd_status qd_sha256_file(const char *path, char hex[65], int64_t *size, qd_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return qd_fail(err, QD_IO, "%s: %s", path, strerror(errno));
+    enum { BUF = 1 << 20 };
+    uint8_t *buf = malloc(BUF);
+    if (!buf) {
+        close(fd);
+        return qd_fail(err, QD_NOMEM, "out of memory");
+    }
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    int64_t total = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, BUF)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0) {
+            sha256_update(&ctx, (size_t)n, buf);
+            total += n;
+        }
+    int saved = errno;
+    free(buf);
+    close(fd);
+    if (n < 0) return qd_fail(err, QD_IO, "%s: read failed: %s", path, strerror(saved));
+    uint8_t digest[SHA256_DIGEST_SIZE];
+    sha256_digest(&ctx, sizeof digest, digest);
+    for (int i = 0; i < SHA256_DIGEST_SIZE; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    if (size) *size = total;
+    return QD_OK;
+}
+
+static void fsync_dir_of(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;
+    *slash = '\0';
+    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    fsync(fd);
+    close(fd);
+}
+
+qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err)
+{
+    if (fsync(fd) != 0) return qd_fail(err, QD_IO, "%s: fsync: %s", from, strerror(errno));
+    if (rename(from, to) != 0)
+        return qd_fail(err, QD_IO, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+    fsync_dir_of(to);
+    return QD_OK;
+}
+
+char *qd_path_in_roots(const char *path, char *const *roots, int n_roots, qd_err *err)
+{
+    if (n_roots == 0) {
+        qd_fail(err, QD_INVALID, "this server has no source roots configured (--source-root)");
+        return NULL;
+    }
+    char *real = realpath(path, NULL);
+    if (!real) {
+        qd_fail(err, QD_INVALID, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    for (int i = 0; i < n_roots; i++) {
+        size_t n = strlen(roots[i]);
+        bool root_is_slash = n == 1 && roots[i][0] == '/';
+        if (strncmp(real, roots[i], n) == 0 && (root_is_slash || real[n] == '/' || real[n] == '\0'))
+            return real;
+    }
+    qd_fail(err, QD_INVALID, "%s is outside the configured source roots", path);
+    free(real);
+    return NULL;
+}

@@ -1,0 +1,385 @@
+/* h_jobs.c -- POST /v1/jobs (a streamed safetensors upload, or a JSON request naming a
+ * checkpoint under a source root), GET /v1/jobs (filter and pagination), GET and DELETE
+ * /v1/jobs/{id} (cancel, or delete a finished job with its files).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "handlers.h"
+#include "jobs.h"
+#include "quant_pipeline.h"
+#include "quant_st.h"
+#include "timefmt.h"
+
+/* ---- the job as JSON --------------------------------------------------------------------------
+ */
+
+static json_t *time_or_null(int64_t ms)
+{
+    char buf[32];
+    return ms ? json_string(qd_iso8601(ms, buf)) : json_null();
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *outputs_json(qd_app *app, int64_t id)
+{
+    qd_output *o = NULL;
+    size_t n = 0;
+    qd_err err;
+    json_t *list = json_array();
+    if (qd_store_job_outputs(app->store, id, &o, &n, &err) != QD_OK) return list;
+    for (size_t i = 0; i < n; i++) {
+        char url[512];
+        snprintf(url, sizeof url, "/v1/jobs/%lld/outputs/%s", (long long)id, o[i].name);
+        json_array_append_new(list,
+                              json_pack("{s:s,s:I,s:s,s:s}", "name", o[i].name, "bytes",
+                                        (json_int_t)o[i].bytes, "sha256", o[i].sha256, "url", url));
+    }
+    qd_outputs_free(o, n);
+    return list;
+}
+
+json_t *qd_job_json(qd_app *app, const qd_job *j)
+{
+    json_t *source = json_pack("{s:s}", "kind", j->source_kind);
+    if (strcmp(j->source_kind, "path") == 0)
+        json_object_set_new(source, "path", json_string(j->source_path));
+    json_t *out = json_pack(
+        "{s:I,s:s,s:o,s:s,s:o,s:o,s:{s:I,s:I,s:I,s:I},s:o,s:o,s:o,s:o,s:i}", "id",
+        (json_int_t)j->id, "state", qd_job_state_name(j->state), "ruleset", str_or_null(j->ruleset),
+        "layout", j->layout, "source", source, "stats_model", str_or_null(j->stats_model),
+        "progress", "tensors_done", (json_int_t)j->tensors_done, "tensors_total",
+        (json_int_t)j->tensors_total, "bytes_done", (json_int_t)j->bytes_done, "bytes_total",
+        (json_int_t)j->bytes_total, "created_at", time_or_null(j->created_ms), "started_at",
+        time_or_null(j->started_ms), "finished_at", time_or_null(j->finished_ms), "error",
+        str_or_null(j->error), "attempts", j->attempts);
+    if (out && j->state == QD_JOB_SUCCEEDED)
+        json_object_set_new(out, "outputs", outputs_json(app, j->id));
+    return out;
+}
+
+/* ---- creating a job ---------------------------------------------------------------------------
+ */
+
+/* The rule set the job runs with: a stored one by name, or inline rules. Replies on error. */
+static char *job_rules(qd_req *r, const char *name, json_t *inline_rules)
+{
+    if (name && inline_rules) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "ruleset",
+                       "give either ruleset or rules, not both");
+        return NULL;
+    }
+    if (inline_rules) {
+        json_t *doc = json_pack("{s:O}", "rules", inline_rules);
+        char *text = doc ? qd_rules_validate(r, doc, "rules") : NULL;
+        json_decref(doc);
+        return text;
+    }
+    if (!name) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "ruleset",
+                       "a job needs a rule set: ?ruleset=NAME (uploads), or \"ruleset\" or "
+                       "\"rules\" in the JSON body");
+        return NULL;
+    }
+    char *body = NULL;
+    qd_err err;
+    qd_status st = qd_store_ruleset_get(r->app->store, name, &body, NULL, NULL, &err);
+    if (st == QD_NOT_FOUND)
+        qd_reply_error(r, 422, "unknown_ruleset", "ruleset", "no rule set named '%s'", name);
+    else if (st != QD_OK)
+        qd_reply_store_error(r, st, &err);
+    return st == QD_OK ? body : NULL;
+}
+
+static enum MHD_Result queue_job(qd_req *r, qd_job *j)
+{
+    qd_err err;
+    qd_status st = qd_store_job_insert(r->app->store, j, &err);
+    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    qd_jobs_wake(r->app->jobs);
+    char loc[64];
+    snprintf(loc, sizeof loc, "/v1/jobs/%lld", (long long)j->id);
+    json_t *body = qd_job_json(r->app, j);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, loc);
+    return qd_reply(r, MHD_HTTP_ACCEPTED, resp);
+}
+
+static bool layout_ok(qd_req *r, const char *layout)
+{
+    quant_layout l;
+    if (quant_layout_parse(layout, &l)) return true;
+    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "layout",
+                   "layout must be \"native\" or \"compressed-tensors\", not \"%s\"", layout);
+    return false;
+}
+
+/* The upload, validated as safetensors, moved into DATA/uploads under a fresh name. */
+static char *keep_upload(qd_req *r)
+{
+    quant_st_file *f = NULL;
+    quant_ck_error ck;
+    if (r->upload_bytes == 0) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "empty_body", NULL, "the upload is empty");
+        return NULL;
+    }
+    if (quant_st_open(r->upload_path, &f, &ck) != QUANT_CK_OK) {
+        size_t skip = strlen(r->upload_path);
+        const char *msg =
+            strncmp(ck.message, r->upload_path, skip) == 0 ? ck.message + skip : ck.message;
+        qd_reply_error(r, 422, "bad_safetensors", NULL, "upload%s", msg);
+        return NULL;
+    }
+    quant_st_close(f);
+    size_t len = strlen(r->app->uploads_dir) + 48;
+    char *dest = malloc(len);
+    if (!dest) return NULL;
+    unsigned char rnd[16];
+    char hex[33];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        free(dest);
+        qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "getrandom failed");
+        return NULL;
+    }
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    snprintf(dest, len, "%s/%s.safetensors", r->app->uploads_dir, hex);
+    qd_err err;
+    if (qd_publish_file(r->upload_fd, r->upload_path, dest, &err) != QD_OK) {
+        free(dest);
+        qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s", err.message);
+        return NULL;
+    }
+    free(r->upload_path); /* moved: nothing to remove when the request ends */
+    r->upload_path = NULL;
+    return dest;
+}
+
+static enum MHD_Result create_from_upload(qd_req *r)
+{
+    const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
+    const char *name = qd_req_query(r, "ruleset");
+    if (!layout_ok(r, layout)) return MHD_YES;
+    char *rules = job_rules(r, name, NULL);
+    if (!rules) return r->replied ? MHD_YES : MHD_NO;
+    char *path = keep_upload(r);
+    if (!path) {
+        free(rules);
+        return r->replied ? MHD_YES : MHD_NO;
+    }
+    qd_job j = {.ruleset = (char *)name,
+                .rules = rules,
+                .layout = (char *)layout,
+                .source_kind = "upload",
+                .source_path = path};
+    enum MHD_Result ret = queue_job(r, &j);
+    if (r->status != MHD_HTTP_ACCEPTED) unlink(path);
+    free(rules);
+    free(path);
+    return ret;
+}
+
+static const char *const job_fields[] = {"ruleset", "rules",       "source",
+                                         "layout",  "stats_model", NULL};
+
+static bool known_field(const char *key)
+{
+    for (int i = 0; job_fields[i]; i++)
+        if (strcmp(key, job_fields[i]) == 0) return true;
+    return false;
+}
+
+/* source.path, canonical and inside a source root; replies on error. */
+static char *source_path(qd_req *r, json_t *source)
+{
+    const qd_config *cfg = r->app->cfg;
+    const char *path = json_string_value(json_object_get(source, "path"));
+    if (!json_is_object(source) || !path || json_object_size(source) != 1) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "source",
+                       "source must be {\"path\": FILE_OR_DIR}");
+        return NULL;
+    }
+    if (cfg->n_source_roots == 0) {
+        qd_reply_error(r, MHD_HTTP_FORBIDDEN, "forbidden", "source.path",
+                       "this server reads no checkpoints from its disk (no --source-root)");
+        return NULL;
+    }
+    char *real = realpath(path, NULL);
+    if (!real) {
+        qd_reply_error(r, 422, "bad_source", "source.path", "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    free(real);
+    qd_err err;
+    real = qd_path_in_roots(path, cfg->source_roots, cfg->n_source_roots, &err);
+    if (!real) qd_reply_error(r, MHD_HTTP_FORBIDDEN, "forbidden", "source.path", "%s", err.message);
+    return real;
+}
+
+static enum MHD_Result create_from_json(qd_req *r)
+{
+    json_t *doc = qd_req_json(r);
+    if (!doc) return MHD_YES;
+    const char *key;
+    json_t *v;
+    json_object_foreach(doc, key, v) if (!known_field(key))
+    {
+        json_decref(doc);
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "unknown field '%s'", key);
+    }
+    json_t *name = json_object_get(doc, "ruleset"), *layout = json_object_get(doc, "layout");
+    enum MHD_Result ret = MHD_YES;
+    char *rules = NULL, *path = NULL;
+    if ((name && !json_is_string(name)) || (layout && !json_is_string(layout)))
+        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", name ? "ruleset" : "layout",
+                             "must be a string");
+    else if (json_object_get(doc, "stats_model"))
+        ret = qd_reply_error(r, 422, "unsupported", "stats_model",
+                             "static activation scales from training statistics are not "
+                             "available in this version");
+    else if (layout_ok(r, layout ? json_string_value(layout) : "native") &&
+             (rules = job_rules(r, json_string_value(name), json_object_get(doc, "rules"))) &&
+             (path = source_path(r, json_object_get(doc, "source")))) {
+        qd_job j = {.ruleset = (char *)json_string_value(name),
+                    .rules = rules,
+                    .layout = (char *)(layout ? json_string_value(layout) : "native"),
+                    .source_kind = "path",
+                    .source_path = path};
+        ret = queue_job(r, &j);
+    }
+    free(rules);
+    free(path);
+    json_decref(doc);
+    return r->replied ? MHD_YES : ret;
+}
+
+enum MHD_Result qd_h_job_create(qd_req *r)
+{
+    return r->streaming ? create_from_upload(r) : create_from_json(r);
+}
+
+/* ---- reading, listing, cancelling, deleting ---------------------------------------------------
+ */
+
+/* The {id} parameter; false (after a 404) when it is not a positive integer. */
+static bool job_id(qd_req *r, int64_t *id)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(r->params[0], &end, 10);
+    if (errno || *end || v <= 0 || r->params[0][0] == '+') {
+        qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %s", r->params[0]);
+        return false;
+    }
+    *id = v;
+    return true;
+}
+
+enum MHD_Result qd_h_job_get(qd_req *r)
+{
+    int64_t id;
+    if (!job_id(r, &id)) return MHD_YES;
+    qd_job j;
+    qd_err err;
+    qd_status st = qd_store_job_get(r->app->store, id, &j, &err);
+    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    json_t *out = qd_job_json(r->app, &j);
+    qd_job_clear(&j);
+    return qd_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static bool query_int(qd_req *r, const char *name, long long lo, long long hi, long long *v)
+{
+    const char *s = qd_req_query(r, name);
+    if (!s) return true;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || *end || !*s || x < lo || x > hi) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", name,
+                       "%s must be an integer in %lld..%lld", name, lo, hi);
+        return false;
+    }
+    *v = x;
+    return true;
+}
+
+enum MHD_Result qd_h_job_list(qd_req *r)
+{
+    long long after = 0, limit = 100;
+    qd_job_state state = QD_JOB_STATE_COUNT;
+    const char *s = qd_req_query(r, "state");
+    if (s && !qd_job_state_parse(s, &state))
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "state",
+                              "state must be queued, running, succeeded, failed or cancelled");
+    if (!query_int(r, "after", 0, INT64_MAX, &after) || !query_int(r, "limit", 1, 1000, &limit))
+        return MHD_YES;
+    qd_job *jobs = NULL;
+    size_t n = 0;
+    qd_err err;
+    qd_status st =
+        qd_store_job_list(r->app->store, s ? (int)state : -1, after, (int)limit, &jobs, &n, &err);
+    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(list, qd_job_json(r->app, &jobs[i]));
+        qd_job_clear(&jobs[i]);
+    }
+    json_t *next = n == (size_t)limit ? json_integer(jobs[n - 1].id) : json_null();
+    free(jobs);
+    return qd_reply_json(r, MHD_HTTP_OK, json_pack("{s:o,s:o}", "jobs", list, "next_after", next));
+}
+
+enum MHD_Result qd_h_job_delete(qd_req *r)
+{
+    int64_t id;
+    if (!job_id(r, &id)) return MHD_YES;
+    bool running;
+    qd_err err;
+    qd_status st = qd_jobs_cancel(r->app->jobs, id, &running, &err);
+    if (st == QD_OK) {
+        qd_job j;
+        if (qd_store_job_get(r->app->store, id, &j, &err) != QD_OK)
+            return qd_reply_store_error(r, QD_DB, &err);
+        json_t *out = qd_job_json(r->app, &j);
+        json_object_set_new(out, "cancel_requested", json_true());
+        qd_job_clear(&j);
+        return qd_reply_json(r, running ? MHD_HTTP_ACCEPTED : MHD_HTTP_OK, out);
+    }
+    if (st != QD_CONFLICT) return qd_reply_store_error(r, st, &err);
+    qd_job j; /* finished: delete the row, then the files */
+    st = qd_store_job_get(r->app->store, id, &j, &err);
+    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    st = qd_store_job_delete(r->app->store, id, &err);
+    if (st != QD_OK) {
+        qd_job_clear(&j);
+        return qd_reply_store_error(r, st, &err);
+    }
+    char *dir = qd_app_job_dir(r->app, id);
+    if (dir) qd_rmtree(dir, &err);
+    if (strcmp(j.source_kind, "upload") == 0) unlink(j.source_path);
+    free(dir);
+    qd_job_clear(&j);
+    return qd_reply_empty(r, MHD_HTTP_NO_CONTENT);
+}

@@ -1,0 +1,34 @@
+/* handlers.h -- one function per route; each resource's handlers live in their own file
+ * (h_health.c, h_rulesets.c, h_jobs.c, h_job_files.c).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_HANDLERS_H
+#define QD_HANDLERS_H
+
+#include "http.h"
+
+enum MHD_Result qd_h_healthz(qd_req *r);
+enum MHD_Result qd_h_readyz(qd_req *r);
+enum MHD_Result qd_h_metrics(qd_req *r);
+
+enum MHD_Result qd_h_ruleset_put(qd_req *r);
+enum MHD_Result qd_h_ruleset_get(qd_req *r);
+enum MHD_Result qd_h_ruleset_list(qd_req *r);
+enum MHD_Result qd_h_ruleset_delete(qd_req *r);
+
+enum MHD_Result qd_h_job_create(qd_req *r);
+enum MHD_Result qd_h_job_list(qd_req *r);
+enum MHD_Result qd_h_job_get(qd_req *r);
+enum MHD_Result qd_h_job_delete(qd_req *r);
+enum MHD_Result qd_h_job_output(qd_req *r);
+enum MHD_Result qd_h_job_output_named(qd_req *r);
+enum MHD_Result qd_h_job_report(qd_req *r);
+
+/* Validates a {"rules":[...]} document with the pipeline's parser; on failure replies 422
+ * naming `field` and returns NULL. Returns the canonical text (malloc'd). */
+char *qd_rules_validate(qd_req *r, json_t *doc, const char *field);
+
+/* Job JSON as the API shows it (also used by job creation's reply). */
+json_t *qd_job_json(qd_app *app, const qd_job *j);
+
+#endif /* QD_HANDLERS_H */

@@ -1,0 +1,264 @@
+/* http.c -- the libmicrohttpd server: listening socket, thread pool with epoll, the access
+ * handler that routes a request, enforces its body limit (413) and gathers or streams the body,
+ * and the completion callback that logs the request and counts it.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "router.h"
+
+struct qd_http {
+    struct MHD_Daemon *d;
+    qd_app *app;
+};
+
+static atomic_uint_fast64_t request_counter;
+
+static double elapsed(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static qd_req *req_new(qd_app *app, struct MHD_Connection *conn, const char *method,
+                       const char *url)
+{
+    qd_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->app = app;
+    r->conn = conn;
+    r->method = method;
+    r->url = url;
+    r->upload_fd = -1;
+    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    uint64_t n = atomic_fetch_add(&request_counter, 1) + 1;
+    snprintf(r->id, sizeof r->id, "%08x%08" PRIx64, (unsigned)getpid(), n & 0xffffffffu);
+    return r;
+}
+
+static void req_free(qd_req *r)
+{
+    if (r->upload_fd >= 0) close(r->upload_fd);
+    if (r->upload_path) {
+        unlink(r->upload_path); /* the handler renames what it keeps */
+        free(r->upload_path);
+    }
+    free(r->body);
+    free(r);
+}
+
+/* ---- the body ---------------------------------------------------------------------------------
+ */
+
+static bool is_octet_stream(const qd_req *r)
+{
+    const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    return ct && strncmp(ct, "application/octet-stream", 24) == 0;
+}
+
+/* Decides how the body is taken; replies 413 at once when Content-Length is over the limit. */
+static enum MHD_Result body_begin(qd_req *r)
+{
+    const qd_config *cfg = r->app->cfg;
+    qd_body_kind kind = r->route->body;
+    r->streaming = kind == QD_BODY_UPLOAD && is_octet_stream(r);
+    r->limit = kind == QD_BODY_NONE ? 0
+               : r->streaming       ? (size_t)cfg->max_upload
+                                    : (size_t)cfg->max_json_body;
+    const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno == 0 && *end == '\0' && n > r->limit)
+            return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
+                                  "body of %llu bytes is over this route's limit of %zu", n,
+                                  r->limit);
+    }
+    if (!r->streaming) return MHD_YES;
+    size_t len = strlen(r->app->tmp_dir) + 32;
+    r->upload_path = malloc(len);
+    if (!r->upload_path) return MHD_NO;
+    snprintf(r->upload_path, len, "%s/upload-XXXXXX", r->app->tmp_dir);
+    r->upload_fd = mkostemp(r->upload_path, O_CLOEXEC);
+    if (r->upload_fd < 0) {
+        free(r->upload_path);
+        r->upload_path = NULL;
+        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
+                              "cannot create an upload file: %s", strerror(errno));
+    }
+    return MHD_YES;
+}
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+static enum MHD_Result body_chunk(qd_req *r, const char *data, size_t n)
+{
+    size_t have = r->streaming ? (size_t)r->upload_bytes : r->body_len;
+    if (n > r->limit - have)
+        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
+                              "body is over this route's limit of %zu bytes", r->limit);
+    if (r->streaming) {
+        if (!r->upload_failed && !write_all(r->upload_fd, data, n)) r->upload_failed = true;
+        r->upload_bytes += n;
+        qd_metrics_upload(r->app->metrics, n);
+        return MHD_YES;
+    }
+    if (r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < r->body_len + n + 1) cap *= 2;
+        char *b = realloc(r->body, cap);
+        if (!b) return MHD_NO;
+        r->body = b;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len += n;
+    r->body[r->body_len] = '\0';
+    return MHD_YES;
+}
+
+/* ---- the access handler -----------------------------------------------------------------------
+ */
+
+static enum MHD_Result first_call(qd_req *r)
+{
+    bool path_known;
+    r->route = qd_route_match(r->method, r->url, r, &path_known);
+    if (r->route) return body_begin(r);
+    if (!path_known)
+        return qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no route for %s", r->url);
+    char allow[64];
+    qd_route_allow(r->url, allow, sizeof allow);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    qd_reply(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls)
+{
+    (void)version;
+    qd_req *r = *con_cls;
+    if (!r) {
+        r = req_new(cls, conn, method, url);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        return first_call(r);
+    }
+    if (*data_size > 0) {
+        size_t n = *data_size;
+        *data_size = 0;
+        return r->replied ? MHD_YES : body_chunk(r, data, n);
+    }
+    if (r->replied) return MHD_YES;
+    if (r->upload_failed)
+        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
+                              "writing the upload failed (disk full?)");
+    return r->route->handler(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    qd_app *app = cls;
+    qd_req *r = *con_cls;
+    if (!r) return;
+    double secs = elapsed(&r->t0);
+    size_t route = r->route ? qd_route_index(r->route) : qd_n_routes;
+    unsigned status = r->replied ? r->status : 0;
+    qd_metrics_request(app->metrics, route, status, secs);
+    char st[8], ms[24];
+    snprintf(st, sizeof st, "%u", status);
+    snprintf(ms, sizeof ms, "%.3f", secs * 1e3);
+    qd_log(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? QD_LOG_INFO : QD_LOG_WARN, "request",
+           "request_id", r->id, "method", r->method, "path", r->url, "route",
+           r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "completed",
+           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", NULL);
+    req_free(r);
+    *con_cls = NULL;
+}
+
+/* ---- start and stop ---------------------------------------------------------------------------
+ */
+
+static qd_status resolve(const qd_config *cfg, struct sockaddr_storage *ss, bool *v6, qd_err *err)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char port[8];
+    snprintf(port, sizeof port, "%d", cfg->listen_port);
+    int rc = getaddrinfo(cfg->listen_host, port, &hints, &ai);
+    if (rc != 0)
+        return qd_fail(err, QD_INVALID, "listen %s: %s", cfg->listen_host, gai_strerror(rc));
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    return QD_OK;
+}
+
+qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
+{
+    struct sockaddr_storage ss;
+    bool v6;
+    qd_status st = resolve(app->cfg, &ss, &v6, err);
+    if (st != QD_OK) return st;
+    qd_http *h = calloc(1, sizeof *h);
+    if (!h) return qd_fail(err, QD_NOMEM, "out of memory");
+    h->app = app;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, app, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
+                            (unsigned)app->cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)app->cfg->idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, app, MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);
+    if (!h->d) {
+        free(h);
+        return qd_fail(err, QD_IO, "cannot listen on %s:%d (address in use or not permitted)",
+                       app->cfg->listen_host, app->cfg->listen_port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    *port = info ? info->port : app->cfg->listen_port;
+    *out = h;
+    return QD_OK;
+}
+
+void qd_http_quiesce(qd_http *h)
+{
+    if (!h) return;
+    MHD_socket s = MHD_quiesce_daemon(h->d);
+    if (s != MHD_INVALID_SOCKET) close(s);
+}
+
+void qd_http_stop(qd_http *h)
+{
+    if (!h) return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

@@ -1,0 +1,74 @@
+/* http.h -- the HTTP layer between libmicrohttpd and the handlers: one qd_req per request
+ * (route, path parameters, the body, gathered within the route's limit or streamed to a file),
+ * the reply helpers every handler uses, and starting/stopping the server.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_HTTP_H
+#define QD_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "app.h"
+
+#define QD_MAX_PARAMS    2
+#define QD_MAX_PARAM_LEN 128
+
+typedef struct qd_route qd_route;
+
+typedef struct qd_req {
+    qd_app *app;
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *url;
+    const qd_route *route; /* NULL: no route (the reply is already decided) */
+    char params[QD_MAX_PARAMS][QD_MAX_PARAM_LEN];
+    char id[20]; /* request id, also sent as X-Request-Id */
+    struct timespec t0;
+    unsigned status; /* of the queued reply, for the log and metrics */
+    bool replied;
+    /* a JSON body, gathered in memory up to limit bytes */
+    char *body;
+    size_t body_len, body_cap, limit;
+    /* an octet-stream body, streamed into a temporary file */
+    bool streaming;
+    int upload_fd;
+    char *upload_path;
+    uint64_t upload_bytes;
+    bool upload_failed; /* a write failed: the reply is a 500 once the body is consumed */
+} qd_req;
+
+typedef struct qd_http qd_http;
+
+/* Starts listening (loopback by default) with libmicrohttpd's thread pool; *port gets the
+ * bound port (useful when the configured port is 0). */
+qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err);
+/* Stops accepting new connections (in-flight requests finish). */
+void qd_http_quiesce(qd_http *h);
+/* Stops the server and frees it; NULL is a no-op. */
+void qd_http_stop(qd_http *h);
+
+/* ---- replies (each returns what the MHD access handler returns) ------------------------------ */
+
+/* body is stolen (decref'd). Sets Content-Type: application/json. */
+enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body);
+/* {"error":{"code":code,"message":...,"field":field or null}} */
+enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,
+                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The error from a store call: 404 not_found, 409 conflict, else 500. */
+enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err);
+/* A finished response (headers added by the caller), queued with status. Destroys it. */
+enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp);
+/* Empty body (204, 304). */
+enum MHD_Result qd_reply_empty(qd_req *r, unsigned status);
+
+/* Request accessors. */
+const char *qd_req_header(const qd_req *r, const char *name);
+const char *qd_req_query(const qd_req *r, const char *name);
+/* The body parsed as a JSON object; on failure replies 400 and returns NULL. */
+json_t *qd_req_json(qd_req *r);
+
+#endif /* QD_HTTP_H */

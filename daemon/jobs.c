@@ -1,0 +1,373 @@
+/* jobs.c -- the worker threads: claim the oldest queued job, run quant_quantize_path on it with
+ * a cancel flag and a progress callback that writes to the store at most every 250 ms, then
+ * publish (outputs hashed, report stored, one transaction) or clean up.
+ * Claim + registration happen under one mutex, so a cancel never misses a job in between.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "jobs.h"
+#include "log.h"
+#include "quant_pipeline.h"
+
+typedef struct slot {
+    int64_t id; /* 0: idle */
+    atomic_int cancel;
+    bool interrupted; /* cancelled by qd_jobs_stop, not by a user */
+    struct timespec last_progress;
+} slot;
+
+struct qd_jobs {
+    qd_app *app;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    bool stopping;
+    int n;
+    pthread_t *threads;
+    slot *slots;
+};
+
+typedef struct worker_arg {
+    qd_jobs *jobs;
+    slot *slot;
+} worker_arg;
+
+/* ---- one job ----------------------------------------------------------------------------------
+ */
+
+static void on_progress(void *user, const quant_progress *p)
+{
+    void **ctx = user; /* {app, slot} */
+    qd_app *app = ctx[0];
+    slot *s = ctx[1];
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double dt = (double)(now.tv_sec - s->last_progress.tv_sec) +
+                (double)(now.tv_nsec - s->last_progress.tv_nsec) * 1e-9;
+    if (dt < 0.25 && p->tensors_done < p->tensors_total) return;
+    s->last_progress = now;
+    qd_err err;
+    if (qd_store_job_progress(app->store, s->id, (int64_t)p->tensors_done,
+                              (int64_t)p->tensors_total, (int64_t)p->bytes_done,
+                              (int64_t)p->bytes_total, &err) != QD_OK)
+        qd_log(QD_LOG_WARN, "progress not stored", "error", err.message, NULL);
+}
+
+/* The outputs: every regular file in dir, hashed. */
+static qd_status list_outputs(const char *dir, qd_output **out, size_t *n, qd_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return qd_fail(err, QD_IO, "%s: %s", dir, strerror(errno));
+    qd_status st = QD_OK;
+    size_t cap = 0;
+    struct dirent *e;
+    while (st == QD_OK && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            qd_output *o = realloc(*out, cap * sizeof *o);
+            if (!o) {
+                st = qd_fail(err, QD_NOMEM, "out of memory");
+                break;
+            }
+            *out = o;
+        }
+        qd_output *o = &(*out)[*n];
+        memset(o, 0, sizeof *o);
+        o->name = strdup(e->d_name);
+        st = o->name ? qd_sha256_file(path, o->sha256, &o->bytes, err)
+                     : qd_fail(err, QD_NOMEM, "out of memory");
+        if (o->name) (*n)++;
+    }
+    closedir(d);
+    if (st != QD_OK) {
+        qd_outputs_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return st;
+}
+
+/* Where the job writes: DATA/jobs/ID/output (a directory source), or the file
+ * DATA/jobs/ID/output/NAME (a file source; NAME is model.safetensors for an upload). */
+static char *output_target(qd_app *app, const qd_job *j, bool is_dir, qd_err *err)
+{
+    char *dir = qd_app_job_dir(app, j->id);
+    if (!dir || qd_rmtree(dir, err) != QD_OK || qd_mkdir(dir, 0700, err) != QD_OK) {
+        if (!dir) qd_fail(err, QD_NOMEM, "out of memory");
+        free(dir);
+        return NULL;
+    }
+    const char *base = strrchr(j->source_path, '/');
+    base = strcmp(j->source_kind, "upload") == 0 ? "model.safetensors" : base ? base + 1 : "x";
+    size_t len = strlen(dir) + strlen(base) + 16;
+    char *out = malloc(len);
+    if (out) snprintf(out, len, "%s/output", dir);
+    if (out && !is_dir && qd_mkdir(out, 0700, err) == QD_OK)
+        snprintf(out, len, "%s/output/%s", dir, base);
+    free(dir);
+    if (!out) qd_fail(err, QD_NOMEM, "out of memory");
+    return out;
+}
+
+static void count_quantized(qd_app *app, const quant_report *rep)
+{
+    uint64_t bytes = 0, tensors = 0;
+    for (size_t i = 0; i < quant_report_count(rep); i++) {
+        const quant_report_entry *e = quant_report_entry_at(rep, i);
+        bytes += e->bytes_in;
+        tensors += e->quantized;
+    }
+    qd_metrics_quantized(app->metrics, bytes, tensors);
+}
+
+/* Runs the pipeline; on success *report_json is set. Returns the pipeline's status. */
+static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const char *out,
+                                    char **report_json, quant_ck_error *ck)
+{
+    quant_ruleset *rs = NULL;
+    quant_ck_status st = quant_ruleset_parse(j->rules, strlen(j->rules), "job rules", &rs, ck);
+    if (st != QUANT_CK_OK) return st;
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_layout_parse(j->layout, &o.layout);
+    o.threads = app->cfg->quant_threads;
+    void *ctx[2] = {app, s};
+    o.progress = on_progress;
+    o.progress_user = ctx;
+    o.cancel = &s->cancel;
+    quant_report *rep = NULL;
+    st = quant_quantize_path(rs, j->source_path, out, &o, &rep, ck);
+    if (st == QUANT_CK_OK) {
+        count_quantized(app, rep);
+        *report_json = quant_report_json(rep);
+        if (!*report_json) st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
+    }
+    quant_report_free(rep);
+    quant_ruleset_free(rs);
+    return st;
+}
+
+/* Removes the job's directory and, once the job is over, its upload. */
+static void remove_files(qd_app *app, const qd_job *j, bool upload_too)
+{
+    qd_err err;
+    char *dir = qd_app_job_dir(app, j->id);
+    if (dir && qd_rmtree(dir, &err) != QD_OK)
+        qd_log(QD_LOG_WARN, "cleanup failed", "error", err.message, NULL);
+    free(dir);
+    if (upload_too && strcmp(j->source_kind, "upload") == 0) unlink(j->source_path);
+}
+
+static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, const char *msg,
+                   char *report)
+{
+    qd_err err;
+    qd_status done;
+    char id[24];
+    snprintf(id, sizeof id, "%lld", (long long)j->id);
+    if (st == QUANT_CK_ERR_CANCELLED && s->interrupted) {
+        remove_files(app, j, false);
+        done = qd_store_job_requeue(app->store, j->id, &err);
+        qd_log(QD_LOG_INFO, "job interrupted, queued again", "job", id, NULL);
+    } else if (st == QUANT_CK_OK) {
+        char *dir = qd_app_job_dir(app, j->id), out[4200];
+        snprintf(out, sizeof out, "%s/output", dir ? dir : "");
+        qd_output *outs = NULL;
+        size_t n = 0;
+        done = dir ? list_outputs(out, &outs, &n, &err) : qd_fail(&err, QD_NOMEM, "no memory");
+        if (done == QD_OK)
+            done = qd_store_job_finish(app->store, j->id, QD_JOB_SUCCEEDED, NULL, outs, n, report,
+                                       &err);
+        qd_outputs_free(outs, n);
+        free(dir);
+        if (done != QD_OK) remove_files(app, j, false);
+        if (strcmp(j->source_kind, "upload") == 0) unlink(j->source_path);
+        qd_log(QD_LOG_INFO, "job finished", "job", id, "state", "succeeded", NULL);
+    } else {
+        bool cancelled = st == QUANT_CK_ERR_CANCELLED;
+        remove_files(app, j, true);
+        done = qd_store_job_finish(app->store, j->id, cancelled ? QD_JOB_CANCELLED : QD_JOB_FAILED,
+                                   cancelled ? "cancelled" : msg, NULL, 0, NULL, &err);
+        qd_log(QD_LOG_INFO, "job finished", "job", id, "state", cancelled ? "cancelled" : "failed",
+               "error", cancelled ? "" : msg, NULL);
+    }
+    if (done != QD_OK)
+        qd_log(QD_LOG_ERROR, "job end not stored", "job", id, "error", err.message, NULL);
+}
+
+static void run_job(qd_app *app, slot *s, const qd_job *j)
+{
+    char id[24];
+    snprintf(id, sizeof id, "%lld", (long long)j->id);
+    qd_log(QD_LOG_INFO, "job started", "job", id, "source", j->source_path, NULL);
+    struct stat sb;
+    quant_ck_error ck = {0};
+    quant_ck_status st;
+    char *report = NULL;
+    qd_err err;
+    char *out = NULL;
+    if (stat(j->source_path, &sb) != 0)
+        st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s: %s", j->source_path, strerror(errno));
+    else if (!(out = output_target(app, j, S_ISDIR(sb.st_mode), &err)))
+        st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s", err.message);
+    else
+        st = run_pipeline(app, s, j, out, &report, &ck);
+    finish(app, s, j, st, ck.message, report);
+    free(report);
+    free(out);
+}
+
+/* ---- the workers ------------------------------------------------------------------------------
+ */
+
+/* Takes the next job under the mutex (so a cancel sees it registered); false when stopping. */
+static bool next_job(qd_jobs *js, slot *s, qd_job *j)
+{
+    pthread_mutex_lock(&js->mu);
+    while (!js->stopping) {
+        qd_err err;
+        qd_status st = qd_store_job_claim(js->app->store, j, &err);
+        if (st == QD_OK) {
+            s->id = j->id;
+            atomic_store(&s->cancel, 0);
+            s->interrupted = false;
+            clock_gettime(CLOCK_MONOTONIC, &s->last_progress);
+            pthread_mutex_unlock(&js->mu);
+            return true;
+        }
+        if (st != QD_NOT_FOUND)
+            qd_log(QD_LOG_ERROR, "claiming a job failed", "error", err.message, NULL);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += st == QD_NOT_FOUND ? 5 : 1; /* the wake-up is the normal path */
+        pthread_cond_timedwait(&js->wake, &js->mu, &until);
+    }
+    pthread_mutex_unlock(&js->mu);
+    return false;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    qd_jobs *js = wa->jobs;
+    slot *s = wa->slot;
+    free(wa);
+    qd_job j;
+    while (next_job(js, s, &j)) {
+        run_job(js->app, s, &j);
+        pthread_mutex_lock(&js->mu);
+        s->id = 0;
+        pthread_mutex_unlock(&js->mu);
+        qd_job_clear(&j);
+    }
+    return NULL;
+}
+
+static void recover(qd_app *app)
+{
+    int64_t *ids = NULL;
+    size_t n = 0;
+    qd_err err;
+    if (qd_store_job_recover(app->store, app->cfg->max_attempts, &ids, &n, &err) != QD_OK) {
+        qd_log(QD_LOG_ERROR, "recovering interrupted jobs failed", "error", err.message, NULL);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *dir = qd_app_job_dir(app, ids[i]), id[24];
+        snprintf(id, sizeof id, "%lld", (long long)ids[i]);
+        if (dir) qd_rmtree(dir, &err);
+        free(dir);
+        qd_log(QD_LOG_WARN, "job was interrupted by a stop or crash", "job", id, NULL);
+    }
+    free(ids);
+}
+
+qd_status qd_jobs_start(qd_app *app, qd_jobs **out, qd_err *err)
+{
+    recover(app);
+    qd_jobs *js = calloc(1, sizeof *js);
+    if (!js) return qd_fail(err, QD_NOMEM, "out of memory");
+    js->app = app;
+    js->n = app->cfg->workers;
+    js->threads = calloc((size_t)js->n, sizeof *js->threads);
+    js->slots = calloc((size_t)js->n, sizeof *js->slots);
+    pthread_mutex_init(&js->mu, NULL);
+    pthread_cond_init(&js->wake, NULL);
+    if (!js->threads || !js->slots) {
+        js->n = 0;
+        qd_jobs_stop(js);
+        return qd_fail(err, QD_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < js->n; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (wa) *wa = (worker_arg){js, &js->slots[i]};
+        if (!wa || pthread_create(&js->threads[i], NULL, worker_main, wa) != 0) {
+            free(wa);
+            js->n = i;
+            qd_jobs_stop(js);
+            return qd_fail(err, QD_IO, "cannot start worker threads");
+        }
+    }
+    *out = js;
+    return QD_OK;
+}
+
+void qd_jobs_wake(qd_jobs *js)
+{
+    pthread_mutex_lock(&js->mu);
+    pthread_cond_signal(&js->wake);
+    pthread_mutex_unlock(&js->mu);
+}
+
+qd_status qd_jobs_cancel(qd_jobs *js, int64_t id, bool *running, qd_err *err)
+{
+    pthread_mutex_lock(&js->mu);
+    *running = false;
+    qd_status st = qd_store_job_cancel_queued(js->app->store, id, err);
+    if (st == QD_CONFLICT)
+        for (int i = 0; i < js->n; i++)
+            if (js->slots[i].id == id) {
+                atomic_store(&js->slots[i].cancel, 1);
+                *running = true;
+                st = QD_OK;
+            }
+    pthread_mutex_unlock(&js->mu);
+    return st;
+}
+
+void qd_jobs_stop(qd_jobs *js)
+{
+    if (!js) return;
+    pthread_mutex_lock(&js->mu);
+    js->stopping = true;
+    for (int i = 0; i < js->n; i++)
+        if (js->slots[i].id) {
+            js->slots[i].interrupted = true;
+            atomic_store(&js->slots[i].cancel, 1);
+        }
+    pthread_cond_broadcast(&js->wake);
+    pthread_mutex_unlock(&js->mu);
+    for (int i = 0; i < js->n; i++) pthread_join(js->threads[i], NULL);
+    pthread_mutex_destroy(&js->mu);
+    pthread_cond_destroy(&js->wake);
+    free(js->threads);
+    free(js->slots);
+    free(js);
+}

@@ -1,0 +1,140 @@
+/* main.c -- quantd's entry point: settings, subcommands (serve, migrate, check-config), the
+ * start-up order (store, data dir, workers, HTTP), systemd readiness, and signals: SIGTERM and
+ * SIGINT stop gracefully (no new connections, running jobs requeued, database closed, exit 0),
+ * SIGHUP reloads the log level from the configuration. Signals are taken with sigwait in the
+ * main thread; every other thread has them blocked.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "app.h"
+#include "config.h"
+#include "fsutil.h"
+#include "http.h"
+#include "jobs.h"
+#include "log.h"
+#include "notify.h"
+#include "router.h"
+
+static int fail(const char *what, const qd_err *err)
+{
+    qd_log(QD_LOG_ERROR, what, "error", err->message, NULL);
+    return 1;
+}
+
+static void write_port_file(const char *path, int port)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
+        qd_log(QD_LOG_WARN, "cannot write the port file", "path", path, NULL);
+}
+
+/* SIGHUP: what can change without a restart (the log level). */
+static void reload(int argc, char **argv)
+{
+    qd_config cfg;
+    qd_command cmd;
+    bool exit_now;
+    char msg[512];
+    if (qd_config_load(&cfg, argc, argv, &cmd, &exit_now, stdout, msg, sizeof msg)) {
+        qd_log_set_level(cfg.log_level);
+        qd_log(QD_LOG_INFO, "configuration reloaded", "log_level", qd_log_level_name(cfg.log_level),
+               NULL);
+        qd_config_free(&cfg);
+    } else {
+        qd_log(QD_LOG_WARN, "configuration not reloaded", "error", msg, NULL);
+    }
+}
+
+static int wait_for_stop(int argc, char **argv, const sigset_t *set)
+{
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0) continue;
+        if (sig == SIGHUP) {
+            qd_notify("RELOADING=1");
+            reload(argc, argv);
+            qd_notify("READY=1");
+            continue;
+        }
+        return sig;
+    }
+}
+
+static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
+{
+    qd_err err;
+    const char *names[64];
+    for (size_t i = 0; i < qd_n_routes && i < 64; i++) names[i] = qd_routes[i].name;
+    app->metrics = qd_metrics_new(names, qd_n_routes);
+    if (!app->metrics) return fail("out of memory", &err);
+    if (qd_app_dirs(app, &err) != QD_OK) return fail("data directory", &err);
+    if (qd_jobs_start(app, &app->jobs, &err) != QD_OK) return fail("job workers", &err);
+    qd_http *http = NULL;
+    int port = 0;
+    if (qd_http_start(app, &http, &port, &err) != QD_OK) {
+        qd_jobs_stop(app->jobs);
+        return fail("http", &err);
+    }
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    if (app->cfg->port_file) write_port_file(app->cfg->port_file, port);
+    qd_log(QD_LOG_INFO, "listening", "host", app->cfg->listen_host, "port", p, "data_dir",
+           app->cfg->data_dir, "version", QD_VERSION, NULL);
+    qd_notify("READY=1");
+    int sig = wait_for_stop(argc, argv, set);
+    qd_log(QD_LOG_INFO, "stopping", "signal", strsignal(sig), NULL);
+    qd_notify("STOPPING=1");
+    qd_http_quiesce(http);
+    qd_jobs_stop(app->jobs); /* running jobs are interrupted and queued again */
+    qd_http_stop(http);
+    qd_log(QD_LOG_INFO, "stopped", NULL);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    qd_config cfg;
+    qd_command cmd;
+    bool exit_now = false;
+    char msg[512];
+    if (!qd_config_load(&cfg, argc, argv, &cmd, &exit_now, stdout, msg, sizeof msg)) {
+        fprintf(stderr, "quantd: %s\n", msg);
+        return 2;
+    }
+    int rc = 0;
+    qd_log_set_level(cfg.log_level);
+    if (exit_now || cmd == QD_CMD_CHECK_CONFIG) {
+        if (cmd == QD_CMD_CHECK_CONFIG && !exit_now) qd_config_print(&cfg, stdout);
+        qd_config_free(&cfg);
+        return 0;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread exists */
+    signal(SIGPIPE, SIG_IGN);
+    qd_app app = {.cfg = &cfg};
+    qd_err err;
+    if (qd_mkdir(cfg.data_dir, 0700, &err) != QD_OK ||
+        qd_store_open(cfg.db_path, &app.store, &err) != QD_OK) {
+        rc = fail("cannot open the store", &err);
+    } else if (cmd == QD_CMD_MIGRATE) {
+        printf("%s: schema version %d\n", cfg.db_path, qd_store_schema_version(app.store));
+    } else {
+        rc = serve(&app, argc, argv, &set);
+    }
+    qd_store_close(app.store);
+    qd_metrics_free(app.metrics);
+    qd_app_dirs_free(&app);
+    qd_config_free(&cfg);
+    return rc;
+}

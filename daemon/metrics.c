@@ -1,0 +1,195 @@
+/* metrics.c -- counters and a latency histogram per route, updated with relaxed atomics and
+ * rendered in the Prometheus text exposition format.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "store.h"
+
+/* Status codes the daemon sends, each with its own counter; anything else counts as "other". */
+static const unsigned statuses[] = {200, 201, 202, 204, 206, 304, 400, 403, 404,
+                                    405, 409, 413, 415, 416, 422, 500, 503, 0};
+#define N_STATUS (sizeof statuses / sizeof statuses[0]) /* last: other (0) */
+static const double bounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define N_BUCKETS (sizeof bounds / sizeof bounds[0])
+
+typedef struct route_counters {
+    atomic_uint_fast64_t by_status[N_STATUS];
+    atomic_uint_fast64_t bucket[N_BUCKETS]; /* non-cumulative; rendered cumulative */
+    atomic_uint_fast64_t count;
+    atomic_uint_fast64_t sum_us;
+} route_counters;
+
+struct qd_metrics {
+    const char *const *names;
+    size_t n_routes;
+    route_counters *routes; /* n_routes + 1: the last for unmatched requests */
+    atomic_uint_fast64_t bytes_quantized, tensors_quantized, upload_bytes;
+};
+
+qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes)
+{
+    qd_metrics *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->routes = calloc(n_routes + 1, sizeof *m->routes);
+    if (!m->routes) {
+        free(m);
+        return NULL;
+    }
+    m->names = route_names;
+    m->n_routes = n_routes;
+    return m;
+}
+
+void qd_metrics_free(qd_metrics *m)
+{
+    if (!m) return;
+    free(m->routes);
+    free(m);
+}
+
+static void add(atomic_uint_fast64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+static uint64_t get(atomic_uint_fast64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void qd_metrics_request(qd_metrics *m, size_t route, unsigned status, double seconds)
+{
+    if (route > m->n_routes) route = m->n_routes;
+    route_counters *rc = &m->routes[route];
+    size_t s = 0;
+    while (s < N_STATUS - 1 && statuses[s] != status) s++;
+    add(&rc->by_status[s], 1);
+    size_t b = 0;
+    while (b < N_BUCKETS && seconds > bounds[b]) b++;
+    if (b < N_BUCKETS) add(&rc->bucket[b], 1);
+    add(&rc->count, 1);
+    add(&rc->sum_us, (uint64_t)(seconds * 1e6));
+}
+
+void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors)
+{
+    add(&m->bytes_quantized, bytes);
+    add(&m->tensors_quantized, tensors);
+}
+
+void qd_metrics_upload(qd_metrics *m, uint64_t bytes)
+{
+    add(&m->upload_bytes, bytes);
+}
+
+/* ---- rendering --------------------------------------------------------------------------------
+ */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !b->failed; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) break;
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n) * 2;
+        char *q = realloc(b->p, cap);
+        if (!q) break;
+        b->p = q;
+        b->cap = cap;
+    }
+    b->failed = true;
+}
+
+static const char *route_name(const qd_metrics *m, size_t i)
+{
+    return i < m->n_routes ? m->names[i] : "unmatched";
+}
+
+static void render_requests(qd_metrics *m, sbuf *b)
+{
+    put(b, "# HELP quantd_http_requests_total HTTP requests by route and status.\n"
+           "# TYPE quantd_http_requests_total counter\n");
+    for (size_t i = 0; i <= m->n_routes; i++)
+        for (size_t s = 0; s < N_STATUS; s++) {
+            uint64_t v = get(&m->routes[i].by_status[s]);
+            if (!v) continue;
+            if (statuses[s])
+                put(b, "quantd_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
+                    route_name(m, i), statuses[s], (unsigned long long)v);
+            else
+                put(b, "quantd_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
+                    route_name(m, i), (unsigned long long)v);
+        }
+    put(b, "# HELP quantd_http_request_duration_seconds Request latency by route.\n"
+           "# TYPE quantd_http_request_duration_seconds histogram\n");
+    for (size_t i = 0; i <= m->n_routes; i++) {
+        route_counters *rc = &m->routes[i];
+        uint64_t count = get(&rc->count), cum = 0;
+        if (!count) continue;
+        const char *name = route_name(m, i);
+        for (size_t k = 0; k < N_BUCKETS; k++) {
+            cum += get(&rc->bucket[k]);
+            put(b, "quantd_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
+                name, bounds[k], (unsigned long long)cum);
+        }
+        put(b, "quantd_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", name,
+            (unsigned long long)count);
+        put(b, "quantd_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", name,
+            (double)get(&rc->sum_us) * 1e-6);
+        put(b, "quantd_http_request_duration_seconds_count{route=\"%s\"} %llu\n", name,
+            (unsigned long long)count);
+    }
+}
+
+char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts)
+{
+    sbuf b = {.p = malloc(8192), .cap = 8192};
+    if (!b.p) return NULL;
+    b.p[0] = '\0';
+    render_requests(m, &b);
+    put(&b, "# HELP quantd_jobs Jobs by state.\n# TYPE quantd_jobs gauge\n");
+    for (int s = 0; s < QD_JOB_STATE_COUNT; s++)
+        put(&b, "quantd_jobs{state=\"%s\"} %lld\n", qd_job_state_name((qd_job_state)s),
+            (long long)job_counts[s]);
+    put(&b,
+        "# HELP quantd_queue_depth Jobs waiting for a worker.\n# TYPE quantd_queue_depth "
+        "gauge\nquantd_queue_depth %lld\n",
+        (long long)job_counts[QD_JOB_QUEUED]);
+    put(&b,
+        "# HELP quantd_quantized_bytes_total Input bytes of finished jobs.\n"
+        "# TYPE quantd_quantized_bytes_total counter\nquantd_quantized_bytes_total %llu\n",
+        (unsigned long long)get(&m->bytes_quantized));
+    put(&b,
+        "# HELP quantd_quantized_tensors_total Tensors quantized by finished jobs.\n"
+        "# TYPE quantd_quantized_tensors_total counter\nquantd_quantized_tensors_total %llu\n",
+        (unsigned long long)get(&m->tensors_quantized));
+    put(&b,
+        "# HELP quantd_upload_bytes_total Bytes received in uploads.\n"
+        "# TYPE quantd_upload_bytes_total counter\nquantd_upload_bytes_total %llu\n",
+        (unsigned long long)get(&m->upload_bytes));
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}

@@ -1,0 +1,27 @@
+/* metrics.h -- the counters and histograms behind GET /metrics (Prometheus text format 0.0.4):
+ * requests by route and status, request latency, bytes and tensors quantized, upload bytes. Job
+ * states and queue depth are read from the store at scrape time. Lock-free updates.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_METRICS_H
+#define QD_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct qd_metrics qd_metrics;
+
+/* route_names: the router's route names (index = route id), n_routes of them. */
+qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes);
+void qd_metrics_free(qd_metrics *m);
+
+/* route: a route id, or n_routes for requests that matched none. */
+void qd_metrics_request(qd_metrics *m, size_t route, unsigned status, double seconds);
+void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors);
+void qd_metrics_upload(qd_metrics *m, uint64_t bytes);
+
+/* Appends the exposition to a malloc'd string; job counts by state (QD_JOB_STATE_COUNT of them,
+ * in qd_job_state order) come from the caller. NULL on allocation failure. */
+char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts);
+
+#endif /* QD_METRICS_H */

@@ -1,0 +1,102 @@
+/* reply.c -- the replies handlers send (JSON, errors in the API's one shape, empty) and the
+ * request accessors (headers, query arguments, the JSON body).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+
+enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp)
+{
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->status = status;
+    r->replied = true;
+    return ret;
+}
+
+enum MHD_Result qd_reply_empty(qd_req *r, unsigned status)
+{
+    return qd_reply(r, status, MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
+}
+
+enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) return MHD_NO;
+    size_t len = strlen(text);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return qd_reply(r, status, resp);
+}
+
+enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,
+                               const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s,s:s,s:o}}", "error", "code", code, "message", msg, "field",
+                          field ? json_string(field) : json_null());
+    return qd_reply_json(r, status, e);
+}
+
+enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err)
+{
+    switch (st) {
+    case QD_NOT_FOUND:
+        return qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "%s", err->message);
+    case QD_CONFLICT:
+        return qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", NULL, "%s", err->message);
+    case QD_INVALID:
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", NULL, "%s", err->message);
+    default:
+        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s",
+                              err->message);
+    }
+}
+
+const char *qd_req_header(const qd_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *qd_req_query(const qd_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+json_t *qd_req_json(qd_req *r)
+{
+    const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (ct && strncmp(ct, "application/json", 16) != 0) {
+        qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
+                       "the body must be application/json, not %s", ct);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *doc = json_loadb(r->body ? r->body : "", r->body_len, JSON_REJECT_DUPLICATES, &je);
+    if (!doc) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "bad_json", NULL, "body is not JSON: %s (line %d)",
+                       je.text, je.line);
+        return NULL;
+    }
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "bad_json", NULL, "body must be a JSON object");
+        return NULL;
+    }
+    return doc;
+}

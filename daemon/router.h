@@ -1,0 +1,41 @@
+/* router.h -- the route table: method + path pattern ("{name}" matches one path segment) ->
+ * handler, with what the route accepts as a body. The table is the single list of routes; the
+ * OpenAPI test compares it with api/openapi.yaml.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_ROUTER_H
+#define QD_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "http.h"
+
+typedef enum qd_body_kind {
+    QD_BODY_NONE = 0, /* any body is refused with 413 */
+    QD_BODY_JSON,     /* gathered in memory up to max_json_body */
+    QD_BODY_UPLOAD    /* application/octet-stream streamed to a file up to max_upload; JSON too */
+} qd_body_kind;
+
+typedef enum MHD_Result (*qd_handler)(qd_req *r);
+
+struct qd_route {
+    const char *method;
+    const char *pattern;
+    qd_handler handler;
+    qd_body_kind body;
+    const char *name; /* the metrics label: the pattern */
+};
+
+extern const qd_route qd_routes[];
+extern const size_t qd_n_routes;
+
+/* The route for method + path (query string already removed), filling r->params. NULL when none;
+ * then *path_known tells whether the path exists with another method (405). */
+const qd_route *qd_route_match(const char *method, const char *path, qd_req *r, bool *path_known);
+/* "GET, DELETE" for the Allow header of a 405 (static buffer per call site: caller's buf). */
+void qd_route_allow(const char *path, char *buf, size_t len);
+/* The route's index in qd_routes. */
+size_t qd_route_index(const qd_route *route);
+
+#endif /* QD_ROUTER_H */

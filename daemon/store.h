@@ -1,0 +1,134 @@
+/* store.h -- quantd's SQLite store: opening (WAL, busy_timeout, foreign keys), the migrations in
+ * migrations/NNNN_name.sql (embedded in the binary, applied in order inside one transaction,
+ * tracked with PRAGMA user_version), and the rows the daemon keeps: rule sets, jobs, their
+ * outputs and reports. One connection behind a mutex; every call is one short transaction.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_STORE_H
+#define QD_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum qd_status {
+    QD_OK = 0,
+    QD_NOT_FOUND, /* no such row */
+    QD_CONFLICT,  /* the row is not in a state that allows the change */
+    QD_DB,        /* SQLite failed (message has its text) */
+    QD_IO,        /* a file operation failed */
+    QD_INVALID,   /* bad argument or bad input */
+    QD_NOMEM
+} qd_status;
+
+typedef struct qd_err {
+    char message[512];
+} qd_err;
+
+/* Fills err (may be NULL) with the printf-style message; returns st. */
+qd_status qd_fail(qd_err *err, qd_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+typedef struct qd_store qd_store;
+
+/* Job states, as stored and as the API spells them. */
+typedef enum qd_job_state {
+    QD_JOB_QUEUED = 0,
+    QD_JOB_RUNNING,
+    QD_JOB_SUCCEEDED,
+    QD_JOB_FAILED,
+    QD_JOB_CANCELLED,
+    QD_JOB_STATE_COUNT
+} qd_job_state;
+const char *qd_job_state_name(qd_job_state s);
+/* Parses "queued" ... "cancelled"; false when unknown. */
+bool qd_job_state_parse(const char *name, qd_job_state *out);
+
+typedef struct qd_job {
+    int64_t id;          /* assigned by qd_store_job_insert, FIFO order */
+    qd_job_state state;
+    char *ruleset;       /* rule set name, or NULL when rules were given inline */
+    char *rules;         /* the rule set JSON document ({"rules":[...]}) the job runs with */
+    char *layout;        /* "native" | "compressed-tensors" */
+    char *source_kind;   /* "upload" | "path" */
+    char *source_path;   /* the uploaded file in the data dir, or the server-side path */
+    char *stats_model;   /* or NULL */
+    int64_t created_ms, started_ms, finished_ms; /* unix ms; 0 = not yet */
+    int64_t tensors_done, tensors_total, bytes_done, bytes_total;
+    char *error;         /* or NULL */
+    int attempts;        /* times the job was started */
+} qd_job;
+
+typedef struct qd_output {
+    char *name;      /* file name inside the job's output directory */
+    int64_t bytes;
+    char sha256[65]; /* lowercase hex */
+} qd_output;
+
+/* Frees the strings of a job / of n outputs and the array; NULL is a no-op. */
+void qd_job_clear(qd_job *j);
+void qd_outputs_free(qd_output *o, size_t n);
+
+/* Opens (creating) the database at path, sets WAL, busy_timeout (5 s), foreign_keys, and applies
+ * the pending migrations. A database newer than the binary (user_version above the last
+ * migration) is refused. */
+qd_status qd_store_open(const char *path, qd_store **out, qd_err *err);
+void qd_store_close(qd_store *s);
+/* user_version after open, and the number of migrations the binary carries. */
+int qd_store_schema_version(qd_store *s);
+int qd_store_migration_count(void);
+/* A trivial query: the database answers (for /readyz). */
+qd_status qd_store_ping(qd_store *s, qd_err *err);
+
+/* ---- rule sets (the body is the validated {"rules":[...]} JSON text) -------------------------- */
+qd_status qd_store_ruleset_put(qd_store *s, const char *name, const char *body, bool *created,
+                               qd_err *err);
+/* *body is malloc'd; times in unix ms. */
+qd_status qd_store_ruleset_get(qd_store *s, const char *name, char **body, int64_t *created_ms,
+                               int64_t *updated_ms, qd_err *err);
+/* A JSON array of {"name","created_at","updated_at"} (ISO-8601 UTC strings), by name. */
+qd_status qd_store_ruleset_list(qd_store *s, json_t **out, qd_err *err);
+qd_status qd_store_ruleset_delete(qd_store *s, const char *name, qd_err *err);
+
+/* ---- jobs -------------------------------------------------------------------------------------- */
+/* Inserts j (state queued, created now); sets j->id and j->created_ms. */
+qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err);
+qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err);
+/* Jobs with id > after_id (0: from the start), optionally in one state (state < 0: any), oldest
+ * first, at most limit; *jobs is an array of *n jobs (qd_job_clear each, then free). */
+qd_status qd_store_job_list(qd_store *s, int state, int64_t after_id, int limit, qd_job **jobs,
+                            size_t *n, qd_err *err);
+/* Atomically takes the oldest queued job: state running, started now, attempts + 1.
+ * QD_NOT_FOUND when the queue is empty. */
+qd_status qd_store_job_claim(qd_store *s, qd_job *out, qd_err *err);
+qd_status qd_store_job_progress(qd_store *s, int64_t id, int64_t tensors_done,
+                                int64_t tensors_total, int64_t bytes_done, int64_t bytes_total,
+                                qd_err *err);
+/* Ends a running job in one transaction: state (succeeded, failed or cancelled), finished now,
+ * error (or NULL), the outputs and the report JSON text (or NULL). QD_CONFLICT when the job is
+ * not running. */
+qd_status qd_store_job_finish(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                              const qd_output *outputs, size_t n_outputs, const char *report,
+                              qd_err *err);
+/* running -> queued again (started 0, progress 0, attempts - 1): a job interrupted by a
+ * graceful stop runs again from the start without counting the attempt. QD_CONFLICT when not
+ * running. */
+qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err);
+/* queued -> cancelled (finished now). QD_CONFLICT when not queued. */
+qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err);
+/* Deletes a finished job (succeeded/failed/cancelled) with its outputs and report;
+ * QD_CONFLICT when queued or running. */
+qd_status qd_store_job_delete(qd_store *s, int64_t id, qd_err *err);
+/* At start-up: every job left running by a dead process goes back to queued (it is retried from
+ * the start) when its attempts < max_attempts, else to failed with error "interrupted". *ids
+ * gets the ids of all of them (malloc'd, *n entries) so the caller can remove partial files. */
+qd_status qd_store_job_recover(qd_store *s, int max_attempts, int64_t **ids, size_t *n,
+                               qd_err *err);
+qd_status qd_store_job_outputs(qd_store *s, int64_t id, qd_output **out, size_t *n, qd_err *err);
+/* *report is malloc'd JSON text; QD_NOT_FOUND when the job has none. */
+qd_status qd_store_job_report(qd_store *s, int64_t id, char **report, qd_err *err);
+/* Number of jobs in each state. */
+qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], qd_err *err);
+
+#endif /* QD_STORE_H */

@@ -1,0 +1,19 @@
+/* main.c -- the daemon test runner: unit suites (store, config, log) and the integration suite
+ * that starts the real quantd ($QUANTD_BIN) on a loopback port. CK_RUN_SUITE picks one.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+
+#include "qdtest.h"
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite_store());
+    srunner_add_suite(sr, suite_config());
+    srunner_add_suite(sr, suite_log());
+    srunner_add_suite(sr, suite_api());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,260 @@
+/* qdproc.c -- starts and stops the real quantd for the integration tests, and a small libcurl
+ * client for talking to it.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qdproc.h"
+#include "qdtest.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void spawn(qdp *d, const char *const *extra)
+{
+    const char *bin = getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd";
+    char *port_file = qdt_join(d->root, "port"), *log = qdt_join(d->root, "quantd.log");
+    unlink(port_file);
+    const char *argv[48] = {bin,           "--config",    "/dev/null", "--listen",
+                            "127.0.0.1:0", "--data-dir",  d->data_dir, "--port-file",
+                            port_file,     "--log-level", "debug"};
+    int n = 11;
+    for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    d->pid = fork();
+    ck_assert_int_ge(d->pid, 0);
+    if (d->pid == 0) {
+        FILE *f = freopen(log, "a", stderr);
+        (void)f;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    double t0 = now_s();
+    d->port = 0;
+    while (d->port == 0 && now_s() - t0 < 20) {
+        FILE *f = fopen(port_file, "r");
+        if (f) {
+            if (fscanf(f, "%d", &d->port) != 1) d->port = 0;
+            fclose(f);
+        }
+        int status;
+        if (d->port == 0 && waitpid(d->pid, &status, WNOHANG) == d->pid)
+            ck_abort_msg("quantd exited at start (status %d); see %s", status, log);
+        if (d->port == 0) sleep_ms(20);
+    }
+    ck_assert_msg(d->port > 0, "quantd did not listen within 20 s; see %s", log);
+    snprintf(d->base, sizeof d->base, "http://127.0.0.1:%d", d->port);
+    free(port_file);
+    free(log);
+}
+
+void qdp_start(qdp *d, const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    d->root = qdt_tmpdir();
+    d->data_dir = qdt_join(d->root, "var");
+    spawn(d, extra);
+}
+
+void qdp_restart(qdp *d, const char *const *extra)
+{
+    spawn(d, extra);
+}
+
+int qdp_signal(qdp *d, int sig)
+{
+    ck_assert_int_eq(kill(d->pid, sig), 0);
+    int status = 0;
+    double t0 = now_s();
+    while (waitpid(d->pid, &status, WNOHANG) != d->pid) {
+        ck_assert_msg(now_s() - t0 < 30, "quantd did not exit within 30 s of signal %d", sig);
+        sleep_ms(10);
+    }
+    d->pid = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void qdp_stop(qdp *d)
+{
+    if (d->pid) ck_assert_int_eq(qdp_signal(d, SIGTERM), 0);
+    qdt_rmtree(d->root);
+    free(d->root);
+    free(d->data_dir);
+}
+
+/* ---- HTTP -------------------------------------------------------------------------------------
+ */
+
+typedef struct sink {
+    char *p;
+    size_t len;
+} sink;
+
+static size_t collect(char *ptr, size_t size, size_t n, void *user)
+{
+    sink *s = user;
+    size_t k = size * n;
+    char *q = realloc(s->p, s->len + k + 1);
+    ck_assert_ptr_nonnull(q);
+    memcpy(q + s->len, ptr, k);
+    s->p = q;
+    s->len += k;
+    s->p[s->len] = '\0';
+    return k;
+}
+
+static qdp_resp perform(CURL *c, struct curl_slist *hdrs)
+{
+    sink body = {calloc(1, 1), 0}, head = {calloc(1, 1), 0};
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &head);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+    CURLcode rc = curl_easy_perform(c);
+    ck_assert_msg(rc == CURLE_OK, "curl: %s", curl_easy_strerror(rc));
+    qdp_resp r = {0, body.p, body.len, head.p};
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    for (char *p = r.headers; *p; p++) *p = (char)tolower((unsigned char)*p);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+static CURL *open_url(qdp *d, const char *method, const char *path)
+{
+    CURL *c = curl_easy_init();
+    ck_assert_ptr_nonnull(c);
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", d->base, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    return c;
+}
+
+qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *content_type,
+                 const void *body, size_t len, const char *extra_header)
+{
+    CURL *c = open_url(d, method, path);
+    struct curl_slist *h = curl_slist_append(NULL, "Expect:");
+    if (content_type) {
+        char ct[256];
+        snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+        h = curl_slist_append(h, ct);
+    }
+    if (extra_header) h = curl_slist_append(h, extra_header);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    } else if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    }
+    return perform(c, h);
+}
+
+qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file)
+{
+    FILE *f = fopen(file, "rb");
+    ck_assert_msg(f != NULL, "%s", file);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    CURL *c = open_url(d, "POST", path_and_query);
+    curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(c, CURLOPT_READDATA, f);
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+    h = curl_slist_append(h, "Expect:");
+    qdp_resp r = perform(c, h);
+    fclose(f);
+    return r;
+}
+
+void qdp_resp_free(qdp_resp *r)
+{
+    free(r->body);
+    free(r->headers);
+    memset(r, 0, sizeof *r);
+}
+
+char *qdp_header(const qdp_resp *r, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = r->headers; p && *p;) {
+        const char *eol = strstr(p, "\r\n");
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        if (len > n && strncmp(p, name, n) == 0 && p[n] == ':') {
+            const char *v = p + n + 1;
+            while (*v == ' ') v++;
+            return strndup(v, len - (size_t)(v - p));
+        }
+        p = eol ? eol + 2 : p + len;
+    }
+    return NULL;
+}
+
+json_t *qdp_json(const qdp_resp *r)
+{
+    json_error_t je;
+    json_t *doc = json_loadb(r->body, r->len, 0, &je);
+    ck_assert_msg(doc != NULL, "not JSON (%s): %.300s", je.text, r->body);
+    return doc;
+}
+
+static json_t *get_job(qdp *d, long long id)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld", id);
+    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "GET %s: %ld %s", path, r.status, r.body);
+    json_t *j = qdp_json(&r);
+    qdp_resp_free(&r);
+    return j;
+}
+
+json_t *qdp_wait_job(qdp *d, long long id, double timeout_s)
+{
+    double t0 = now_s();
+    for (;;) {
+        json_t *j = get_job(d, id);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) || now_s() - t0 > timeout_s)
+            return j;
+        json_decref(j);
+        sleep_ms(20);
+    }
+}
+
+json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s)
+{
+    double t0 = now_s();
+    for (;;) {
+        json_t *j = get_job(d, id);
+        if (strcmp(json_string_value(json_object_get(j, "state")), state) == 0) return j;
+        ck_assert_msg(now_s() - t0 < timeout_s, "job %lld: still %s after %.0f s, wanted %s", id,
+                      json_string_value(json_object_get(j, "state")), timeout_s, state);
+        json_decref(j);
+        sleep_ms(5);
+    }
+}

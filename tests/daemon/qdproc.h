@@ -1,0 +1,55 @@
+/* qdproc.h -- integration-test plumbing: start the real quantd ($QUANTD_BIN) on an ephemeral
+ * loopback port with a temporary data directory, talk HTTP to it with libcurl, stop it with a
+ * signal.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QDPROC_H
+#define QDPROC_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct qdp {
+    char *root;     /* temporary directory (data dir is root/var) */
+    char *data_dir; /* root/var */
+    pid_t pid;
+    int port;
+    char base[64]; /* http://127.0.0.1:PORT */
+} qdp;
+
+/* Starts quantd with the given extra arguments (NULL-terminated, may be NULL) in a fresh
+ * temporary root; fails the test if it does not listen within 20 s. */
+void qdp_start(qdp *d, const char *const *extra);
+/* Starts it again on the same data directory (after qdp_kill/qdp_stop). */
+void qdp_restart(qdp *d, const char *const *extra);
+/* Sends sig and waits; returns the exit status (or 128 + signal). */
+int qdp_signal(qdp *d, int sig);
+/* Stops (SIGTERM, expecting exit 0) and removes the root. */
+void qdp_stop(qdp *d);
+
+typedef struct qdp_resp {
+    long status;
+    char *body; /* NUL-terminated */
+    size_t len;
+    char *headers; /* raw header block, lower-cased names */
+} qdp_resp;
+
+/* One request; body may be NULL. content_type NULL: none sent. extra_header: "Name: value" or
+ * NULL. Returns the response (free with qdp_resp_free). */
+qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *content_type,
+                 const void *body, size_t len, const char *extra_header);
+/* POST of a file's bytes as application/octet-stream. */
+qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file);
+void qdp_resp_free(qdp_resp *r);
+/* The value of header `name` (lower-case) in r, malloc'd, or NULL. */
+char *qdp_header(const qdp_resp *r, const char *name);
+/* The body as JSON (fails the test if not JSON). */
+json_t *qdp_json(const qdp_resp *r);
+/* Polls GET /v1/jobs/ID until its state is not queued/running (or timeout_s passes); returns
+ * the job JSON. */
+json_t *qdp_wait_job(qdp *d, long long id, double timeout_s);
+/* Polls until the job's state equals `state`; returns the job JSON. */
+json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s);
+
+#endif /* QDPROC_H */

@@ -1,0 +1,21 @@
+/* qdtest.h -- what the daemon test suites share: the suites, and small helpers for temporary
+ * directories (the integration helpers that start quantd live in qdproc.h).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QDTEST_H
+#define QDTEST_H
+
+#include <check.h>
+
+Suite *suite_store(void);
+Suite *suite_config(void);
+Suite *suite_log(void);
+Suite *suite_api(void);
+
+/* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
+char *qdt_tmpdir(void);
+void qdt_rmtree(const char *path);
+/* dir + "/" + name, malloc'd. */
+char *qdt_join(const char *dir, const char *name);
+
+#endif /* QDTEST_H */
