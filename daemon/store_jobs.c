@@ -1,0 +1,524 @@
+/* store_jobs.c -- jobs in the store: the FIFO queue (insert, atomic claim), progress, the one
+ * transaction that ends a job with its outputs and report, cancel and delete guarded by state,
+ * requeue after a graceful stop, recovery of jobs a dead process left running, and the reads
+ * behind GET /v1/jobs.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+#define LIST_MAX 1000
+
+/* The column order read_job expects. */
+#define JOB_COLS                                                                                   \
+    "id, state, ruleset, rules, layout, source_kind, source_path, stats_model, created_ms, "       \
+    "started_ms, finished_ms, tensors_done, tensors_total, bytes_done, bytes_total, error, "       \
+    "attempts"
+
+static const qd_query_def job_queries[] = {
+    {QD_Q_JOB_INSERT, "INSERT INTO jobs (state, ruleset, rules, layout, source_kind, source_path, "
+                      "stats_model, created_ms) VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+                      "RETURNING id"},
+    {QD_Q_JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1"},
+    {QD_Q_JOB_STATE, "SELECT state FROM jobs WHERE id = ?1"},
+    {QD_Q_JOB_LIST_ALL, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 ORDER BY id LIMIT ?2"},
+    {QD_Q_JOB_LIST_STATE,
+     "SELECT " JOB_COLS " FROM jobs WHERE state = ?2 AND id > ?1 ORDER BY id LIMIT ?3"},
+    /* One statement: the oldest queued job becomes running, whoever else is claiming. A job
+     * claimed again after recovery starts from nothing. */
+    {QD_Q_JOB_CLAIM, "UPDATE jobs SET state = 'running', started_ms = ?1, attempts = attempts + 1, "
+                     "finished_ms = NULL, error = NULL, tensors_done = 0, tensors_total = 0, "
+                     "bytes_done = 0, bytes_total = 0 "
+                     "WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) "
+                     "RETURNING " JOB_COLS},
+    {QD_Q_JOB_PROGRESS, "UPDATE jobs SET tensors_done = ?2, tensors_total = ?3, bytes_done = ?4, "
+                        "bytes_total = ?5 WHERE id = ?1 AND state = 'running'"},
+    {QD_Q_JOB_FINISH, "UPDATE jobs SET state = ?2, finished_ms = ?3, error = ?4 "
+                      "WHERE id = ?1 AND state = 'running'"},
+    /* A graceful stop interrupted it: the attempt does not count. */
+    {QD_Q_JOB_REQUEUE_ONE, "UPDATE jobs SET state = 'queued', started_ms = NULL, tensors_done = 0, "
+                           "tensors_total = 0, bytes_done = 0, bytes_total = 0, "
+                           "attempts = max(attempts - 1, 0) WHERE id = ?1 AND state = 'running'"},
+    {QD_Q_OUTPUT_INSERT,
+     "INSERT INTO outputs (job_id, name, bytes, sha256) VALUES (?1, ?2, ?3, ?4)"},
+    {QD_Q_REPORT_INSERT, "INSERT INTO reports (job_id, body) VALUES (?1, ?2)"},
+    {QD_Q_JOB_CANCEL, "UPDATE jobs SET state = 'cancelled', finished_ms = ?2 "
+                      "WHERE id = ?1 AND state = 'queued'"},
+    {QD_Q_JOB_DELETE, /* outputs and reports go with it: ON DELETE CASCADE */
+     "DELETE FROM jobs WHERE id = ?1 AND state IN ('succeeded', 'failed', 'cancelled')"},
+    {QD_Q_JOB_RUNNING_IDS, "SELECT id FROM jobs WHERE state = 'running' ORDER BY id"},
+    {QD_Q_JOB_REQUEUE, "UPDATE jobs SET state = 'queued', started_ms = NULL, tensors_done = 0, "
+                       "tensors_total = 0, bytes_done = 0, bytes_total = 0 "
+                       "WHERE state = 'running' AND attempts < ?1"},
+    {QD_Q_JOB_INTERRUPT,
+     "UPDATE jobs SET state = 'failed', finished_ms = ?1, error = 'interrupted' "
+     "WHERE state = 'running'"},
+    {QD_Q_OUTPUTS, "SELECT name, bytes, sha256 FROM outputs WHERE job_id = ?1 ORDER BY name"},
+    {QD_Q_REPORT, "SELECT body FROM reports WHERE job_id = ?1"},
+    {QD_Q_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state"},
+};
+
+qd_status qd_store_prepare_jobs(qd_store *s, qd_err *err)
+{
+    return qd_store_prepare(s, job_queries, sizeof job_queries / sizeof job_queries[0], err);
+}
+
+/* Frees and NULLs the strings only: the numbers (the id) stay readable, as store.h promises no
+ * more, and a second clear is harmless. */
+void qd_job_clear(qd_job *j)
+{
+    if (!j) return;
+    char **texts[] = {&j->ruleset,     &j->rules,       &j->layout, &j->source_kind,
+                      &j->source_path, &j->stats_model, &j->error};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        free(*texts[i]);
+        *texts[i] = NULL;
+    }
+}
+
+/* A job a failed call leaves behind: nothing to free, nothing to read. */
+static void wipe(qd_job *j)
+{
+    qd_job_clear(j);
+    memset(j, 0, sizeof *j);
+}
+
+void qd_outputs_free(qd_output *o, size_t n)
+{
+    for (size_t i = 0; o && i < n; i++) free(o[i].name);
+    free(o);
+}
+
+static qd_status nomem(qd_err *err)
+{
+    return qd_fail(err, QD_NOMEM, "out of memory");
+}
+
+/* arr, holding n of cap elements of size elem, with room for one more: arr itself, or a larger
+ * copy (NULL when out of memory; arr is then untouched). */
+static void *reserve(void *arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap) return arr;
+    size_t want = *cap ? *cap * 2 : 16;
+    void *p = realloc(arr, want * elem);
+    if (p) *cap = want;
+    return p;
+}
+
+/* The current row of q (JOB_COLS) into *j; on failure *j is left cleared. */
+static qd_status read_job(qd_store *s, qd_query q, qd_job *j, qd_err *err)
+{
+    sqlite3_stmt *st = s->q[q];
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(st, 0);
+    const char *state = (const char *)sqlite3_column_text(st, 1);
+    if (!state || !qd_job_state_parse(state, &j->state))
+        return qd_fail(err, QD_DB, "job %lld: unreadable state", (long long)j->id);
+    char **texts[] = {&j->ruleset,     &j->rules,       &j->layout,
+                      &j->source_kind, &j->source_path, &j->stats_model};
+    int64_t *nums[] = {&j->created_ms,    &j->started_ms, &j->finished_ms, &j->tensors_done,
+                       &j->tensors_total, &j->bytes_done, &j->bytes_total};
+    qd_status r = QD_OK;
+    for (int i = 0; r == QD_OK && i < 6; i++) r = qd_store_col_text(s, q, 2 + i, texts[i], err);
+    for (int i = 0; i < 7; i++) *nums[i] = sqlite3_column_int64(st, 8 + i); /* NULL reads 0 */
+    if (r == QD_OK) r = qd_store_col_text(s, q, 15, &j->error, err);
+    j->attempts = sqlite3_column_int(st, 16);
+    if (r != QD_OK) wipe(j);
+    return r;
+}
+
+/* A state-guarded UPDATE or DELETE changed nothing: the job is missing, or not `want`. */
+static qd_status miss(qd_store *s, int64_t id, const char *want, qd_err *err)
+{
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_JOB_STATE, "read job state", err, &row, "i", id);
+    if (st != QD_OK) return st;
+    if (!row) return qd_fail(err, QD_NOT_FOUND, "job %lld not found", (long long)id);
+    const unsigned char *state = sqlite3_column_text(s->q[QD_Q_JOB_STATE], 0);
+    return qd_fail(err, QD_CONFLICT, "job %lld is %s, not %s", (long long)id,
+                   state ? (const char *)state : "unreadable", want);
+}
+
+/* ---- insert, get, list ------------------------------------------------------------------------
+ */
+
+typedef struct insert_ctx {
+    const qd_job *j;
+    int64_t id, now;
+} insert_ctx;
+
+static qd_status insert_fn(qd_store *s, void *p, qd_err *err)
+{
+    insert_ctx *c = p;
+    const qd_job *j = c->j;
+    bool row = false;
+    c->now = qd_now_ms();
+    qd_status st =
+        qd_store_run(s, QD_Q_JOB_INSERT, "insert job", err, &row, "tttttti", j->ruleset, j->rules,
+                     j->layout, j->source_kind, j->source_path, j->stats_model, c->now);
+    if (st == QD_OK && !row) st = qd_fail(err, QD_DB, "insert job: no id returned");
+    if (st == QD_OK) c->id = sqlite3_column_int64(s->q[QD_Q_JOB_INSERT], 0);
+    return st;
+}
+
+qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err)
+{
+    if (!j->rules || !j->layout || !j->source_kind || !j->source_path)
+        return qd_fail(err, QD_INVALID, "a job needs rules, a layout and a source");
+    insert_ctx c = {j, 0, 0};
+    qd_status st = qd_store_txn(s, true, insert_fn, &c, err);
+    if (st != QD_OK) return st;
+    j->id = c.id;
+    j->created_ms = c.now;
+    j->state = QD_JOB_QUEUED;
+    return QD_OK;
+}
+
+typedef struct get_ctx {
+    int64_t id;
+    qd_job *out;
+} get_ctx;
+
+static qd_status get_fn(qd_store *s, void *p, qd_err *err)
+{
+    get_ctx *c = p;
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_JOB_GET, "get job", err, &row, "i", c->id);
+    if (st == QD_OK && !row)
+        st = qd_fail(err, QD_NOT_FOUND, "job %lld not found", (long long)c->id);
+    return st == QD_OK ? read_job(s, QD_Q_JOB_GET, c->out, err) : st;
+}
+
+qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err)
+{
+    memset(out, 0, sizeof *out);
+    get_ctx c = {id, out};
+    qd_status st = qd_store_txn(s, false, get_fn, &c, err);
+    if (st != QD_OK) wipe(out); /* read, then the commit failed */
+    return st;
+}
+
+typedef struct list_ctx {
+    int state, limit;
+    int64_t after;
+    qd_job *jobs;
+    size_t n, cap;
+} list_ctx;
+
+static qd_status list_fn(qd_store *s, void *p, qd_err *err)
+{
+    list_ctx *c = p;
+    bool row = false;
+    qd_query q = c->state < 0 ? QD_Q_JOB_LIST_ALL : QD_Q_JOB_LIST_STATE;
+    qd_status st =
+        c->state < 0 ? qd_store_run(s, q, "list jobs", err, &row, "ii", c->after, (int64_t)c->limit)
+                     : qd_store_run(s, q, "list jobs", err, &row, "iti", c->after,
+                                    qd_job_state_name((qd_job_state)c->state), (int64_t)c->limit);
+    while (st == QD_OK && row) {
+        qd_job *more = reserve(c->jobs, &c->cap, c->n, sizeof *more);
+        if (!more) return nomem(err);
+        c->jobs = more;
+        st = read_job(s, q, &c->jobs[c->n], err);
+        if (st == QD_OK) c->n++;
+        if (st == QD_OK) st = qd_store_next(s, q, "list jobs", err, &row);
+    }
+    return st;
+}
+
+qd_status qd_store_job_list(qd_store *s, int state, int64_t after_id, int limit, qd_job **jobs,
+                            size_t *n, qd_err *err)
+{
+    *jobs = NULL;
+    *n = 0;
+    if (state >= QD_JOB_STATE_COUNT) return qd_fail(err, QD_INVALID, "no job state %d", state);
+    list_ctx c = {state < 0 ? -1 : state,
+                  limit < 1 ? 1 : limit > LIST_MAX ? LIST_MAX : limit,
+                  after_id,
+                  NULL,
+                  0,
+                  0};
+    qd_status st = qd_store_txn(s, false, list_fn, &c, err);
+    if (st != QD_OK) {
+        for (size_t i = 0; i < c.n; i++) qd_job_clear(&c.jobs[i]);
+        free(c.jobs);
+        return st;
+    }
+    *jobs = c.jobs;
+    *n = c.n;
+    return QD_OK;
+}
+
+/* ---- the queue: claim, progress, finish -------------------------------------------------------
+ */
+
+static qd_status claim_fn(qd_store *s, void *p, qd_err *err)
+{
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_JOB_CLAIM, "claim job", err, &row, "i", qd_now_ms());
+    if (st == QD_OK && !row) st = qd_fail(err, QD_NOT_FOUND, "no queued job");
+    return st == QD_OK ? read_job(s, QD_Q_JOB_CLAIM, p, err) : st;
+}
+
+qd_status qd_store_job_claim(qd_store *s, qd_job *out, qd_err *err)
+{
+    memset(out, 0, sizeof *out);
+    qd_status st = qd_store_txn(s, true, claim_fn, out, err);
+    if (st != QD_OK) wipe(out); /* read, then the commit failed */
+    return st;
+}
+
+typedef struct progress_ctx {
+    int64_t id, v[4];
+} progress_ctx;
+
+static qd_status progress_fn(qd_store *s, void *p, qd_err *err)
+{
+    progress_ctx *c = p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_PROGRESS, "job progress", err, NULL, "iiiii", c->id,
+                                c->v[0], c->v[1], c->v[2], c->v[3]);
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, c->id, "running", err) : st;
+}
+
+qd_status qd_store_job_progress(qd_store *s, int64_t id, int64_t tensors_done,
+                                int64_t tensors_total, int64_t bytes_done, int64_t bytes_total,
+                                qd_err *err)
+{
+    if (tensors_done < 0 || tensors_total < 0 || bytes_done < 0 || bytes_total < 0)
+        return qd_fail(err, QD_INVALID, "job %lld: negative progress", (long long)id);
+    progress_ctx c = {id, {tensors_done, tensors_total, bytes_done, bytes_total}};
+    return qd_store_txn(s, true, progress_fn, &c, err);
+}
+
+typedef struct finish_ctx {
+    int64_t id;
+    qd_job_state state;
+    const char *error, *report;
+    const qd_output *outputs;
+    size_t n;
+} finish_ctx;
+
+static qd_status insert_outputs(qd_store *s, const finish_ctx *c, qd_err *err)
+{
+    qd_status st = QD_OK;
+    for (size_t i = 0; st == QD_OK && i < c->n; i++) {
+        const qd_output *o = &c->outputs[i];
+        if (!o->name || !memchr(o->sha256, '\0', sizeof o->sha256))
+            return qd_fail(err, QD_INVALID, "job %lld: output %zu lacks a name or a sha256",
+                           (long long)c->id, i);
+        st = qd_store_run(s, QD_Q_OUTPUT_INSERT, "record job output", err, NULL, "itit", c->id,
+                          o->name, o->bytes, o->sha256);
+    }
+    return st;
+}
+
+static qd_status finish_fn(qd_store *s, void *p, qd_err *err)
+{
+    finish_ctx *c = p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_FINISH, "finish job", err, NULL, "itit", c->id,
+                                qd_job_state_name(c->state), qd_now_ms(), c->error);
+    if (st == QD_OK && qd_store_changes(s) == 0) return miss(s, c->id, "running", err);
+    if (st == QD_OK) st = insert_outputs(s, c, err);
+    if (st == QD_OK && c->report)
+        st = qd_store_run(s, QD_Q_REPORT_INSERT, "record job report", err, NULL, "it", c->id,
+                          c->report);
+    return st;
+}
+
+qd_status qd_store_job_finish(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                              const qd_output *outputs, size_t n_outputs, const char *report,
+                              qd_err *err)
+{
+    if (state != QD_JOB_SUCCEEDED && state != QD_JOB_FAILED && state != QD_JOB_CANCELLED)
+        return qd_fail(err, QD_INVALID, "job %lld: %s is not a final state", (long long)id,
+                       qd_job_state_name(state));
+    if (n_outputs && !outputs)
+        return qd_fail(err, QD_INVALID, "job %lld: no outputs array", (long long)id);
+    finish_ctx c = {id, state, error, report, outputs, n_outputs};
+    return qd_store_txn(s, true, finish_fn, &c, err);
+}
+
+/* ---- requeue, cancel, delete, recover ------------------------------------------------------- */
+
+static qd_status requeue_fn(qd_store *s, void *p, qd_err *err)
+{
+    int64_t id = *(const int64_t *)p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_REQUEUE_ONE, "requeue job", err, NULL, "i", id);
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "running", err) : st;
+}
+
+qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err)
+{
+    return qd_store_txn(s, true, requeue_fn, &id, err);
+}
+
+static qd_status cancel_fn(qd_store *s, void *p, qd_err *err)
+{
+    int64_t id = *(const int64_t *)p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_CANCEL, "cancel job", err, NULL, "ii", id, qd_now_ms());
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "queued", err) : st;
+}
+
+qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err)
+{
+    return qd_store_txn(s, true, cancel_fn, &id, err);
+}
+
+static qd_status delete_fn(qd_store *s, void *p, qd_err *err)
+{
+    int64_t id = *(const int64_t *)p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_DELETE, "delete job", err, NULL, "i", id);
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "finished", err) : st;
+}
+
+qd_status qd_store_job_delete(qd_store *s, int64_t id, qd_err *err)
+{
+    return qd_store_txn(s, true, delete_fn, &id, err);
+}
+
+typedef struct recover_ctx {
+    int64_t max_attempts;
+    int64_t *ids;
+    size_t n, cap;
+} recover_ctx;
+
+static qd_status recover_fn(qd_store *s, void *p, qd_err *err)
+{
+    recover_ctx *c = p;
+    const char *op = "recover jobs";
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_JOB_RUNNING_IDS, op, err, &row, "");
+    while (st == QD_OK && row) {
+        int64_t *more = reserve(c->ids, &c->cap, c->n, sizeof *more);
+        if (!more) return nomem(err);
+        c->ids = more;
+        c->ids[c->n++] = sqlite3_column_int64(s->q[QD_Q_JOB_RUNNING_IDS], 0);
+        st = qd_store_next(s, QD_Q_JOB_RUNNING_IDS, op, err, &row);
+    }
+    /* Retry first; whatever is still running has used up its attempts. */
+    if (st == QD_OK) st = qd_store_run(s, QD_Q_JOB_REQUEUE, op, err, NULL, "i", c->max_attempts);
+    if (st == QD_OK) st = qd_store_run(s, QD_Q_JOB_INTERRUPT, op, err, NULL, "i", qd_now_ms());
+    return st;
+}
+
+qd_status qd_store_job_recover(qd_store *s, int max_attempts, int64_t **ids, size_t *n, qd_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (max_attempts < 0) return qd_fail(err, QD_INVALID, "max_attempts is negative");
+    recover_ctx c = {max_attempts, NULL, 0, 0};
+    qd_status st = qd_store_txn(s, true, recover_fn, &c, err);
+    if (st != QD_OK) {
+        free(c.ids);
+        return st;
+    }
+    *ids = c.ids;
+    *n = c.n;
+    return QD_OK;
+}
+
+/* ---- outputs, report, counts ------------------------------------------------------------------
+ */
+
+typedef struct outputs_ctx {
+    int64_t id;
+    qd_output *o;
+    size_t n, cap;
+} outputs_ctx;
+
+static qd_status read_output(qd_store *s, qd_output *o, qd_err *err)
+{
+    sqlite3_stmt *st = s->q[QD_Q_OUTPUTS];
+    const char *sha = (const char *)sqlite3_column_text(st, 2);
+    o->bytes = sqlite3_column_int64(st, 1);
+    if (!sha || strlen(sha) != 64) return qd_fail(err, QD_DB, "job output: unreadable sha256");
+    memcpy(o->sha256, sha, 65);
+    return qd_store_col_text(s, QD_Q_OUTPUTS, 0, &o->name, err);
+}
+
+static qd_status outputs_fn(qd_store *s, void *p, qd_err *err)
+{
+    outputs_ctx *c = p;
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_JOB_STATE, "job outputs", err, &row, "i", c->id);
+    if (st == QD_OK && !row)
+        return qd_fail(err, QD_NOT_FOUND, "job %lld not found", (long long)c->id);
+    if (st == QD_OK) st = qd_store_run(s, QD_Q_OUTPUTS, "job outputs", err, &row, "i", c->id);
+    while (st == QD_OK && row) {
+        qd_output *more = reserve(c->o, &c->cap, c->n, sizeof *more);
+        if (!more) return nomem(err);
+        c->o = more;
+        c->o[c->n] = (qd_output){0};
+        st = read_output(s, &c->o[c->n], err);
+        if (st == QD_OK) c->n++;
+        if (st == QD_OK) st = qd_store_next(s, QD_Q_OUTPUTS, "job outputs", err, &row);
+    }
+    return st;
+}
+
+qd_status qd_store_job_outputs(qd_store *s, int64_t id, qd_output **out, size_t *n, qd_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    outputs_ctx c = {id, NULL, 0, 0};
+    qd_status st = qd_store_txn(s, false, outputs_fn, &c, err);
+    if (st != QD_OK) {
+        qd_outputs_free(c.o, c.n);
+        return st;
+    }
+    *out = c.o;
+    *n = c.n;
+    return QD_OK;
+}
+
+typedef struct report_ctx {
+    int64_t id;
+    char **report;
+} report_ctx;
+
+static qd_status report_fn(qd_store *s, void *p, qd_err *err)
+{
+    report_ctx *c = p;
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_REPORT, "job report", err, &row, "i", c->id);
+    if (st == QD_OK && row) return qd_store_col_text(s, QD_Q_REPORT, 0, c->report, err);
+    if (st == QD_OK) st = qd_store_run(s, QD_Q_JOB_STATE, "job report", err, &row, "i", c->id);
+    if (st != QD_OK) return st;
+    return row ? qd_fail(err, QD_NOT_FOUND, "job %lld has no report", (long long)c->id)
+               : qd_fail(err, QD_NOT_FOUND, "job %lld not found", (long long)c->id);
+}
+
+qd_status qd_store_job_report(qd_store *s, int64_t id, char **report, qd_err *err)
+{
+    *report = NULL;
+    report_ctx c = {id, report};
+    qd_status st = qd_store_txn(s, false, report_fn, &c, err);
+    if (st != QD_OK) {
+        free(*report);
+        *report = NULL;
+    }
+    return st;
+}
+
+static qd_status counts_fn(qd_store *s, void *p, qd_err *err)
+{
+    int64_t *counts = p;
+    sqlite3_stmt *q = s->q[QD_Q_COUNTS];
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_COUNTS, "count jobs", err, &row, "");
+    while (st == QD_OK && row) {
+        qd_job_state state;
+        if (!qd_job_state_parse((const char *)sqlite3_column_text(q, 0), &state))
+            return qd_fail(err, QD_DB, "count jobs: unreadable state");
+        counts[state] = sqlite3_column_int64(q, 1);
+        st = qd_store_next(s, QD_Q_COUNTS, "count jobs", err, &row);
+    }
+    return st;
+}
+
+qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], qd_err *err)
+{
+    for (int i = 0; i < QD_JOB_STATE_COUNT; i++) counts[i] = 0;
+    return qd_store_txn(s, false, counts_fn, counts, err);
+}
