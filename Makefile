@@ -71,6 +71,17 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
+# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, jansson) -------------------------
+QD_PKGS    := libmicrohttpd sqlite3 inih nettle jansson libpcre2-8
+QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
+QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
+QD_SRCS    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
+QD_A       := $(BUILD)/lib/libquantd.a
+QUANTD_BIN := $(BUILD)/bin/quantd
+QD_VERSION := 0.3.0
+MIGRATIONS := $(sort $(wildcard migrations/*.sql))
+
 # ---- tests, bench, demo ----------------------------------------------------------------------
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
@@ -80,12 +91,15 @@ UNIT_BIN  := $(BUILD)/tests/unit-tests
 CKTEST_SRCS := $(wildcard tests/ckpt/*.c)
 CKTEST_OBJS := $(CKTEST_SRCS:%.c=$(BUILD)/obj/%.o)
 CKTEST_BIN  := $(BUILD)/tests/ckpt-tests
+QDTEST_SRCS := $(wildcard tests/daemon/*.c)
+QDTEST_OBJS := $(QDTEST_SRCS:%.c=$(BUILD)/obj/%.o)
+QDTEST_BIN  := $(BUILD)/tests/daemon-tests
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
 .PHONY: all lib check check-asan check-arm64 test bench run deps install clean format lint-lib
 
-all: lib $(CK_A) $(QUANT_BIN)
+all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
 
 lib: $(LIB_A) $(LIB_SO)
 
@@ -124,6 +138,39 @@ $(QUANT_BIN): $(CLI_OBJS) $(CK_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
 
+# The migrations are compiled into the binary: quantd never depends on where SQL files live.
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-migrations
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)scripts/embed-migrations $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) -Idaemon $(ALL_CFLAGS) -c $< -o $@
+
+$(QD_OBJS) $(BUILD)/obj/daemon/main.o $(QDTEST_OBJS): CPPFLAGS += -Ilib/checkpoint -Idaemon \
+    -DQD_VERSION='"$(QD_VERSION)"'
+$(QD_OBJS) $(BUILD)/obj/daemon/main.o: ALL_CFLAGS += $(QD_CFLAGS)
+
+$(QD_A): $(QD_OBJS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(QUANTD_BIN): $(BUILD)/obj/daemon/main.o $(QD_A) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(QD_A) $(CK_A) $(LIB_A) $(QD_LIBS) $(LDLIBS)
+
+$(QDTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(QD_CFLAGS) -Itests/daemon
+
+$(QDTEST_BIN): $(QDTEST_OBJS) $(QD_A) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(QDTEST_OBJS) $(QD_A) $(CK_A) $(LIB_A) $(CHECK_LIBS) \
+	    $(QD_LIBS) -lcurl $(LDLIBS)
+
 $(TEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) -Itests/unit
 $(CKTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(CK_CFLAGS) -Itests/ckpt
 
@@ -144,7 +191,8 @@ $(BUILD)/bin/%: $(BUILD)/obj/bench/%.o $(LIB_A)
 
 # Installs what is missing (only when pkg-config cannot find it).
 deps:
-	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check $(CK_PKGS) || scripts/install-deps
+	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
+	    $(QD_PKGS) || scripts/install-deps
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
 lint-lib:
@@ -159,21 +207,26 @@ $(BUILD)/tests/readme-example: README.md tests/readme_main.c $(LIB_A)
 	    $(LIB_A) $(LDFLAGS) $(LDLIBS)
 
 check: deps lint-lib
-	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN) $(CKTEST_BIN) $(QUANT_BIN) \
-	    $(BUILD)/tests/readme-example
+	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN) $(CKTEST_BIN) $(QUANT_BIN) $(QUANTD_BIN) \
+	    $(QDTEST_BIN) $(BUILD)/tests/readme-example
 	$(Q)$(BUILD)/tests/readme-example
 	$(Q)CK_DEFAULT_TIMEOUT=600 $(UNIT_BIN)
 	$(Q)CK_DEFAULT_TIMEOUT=600 QUANT_BIN=$(QUANT_BIN) $(CKTEST_BIN)
+	$(Q)CK_DEFAULT_TIMEOUT=600 QUANT_BIN=$(QUANT_BIN) QUANTD_BIN=$(QUANTD_BIN) $(QDTEST_BIN)
 
 test: check
 
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 CFLAGS="-O1 -g" \
-	    build-asan/tests/unit-tests build-asan/tests/ckpt-tests build-asan/bin/quant
+	    build-asan/tests/unit-tests build-asan/tests/ckpt-tests build-asan/bin/quant \
+	    build-asan/bin/quantd build-asan/tests/daemon-tests
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/unit-tests
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 QUANT_BIN=build-asan/bin/quant build-asan/tests/ckpt-tests
+	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1 QUANT_BIN=build-asan/bin/quant \
+	    QUANTD_BIN=build-asan/bin/quantd build-asan/tests/daemon-tests
 
 # The NEON lane: cross-compile with Debian's aarch64 gcc, run the suite under qemu-user
 # (QUANT_TEST_QUICK: an eighth of the random iterations, emulation being slow). The binary
@@ -194,10 +247,19 @@ $(PIPE_BENCH): $(BUILD)/obj/bench/pipeline-bench.o $(CK_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
 
-# QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048).
-bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN)
+DAEMON_BENCH := $(BUILD)/bin/daemon-bench
+$(BUILD)/obj/bench/daemon-bench.o: ALL_CFLAGS += $(CK_CFLAGS)
+$(DAEMON_BENCH): $(BUILD)/obj/bench/daemon-bench.o $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
+
+# QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048),
+# QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024).
+bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN)
 	$(Q)$(BENCH_BIN)
 	$(Q)$(PIPE_BENCH) $(QUANT_BIN)
+	$(Q)$(DAEMON_BENCH) $(QUANTD_BIN) $(QUANT_BIN)
 
 # Until the daemon exists, `make run` quantizes a generated tensor with every qtype.
 run: lib $(DEMO_BIN)
@@ -213,7 +275,7 @@ install: all
 	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 format:
-	clang-format -i $$(find lib tests bench cli -name '*.[ch]')
+	clang-format -i $$(find lib tests bench cli daemon -name '*.[ch]')
 
 clean:
 	rm -rf build build-asan build-*

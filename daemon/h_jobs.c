@@ -25,7 +25,7 @@
 
 static json_t *time_or_null(int64_t ms)
 {
-    char buf[32];
+    char buf[QD_TIME_LEN];
     return ms ? json_string(qd_iso8601(ms, buf)) : json_null();
 }
 

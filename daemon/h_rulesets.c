@@ -47,7 +47,7 @@ static json_t *ruleset_json(const char *name, const char *body, int64_t created,
     json_t *doc = json_loads(body, 0, NULL);
     json_t *rules = json_incref(json_object_get(doc, "rules"));
     json_decref(doc);
-    char c[32], u[32];
+    char c[QD_TIME_LEN], u[QD_TIME_LEN];
     return json_pack("{s:s,s:o,s:s,s:s}", "name", name, "rules", rules ? rules : json_array(),
                      "created_at", qd_iso8601(created, c), "updated_at", qd_iso8601(updated, u));
 }

@@ -226,7 +226,7 @@ static qd_status resolve(const qd_config *cfg, struct sockaddr_storage *ss, bool
 qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
 {
     struct sockaddr_storage ss;
-    bool v6;
+    bool v6 = false;
     qd_status st = resolve(app->cfg, &ss, &v6, err);
     if (st != QD_OK) return st;
     qd_http *h = calloc(1, sizeof *h);

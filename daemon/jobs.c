@@ -75,7 +75,7 @@ static qd_status list_outputs(const char *dir, qd_output **out, size_t *n, qd_er
     struct dirent *e;
     while (st == QD_OK && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        char path[4096];
+        char path[8192];
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;

@@ -6,7 +6,9 @@
 
 #include <stdint.h>
 
-/* "2026-11-23T14:00:00.123Z" into buf (>= 32 bytes); returns buf. */
+#define QD_TIME_LEN 48 /* buffer size for qd_iso8601 */
+
+/* "2026-11-23T14:00:00.123Z" into buf (QD_TIME_LEN bytes); returns buf. */
 char *qd_iso8601(int64_t unix_ms, char *buf);
 
 #endif /* QD_TIMEFMT_H */

@@ -135,7 +135,12 @@ static qdp_resp perform(CURL *c, struct curl_slist *hdrs)
     ck_assert_msg(rc == CURLE_OK, "curl: %s", curl_easy_strerror(rc));
     qdp_resp r = {0, body.p, body.len, head.p};
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    for (char *p = r.headers; *p; p++) *p = (char)tolower((unsigned char)*p);
+    for (char *line = r.headers; *line;) { /* lower-case the names, not the values */
+        char *p = line;
+        for (; *p && *p != ':' && *p != '\r'; p++) *p = (char)tolower((unsigned char)*p);
+        char *eol = strstr(p, "\r\n");
+        line = eol ? eol + 2 : p + strlen(p);
+    }
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(c);
     return r;

@@ -32,7 +32,7 @@ typedef struct qdp_resp {
     long status;
     char *body; /* NUL-terminated */
     size_t len;
-    char *headers; /* raw header block, lower-cased names */
+    char *headers; /* raw header block, names lower-cased */
 } qdp_resp;
 
 /* One request; body may be NULL. content_type NULL: none sent. extra_header: "Name: value" or

@@ -288,7 +288,7 @@ static int count_entries(const char *dir)
 START_TEST(test_bad_uploads)
 {
     qdp d;
-    const char *extra[] = {"--max-upload", "400000", NULL};
+    const char *extra[] = {"--max-upload", "300000", NULL}; /* shard 1 is 341 KB, 2 is 184 KB */
     qdp_start(&d, extra);
     put_rules(&d, "int8", RULES);
     /* malformed: 422 naming the problem, no job, no file kept */
