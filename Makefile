@@ -97,7 +97,8 @@ QDTEST_BIN  := $(BUILD)/tests/daemon-tests
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
-.PHONY: all lib check check-asan check-arm64 test bench run deps install clean format lint-lib
+.PHONY: all lib check check-asan check-arm64 test bench run demo deps install verify-unit clean \
+    format lint-lib
 
 all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
 
@@ -261,18 +262,44 @@ bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN)
 	$(Q)$(PIPE_BENCH) $(QUANT_BIN)
 	$(Q)$(DAEMON_BENCH) $(QUANTD_BIN) $(QUANT_BIN)
 
-# Until the daemon exists, `make run` quantizes a generated tensor with every qtype.
-run: lib $(DEMO_BIN)
+# `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var).
+run: deps $(QUANTD_BIN)
+	$(Q)$(QUANTD_BIN)
+
+demo: lib $(DEMO_BIN)
 	$(Q)$(DEMO_BIN)
 
+SYSCONFDIR       ?= /etc
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
-	    $(DESTDIR)$(PREFIX)/share/man/man1
+	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
+	    $(DESTDIR)$(PREFIX)/share/quantd/migrations $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/quantd
 	install -m 644 $(LIB_A) $(CK_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 lib/include/*.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(QUANT_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(QUANT_BIN) $(QUANTD_BIN) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/quantd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 644 $(MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/
+	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    systemd/quantd.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
+	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/quantd/quantd.conf || \
+	    install -m 644 systemd/quantd.conf $(DESTDIR)$(SYSCONFDIR)/quantd/quantd.conf
+
+# The unit as installed, checked by systemd-analyze when the machine has it (CI does).
+verify-unit: $(QUANTD_BIN)
+	$(Q)if command -v systemd-analyze >/dev/null 2>&1; then \
+	    rm -rf $(BUILD)/unit && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(BUILD)/unit \
+	        PREFIX=/usr >/dev/null && \
+	    sed -i 's|ExecStart=/usr/bin/quantd|ExecStart=$(CURDIR)/$(BUILD)/unit/usr/bin/quantd|' \
+	        $(BUILD)/unit/usr/lib/systemd/system/quantd.service && \
+	    MANPATH=$(CURDIR)/$(BUILD)/unit/usr/share/man systemd-analyze verify \
+	        $(BUILD)/unit/usr/lib/systemd/system/quantd.service && \
+	    echo "systemd-analyze verify: ok"; \
+	else echo "systemd-analyze not available: unit not verified"; fi
 
 format:
 	clang-format -i $$(find lib tests bench cli daemon -name '*.[ch]')

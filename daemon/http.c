@@ -17,6 +17,9 @@
 #include "log.h"
 #include "router.h"
 
+/* Bytes of an over-limit body read and dropped before the connection is closed instead. */
+#define QD_MAX_DISCARD ((size_t)64 << 20)
+
 struct qd_http {
     struct MHD_Daemon *d;
     qd_app *app;
@@ -116,9 +119,13 @@ static bool write_all(int fd, const char *p, size_t n)
 static enum MHD_Result body_chunk(qd_req *r, const char *data, size_t n)
 {
     size_t have = r->streaming ? (size_t)r->upload_bytes : r->body_len;
-    if (n > r->limit - have)
-        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
-                              "body is over this route's limit of %zu bytes", r->limit);
+    if (r->too_large || n > r->limit - have) {
+        /* libmicrohttpd cannot answer in the middle of a body: drop the rest and answer 413 at
+         * its end, or close the connection once too much has been thrown away */
+        r->too_large = true;
+        r->discarded += n;
+        return r->discarded > QD_MAX_DISCARD ? MHD_NO : MHD_YES;
+    }
     if (r->streaming) {
         if (!r->upload_failed && !write_all(r->upload_fd, data, n)) r->upload_failed = true;
         r->upload_bytes += n;
@@ -175,6 +182,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return r->replied ? MHD_YES : body_chunk(r, data, n);
     }
     if (r->replied) return MHD_YES;
+    if (r->too_large)
+        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
+                              "body is over this route's limit of %zu bytes", r->limit);
     if (r->upload_failed)
         return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
                               "writing the upload failed (disk full?)");

@@ -39,6 +39,8 @@ typedef struct qd_req {
     char *upload_path;
     uint64_t upload_bytes;
     bool upload_failed; /* a write failed: the reply is a 500 once the body is consumed */
+    bool too_large;     /* over the limit mid-way: the reply is a 413 once the body ends */
+    size_t discarded;   /* bytes dropped since */
 } qd_req;
 
 typedef struct qd_http qd_http;

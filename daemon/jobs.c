@@ -148,6 +148,10 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     quant_pipeline_options_init(&o);
     quant_layout_parse(j->layout, &o.layout);
     o.threads = app->cfg->quant_threads;
+    if (o.threads == 0) { /* the CPUs shared between the workers */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = cpus > app->cfg->workers ? (int)(cpus / app->cfg->workers) : 1;
+    }
     void *ctx[2] = {app, s};
     o.progress = on_progress;
     o.progress_user = ctx;

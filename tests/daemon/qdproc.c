@@ -180,6 +180,11 @@ qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *conte
 
 qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file)
 {
+    return qdp_upload_mode(d, path_and_query, file, false);
+}
+
+qdp_resp qdp_upload_mode(qdp *d, const char *path_and_query, const char *file, bool chunked)
+{
     FILE *f = fopen(file, "rb");
     ck_assert_msg(f != NULL, "%s", file);
     fseek(f, 0, SEEK_END);
@@ -188,7 +193,7 @@ qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file)
     CURL *c = open_url(d, "POST", path_and_query);
     curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(c, CURLOPT_READDATA, f);
-    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+    if (!chunked) curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
     h = curl_slist_append(h, "Expect:");
     qdp_resp r = perform(c, h);

@@ -7,6 +7,7 @@
 #define QDPROC_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -41,6 +42,8 @@ qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *conte
                  const void *body, size_t len, const char *extra_header);
 /* POST of a file's bytes as application/octet-stream. */
 qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file);
+/* The same; chunked: no Content-Length (Transfer-Encoding: chunked), so limits apply mid-way. */
+qdp_resp qdp_upload_mode(qdp *d, const char *path_and_query, const char *file, bool chunked);
 void qdp_resp_free(qdp_resp *r);
 /* The value of header `name` (lower-case) in r, malloc'd, or NULL. */
 char *qdp_header(const qdp_resp *r, const char *name);

@@ -304,6 +304,26 @@ START_TEST(test_bad_uploads)
     r = qdp_upload(&d, "/v1/jobs?ruleset=int8", SHARDED "/model-00001-of-00002.safetensors");
     ck_assert_int_eq(r.status, 413);
     qdp_resp_free(&r);
+    /* over the limit mid-way (chunked, no Content-Length) */
+    r = qdp_upload_mode(&d, "/v1/jobs?ruleset=int8", SHARDED "/model-00001-of-00002.safetensors",
+                        true);
+    ck_assert_int_eq(r.status, 413);
+    qdp_resp_free(&r);
+    /* a chunked upload within the limit is fine */
+    long long chunked_id = 0;
+    r = qdp_upload_mode(&d, "/v1/jobs?ruleset=int8", SHARDED "/model-00002-of-00002.safetensors",
+                        true);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    json_t *cj = qdp_json(&r);
+    chunked_id = id_of(cj);
+    json_decref(cj);
+    qdp_resp_free(&r);
+    cj = qdp_wait_job(&d, chunked_id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(cj, "state")), "succeeded");
+    json_decref(cj);
+    char dpath[64];
+    snprintf(dpath, sizeof dpath, "/v1/jobs/%lld", chunked_id);
+    expect(&d, "DELETE", dpath, NULL, 204, NULL);
     /* no or unknown rule set, bad layout, empty body */
     r = qdp_upload(&d, "/v1/jobs", SHARDED "/model-00002-of-00002.safetensors");
     ck_assert_int_eq(r.status, 400);
