@@ -252,7 +252,8 @@ static enum MHD_Result create_from_json(qd_req *r)
     enum MHD_Result ret = MHD_YES;
     char *rules = NULL, *path = NULL;
     if ((name && !json_is_string(name)) || (layout && !json_is_string(layout)))
-        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", name ? "ruleset" : "layout",
+        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid",
+                             name && !json_is_string(name) ? "ruleset" : "layout",
                              "must be a string");
     else if (json_object_get(doc, "stats_model"))
         ret = qd_reply_error(r, 422, "unsupported", "stats_model",
