@@ -1,0 +1,488 @@
+/* config.c -- quantd's settings: one table row per setting (INI section and key, environment
+ * variable, flag, range, default, help) drives the defaults, the config file (config_file.c),
+ * the environment, the flags, --help and the INI printed by check-config. Precedence: defaults
+ * < file < environment < flags; the flags are scanned first (for --config, --help, --version
+ * and the subcommand) and applied last. An empty environment variable counts as unset. A list
+ * (source roots) from a higher source replaces the whole list of a lower one.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config_impl.h"
+
+#ifndef QD_VERSION
+#error "QD_VERSION must be defined (the Makefile passes -DQD_VERSION=...)"
+#endif
+
+#define KIB      ((int64_t)1 << 10)
+#define GIB      ((int64_t)1 << 30)
+#define TIB      ((int64_t)1 << 40)
+#define F(field) offsetof(qd_config, field)
+
+/* clang-format off */
+const cfg_setting cfg_settings[] = {
+    {NULL, "config", "QUANTD_CONFIG", "--config", "FILE", CFG_PATH, 0, 0, F(config_path), NULL,
+     QD_DEFAULT_CONFIG " if it exists", "the INI config file to read"},
+    {"server", "listen", "QUANTD_LISTEN", "--listen", "HOST:PORT", CFG_LISTEN, 0, 0,
+     F(listen_host), "127.0.0.1:8080", NULL,
+     "address to listen on; [IPv6]:PORT; port 0 picks a free port"},
+    {"server", "http_threads", "QUANTD_HTTP_THREADS", "--http-threads", "N", CFG_INT, 1, 1024,
+     F(http_threads), "4", NULL, "threads answering HTTP requests (1..1024)"},
+    {"server", "idle_timeout", "QUANTD_IDLE_TIMEOUT", "--idle-timeout", "SECONDS", CFG_INT, 1,
+     86400, F(idle_timeout), "60", NULL, "close a connection idle this long (1..86400)"},
+    {"server", "max_upload", "QUANTD_MAX_UPLOAD", "--max-upload", "SIZE", CFG_SIZE, 1, 1024 * TIB,
+     F(max_upload), "16G", NULL, "largest shard accepted by POST /v1/jobs (1..1024T)"},
+    {"server", "max_json_body", "QUANTD_MAX_JSON_BODY", "--max-json-body", "SIZE", CFG_SIZE, 1,
+     GIB, F(max_json_body), "4M", NULL, "largest JSON request body (1..1G)"},
+    {"storage", "data_dir", "QUANTD_DATA_DIR", "--data-dir", "DIR", CFG_PATH, 0, 0, F(data_dir),
+     "./var", NULL, "uploads, job outputs and (by default) the database"},
+    {"storage", "db", "QUANTD_DB", "--db", "FILE", CFG_PATH, 0, 0, F(db_path), NULL,
+     "DATA_DIR/quantd.db", "the SQLite database"},
+    {"jobs", "workers", "QUANTD_WORKERS", "--workers", "N", CFG_INT, 1, 256, F(workers), "1",
+     NULL, "jobs run at the same time (1..256)"},
+    {"jobs", "quant_threads", "QUANTD_QUANT_THREADS", "--quant-threads", "N", CFG_INT, 0, 1024,
+     F(quant_threads), "0", NULL, "threads per job; 0 = online CPUs / workers (0..1024)"},
+    {"jobs", "max_attempts", "QUANTD_MAX_ATTEMPTS", "--max-attempts", "N", CFG_INT, 1, 100,
+     F(max_attempts), "2", NULL, "runs of a job cut short by a crash before it fails (1..100)"},
+    {"jobs", "source_root", "QUANTD_SOURCE_ROOTS", "--source-root", "DIR", CFG_ROOTS, 0, 0,
+     F(source_roots), NULL, "none",
+     "a directory jobs may read checkpoints from; repeatable, at most 16"},
+    {"log", "level", "QUANTD_LOG_LEVEL", "--log-level", "LEVEL", CFG_LEVEL, 0, 0, F(log_level),
+     "info", NULL, "least severe level logged: debug, info, warn or error"},
+    {NULL, "port_file", NULL, "--port-file", "FILE", CFG_PATH, 0, 0, F(port_file), NULL, "none",
+     "write the bound port to FILE once listening (tests)"},
+};
+/* clang-format on */
+const size_t cfg_n_settings = sizeof cfg_settings / sizeof cfg_settings[0];
+
+static const char *const sections[] = {"server", "storage", "jobs", "log"};
+
+void cfg_fail(cfg_loader *L, const char *fmt, ...)
+{
+    if (L->failed) return;
+    L->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->msg, L->msglen, fmt, ap);
+    va_end(ap);
+}
+
+bool cfg_known_section(const char *section)
+{
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        if (strcmp(sections[i], section) == 0) return true;
+    return false;
+}
+
+const cfg_setting *cfg_find_key(const char *section, const char *key)
+{
+    for (size_t i = 0; i < cfg_n_settings; i++) {
+        const cfg_setting *s = &cfg_settings[i];
+        if (s->section && strcmp(s->section, section) == 0 && strcmp(s->key, key) == 0) return s;
+    }
+    return NULL;
+}
+
+static const cfg_setting *find_flag(const char *flag, size_t len)
+{
+    for (size_t i = 0; i < cfg_n_settings; i++)
+        if (strncmp(cfg_settings[i].flag, flag, len) == 0 && cfg_settings[i].flag[len] == '\0')
+            return &cfg_settings[i];
+    return NULL;
+}
+
+static const cfg_setting *find_setting(const char *key)
+{
+    for (size_t i = 0; i < cfg_n_settings; i++)
+        if (strcmp(cfg_settings[i].key, key) == 0) return &cfg_settings[i];
+    return NULL;
+}
+
+/* ---- applying one value ---------------------------------------------------------------------- */
+
+static bool set_string(char **field, const char *text, char *why, size_t whylen)
+{
+    if (*text == '\0') {
+        snprintf(why, whylen, "must not be empty");
+        return false;
+    }
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            snprintf(why, whylen, "must not contain control characters");
+            return false;
+        }
+    }
+    char *copy = strdup(text);
+    if (!copy) {
+        snprintf(why, whylen, "out of memory");
+        return false;
+    }
+    free(*field);
+    *field = copy;
+    return true;
+}
+
+static bool add_root(cfg_loader *L, const char *text, char *why, size_t whylen)
+{
+    qd_config *cfg = L->cfg;
+    if (L->roots_layer != L->layer) { /* a new source replaces the list */
+        for (int i = 0; i < cfg->n_source_roots; i++) free(cfg->source_roots[i]);
+        cfg->n_source_roots = 0;
+        L->roots_layer = L->layer;
+    }
+    struct stat st;
+    char *real = NULL;
+    if (*text == '\0')
+        snprintf(why, whylen, "must not be empty");
+    else if (cfg->n_source_roots == QD_MAX_SOURCE_ROOTS)
+        snprintf(why, whylen, "at most %d source roots, %s is one too many", QD_MAX_SOURCE_ROOTS,
+                 text);
+    else if (!(real = realpath(text, NULL)) || stat(real, &st) != 0)
+        snprintf(why, whylen, "%s: %s", text, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        snprintf(why, whylen, "%s: not a directory", text);
+    else {
+        cfg->source_roots[cfg->n_source_roots++] = real;
+        return true;
+    }
+    free(real);
+    return false;
+}
+
+bool cfg_apply(cfg_loader *L, const cfg_setting *s, const char *text, char *why, size_t whylen)
+{
+    char *base = (char *)L->cfg;
+    int64_t v;
+    qd_log_level level;
+    switch (s->kind) {
+    case CFG_INT:
+        if (!cfg_parse_int(text, s->min, s->max, &v, why, whylen)) return false;
+        *(int *)(base + s->off) = (int)v;
+        return true;
+    case CFG_SIZE:
+        if (!cfg_parse_size(text, s->min, s->max, &v, why, whylen)) return false;
+        *(int64_t *)(base + s->off) = v;
+        return true;
+    case CFG_LISTEN: {
+        char *host;
+        if (!cfg_parse_listen(text, &host, &L->cfg->listen_port, why, whylen)) return false;
+        free(L->cfg->listen_host);
+        L->cfg->listen_host = host;
+        return true;
+    }
+    case CFG_PATH:
+        return set_string((char **)(base + s->off), text, why, whylen);
+    case CFG_ROOTS:
+        return add_root(L, text, why, whylen);
+    case CFG_LEVEL:
+        if (!qd_log_level_parse(text, &level)) {
+            snprintf(why, whylen, "must be debug, info, warn or error, got '%s'", text);
+            return false;
+        }
+        *(qd_log_level *)(base + s->off) = level;
+        return true;
+    }
+    return false;
+}
+
+/* Applies text for s from a source named origin ("QUANTD_WORKERS", "--workers"). */
+static bool apply_from(cfg_loader *L, const cfg_setting *s, const char *text, const char *origin)
+{
+    char why[512];
+    if (cfg_apply(L, s, text, why, sizeof why)) return true;
+    cfg_fail(L, "%s: %s", origin, why);
+    return false;
+}
+
+/* ---- the sources ----------------------------------------------------------------------------- */
+
+static bool apply_defaults(cfg_loader *L)
+{
+    L->layer = CFG_DEFAULT;
+    for (size_t i = 0; i < cfg_n_settings && !L->failed; i++)
+        if (cfg_settings[i].def) apply_from(L, &cfg_settings[i], cfg_settings[i].def, "default");
+    return !L->failed;
+}
+
+/* QUANTD_SOURCE_ROOTS: directories separated by ':' (empty parts are skipped). */
+static bool apply_env_roots(cfg_loader *L, const cfg_setting *s, const char *list)
+{
+    char *copy = strdup(list);
+    if (!copy) {
+        cfg_fail(L, "out of memory");
+        return false;
+    }
+    char *save = NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir && !L->failed;
+         dir = strtok_r(NULL, ":", &save))
+        apply_from(L, s, dir, s->env);
+    free(copy);
+    return !L->failed;
+}
+
+static bool apply_env(cfg_loader *L)
+{
+    L->layer = CFG_ENV;
+    for (size_t i = 0; i < cfg_n_settings && !L->failed; i++) {
+        const cfg_setting *s = &cfg_settings[i];
+        if (!s->env || !s->section) continue; /* QUANTD_CONFIG was read by load_file */
+        const char *v = getenv(s->env);
+        if (!v || !*v) continue;
+        if (s->kind == CFG_ROOTS)
+            apply_env_roots(L, s, v);
+        else
+            apply_from(L, s, v, s->env);
+    }
+    return !L->failed;
+}
+
+/* A flag with its value, as found on the command line. */
+typedef struct flag_arg {
+    const cfg_setting *s;
+    const char *value;
+} flag_arg;
+
+typedef struct argv_scan {
+    flag_arg *flags;
+    size_t n_flags;
+    bool help, version, have_command;
+} argv_scan;
+
+static bool scan_command(cfg_loader *L, argv_scan *a, const char *arg, qd_command *cmd)
+{
+    static const struct {
+        const char *name;
+        qd_command cmd;
+    } commands[] = {{"serve", QD_CMD_SERVE},
+                    {"migrate", QD_CMD_MIGRATE},
+                    {"check-config", QD_CMD_CHECK_CONFIG}};
+    if (a->have_command) {
+        cfg_fail(L, "unexpected argument '%s' (see 'quantd --help')", arg);
+        return false;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(arg, commands[i].name) == 0) {
+            *cmd = commands[i].cmd;
+            a->have_command = true;
+            return true;
+        }
+    }
+    cfg_fail(L, "unknown command '%s' (see 'quantd --help')", arg);
+    return false;
+}
+
+/* One option at argv[*i]; takes its value from the next argument when not given as --x=V. */
+static bool scan_option(cfg_loader *L, argv_scan *a, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i];
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+        a->help = true;
+        return true;
+    }
+    if (strcmp(arg, "-V") == 0 || strcmp(arg, "--version") == 0) {
+        a->version = true;
+        return true;
+    }
+    if (eq && (strncmp(arg, "--help=", len + 1) == 0 || strncmp(arg, "--version=", len + 1) == 0)) {
+        cfg_fail(L, "%.*s takes no value", (int)len, arg);
+        return false;
+    }
+    const cfg_setting *s = strncmp(arg, "--", 2) == 0 ? find_flag(arg, len) : NULL;
+    if (!s) {
+        cfg_fail(L, "unknown option '%.*s' (see 'quantd --help')", (int)len, arg);
+        return false;
+    }
+    const char *value = eq ? eq + 1 : NULL;
+    if (!value && *i + 1 < argc) value = argv[++*i];
+    if (!value) {
+        cfg_fail(L, "%s: missing value (%s %s)", s->flag, s->flag, s->arg);
+        return false;
+    }
+    a->flags[a->n_flags++] = (flag_arg){s, value};
+    return true;
+}
+
+static bool scan_argv(cfg_loader *L, argv_scan *a, int argc, char **argv, qd_command *cmd)
+{
+    bool options = true;
+    for (int i = 1; i < argc && !L->failed; i++) {
+        const char *arg = argv[i];
+        if (options && strcmp(arg, "--") == 0)
+            options = false;
+        else if (options && arg[0] == '-' && arg[1] != '\0')
+            scan_option(L, a, argc, argv, &i);
+        else
+            scan_command(L, a, arg, cmd);
+    }
+    return !L->failed;
+}
+
+static bool apply_flags(cfg_loader *L, const argv_scan *a)
+{
+    L->layer = CFG_FLAG;
+    const cfg_setting *config = find_setting("config"); /* already read by load_file */
+    for (size_t i = 0; i < a->n_flags && !L->failed; i++)
+        if (a->flags[i].s != config)
+            apply_from(L, a->flags[i].s, a->flags[i].value, a->flags[i].s->flag);
+    return !L->failed;
+}
+
+/* The file named by the last --config, else $QUANTD_CONFIG, else the default if it exists. */
+static bool load_file(cfg_loader *L, const argv_scan *a)
+{
+    const cfg_setting *s = find_setting("config");
+    const char *path = NULL, *origin = NULL;
+    for (size_t i = 0; i < a->n_flags; i++)
+        if (a->flags[i].s == s) path = a->flags[i].value, origin = s->flag;
+    if (!path && getenv(s->env) && *getenv(s->env)) path = getenv(s->env), origin = s->env;
+    if (path && !apply_from(L, s, path, origin)) return false; /* sets config_path */
+    return cfg_load_file(L, path ? path : QD_DEFAULT_CONFIG, origin);
+}
+
+/* The database defaults to DATA_DIR/quantd.db. */
+static bool finish(cfg_loader *L)
+{
+    qd_config *cfg = L->cfg;
+    if (cfg->db_path) return true;
+    size_t n = strlen(cfg->data_dir);
+    bool slash = n > 0 && cfg->data_dir[n - 1] == '/';
+    cfg->db_path = malloc(n + sizeof "/quantd.db");
+    if (!cfg->db_path) {
+        cfg_fail(L, "out of memory");
+        return false;
+    }
+    snprintf(cfg->db_path, n + sizeof "/quantd.db", "%s%squantd.db", cfg->data_dir,
+             slash ? "" : "/");
+    return true;
+}
+
+/* ---- help, print, free ----------------------------------------------------------------------- */
+
+static void print_help(FILE *out)
+{
+    fputs("usage: quantd [serve] [OPTION]...         run the daemon\n"
+          "       quantd migrate [OPTION]...         apply the database migrations and exit\n"
+          "       quantd check-config [OPTION]...    check the settings, print them as INI\n"
+          "       quantd --help | --version\n"
+          "\n"
+          "Settings come from, each overriding the one before: built-in defaults, the\n"
+          "config file, QUANTD_* environment variables (an empty one counts as unset),\n"
+          "then the options. The config file is --config FILE, else $QUANTD_CONFIG, "
+          "else\n" QD_DEFAULT_CONFIG " when it exists.\n"
+          "\n"
+          "options:\n",
+          out);
+    for (size_t i = 0; i < cfg_n_settings; i++) {
+        const cfg_setting *s = &cfg_settings[i];
+        fprintf(out, "  %s %s\n      %s\n", s->flag, s->arg, s->help);
+        fprintf(out, "      default %s", s->def ? s->def : s->def_help);
+        if (s->section) fprintf(out, "; file [%s] %s", s->section, s->key);
+        if (s->env) fprintf(out, "; env %s", s->env);
+        fputc('\n', out);
+    }
+    fputs("  -h, --help\n"
+          "      print this help and exit\n"
+          "  -V, --version\n"
+          "      print the version and exit\n"
+          "\n"
+          "SIZE: bytes, or a number with K, M, G or T (powers of 1024), e.g. 16G.\n"
+          "QUANTD_SOURCE_ROOTS holds directories separated by ':'. Source roots from a\n"
+          "later source replace the whole list of an earlier one.\n"
+          "See quantd(8).\n",
+          out);
+}
+
+static void print_value(const qd_config *cfg, const cfg_setting *s, FILE *out)
+{
+    const char *base = (const char *)cfg;
+    char buf[600];
+    switch (s->kind) {
+    case CFG_INT:
+        fprintf(out, "%s = %d\n", s->key, *(const int *)(base + s->off));
+        break;
+    case CFG_SIZE:
+        cfg_format_size(*(const int64_t *)(base + s->off), buf, sizeof buf);
+        fprintf(out, "%s = %s\n", s->key, buf);
+        break;
+    case CFG_LISTEN:
+        cfg_format_listen(cfg->listen_host, cfg->listen_port, buf, sizeof buf);
+        fprintf(out, "%s = %s\n", s->key, buf);
+        break;
+    case CFG_PATH: {
+        const char *v = *(char *const *)(base + s->off);
+        if (v) fprintf(out, "%s = %s\n", s->key, v);
+        break;
+    }
+    case CFG_ROOTS:
+        for (int i = 0; i < cfg->n_source_roots; i++)
+            fprintf(out, "%s = %s\n", s->key, cfg->source_roots[i]);
+        break;
+    case CFG_LEVEL:
+        fprintf(out, "%s = %s\n", s->key, qd_log_level_name(cfg->log_level));
+        break;
+    }
+}
+
+void qd_config_print(const qd_config *cfg, FILE *out)
+{
+    fprintf(out, "; quantd %s: effective settings (config file: %s)\n", QD_VERSION,
+            cfg->config_path ? cfg->config_path : "none");
+    const char *section = NULL;
+    for (size_t i = 0; i < cfg_n_settings; i++) {
+        const cfg_setting *s = &cfg_settings[i];
+        if (!s->section) continue;
+        if (!section || strcmp(section, s->section) != 0)
+            fprintf(out, "%s[%s]\n", section ? "\n" : "", s->section);
+        section = s->section;
+        print_value(cfg, s, out);
+    }
+}
+
+void qd_config_free(qd_config *cfg)
+{
+    if (!cfg) return;
+    free(cfg->config_path);
+    free(cfg->listen_host);
+    free(cfg->data_dir);
+    free(cfg->db_path);
+    free(cfg->port_file);
+    for (int i = 0; i < cfg->n_source_roots; i++) free(cfg->source_roots[i]);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+bool qd_config_load(qd_config *cfg, int argc, char **argv, qd_command *cmd, bool *exit_now,
+                    FILE *out, char *msg, size_t msglen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    *cmd = QD_CMD_SERVE;
+    *exit_now = false;
+    if (msglen) msg[0] = '\0';
+    cfg_loader L = {.cfg = cfg, .msg = msg, .msglen = msglen};
+    argv_scan a = {.flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof(flag_arg))};
+    if (!a.flags) {
+        snprintf(msg, msglen, "out of memory");
+        return false;
+    }
+    bool ok = scan_argv(&L, &a, argc, argv, cmd) && apply_defaults(&L);
+    if (ok && (a.help || a.version)) {
+        if (a.help)
+            print_help(out);
+        else
+            fputs("quantd " QD_VERSION "\n", out);
+        *exit_now = true;
+    } else {
+        ok = ok && load_file(&L, &a) && apply_env(&L) && apply_flags(&L, &a) && finish(&L);
+    }
+    free(a.flags);
+    if (!ok) qd_config_free(cfg);
+    return ok;
+}
