@@ -345,13 +345,17 @@ qd_status qd_jobs_cancel(qd_jobs *js, int64_t id, bool *running, qd_err *err)
     pthread_mutex_lock(&js->mu);
     *running = false;
     qd_status st = qd_store_job_cancel_queued(js->app->store, id, err);
-    if (st == QD_CONFLICT)
-        for (int i = 0; i < js->n; i++)
+    qd_job j;
+    /* a worker records a job's end before it lets go of the slot: the store has the last word */
+    if (st == QD_CONFLICT && qd_store_job_get(js->app->store, id, &j, err) == QD_OK) {
+        for (int i = 0; j.state == QD_JOB_RUNNING && i < js->n; i++)
             if (js->slots[i].id == id) {
                 atomic_store(&js->slots[i].cancel, 1);
                 *running = true;
                 st = QD_OK;
             }
+        qd_job_clear(&j);
+    }
     pthread_mutex_unlock(&js->mu);
     return st;
 }
