@@ -31,14 +31,6 @@ enum MHD_Result qd_h_metrics(qd_req *r)
     qd_err err;
     if (qd_store_job_counts(r->app->store, counts, &err) != QD_OK)
         return qd_reply_store_error(r, QD_DB, &err);
-    char *text = qd_metrics_render(r->app->metrics, counts);
-    if (!text) return MHD_NO;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
-    return qd_reply(r, MHD_HTTP_OK, resp);
+    return qd_reply_text(r, MHD_HTTP_OK, qd_metrics_render(r->app->metrics, counts),
+                         "text/plain; version=0.0.4", NULL, NULL);
 }

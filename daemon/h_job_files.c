@@ -167,12 +167,5 @@ enum MHD_Result qd_h_job_report(qd_req *r)
     qd_err err;
     qd_status st = qd_store_job_report(r->app->store, id, &text, &err);
     if (st != QD_OK) return qd_reply_store_error(r, st, &err);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    return qd_reply(r, MHD_HTTP_OK, resp);
+    return qd_reply_text(r, MHD_HTTP_OK, text, "application/json", NULL, NULL);
 }

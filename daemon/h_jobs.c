@@ -115,16 +115,8 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
     json_t *body = qd_job_json(r->app, j);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    if (!text) return MHD_NO;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, loc);
-    return qd_reply(r, MHD_HTTP_ACCEPTED, resp);
+    return qd_reply_text(r, MHD_HTTP_ACCEPTED, text, "application/json", MHD_HTTP_HEADER_LOCATION,
+                         loc);
 }
 
 static bool layout_ok(qd_req *r, const char *layout)

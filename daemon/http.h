@@ -55,6 +55,10 @@ void qd_http_stop(qd_http *h);
 
 /* ---- replies (each returns what the MHD access handler returns) ------------------------------ */
 
+/* text (malloc'd) is stolen. Content-Type: content_type; one more header when name is not
+ * NULL. */
+enum MHD_Result qd_reply_text(qd_req *r, unsigned status, char *text, const char *content_type,
+                              const char *name, const char *value);
 /* body is stolen (decref'd). Sets Content-Type: application/json. */
 enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body);
 /* {"error":{"code":code,"message":...,"field":field or null}} */

@@ -25,19 +25,26 @@ enum MHD_Result qd_reply_empty(qd_req *r, unsigned status)
     return qd_reply(r, status, MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
 }
 
-enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body)
+enum MHD_Result qd_reply_text(qd_req *r, unsigned status, char *text, const char *content_type,
+                              const char *name, const char *value)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
     if (!text) return MHD_NO;
-    size_t len = strlen(text);
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (name) MHD_add_response_header(resp, name, value);
     return qd_reply(r, status, resp);
+}
+
+enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return qd_reply_text(r, status, text, "application/json", NULL, NULL);
 }
 
 enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,

@@ -46,22 +46,22 @@ const char *qd_job_state_name(qd_job_state s);
 bool qd_job_state_parse(const char *name, qd_job_state *out);
 
 typedef struct qd_job {
-    int64_t id;          /* assigned by qd_store_job_insert, FIFO order */
+    int64_t id; /* assigned by qd_store_job_insert, FIFO order */
     qd_job_state state;
-    char *ruleset;       /* rule set name, or NULL when rules were given inline */
-    char *rules;         /* the rule set JSON document ({"rules":[...]}) the job runs with */
-    char *layout;        /* "native" | "compressed-tensors" */
-    char *source_kind;   /* "upload" | "path" */
-    char *source_path;   /* the uploaded file in the data dir, or the server-side path */
-    char *stats_model;   /* or NULL */
+    char *ruleset;     /* rule set name, or NULL when rules were given inline */
+    char *rules;       /* the rule set JSON document ({"rules":[...]}) the job runs with */
+    char *layout;      /* "native" | "compressed-tensors" */
+    char *source_kind; /* "upload" | "path" */
+    char *source_path; /* the uploaded file in the data dir, or the server-side path */
+    char *stats_model; /* or NULL */
     int64_t created_ms, started_ms, finished_ms; /* unix ms; 0 = not yet */
     int64_t tensors_done, tensors_total, bytes_done, bytes_total;
-    char *error;         /* or NULL */
-    int attempts;        /* times the job was started */
+    char *error;  /* or NULL */
+    int attempts; /* times the job was started */
 } qd_job;
 
 typedef struct qd_output {
-    char *name;      /* file name inside the job's output directory */
+    char *name; /* file name inside the job's output directory */
     int64_t bytes;
     char sha256[65]; /* lowercase hex */
 } qd_output;
@@ -81,7 +81,8 @@ int qd_store_migration_count(void);
 /* A trivial query: the database answers (for /readyz). */
 qd_status qd_store_ping(qd_store *s, qd_err *err);
 
-/* ---- rule sets (the body is the validated {"rules":[...]} JSON text) -------------------------- */
+/* ---- rule sets (the body is the validated {"rules":[...]} JSON text) --------------------------
+ */
 qd_status qd_store_ruleset_put(qd_store *s, const char *name, const char *body, bool *created,
                                qd_err *err);
 /* *body is malloc'd; times in unix ms. */
@@ -91,7 +92,8 @@ qd_status qd_store_ruleset_get(qd_store *s, const char *name, char **body, int64
 qd_status qd_store_ruleset_list(qd_store *s, json_t **out, qd_err *err);
 qd_status qd_store_ruleset_delete(qd_store *s, const char *name, qd_err *err);
 
-/* ---- jobs -------------------------------------------------------------------------------------- */
+/* ---- jobs --------------------------------------------------------------------------------------
+ */
 /* Inserts j (state queued, created now); sets j->id and j->created_ms. */
 qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err);
 qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err);

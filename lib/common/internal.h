@@ -178,6 +178,12 @@ const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0);
 /* True when rows can be read without conversion (contiguous float32). */
 bool quant_rows_direct(const quant_tensor *x);
 
+/* Dequantizes columns [c0, c0 + n) of row `row` of the codes q (laid out as quant_quantize
+ * writes them) into out (n floats); codes is QUANT_CHUNK bytes of scratch for unpacking. */
+void quant_dequantize_span(const quant_kernels *k, const quant_plan *p, const uint8_t *q,
+                           const float *scale, const int32_t *zp, int64_t row, int64_t c0,
+                           int64_t n, uint8_t *codes, float *out);
+
 /* Validates an input tensor against its plan (dtype, data, strides). */
 quant_status quant_check_input(const quant_tensor *x, quant_error *err);
 

@@ -37,6 +37,22 @@ static void store_row(quant_tensor *t, int64_t base, int64_t stride, const float
     }
 }
 
+void quant_dequantize_span(const quant_kernels *k, const quant_plan *p, const uint8_t *q,
+                           const float *scale, const int32_t *zp, int64_t row, int64_t c0,
+                           int64_t n, uint8_t *codes, float *out)
+{
+    int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
+    quant_krow kr = {
+        .kcode = p->kcode, .tile = p->col_tile, .scale = scale + off, .zp = zp ? zp + off : NULL};
+    const uint8_t *src = q + row * p->qrow_bytes;
+    const void *c = src + c0 * (int64_t)p->code_size;
+    if (p->packed) {
+        quant_unpack_nibbles(src + c0 / 2, 1, n, p->kcode == QK_I8, codes);
+        c = codes;
+    }
+    k->dequantize(&kr, c, n, c0, out);
+}
+
 static void deq_item(void *arg, int64_t item, int worker)
 {
     deq_run *run = arg;
@@ -44,30 +60,16 @@ static void deq_item(void *arg, int64_t item, int worker)
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
     int64_t stride = run->out->rank ? run->out->strides[run->out->rank - 1] : 1;
-    bool sign_extend = p->kcode == QK_I8;
+    bool direct = run->out->dtype == QUANT_DTYPE_F32 && stride == 1;
     int64_t end = (item + 1) * run->rows_per_item;
     if (end > p->nrows) end = p->nrows;
     for (int64_t row = item * run->rows_per_item; row < end; row++) {
-        int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
-        quant_krow kr = {.kcode = p->kcode,
-                         .tile = p->col_tile,
-                         .scale = run->scale + off,
-                         .zp = run->zp ? run->zp + off : NULL};
-        const uint8_t *src = run->q + row * p->qrow_bytes;
         int64_t base = quant_row_offset(run->out, row);
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
             int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-            const void *c = src + c0 * (int64_t)p->code_size;
-            if (p->packed) {
-                quant_unpack_nibbles(src + c0 / 2, 1, n, sign_extend, codes);
-                c = codes;
-            }
-            if (run->out->dtype == QUANT_DTYPE_F32 && stride == 1) {
-                run->k->dequantize(&kr, c, n, c0, (float *)run->out->data + base + c0);
-            } else {
-                run->k->dequantize(&kr, c, n, c0, scratch);
-                store_row(run->out, base + c0 * stride, stride, scratch, n);
-            }
+            float *dst = direct ? (float *)run->out->data + base + c0 : scratch;
+            quant_dequantize_span(run->k, p, run->q, run->scale, run->zp, row, c0, n, codes, dst);
+            if (!direct) store_row(run->out, base + c0 * stride, stride, scratch, n);
         }
     }
 }

@@ -27,28 +27,15 @@ static void measure_item(void *arg, int64_t item, int worker)
     const quant_plan *p = run->plan;
     float *xs = run->scratch + (int64_t)worker * 2 * QUANT_CHUNK, *ds = xs + QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
-    bool sign_extend = p->kcode == QK_I8;
     double *acc = run->partial + item * 3;
     int64_t end = (item + 1) * run->rows_per_item;
     if (end > p->nrows) end = p->nrows;
-    for (int64_t row = item * run->rows_per_item; row < end; row++) {
-        int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
-        quant_krow kr = {.kcode = p->kcode,
-                         .tile = p->col_tile,
-                         .scale = run->scale + off,
-                         .zp = run->zp ? run->zp + off : NULL};
-        const uint8_t *src = run->q + row * p->qrow_bytes;
+    for (int64_t row = item * run->rows_per_item; row < end; row++)
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
             int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-            const void *c = src + c0 * (int64_t)p->code_size;
-            if (p->packed) {
-                quant_unpack_nibbles(src + c0 / 2, 1, n, sign_extend, codes);
-                c = codes;
-            }
-            run->k->dequantize(&kr, c, n, c0, ds);
+            quant_dequantize_span(run->k, p, run->q, run->scale, run->zp, row, c0, n, codes, ds);
             run->k->errstats(quant_load_row(run->k, run->x, p, row, c0, n, xs), ds, n, acc);
         }
-    }
 }
 
 quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
