@@ -237,8 +237,10 @@ static enum MHD_Result create_from_json(qd_req *r)
     json_t *v;
     json_object_foreach(doc, key, v) if (!known_field(key))
     {
-        json_decref(doc);
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "unknown field '%s'", key);
+        enum MHD_Result ret =
+            qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "unknown field '%s'", key);
+        json_decref(doc); /* after the reply: key lives in doc */
+        return ret;
     }
     json_t *name = json_object_get(doc, "ruleset"), *layout = json_object_get(doc, "layout");
     enum MHD_Result ret = MHD_YES;

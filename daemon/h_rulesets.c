@@ -62,9 +62,11 @@ enum MHD_Result qd_h_ruleset_put(qd_req *r)
     json_t *v;
     json_object_foreach(doc, key, v) if (strcmp(key, "rules") != 0)
     {
-        json_decref(doc);
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key,
-                              "unknown field '%s' (a rule set body is {\"rules\": [...]})", key);
+        enum MHD_Result ret =
+            qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key,
+                           "unknown field '%s' (a rule set body is {\"rules\": [...]})", key);
+        json_decref(doc); /* after the reply: key lives in doc */
+        return ret;
     }
     if (!json_is_array(json_object_get(doc, "rules"))) {
         json_decref(doc);
