@@ -89,7 +89,10 @@ START_TEST(test_health_and_routing)
     char *allow = qdp_header(&r, "allow");
     ck_assert_str_eq(allow, "POST, GET");
     free(allow);
-    ck_assert_ptr_nonnull(qdp_header(&r, "x-request-id"));
+    char *rid = qdp_header(&r, "x-request-id");
+    ck_assert_ptr_nonnull(rid);
+    ck_assert_uint_eq(strlen(rid), 16);
+    free(rid);
     qdp_resp_free(&r);
     expect(&d, "GET", "/v1/jobs/abc", NULL, 404, "not_found");
     expect(&d, "GET", "/v1/jobs/99", NULL, 404, "not_found");
