@@ -1,0 +1,562 @@
+/* daemon-bench.c -- owns `make bench`'s daemon part (issue 4): upload -> quantize -> download of a
+ * generated bf16 shard (int8 per-channel) through quantd over loopback, end to end in GB/s of
+ * input, beside the offline `quant quantize` of the same file in the same run (both from the page
+ * cache), the three phase times, and the peak resident memory of quantd (VmHWM) and of quant
+ * (ru_maxrss). Prints a Markdown table. Fails loudly (exit 1) when any step does.
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ * Usage: daemon-bench QUANTD_BINARY QUANT_BINARY
+ * Environment: QUANT_BENCH_DAEMON_MIB (shard size, default 1024), QUANT_BENCH_THREADS (default 2;
+ * quant --threads and quantd's QUANTD_QUANT_THREADS), TMPDIR (where the shard, quantd's data dir
+ * and the outputs go; needs ~3x the size free).
+ */
+#define _DEFAULT_SOURCE
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "quant_st.h"
+
+#define TENSOR_COLS   8192 /* rows x 8192 bf16; rows = 8 x MiB so 8 tensors make the shard */
+#define N_TENSORS     8
+#define RULES         "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]"
+#define POLL_NS       10000000L /* job status poll: 10 ms */
+#define START_TIMEOUT 30.0      /* seconds for the port file to appear */
+#define STOP_TIMEOUT  60.0      /* seconds for quantd to exit after SIGTERM */
+#define JOB_TIMEOUT   3600.0
+#define IO_BUFFER     (1 << 20) /* curl's upload and download buffers */
+
+static struct {
+    char root[2048]; /* the temporary directory, removed on every exit */
+    pid_t daemon;    /* running quantd, killed on failure */
+} g = {.daemon = -1};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ns(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* Runs argv and returns its wait status (-1 when it could not be started), rusage into ru. */
+static int spawn_wait(char *const argv[], struct rusage *ru)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status;
+    struct rusage dummy;
+    if (wait4(pid, &status, 0, ru ? ru : &dummy) < 0) return -1;
+    return status;
+}
+
+static void cleanup(void)
+{
+    if (g.daemon > 0) {
+        kill(g.daemon, SIGKILL);
+        waitpid(g.daemon, NULL, 0);
+        g.daemon = -1;
+    }
+    if (g.root[0]) {
+        char *argv[] = {"rm", "-rf", g.root, NULL};
+        spawn_wait(argv, NULL);
+        g.root[0] = '\0';
+    }
+}
+
+__attribute__((format(printf, 1, 2))) static _Noreturn void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("daemon-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    cleanup();
+    exit(1);
+}
+
+static _Noreturn void die(const char *what)
+{
+    fail("%s: %s", what, strerror(errno));
+}
+
+/* ---- the input: one generated bf16 shard ----------------------------------------------------- */
+
+/* Roughly normal bf16 weights, different per tensor (as in pipeline-bench). */
+static void fill_bf16(uint16_t *x, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        float v = ((float)(s & 0xffff) + (float)((s >> 16) & 0xffff) + (float)((s >> 32) & 0xffff) -
+                   98302.5f) /
+                  65536.0f;
+        x[i] = quant_f32_to_bf16(v * 0.02f);
+    }
+}
+
+static void check_ck(quant_ck_status st, const quant_ck_error *err)
+{
+    if (st != QUANT_CK_OK) fail("writing the shard: %s", err->message);
+}
+
+static void write_shard(const char *path, int64_t rows)
+{
+    size_t bytes = (size_t)rows * TENSOR_COLS * 2;
+    quant_st_out_tensor t[N_TENSORS];
+    char names[N_TENSORS][64];
+    for (int i = 0; i < N_TENSORS; i++) {
+        snprintf(names[i], sizeof names[i], "model.layers.%d.mlp.up_proj.weight", i);
+        t[i] = (quant_st_out_tensor){
+            .name = names[i], .dtype = QUANT_ST_BF16, .rank = 2, .shape = {rows, TENSOR_COLS}};
+    }
+    uint16_t *buf = malloc(bytes);
+    if (!buf) die("malloc");
+    const char *key = "format", *val = "pt";
+    quant_st_writer *w;
+    quant_ck_error err;
+    check_ck(quant_st_writer_new(path, t, N_TENSORS, &key, &val, 1, &w, &err), &err);
+    for (int i = 0; i < N_TENSORS; i++) {
+        fill_bf16(buf, bytes / 2, (uint64_t)i);
+        size_t idx = (size_t)quant_st_writer_index(w, names[i]);
+        check_ck(quant_st_writer_pwrite(w, idx, 0, buf, bytes, &err), &err);
+    }
+    check_ck(quant_st_writer_commit(w, &err), &err);
+    quant_st_writer_free(w);
+    free(buf);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) die(path);
+    if (fputs(text, f) < 0) die(path);
+    if (fclose(f) != 0) die(path);
+}
+
+static int64_t file_size(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) die(path);
+    return (int64_t)st.st_size;
+}
+
+/* Reads the file once so both runs start from the page cache. */
+static void warm(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) die(path);
+    char *buf = malloc(IO_BUFFER);
+    if (!buf) die("malloc");
+    ssize_t n;
+    while ((n = read(fd, buf, IO_BUFFER)) > 0) {
+    }
+    free(buf);
+    if (n < 0) die(path);
+    close(fd);
+}
+
+/* ---- the baseline: offline quant quantize ---------------------------------------------------- */
+
+typedef struct offline_result {
+    double seconds; /* best of two */
+    long rss_kib;   /* the larger peak of the two runs */
+} offline_result;
+
+static offline_result run_offline(const char *quant, const char *threads, const char *rules,
+                                  const char *in, const char *out)
+{
+    char *argv[] = {(char *)quant, "quantize",    "--quiet",  "--threads", (char *)threads,
+                    "--rules",     (char *)rules, (char *)in, (char *)out, NULL};
+    offline_result r = {1e30, 0};
+    for (int rep = 0; rep < 2; rep++) {
+        struct rusage ru;
+        double t0 = now();
+        int status = spawn_wait(argv, &ru);
+        double t = now() - t0;
+        if (status < 0) die("running quant");
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail("%s quantize failed (wait status %d)", quant, status);
+        r.seconds = t < r.seconds ? t : r.seconds;
+        r.rss_kib = ru.ru_maxrss > r.rss_kib ? ru.ru_maxrss : r.rss_kib;
+        if (unlink(out) != 0) die(out);
+    }
+    return r;
+}
+
+/* ---- quantd: start, peak RSS, stop ----------------------------------------------------------- */
+
+static void start_daemon(const char *quantd, const char *threads, const char *data_dir,
+                         const char *port_file)
+{
+    char *argv[] = {(char *)quantd,   "--config",    "/dev/null",
+                    "--listen",       "127.0.0.1:0", "--data-dir",
+                    (char *)data_dir, "--port-file", (char *)port_file,
+                    "--workers",      "1",           "--log-level",
+                    "warn",           NULL};
+    g.daemon = fork();
+    if (g.daemon < 0) die("fork");
+    if (g.daemon == 0) {
+        setenv("QUANTD_QUANT_THREADS", threads, 1);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+}
+
+/* Fails when quantd has exited. */
+static void check_daemon_alive(const char *when)
+{
+    int status;
+    pid_t r = waitpid(g.daemon, &status, WNOHANG);
+    if (r == 0) return;
+    if (r < 0) die("waitpid");
+    g.daemon = -1;
+    fail("quantd exited %s (wait status %d)", when, status);
+}
+
+static int wait_for_port(const char *port_file)
+{
+    double t0 = now();
+    while (now() - t0 < START_TIMEOUT) {
+        FILE *f = fopen(port_file, "r");
+        int port = 0;
+        if (f) {
+            int ok = fscanf(f, "%d", &port);
+            fclose(f);
+            if (ok == 1 && port > 0) return port;
+        }
+        check_daemon_alive("during start-up");
+        sleep_ns(POLL_NS);
+    }
+    fail("quantd wrote no port file within %.0f s", START_TIMEOUT);
+}
+
+/* The daemon's peak resident set (VmHWM) in KiB. */
+static long daemon_hwm_kib(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)g.daemon);
+    FILE *f = fopen(path, "r");
+    if (!f) die(path);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    fclose(f);
+    if (kib < 0) fail("no VmHWM in %s", path);
+    return kib;
+}
+
+/* SIGTERM, then waits up to STOP_TIMEOUT; returns the wait status (-1 on timeout, then killed). */
+static int stop_daemon(void)
+{
+    if (kill(g.daemon, SIGTERM) != 0) die("kill");
+    double t0 = now();
+    int status;
+    while (now() - t0 < STOP_TIMEOUT) {
+        pid_t r = waitpid(g.daemon, &status, WNOHANG);
+        if (r < 0) die("waitpid");
+        if (r == g.daemon) {
+            g.daemon = -1;
+            return status;
+        }
+        sleep_ns(POLL_NS);
+    }
+    return -1; /* cleanup() kills it */
+}
+
+/* ---- HTTP (libcurl; one handle, so the connection is reused) --------------------------------- */
+
+typedef struct client {
+    CURL *c;
+    char base[64]; /* http://127.0.0.1:PORT */
+} client;
+
+typedef struct membuf {
+    char *data;
+    size_t len;
+} membuf;
+
+static size_t membuf_write(char *p, size_t size, size_t n, void *ud)
+{
+    membuf *b = ud;
+    char *d = realloc(b->data, b->len + size * n + 1);
+    if (!d) return 0;
+    memcpy(d + b->len, p, size * n);
+    b->len += size * n;
+    d[b->len] = '\0';
+    b->data = d;
+    return size * n;
+}
+
+static size_t file_read(char *p, size_t size, size_t n, void *ud)
+{
+    return fread(p, size, n, ud) * size;
+}
+
+static size_t file_write(char *p, size_t size, size_t n, void *ud)
+{
+    return fwrite(p, size, n, ud) * size;
+}
+
+/* Resets the handle for a request to path (keeps the connection). */
+static void prepare(client *cl, const char *method, const char *path)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s%s", cl->base, path);
+    curl_easy_reset(cl->c);
+    curl_easy_setopt(cl->c, CURLOPT_URL, url);
+    curl_easy_setopt(cl->c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(cl->c, CURLOPT_NOSIGNAL, 1L);
+}
+
+/* Performs the prepared request; returns the HTTP status. */
+static long perform(client *cl, const char *what, struct curl_slist *headers)
+{
+    if (headers) curl_easy_setopt(cl->c, CURLOPT_HTTPHEADER, headers);
+    CURLcode rc = curl_easy_perform(cl->c);
+    if (rc != CURLE_OK) fail("%s: %s", what, curl_easy_strerror(rc));
+    long code = 0;
+    curl_easy_getinfo(cl->c, CURLINFO_RESPONSE_CODE, &code);
+    return code;
+}
+
+/* A JSON request; fails unless the status is one of ok1/ok2. Returns the parsed reply. */
+static json_t *request_json(client *cl, const char *method, const char *path, const char *body,
+                            long ok1, long ok2)
+{
+    membuf reply = {0};
+    prepare(cl, method, path);
+    curl_easy_setopt(cl->c, CURLOPT_WRITEFUNCTION, membuf_write);
+    curl_easy_setopt(cl->c, CURLOPT_WRITEDATA, &reply);
+    struct curl_slist *h = NULL;
+    if (body) {
+        curl_easy_setopt(cl->c, CURLOPT_POSTFIELDS, body);
+        h = curl_slist_append(h, "Content-Type: application/json");
+    }
+    long code = perform(cl, path, h);
+    curl_slist_free_all(h);
+    json_t *doc = reply.data ? json_loads(reply.data, 0, NULL) : NULL;
+    if ((code != ok1 && code != ok2) || !doc)
+        fail("%s %s: status %ld: %s", method, path, code, reply.data ? reply.data : "(no body)");
+    free(reply.data);
+    return doc;
+}
+
+/* POST /v1/jobs?ruleset=NAME streaming the file; returns the new job's id. */
+static json_int_t upload(client *cl, const char *ruleset, const char *path, int64_t size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) die(path);
+    char target[128];
+    snprintf(target, sizeof target, "/v1/jobs?ruleset=%s", ruleset);
+    membuf reply = {0};
+    prepare(cl, "POST", target);
+    curl_easy_setopt(cl->c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(cl->c, CURLOPT_READFUNCTION, file_read);
+    curl_easy_setopt(cl->c, CURLOPT_READDATA, f);
+    curl_easy_setopt(cl->c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+    curl_easy_setopt(cl->c, CURLOPT_UPLOAD_BUFFERSIZE, (long)IO_BUFFER);
+    curl_easy_setopt(cl->c, CURLOPT_WRITEFUNCTION, membuf_write);
+    curl_easy_setopt(cl->c, CURLOPT_WRITEDATA, &reply);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+    h = curl_slist_append(h, "Expect:");
+    long code = perform(cl, "POST /v1/jobs", h);
+    curl_slist_free_all(h);
+    fclose(f);
+    json_t *doc = reply.data ? json_loads(reply.data, 0, NULL) : NULL;
+    json_t *id = json_object_get(doc, "id");
+    if (code != 202 || !json_is_integer(id))
+        fail("POST %s: status %ld: %s", target, code, reply.data ? reply.data : "(no body)");
+    json_int_t v = json_integer_value(id);
+    json_decref(doc);
+    free(reply.data);
+    return v;
+}
+
+/* Polls GET /v1/jobs/{id} every 10 ms until it succeeds; returns outputs[0].bytes. */
+static int64_t wait_job(client *cl, json_int_t id)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+    double t0 = now();
+    while (now() - t0 < JOB_TIMEOUT) {
+        json_t *job = request_json(cl, "GET", path, NULL, 200, 200);
+        const char *state = json_string_value(json_object_get(job, "state"));
+        if (state && strcmp(state, "succeeded") == 0) {
+            json_t *bytes =
+                json_object_get(json_array_get(json_object_get(job, "outputs"), 0), "bytes");
+            if (!json_is_integer(bytes))
+                fail("job %lld succeeded without outputs[0].bytes", (long long)id);
+            int64_t n = (int64_t)json_integer_value(bytes);
+            json_decref(job);
+            return n;
+        }
+        if (!state || (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0)) {
+            const char *e = json_string_value(json_object_get(job, "error"));
+            fail("job %lld ended %s: %s", (long long)id, state ? state : "(no state)",
+                 e ? e : "(no error)");
+        }
+        json_decref(job);
+        check_daemon_alive("while the job ran");
+        sleep_ns(POLL_NS);
+    }
+    fail("job %lld did not finish within %.0f s", (long long)id, JOB_TIMEOUT);
+}
+
+/* GET /v1/jobs/{id}/output into the file at out; returns the bytes written. */
+static int64_t download(client *cl, json_int_t id, const char *out)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/output", (long long)id);
+    FILE *f = fopen(out, "wb");
+    if (!f) die(out);
+    prepare(cl, "GET", path);
+    curl_easy_setopt(cl->c, CURLOPT_WRITEFUNCTION, file_write);
+    curl_easy_setopt(cl->c, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(cl->c, CURLOPT_BUFFERSIZE, (long)IO_BUFFER);
+    long code = perform(cl, path, NULL);
+    if (fclose(f) != 0) die(out);
+    if (code != 200) fail("GET %s: status %ld", path, code);
+    return file_size(out);
+}
+
+/* ---- the run --------------------------------------------------------------------------------- */
+
+typedef struct daemon_result {
+    double upload, quantize, download; /* seconds */
+    int64_t out_bytes;
+    long rss_kib;
+    int exit_status;
+} daemon_result;
+
+static void put_ruleset(client *cl)
+{
+    json_decref(request_json(cl, "PUT", "/v1/rulesets/bench", "{\"rules\":" RULES "}", 201, 200));
+}
+
+static void end_to_end(client *cl, const char *in, int64_t in_bytes, const char *out,
+                       daemon_result *r)
+{
+    double t0 = now();
+    json_int_t id = upload(cl, "bench", in, in_bytes);
+    double t1 = now();
+    int64_t expect = wait_job(cl, id);
+    double t2 = now();
+    r->out_bytes = download(cl, id, out);
+    double t3 = now();
+    if (r->out_bytes != expect)
+        fail("downloaded %lld bytes, the job reports %lld", (long long)r->out_bytes,
+             (long long)expect);
+    r->upload = t1 - t0;
+    r->quantize = t2 - t1;
+    r->download = t3 - t2;
+}
+
+static daemon_result run_daemon(const char *quantd, const char *threads, const char *in,
+                                int64_t in_bytes)
+{
+    char data_dir[2200], port_file[2200], out[2200];
+    snprintf(data_dir, sizeof data_dir, "%s/var", g.root);
+    snprintf(port_file, sizeof port_file, "%s/port", g.root);
+    snprintf(out, sizeof out, "%s/download.safetensors", g.root);
+    start_daemon(quantd, threads, data_dir, port_file);
+    client cl = {.c = curl_easy_init()};
+    if (!cl.c) fail("curl_easy_init failed");
+    snprintf(cl.base, sizeof cl.base, "http://127.0.0.1:%d", wait_for_port(port_file));
+    daemon_result r = {0};
+    put_ruleset(&cl);
+    end_to_end(&cl, in, in_bytes, out, &r);
+    curl_easy_cleanup(cl.c);
+    r.rss_kib = daemon_hwm_kib();
+    r.exit_status = stop_daemon();
+    return r;
+}
+
+static void print_row(const char *run, double bytes, double seconds, const char *ratio,
+                      long rss_kib)
+{
+    char rss[32] = "-";
+    if (rss_kib > 0) snprintf(rss, sizeof rss, "%.0f", (double)rss_kib / 1024.0);
+    printf("| %s | %.2f | %s | %.3f | %s |\n", run, bytes / 1e9 / seconds, ratio, seconds, rss);
+}
+
+static void print_table(double mib, const char *threads, int64_t in_bytes, offline_result off,
+                        const daemon_result *d)
+{
+    double e2e = d->upload + d->quantize + d->download;
+    char ratio[32];
+    snprintf(ratio, sizeof ratio, "%.2f", off.seconds / e2e);
+    printf("## daemon: upload -> quantize -> download of a %.0f MiB bf16 shard over loopback "
+           "(%d tensors, int8 per-channel), threads %s\n\n",
+           mib, N_TENSORS, threads);
+    printf("| run | GB/s | ratio vs offline | seconds | peak RSS MiB |\n|---|---|---|---|---|\n");
+    print_row("quant quantize, offline (baseline, best of 2)", (double)in_bytes, off.seconds,
+              "1.00", off.rss_kib);
+    print_row("quantd end to end", (double)in_bytes, e2e, ratio, d->rss_kib);
+    print_row("- upload (POST, streamed)", (double)in_bytes, d->upload, "-", 0);
+    print_row("- quantize (202 to succeeded, 10 ms polls)", (double)in_bytes, d->quantize, "-", 0);
+    print_row("- download (GET output, to disk)", (double)d->out_bytes, d->download, "-", 0);
+    printf("\nGB/s: input bytes per second (download: output bytes); targets: end to end >= 0.5x "
+           "offline, quantd peak RSS < 300 MiB.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: daemon-bench QUANTD_BINARY QUANT_BINARY\n");
+        return 2;
+    }
+    const char *env = getenv("QUANT_BENCH_DAEMON_MIB");
+    long mib = env ? atol(env) : 1024;
+    if (mib < 1) mib = 1;
+    const char *threads = getenv("QUANT_BENCH_THREADS") ? getenv("QUANT_BENCH_THREADS") : "2";
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(g.root, sizeof g.root, "%s/daemon-bench-XXXXXX", tmp);
+    if (!mkdtemp(g.root)) {
+        g.root[0] = '\0';
+        die("mkdtemp");
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) fail("curl_global_init failed");
+    char in[2200], out[2200], rules[2200];
+    snprintf(in, sizeof in, "%s/in.safetensors", g.root);
+    snprintf(out, sizeof out, "%s/offline.safetensors", g.root);
+    snprintf(rules, sizeof rules, "%s/rules.json", g.root);
+    write_shard(in, (int64_t)mib * 8);
+    write_text(rules, RULES "\n");
+    int64_t in_bytes = file_size(in);
+    warm(in);
+    offline_result off = run_offline(argv[2], threads, rules, in, out);
+    daemon_result d = run_daemon(argv[1], threads, in, in_bytes);
+    print_table((double)mib, threads, in_bytes, off, &d);
+    curl_global_cleanup();
+    cleanup();
+    if (d.exit_status != 0) {
+        fprintf(stderr, "daemon-bench: quantd did not exit 0 after SIGTERM (wait status %d%s)\n",
+                d.exit_status, d.exit_status < 0 ? ", timed out and killed" : "");
+        return 1;
+    }
+    return 0;
+}
