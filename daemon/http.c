@@ -243,11 +243,14 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
     if (!h) return qd_fail(err, QD_NOMEM, "out of memory");
     h->app = app;
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    /* CONNECTION_MEMORY_LIMIT: an upload body arrives in pieces of about this pool's size; the
+     * default 32 KiB meant a write(2) per 16 KiB. Pool pages are touched only as they are used. */
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, app, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
                             (unsigned)app->cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)app->cfg->idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, app, MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);
+                            on_completed, app, MHD_OPTION_CONNECTION_LIMIT, 1000u,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)1 << 20, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         return qd_fail(err, QD_IO, "cannot listen on %s:%d (address in use or not permitted)",
