@@ -59,6 +59,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
     };
     memset(a, 0, sizeof *a);
     quant_pipeline_options_init(&a->opts);
+    a->opts.map_input = true; /* the command's input is the user's own file */
     opterr = 0;
     int c;
     long v;

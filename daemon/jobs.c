@@ -156,6 +156,8 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     o.progress = on_progress;
     o.progress_user = ctx;
     o.cancel = &s->cancel;
+    /* an upload lives in quantd's own data directory: nobody truncates it under the mapping */
+    o.map_input = strcmp(j->source_kind, "upload") == 0;
     quant_report *rep = NULL;
     st = quant_quantize_path(rs, j->source_path, out, &o, &rep, ck);
     if (st == QUANT_CK_OK) {

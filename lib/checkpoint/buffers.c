@@ -6,6 +6,7 @@
 #define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "ck_internal.h"
 
@@ -72,6 +73,24 @@ void ck_buf_trim(void)
         }
     cache.bytes = 0;
     pthread_mutex_unlock(&cache.mu);
+}
+
+void *ck_map_range(int fd, uint64_t off, size_t len, void **base, size_t *base_len)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = off / page * page;
+    size_t n = (size_t)(off - start) + (len ? len : 1);
+    /* MAP_POPULATE: the page-cache pages are mapped now, in the reader thread, not faulted in
+     * one by one by the compute stage */
+    void *p = mmap(NULL, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)start);
+    if (p == MAP_FAILED) return NULL;
+    *base = p;
+    *base_len = n;
+    return (char *)p + (off - start);
+}
+
+void ck_unmap(void *base, size_t base_len)
+{
+    if (base) munmap(base, base_len);
 }
 
 bool ck_queue_init(ck_queue *q, size_t cap)

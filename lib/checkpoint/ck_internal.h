@@ -20,6 +20,10 @@
 void *ck_buf_alloc(size_t n);
 void ck_buf_free(void *p, size_t n);
 void ck_buf_trim(void);
+/* Maps bytes [off, off + len) of fd read-only (page-aligned underneath); *base and *base_len are
+ * what ck_unmap takes. NULL on failure (errno set). */
+void *ck_map_range(int fd, uint64_t off, size_t len, void **base, size_t *base_len);
+void ck_unmap(void *base, size_t base_len);
 
 /* A FIFO of pointers with a fixed capacity. push blocks while full, pop while empty; after
  * ck_queue_close both return at once (push returns false, pop returns NULL once drained). */
@@ -136,7 +140,9 @@ typedef struct ck_unit {
     int64_t row0, rows;
     uint64_t in_off, in_len;
     bool first, last; /* first/last unit of its tensor (last of its pass for CALIB) */
-    void *in_buf;
+    void *in_buf;     /* the input bytes: a ck_buf_alloc buffer, or inside map_base */
+    void *map_base;   /* non-NULL: in_buf lies in this read-only mapping of the file */
+    size_t map_len;
     size_t n_pieces;
     ck_piece piece[CK_MAX_PIECES];
 } ck_unit;

@@ -39,15 +39,40 @@ static bool cancelled(pipe_t *p)
     return true;
 }
 
+static void release_input(ck_unit *u)
+{
+    if (u->map_base)
+        ck_unmap(u->map_base, u->map_len);
+    else
+        ck_buf_free(u->in_buf, u->in_len);
+    u->in_buf = u->map_base = NULL;
+}
+
 static void unit_free(ck_unit *u)
 {
     if (!u) return;
-    ck_buf_free(u->in_buf, u->in_len);
+    release_input(u);
     for (size_t i = 0; i < u->n_pieces; i++) ck_buf_free(u->piece[i].buf, u->piece[i].alloc);
     free(u);
 }
 
 /* ---- reader ---------------------------------------------------------------------------------- */
+
+/* The unit's input bytes: a buffer read with pread (copied units always: the writer takes it),
+ * or, with map_input, a read-only mapping of the file (no copy). */
+static quant_ck_status load_input(pipe_t *p, ck_unit *u, quant_ck_error *e)
+{
+    const quant_st_tensor *t = u->tp->in;
+    if (u->kind != CK_UNIT_COPY && p->run->opts->map_input) {
+        uint64_t at = p->sp->in->data_start + t->begin + u->in_off;
+        u->in_buf = ck_map_range(p->sp->in->fd, at, u->in_len, &u->map_base, &u->map_len);
+        if (u->in_buf) return QUANT_CK_OK;
+    }
+    if (!(u->in_buf = ck_buf_alloc(u->in_len)))
+        return quant_ck_fail(e, QUANT_CK_ERR_NOMEM, "out of memory for a %llu-byte buffer",
+                             (unsigned long long)u->in_len);
+    return quant_st_read(p->sp->in, t, u->in_off, u->in_buf, u->in_len, e);
+}
 
 static bool read_unit(pipe_t *p, size_t tensor, ck_unit_kind kind, int64_t row0, int64_t rows,
                       uint64_t off, uint64_t len, bool first, bool last)
@@ -55,10 +80,8 @@ static bool read_unit(pipe_t *p, size_t tensor, ck_unit_kind kind, int64_t row0,
     if (atomic_load(&p->failed) || cancelled(p)) return false;
     ck_unit *u = calloc(1, sizeof *u);
     quant_ck_error e;
-    if (!u || !(u->in_buf = ck_buf_alloc(len))) {
-        free(u);
-        quant_ck_fail(&e, QUANT_CK_ERR_NOMEM, "out of memory for a %llu-byte buffer",
-                      (unsigned long long)len);
+    if (!u) {
+        quant_ck_fail(&e, QUANT_CK_ERR_NOMEM, "out of memory");
         pipe_fail(p, &e);
         return false;
     }
@@ -70,9 +93,8 @@ static bool read_unit(pipe_t *p, size_t tensor, ck_unit_kind kind, int64_t row0,
                    .in_off = off,
                    .in_len = len,
                    .first = first,
-                   .last = last,
-                   .in_buf = u->in_buf};
-    if (quant_st_read(p->sp->in, p->sp->t[tensor].in, off, u->in_buf, len, &e) != QUANT_CK_OK) {
+                   .last = last};
+    if (load_input(p, u, &e) != QUANT_CK_OK) {
         quant_ck_prefix(&e, "%s", p->sp->in->path);
         pipe_fail(p, &e);
         unit_free(u);
@@ -184,8 +206,7 @@ static void compute_loop(pipe_t *p, ck_compute *c)
             unit_free(u);
             continue;
         }
-        ck_buf_free(u->in_buf, u->in_len);
-        u->in_buf = NULL;
+        release_input(u);
         if (u->kind != CK_UNIT_CALIB) run->bytes_done += u->in_len;
         if (u->last && u->kind != CK_UNIT_CALIB) tensor_done(p, c, u);
         if (run->opts->progress) {

@@ -52,6 +52,10 @@ typedef struct quant_pipeline_options {
     quant_progress_fn progress; /* may be NULL */
     void *progress_user;
     atomic_int *cancel; /* when not NULL and set non-zero, the run stops with CANCELLED */
+    /* Read the tensors to quantize through a read-only mapping of the input instead of copying
+     * them (default false). Faster, but a file that another process truncates during the run
+     * kills the process with SIGBUS: only for inputs nobody else writes to. */
+    bool map_input;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */

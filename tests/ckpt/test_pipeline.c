@@ -168,12 +168,13 @@ START_TEST(test_quantized_and_copied)
 }
 END_TEST
 
-/* Output bytes of a run with a given chunk size. */
+/* Output bytes of a run with a given chunk size (mapped input for the small chunks). */
 static void *run_file(const char *rules, const char *in, const char *out, size_t chunk, size_t *len)
 {
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     o.chunk_bytes = chunk;
+    o.map_input = chunk < (1u << 20);
     o.buffers = 2;
     quant_ck_error err;
     ck_assert_msg(run(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
