@@ -89,6 +89,7 @@ static void write_shard(const char *path, int shard, uint16_t *buf)
 /* Runs argv, returns wall seconds; *maxrss_kib gets the child's peak RSS. */
 static double run(char *const argv[], long *maxrss_kib)
 {
+    sync(); /* the previous run's dirty pages are written back before, not during, this one */
     double t0 = now();
     pid_t pid = fork();
     if (pid < 0) die("fork");
@@ -183,9 +184,15 @@ int main(int argc, char **argv)
         q_argv[k++] = in;
         q_argv[k++] = out;
         q_argv[k] = NULL;
-        long rss;
-        double t = run(q_argv, &rss);
-        rm_rf(out);
+        long rss = 0;
+        double t = 1e30;
+        for (int rep = 0; rep < 2; rep++) { /* best of two, like the baseline */
+            long r;
+            double dt = run(q_argv, &r);
+            rm_rf(out);
+            t = dt < t ? dt : t;
+            rss = r > rss ? r : rss;
+        }
         printf("| %s | %.2f | %.2f | %.0f |\n", variants[v][0], gib * 1.073741824 / t, t_cp / t,
                (double)rss / 1024.0);
     }
