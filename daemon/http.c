@@ -191,6 +191,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return r->route->handler(r);
 }
 
+/* How a request ended, for the log: "ok" unless the response was cut short. */
+static const char *termination_name(enum MHD_RequestTerminationCode toe)
+{
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+        return "ok";
+    case MHD_REQUEST_TERMINATED_WITH_ERROR:
+        return "error";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+        return "timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+        return "shutdown";
+    case MHD_REQUEST_TERMINATED_READ_ERROR:
+        return "read_error";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+        return "client_abort";
+    default:
+        return "other";
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -207,8 +228,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     snprintf(ms, sizeof ms, "%.3f", secs * 1e3);
     qd_log(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? QD_LOG_INFO : QD_LOG_WARN, "request",
            "request_id", r->id, "method", r->method, "path", r->url, "route",
-           r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "completed",
-           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", NULL);
+           r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "end",
+           termination_name(toe), NULL);
     req_free(r);
     *con_cls = NULL;
 }
