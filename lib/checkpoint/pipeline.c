@@ -63,8 +63,11 @@ static void unit_free(ck_unit *u)
 static quant_ck_status load_input(pipe_t *p, ck_unit *u, quant_ck_error *e)
 {
     const quant_st_tensor *t = u->tp->in;
-    if (u->kind != CK_UNIT_COPY && p->run->opts->map_input) {
-        uint64_t at = p->sp->in->data_start + t->begin + u->in_off;
+    uint64_t at = p->sp->in->data_start + t->begin + u->in_off;
+    /* a mapping only when the data is aligned for the kernels (a header not padded to a
+     * multiple of 8 leaves it misaligned: then the copy aligns it) */
+    if (u->kind != CK_UNIT_COPY && p->run->opts->map_input &&
+        at % (uint64_t)quant_dtype_size(u->tp->in_dtype) == 0) {
         u->in_buf = ck_map_range(p->sp->in->fd, at, u->in_len, &u->map_base, &u->map_len);
         if (u->in_buf) return QUANT_CK_OK;
     }
