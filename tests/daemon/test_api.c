@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "qdproc.h"
@@ -660,12 +661,58 @@ START_TEST(test_concurrent_uploads)
 }
 END_TEST
 
+/* ---- the command line, and signals ------------------------------------------------------------
+ */
+
+static int run_quantd(const char *args, char *out, size_t len)
+{
+    const char *bin = getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_commands_and_signals)
+{
+    char out[8192], args[2048];
+    ck_assert_int_eq(run_quantd("--version", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "quantd "));
+    ck_assert_int_eq(run_quantd("--help", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--source-root"));
+    ck_assert_int_eq(run_quantd("--config /dev/null --workers 0", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--workers"));
+    ck_assert_int_eq(run_quantd("--config /dev/null --bogus", out, sizeof out), 2);
+    char *dir = qdt_tmpdir();
+    snprintf(args, sizeof args, "migrate --config /dev/null --data-dir %s/var", dir);
+    ck_assert_int_eq(run_quantd(args, out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "schema version 1"));
+    snprintf(args, sizeof args, "check-config --config /dev/null --data-dir %s/var", dir);
+    ck_assert_int_eq(run_quantd(args, out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "[server]"));
+    qdt_rmtree(dir);
+    free(dir);
+    /* SIGHUP reloads and keeps serving; SIGINT stops like SIGTERM */
+    qdp d;
+    qdp_start(&d, NULL);
+    ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+    expect(&d, "GET", "/healthz", NULL, 200, NULL);
+    ck_assert_int_eq(qdp_signal(&d, SIGINT), 0);
+    qdp_stop(&d);
+}
+END_TEST
+
 Suite *suite_api(void)
 {
     Suite *s = suite_create("api");
     TCase *tc = tcase_create("daemon");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_health_and_routing);
+    tcase_add_test(tc, test_commands_and_signals);
     tcase_add_test(tc, test_rulesets);
     tcase_add_test(tc, test_upload_round_trip);
     tcase_add_test(tc, test_bad_uploads);
