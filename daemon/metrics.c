@@ -31,6 +31,9 @@ struct qd_metrics {
     size_t n_routes;
     route_counters *routes; /* n_routes + 1: the last for unmatched requests */
     atomic_uint_fast64_t bytes_quantized, tensors_quantized, upload_bytes;
+    atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts;
+    atomic_uint_fast64_t commit_bucket[N_BUCKETS]; /* non-cumulative */
+    atomic_uint_fast64_t commit_sum_us;
 };
 
 qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes)
@@ -87,6 +90,22 @@ void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors)
 void qd_metrics_upload(qd_metrics *m, uint64_t bytes)
 {
     add(&m->upload_bytes, bytes);
+}
+
+void qd_metrics_stats_post(qd_metrics *m, uint64_t activations)
+{
+    add(&m->stats_posts, 1);
+    add(&m->stats_activations, activations);
+}
+
+void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds)
+{
+    size_t b = 0;
+    while (b < N_BUCKETS && seconds > bounds[b]) b++;
+    if (b < N_BUCKETS) add(&m->commit_bucket[b], 1);
+    add(&m->commits, 1);
+    add(&m->commit_posts, posts);
+    add(&m->commit_sum_us, (uint64_t)(seconds * 1e6));
 }
 
 /* ---- rendering --------------------------------------------------------------------------------
@@ -161,6 +180,34 @@ static void render_requests(qd_metrics *m, sbuf *b)
     }
 }
 
+static void render_stats(qd_metrics *m, sbuf *b)
+{
+    put(b,
+        "# HELP quantd_stats_posts_total Statistics posts stored.\n"
+        "# TYPE quantd_stats_posts_total counter\nquantd_stats_posts_total %llu\n",
+        (unsigned long long)get(&m->stats_posts));
+    put(b,
+        "# HELP quantd_stats_activations_total Activations updated by stored posts.\n"
+        "# TYPE quantd_stats_activations_total counter\nquantd_stats_activations_total %llu\n",
+        (unsigned long long)get(&m->stats_activations));
+    put(b,
+        "# HELP quantd_stats_commit_posts_total Posts carried by the stats writer's commits.\n"
+        "# TYPE quantd_stats_commit_posts_total counter\nquantd_stats_commit_posts_total %llu\n",
+        (unsigned long long)get(&m->commit_posts));
+    put(b, "# HELP quantd_stats_commit_seconds Latency of the stats writer's group commits.\n"
+           "# TYPE quantd_stats_commit_seconds histogram\n");
+    uint64_t cum = 0;
+    for (size_t k = 0; k < N_BUCKETS; k++) {
+        cum += get(&m->commit_bucket[k]);
+        put(b, "quantd_stats_commit_seconds_bucket{le=\"%g\"} %llu\n", bounds[k],
+            (unsigned long long)cum);
+    }
+    put(b, "quantd_stats_commit_seconds_bucket{le=\"+Inf\"} %llu\n",
+        (unsigned long long)get(&m->commits));
+    put(b, "quantd_stats_commit_seconds_sum %.6f\nquantd_stats_commit_seconds_count %llu\n",
+        (double)get(&m->commit_sum_us) * 1e-6, (unsigned long long)get(&m->commits));
+}
+
 char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts)
 {
     sbuf b = {.p = malloc(8192), .cap = 8192};
@@ -187,6 +234,7 @@ char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts)
         "# HELP quantd_upload_bytes_total Bytes received in uploads.\n"
         "# TYPE quantd_upload_bytes_total counter\nquantd_upload_bytes_total %llu\n",
         (unsigned long long)get(&m->upload_bytes));
+    render_stats(m, &b);
     if (b.failed) {
         free(b.p);
         return NULL;

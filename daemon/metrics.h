@@ -1,5 +1,6 @@
 /* metrics.h -- the counters and histograms behind GET /metrics (Prometheus text format 0.0.4):
- * requests by route and status, request latency, bytes and tensors quantized, upload bytes. Job
+ * requests by route and status, request latency, bytes and tensors quantized, upload bytes,
+ * statistics posts, activations updated and the stats writer's commit latency. Job
  * states and queue depth are read from the store at scrape time. Lock-free updates.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -19,6 +20,10 @@ void qd_metrics_free(qd_metrics *m);
 void qd_metrics_request(qd_metrics *m, size_t route, unsigned status, double seconds);
 void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors);
 void qd_metrics_upload(qd_metrics *m, uint64_t bytes);
+/* A stats post stored (its activations); a group commit of the stats writer (posts in it, and
+ * how long the transaction took). */
+void qd_metrics_stats_post(qd_metrics *m, uint64_t activations);
+void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds);
 
 /* Appends the exposition to a malloc'd string; job counts by state (QD_JOB_STATE_COUNT of them,
  * in qd_job_state order) come from the caller. NULL on allocation failure. */

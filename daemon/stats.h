@@ -1,0 +1,152 @@
+/* stats.h -- calibration statistics from training jobs (issue 5, SPEC section 8): what a post
+ * carries, the per-model averaging settings, the single writer that group-commits posts to
+ * SQLite (an answer only after its transaction committed), the reads (never blocked by the
+ * writer: WAL, own connection), and static activation scales computed from the averages.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_STATS_H
+#define QD_STATS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+#include "quant.h"
+#include "quant_rules.h"
+#include "store.h"
+
+/* ---- what a post carries (stats_parse.c fills these) ------------------------------------------
+ */
+
+typedef enum qd_stat_kind {
+    QD_STAT_ABSMAX = 0, /* one array: absmax */
+    QD_STAT_MINMAX = 1  /* two arrays of one shape: min and max */
+} qd_stat_kind;
+
+typedef struct qd_stat_entry {
+    char *name; /* the activation as posted, e.g. "layers/0/mlp/dot_general0_lhs" */
+    qd_stat_kind kind;
+    int rank; /* 0: a scalar */
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t n;     /* elements (product of shape; 1 for a scalar) */
+    double *a;     /* absmax, or min: n finite values (sums in a merge) */
+    double *b;     /* max for MINMAX (sums in a merge), else NULL */
+    int64_t count; /* 1 for an update; the dump's count (>= 1) in a merge */
+} qd_stat_entry;
+
+typedef struct qd_stat_post {
+    char *model;
+    bool merge;   /* ?mode=merge: a Qwix quant_stats dump (counts and sums) */
+    int64_t step; /* the training step, -1 when absent */
+    qd_stat_entry *e;
+    size_t n;
+} qd_stat_post;
+
+void qd_stat_post_clear(qd_stat_post *p);
+
+/* Parsers (each validates everything and names the activation in its error; QD_INVALID). */
+qd_status qd_stats_parse_json(const char *body, size_t len, bool merge, qd_stat_post *out,
+                              qd_err *err);
+/* A safetensors body: tensors ACT/absmax or ACT/min + ACT/max, F32, BF16 or F16. */
+qd_status qd_stats_parse_safetensors(const void *body, size_t len, qd_stat_post *out, qd_err *err);
+
+/* ---- per-model settings -----------------------------------------------------------------------
+ */
+
+typedef enum qd_averaging { QD_AVG_SIMPLE = 0, QD_AVG_EMA = 1 } qd_averaging;
+
+typedef struct qd_model_conf {
+    qd_averaging averaging;  /* default simple (Qwix SimpleMovingAverage) */
+    double ema_constant;     /* default 0.01, in (0, 1] */
+    int64_t bootstrap_steps; /* default 0: while count <= this, the calibration is the last post */
+} qd_model_conf;
+
+void qd_model_conf_defaults(qd_model_conf *c);
+
+/* ---- the store of statistics ------------------------------------------------------------------
+ */
+
+typedef struct qd_stats qd_stats;
+
+/* Opens its own SQLite connections on db_path (a writer for the writer thread, a reader), the
+ * schema having been migrated by qd_store_open, and starts the writer thread. metrics may be
+ * NULL. */
+qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err);
+/* Finishes the queued writes, stops the writer, closes. NULL is a no-op. */
+void qd_stats_close(qd_stats *s);
+
+/* Writes go through the one writer thread, which takes every write queued while it was busy
+ * into one transaction (group commit); each call returns after that transaction committed (or
+ * failed). A post is all or nothing: QD_INVALID (message naming the activation: shape or kind
+ * differs from what is stored) leaves nothing of it stored, whatever the other posts of the
+ * group do. An unknown model is created with the default settings by its first post. */
+qd_status qd_stats_post(qd_stats *s, const qd_stat_post *p, qd_err *err);
+/* Deletes a model's statistics (its settings stay). QD_NOT_FOUND for an unknown model. */
+qd_status qd_stats_reset(qd_stats *s, const char *model, qd_err *err);
+/* Creates or replaces a model's settings; *created tells which. */
+qd_status qd_stats_put_model(qd_stats *s, const char *model, const qd_model_conf *c, bool *created,
+                             qd_err *err);
+
+/* Reads. */
+/* [{"name","averaging","ema_constant","bootstrap_steps","activations","posts","updated_at"}]
+ * by name ("posts": updates and merges stored; "updated_at": ISO-8601 or null). */
+qd_status qd_stats_models(qd_stats *s, json_t **out, qd_err *err);
+qd_status qd_stats_model_conf(qd_stats *s, const char *model, qd_model_conf *c, qd_err *err);
+
+/* One activation's statistics and the calibration its model's averaging gives. */
+typedef struct qd_stat_avg {
+    char *name;
+    qd_stat_kind kind;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t n;
+    int64_t count;
+    double *sum_a, *sum_b; /* sum_of_absmax (or sum_of_min), sum_of_max (MINMAX) */
+    double *a, *b;         /* the calibration: absmax (or min), max */
+    bool bootstrapping;    /* count <= bootstrap_steps: a/b are the last posted values */
+    int64_t updated_ms;
+} qd_stat_avg;
+
+/* The model's activations (all, or those whose name fully matches name_regex, PCRE2), by name.
+ * QD_NOT_FOUND for an unknown model; QD_INVALID for a bad regex. */
+qd_status qd_stats_read(qd_stats *s, const char *model, const char *name_regex, qd_stat_avg **out,
+                        size_t *n, qd_err *err);
+void qd_stat_avgs_free(qd_stat_avg *a, size_t n);
+
+/* ---- static activation scales (stats_scales.c) ------------------------------------------------
+ */
+
+/* The module path of an activation: its name with '/' read as '.', less the last component
+ * ("layers/0/mlp/dot_general0_lhs" -> "layers.0.mlp"); the output tensor base is the whole
+ * name with '.' ("layers.0.mlp.dot_general0_lhs", written as BASE_scale, BASE_zero_point). */
+char *qd_act_module_path(const char *name);
+char *qd_act_tensor_base(const char *name);
+
+typedef struct qd_act_scale {
+    char *name;        /* the activation */
+    char *tensor_base; /* qd_act_tensor_base(name) */
+    quant_qtype qtype;
+    long rule; /* the rule that gave the qtype, -1 for a fixed qtype */
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t n;
+    float *scale;
+    int32_t *zero_point; /* NULL when symmetric (absmax statistics) */
+    int64_t count;
+} qd_act_scale;
+
+/* SPEC section 4 on each averaged calibration: ABSMAX statistics give a symmetric scale,
+ * MINMAX an asymmetric one with a zero point. The qtype is `fixed` when not NULL, else the
+ * act_qtype of the first rule of rs whose module_path matches the activation's module path
+ * (with static_only, only a rule with act_static_scale counts). Activations without such a
+ * rule are not scaled: their names go to *skipped (malloc'd array of malloc'd strings).
+ * count == 0 is QD_INVALID naming the activation; so is a qtype SPEC section 4 refuses. */
+qd_status qd_act_scales(const qd_stat_avg *avg, size_t n, const quant_ruleset *rs,
+                        const quant_qtype *fixed, bool static_only, qd_act_scale **out,
+                        size_t *n_out, char ***skipped, size_t *n_skipped, qd_err *err);
+void qd_act_scales_free(qd_act_scale *a, size_t n);
+void qd_strings_free(char **s, size_t n);
+
+#endif /* QD_STATS_H */
