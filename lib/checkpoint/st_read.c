@@ -1,6 +1,7 @@
-/* st_read.c -- the safetensors reader: opens a file, validates its header as the reference parser
- * does (length, UTF-8, JSON, dtypes, shapes, sizes, contiguous offsets, metadata), keeps the
- * tensors in data order with a name index, and reads tensor bytes on demand with pread.
+/* st_read.c -- the safetensors reader: opens a file (or takes a buffer already in memory),
+ * validates its header as the reference parser does (length, UTF-8, JSON, dtypes, shapes, sizes,
+ * contiguous offsets, metadata), keeps the tensors in data order with a name index, and reads
+ * tensor bytes on demand with pread (or memcpy from the buffer).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -19,6 +20,7 @@
 typedef struct st_file {
     quant_st_file pub;
     const quant_st_tensor **by_name; /* n_tensors pointers, sorted by strcmp of the name */
+    const unsigned char *mem; /* quant_st_open_buffer: the caller's file_size bytes, else NULL */
 } st_file;
 
 #define SHAPE_TEXT_MAX (QUANT_MAX_RANK * 22 + 4)
@@ -93,6 +95,16 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
+/* Reads exactly n bytes at offset off of the file or the buffer: 0, -1 (errno set) or 1 (the
+ * end came first). */
+static int read_at(const st_file *sf, void *buf, size_t n, uint64_t off)
+{
+    if (!sf->mem) return pread_full(sf->pub.fd, buf, n, off);
+    if (off > sf->pub.file_size || (uint64_t)n > sf->pub.file_size - off) return 1;
+    memcpy(buf, sf->mem + off, n);
+    return 0;
+}
+
 /* ---- the length prefix and the header text --------------------------------------------------- */
 
 static quant_ck_status open_file(quant_st_file *f, quant_ck_error *err)
@@ -106,14 +118,15 @@ static quant_ck_status open_file(quant_st_file *f, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
-static quant_ck_status read_length(quant_st_file *f, quant_ck_error *err)
+static quant_ck_status read_length(st_file *sf, quant_ck_error *err)
 {
+    quant_st_file *f = &sf->pub;
     if (f->file_size == 0) return bad(err, "empty file (0 bytes), not a safetensors file");
     if (f->file_size < 8)
         return bad(err, "file is %" PRIu64 " bytes, shorter than the 8-byte header length",
                    f->file_size);
     unsigned char b[8];
-    int r = pread_full(f->fd, b, 8, 0);
+    int r = read_at(sf, b, 8, 0);
     if (r != 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot read: %s",
                              r < 0 ? strerror(errno) : "file shrank while reading");
@@ -156,28 +169,48 @@ static size_t utf8_check(const unsigned char *s, size_t n)
     return n;
 }
 
-static quant_ck_status load_header(const quant_st_file *f, json_t **root, quant_ck_error *err)
+/* The header's bytes: in place in the caller's buffer, or read from the file into *owned. */
+static quant_ck_status header_bytes(const st_file *sf, const char **text, char **owned,
+                                    quant_ck_error *err)
 {
-    char *text = malloc(f->header_len ? f->header_len : 1); /* <= file size and the limit */
-    if (!text) return no_memory(err);
-    int r = pread_full(f->fd, text, f->header_len, 8);
-    quant_ck_status st = QUANT_CK_OK;
-    if (r != 0) {
-        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot read the header: %s",
-                           r < 0 ? strerror(errno) : "file shrank while reading");
-    } else if (utf8_check((unsigned char *)text, f->header_len) != f->header_len) {
-        st = bad(err, "header is not valid UTF-8 (bad byte at header offset %zu)",
-                 utf8_check((unsigned char *)text, f->header_len));
-    } else {
-        json_error_t je;
-        *root = json_loadb(text, f->header_len, JSON_REJECT_DUPLICATES, &je);
-        if (!*root)
-            st = bad(err, "header is not valid JSON: %s (at header offset %d)", je.text,
-                     je.position);
-        else if (!json_is_object(*root))
-            st = bad(err, "header is %s, not a JSON object", json_kind(*root));
+    *owned = NULL;
+    if (sf->mem) {
+        *text = (const char *)sf->mem + 8;
+        return QUANT_CK_OK;
     }
-    free(text);
+    uint64_t n = sf->pub.header_len;
+    *owned = malloc(n ? n : 1); /* <= file size and the limit */
+    if (!*owned) return no_memory(err);
+    int r = read_at(sf, *owned, n, 8);
+    if (r != 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot read the header: %s",
+                             r < 0 ? strerror(errno) : "file shrank while reading");
+    *text = *owned;
+    return QUANT_CK_OK;
+}
+
+/* Parses the header text (n bytes) into *root, a JSON object. */
+static quant_ck_status parse_header(const char *text, size_t n, json_t **root, quant_ck_error *err)
+{
+    size_t bad_at = utf8_check((const unsigned char *)text, n);
+    if (bad_at != n)
+        return bad(err, "header is not valid UTF-8 (bad byte at header offset %zu)", bad_at);
+    json_error_t je;
+    *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    if (!*root)
+        return bad(err, "header is not valid JSON: %s (at header offset %d)", je.text, je.position);
+    if (!json_is_object(*root))
+        return bad(err, "header is %s, not a JSON object", json_kind(*root));
+    return QUANT_CK_OK;
+}
+
+static quant_ck_status load_header(const st_file *sf, json_t **root, quant_ck_error *err)
+{
+    const char *text = NULL;
+    char *owned;
+    quant_ck_status st = header_bytes(sf, &text, &owned, err);
+    if (st == QUANT_CK_OK) st = parse_header(text, (size_t)sf->pub.header_len, root, err);
+    free(owned);
     return st;
 }
 
@@ -415,9 +448,9 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
 {
     quant_st_file *f = &sf->pub;
     json_t *root = NULL;
-    quant_ck_status st = open_file(f, err);
-    if (st == QUANT_CK_OK) st = read_length(f, err);
-    if (st == QUANT_CK_OK) st = load_header(f, &root, err);
+    quant_ck_status st = sf->mem ? QUANT_CK_OK : open_file(f, err);
+    if (st == QUANT_CK_OK) st = read_length(sf, err);
+    if (st == QUANT_CK_OK) st = load_header(sf, &root, err);
     if (st == QUANT_CK_OK) st = parse_entries(f, root, err);
     if (st == QUANT_CK_OK) st = check_layout(f, err);
     if (st == QUANT_CK_OK) st = build_index(sf, err);
@@ -425,24 +458,43 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
     return st;
 }
 
-quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_error *err)
+/* Allocates the reader for `name`, validates it (from the file, or from mem when not NULL) and
+ * hands it out; on failure frees it and prefixes the message with the name. */
+static quant_ck_status open_common(const char *name, const void *mem, size_t len,
+                                   quant_st_file **out, quant_ck_error *err)
 {
-    if (out) *out = NULL;
-    if (!path || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open: NULL argument");
     st_file *sf = calloc(1, sizeof *sf);
-    if (!sf || !(sf->pub.path = strdup(path))) {
+    if (!sf || !(sf->pub.path = strdup(name))) {
         free(sf);
         return no_memory(err);
     }
     sf->pub.fd = -1;
+    sf->mem = mem;
+    if (mem) sf->pub.file_size = (uint64_t)len;
     quant_ck_status st = validate(sf, err);
     if (st != QUANT_CK_OK) {
-        quant_ck_prefix(err, "%s", path);
+        quant_ck_prefix(err, "%s", name);
         quant_st_close(&sf->pub);
         return st;
     }
     *out = &sf->pub;
     return QUANT_CK_OK;
+}
+
+quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_error *err)
+{
+    if (out) *out = NULL;
+    if (!path || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open: NULL argument");
+    return open_common(path, NULL, 0, out, err);
+}
+
+quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *name,
+                                     quant_st_file **out, quant_ck_error *err)
+{
+    if (out) *out = NULL;
+    if (!buf || !name || !out)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_buffer: NULL argument");
+    return open_common(name, buf, len, out, err);
 }
 
 void quant_st_close(quant_st_file *f)
@@ -501,7 +553,7 @@ quant_ck_status quant_st_read(const quant_st_file *f, const quant_st_tensor *t, 
                              "%s: tensor '%s': cannot read %zu bytes at offset %" PRIu64
                              " of its %" PRIu64 " bytes",
                              f->path, t->name, n, offset, size);
-    int r = pread_full(f->fd, buf, n, f->data_start + t->begin + offset);
+    int r = read_at((const st_file *)f, buf, n, f->data_start + t->begin + offset);
     if (r != 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: tensor '%s': read failed: %s", f->path,
                              t->name, r < 0 ? strerror(errno) : "short read (file changed?)");

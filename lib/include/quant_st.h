@@ -1,7 +1,7 @@
 /* quant_st.h -- safetensors files: a validating reader (header parsed with jansson, data read
- * with pread on demand) and a writer whose header is fixed before any data is written, so
- * workers can pwrite each tensor at its offset; the file appears by rename only.
- * SPDX-License-Identifier: Apache-2.0
+ * with pread on demand; or the same over a buffer in memory) and a writer whose header is fixed
+ * before any data is written, so workers can pwrite each tensor at its offset; the file appears by
+ * rename only. SPDX-License-Identifier: Apache-2.0
  *
  * Format (../shared/reference/formats-and-peers.md section 1): u64 little-endian header length N,
  * N bytes of JSON, then the byte buffer; each tensor's data_offsets are relative to the buffer.
@@ -99,6 +99,17 @@ typedef struct quant_st_file {
  * @return : QUANT_CK_OK with `*out` to release with quant_st_close(), or QUANT_CK_ERR_FORMAT /
  *           QUANT_CK_ERR_IO with a message naming the file, the tensor and the fault. */
 QUANT_API quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_error *err);
+
+/*! quant_st_open_buffer() :
+ * The same validation as quant_st_open() on `len` bytes already in memory (a request body, say):
+ * `buf` is borrowed, not copied, and must stay valid and unchanged until quant_st_close(). The
+ * reader has `fd` -1 and `path` = `name` (used in messages like a file name); quant_st_read()
+ * copies from the buffer.
+ * @return : QUANT_CK_OK with `*out` to release with quant_st_close(), QUANT_CK_ERR_FORMAT with a
+ *           message naming `name`, the tensor and the fault, or QUANT_CK_ERR_ARG (NULL argument).
+ */
+QUANT_API quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *name,
+                                               quant_st_file **out, quant_ck_error *err);
 
 /*! quant_st_close() : closes the file and frees everything; NULL is a no-op. */
 QUANT_API void quant_st_close(quant_st_file *f);

@@ -1,7 +1,8 @@
 /* test_st_read.c -- the safetensors reader: the dtype table, valid files (every kind of dtype,
  * rank 0, zero-size tensors, metadata, leading whitespace, tensors listed out of data order),
- * lookups and ranged reads, and the malformed corpus in tests/data/bad (each file must fail as
- * a format error whose message names the file and contains the case's .expect text).
+ * lookups and ranged reads, the same over a buffer in memory (quant_st_open_buffer), and the
+ * malformed corpus in tests/data/bad (each file, from disk and from memory, must fail as a
+ * format error whose message names the file or buffer and contains the case's .expect text).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -228,6 +229,65 @@ START_TEST(test_open_errors)
 }
 END_TEST
 
+/* A file read into memory and opened with quant_st_open_buffer reads the same as from disk:
+ * tensors, metadata, ranged reads and their range checks; the buffer is not copied. */
+START_TEST(test_open_buffer)
+{
+    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    unsigned char *data = pattern(40, 5);
+    ck_gen_tensor t[3] = {{"layers/0/absmax", "F32", 2, {2, 3}, data, 24},
+                          {"b", "BF16", 1, {4}, data + 24, 8},
+                          {"s", "F16", 0, {0}, data + 32, 2}};
+    ck_gen_file(path, t, 3, "{\"step\": \"7\"}");
+    size_t n;
+    unsigned char *bytes = ck_read_file(path, &n);
+    quant_st_file *f = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_st_open_buffer(bytes, n, "body", &f, &err), QUANT_CK_OK);
+    ck_assert_int_eq(f->fd, -1);
+    ck_assert_str_eq(f->path, "body");
+    ck_assert_uint_eq(f->file_size, n);
+    ck_assert_uint_eq(f->n_tensors, 3);
+    ck_assert_str_eq(quant_st_meta(f, "step"), "7");
+    for (int i = 0; i < 3; i++) {
+        const quant_st_tensor *q = quant_st_find(f, t[i].name);
+        ck_assert_ptr_nonnull(q);
+        assert_shape(q, t[i].rank, t[i].shape);
+        unsigned char got[24];
+        ck_assert_int_eq(quant_st_read(f, q, 0, got, t[i].nbytes, &err), QUANT_CK_OK);
+        ck_assert_int_eq(memcmp(got, t[i].data, t[i].nbytes), 0);
+    }
+    const quant_st_tensor *a = quant_st_find(f, "layers/0/absmax");
+    unsigned char got[8];
+    ck_assert_int_eq(quant_st_read(f, a, 20, got, 4, &err), QUANT_CK_OK);
+    ck_assert_int_eq(memcmp(got, data + 20, 4), 0);
+    ck_assert_int_eq(quant_st_read(f, a, 21, got, 4, &err), QUANT_CK_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "body: tensor 'layers/0/absmax'"));
+    quant_st_close(f);
+    /* the same checks as a file: one byte short, one byte more, an empty buffer */
+    ck_assert_int_eq(quant_st_open_buffer(bytes, n - 1, "body", &f, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.message, "truncated"));
+    ck_assert_int_eq(quant_st_open_buffer(bytes, 0, "body", &f, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.message, "body: empty"));
+    ck_assert_int_eq(quant_st_open_buffer(bytes, 7, "body", &f, &err), QUANT_CK_ERR_FORMAT);
+    unsigned char *more = malloc(n + 1);
+    memcpy(more, bytes, n);
+    more[n] = 0;
+    ck_assert_int_eq(quant_st_open_buffer(more, n + 1, "body", &f, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.message, "1 trailing bytes"));
+    ck_assert_ptr_null(f);
+    ck_assert_int_eq(quant_st_open_buffer(NULL, 0, "body", &f, &err), QUANT_CK_ERR_ARG);
+    ck_assert_int_eq(quant_st_open_buffer(bytes, n, NULL, &f, &err), QUANT_CK_ERR_ARG);
+    ck_assert_int_eq(quant_st_open_buffer(bytes, n, "body", NULL, NULL), QUANT_CK_ERR_ARG);
+    free(more);
+    free(bytes);
+    free(data);
+    ck_rmtree(dir);
+    free(path);
+    free(dir);
+}
+END_TEST
+
 /* The .expect text, without its final newline. */
 static char *read_expect(const char *path)
 {
@@ -239,6 +299,25 @@ static char *read_expect(const char *path)
     while (n > 0 && (z[n - 1] == '\n' || z[n - 1] == '\r')) n--;
     z[n] = '\0';
     return z;
+}
+
+/* The same bytes through quant_st_open_buffer: the same fault, named after the buffer. */
+static void check_bad_buffer(const char *path, const char *file, const char *expect)
+{
+    size_t n;
+    void *bytes = ck_read_file(path, &n);
+    ck_assert_ptr_nonnull(bytes);
+    quant_st_file *f = (quant_st_file *)1;
+    quant_ck_error err;
+    quant_ck_status st = quant_st_open_buffer(bytes, n, "request body", &f, &err);
+    ck_assert_msg(st == QUANT_CK_ERR_FORMAT, "%s (buffer): status %d (%s)", file, st,
+                  st ? err.message : "accepted");
+    ck_assert_ptr_null(f);
+    ck_assert_msg(strncmp(err.message, "request body: ", 14) == 0, "%s: message \"%s\"", file,
+                  err.message);
+    ck_assert_msg(strstr(err.message, expect) != NULL, "%s (buffer): message \"%s\" lacks \"%s\"",
+                  file, err.message, expect);
+    free(bytes);
 }
 
 static void check_bad_case(const char *dir, const char *file)
@@ -258,6 +337,7 @@ static void check_bad_case(const char *dir, const char *file)
                   err.message);
     ck_assert_msg(strstr(err.message, expect) != NULL, "%s: message \"%s\" lacks \"%s\"", file,
                   err.message, expect);
+    check_bad_buffer(path, file, expect);
     free(expect);
     free(expect_path);
     free(path);
@@ -298,6 +378,7 @@ Suite *suite_st_read(void)
     tcase_add_test(tc, test_header_forms);
     tcase_add_test(tc, test_many_tensors);
     tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_open_buffer);
     tcase_add_test(tc, test_bad_corpus);
     suite_add_tcase(s, tc);
     return s;
