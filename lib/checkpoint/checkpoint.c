@@ -1,8 +1,11 @@
-/* checkpoint.c -- quant_quantize_path(): options, then the run over a file or a sharded
- * directory: open and validate every shard, plan every tensor (so bad rules or unsupported
- * layouts fail before any data is read), run the shards one after another, publish the output.
+/* checkpoint.c -- quant_quantize_path(): options (static activation scales checked), then the run
+ * over a file or a sharded directory: open and validate every shard, place each static
+ * activation scale in a shard, plan every tensor (so bad rules or unsupported layouts fail
+ * before any data is read), run the shards one after another, publish the output.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +61,141 @@ static quant_ck_status check_options(const quant_pipeline_options *o, quant_ck_e
     return QUANT_CK_OK;
 }
 
+/* ---- static activation scales (SRQ) -------------------------------------------------------- */
+
+static const char *act_label(const quant_static_act *a)
+{
+    return a->name ? a->name : a->tensor_base ? a->tensor_base : "(unnamed)";
+}
+
+/* One static activation scale: a name, a valid qtype and rule, SPEC section 4 values. */
+static quant_ck_status check_static_act(const quant_static_act *a, const quant_ruleset *rules,
+                                        quant_ck_error *err)
+{
+    const char *who = act_label(a);
+    const quant_qtype_traits *tr = quant_qtype_traits_get(a->qtype);
+    int64_t n = a->rank >= 0 && a->rank <= QUANT_MAX_RANK ? quant_numel(a->rank, a->shape) : -1;
+    if (!a->tensor_base || !*a->tensor_base || !tr || n < 0 || (!a->scale && n > 0))
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                             "static activation '%s': needs a tensor base name, a qtype, a shape "
+                             "and its scale",
+                             who);
+    if (a->rule < -1 || (a->rule >= 0 && (size_t)a->rule >= quant_ruleset_count(rules)))
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "static activation '%s': no rule %ld", who,
+                             a->rule);
+    const quant_rule *r = a->rule >= 0 ? quant_ruleset_rule(rules, (size_t)a->rule) : NULL;
+    if (r && !(r->has_act_qtype && r->act_qtype == a->qtype))
+        return quant_ck_fail(
+            err, QUANT_CK_ERR_ARG,
+            "static activation '%s': its qtype %s is not the act_qtype of rule %ld", who, tr->name,
+            a->rule);
+    if (a->zero_point && !tr->asymmetric_allowed)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                             "static activation '%s': %s has no zero point (symmetric only)", who,
+                             tr->name);
+    for (int64_t i = 0; i < n; i++) {
+        if (!(a->scale[i] > 0.0f && a->scale[i] <= FLT_MAX))
+            return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                                 "static activation '%s': scale element %lld is %g, not positive "
+                                 "and finite",
+                                 who, (long long)i, (double)a->scale[i]);
+        if (a->zero_point && (a->zero_point[i] < tr->qmin || a->zero_point[i] > tr->qmax))
+            return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                                 "static activation '%s': zero point element %lld is %d, outside "
+                                 "[%d, %d] of %s",
+                                 who, (long long)i, (int)a->zero_point[i], (int)tr->qmin,
+                                 (int)tr->qmax, tr->name);
+    }
+    return QUANT_CK_OK;
+}
+
+static quant_ck_status check_static_acts(const quant_pipeline_options *o,
+                                         const quant_ruleset *rules, quant_ck_error *err)
+{
+    if (o->n_static_acts > 0 && !o->static_acts)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "static_acts is NULL");
+    for (size_t i = 0; i < o->n_static_acts; i++) {
+        quant_ck_status st = check_static_act(&o->static_acts[i], rules, err);
+        if (st != QUANT_CK_OK) return st;
+    }
+    return QUANT_CK_OK;
+}
+
+static bool starts_with_module(const char *name, const char *module, size_t len)
+{
+    return strncmp(name, module, len) == 0 && name[len] == '.';
+}
+
+/* The shard a static activation's tensors go to: native, the first holding a tensor of its
+ * module (name starting with module + "."), else the last; compressed-tensors, the one holding
+ * module.weight (whose input_scale it becomes). */
+static quant_ck_status act_shard(const ck_shards *s, const quant_static_act *a, quant_layout layout,
+                                 size_t *shard, quant_ck_error *err)
+{
+    size_t cap = strlen(a->tensor_base) + 1;
+    char *module = malloc(cap);
+    if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_module_path(a->tensor_base, module, cap);
+    size_t len = strlen(module);
+    bool found = false;
+    for (size_t k = 0; !found && k < s->n; k++)
+        for (size_t i = 0; !found && i < s->f[k]->n_tensors; i++) {
+            const char *name = s->f[k]->tensors[i].name;
+            bool hit = layout == QUANT_LAYOUT_CTENSORS
+                           ? starts_with_module(name, module, len) && !strcmp(name + len, ".weight")
+                           : starts_with_module(name, module, len);
+            if (hit) {
+                *shard = k;
+                found = true;
+            }
+        }
+    quant_ck_status st = QUANT_CK_OK;
+    if (!found && layout == QUANT_LAYOUT_CTENSORS)
+        st = quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                           "static activation '%s': the compressed-tensors layout cannot express "
+                           "this: its input_scale needs a weight '%s.weight', and the checkpoint "
+                           "has none",
+                           act_label(a), module);
+    if (!found) *shard = s->n - 1;
+    free(module);
+    return st;
+}
+
+/* No static activation tensor may take the name of another output tensor. */
+static quant_ck_status check_act_names(const ck_shard_plan *plans, size_t n, quant_ck_error *err)
+{
+    json_t *names = json_object();
+    if (!names) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_ck_status st = QUANT_CK_OK;
+    for (size_t s = 0; s < n; s++) /* the outputs that are not static activation scales */
+        for (size_t i = 0; i < plans[s].n_out; i++) {
+            bool is_act = false;
+            for (size_t k = 0; !is_act && k < plans[s].n_acts; k++)
+                is_act =
+                    plans[s].acts[k].out_scale == (long)i || plans[s].acts[k].out_zp == (long)i;
+            if (!is_act) json_object_set_new(names, plans[s].out[i].name, json_true());
+        }
+    for (size_t s = 0; st == QUANT_CK_OK && s < n; s++)
+        for (size_t k = 0; st == QUANT_CK_OK && k < plans[s].n_acts; k++) {
+            const ck_act_plan *ap = &plans[s].acts[k];
+            long outs[2] = {ap->out_scale, ap->out_zp};
+            for (int r = 0; st == QUANT_CK_OK && r < 2 && outs[r] >= 0; r++) {
+                const char *name = plans[s].out[outs[r]].name;
+                if (json_object_get(names, name))
+                    st = quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                                       "static activation '%s': output tensor '%s' is already "
+                                       "another output tensor",
+                                       act_label(ap->act), name);
+                else
+                    json_object_set_new(names, name, json_true());
+            }
+        }
+    json_decref(names);
+    return st;
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
 /* Everything one run holds. */
 typedef struct ck_job {
     ck_run run;
@@ -65,24 +203,54 @@ typedef struct ck_job {
     ck_shard_plan *plans;
     ck_ct_config *ct;
     ck_outdir dir;
+    size_t *act_shard;                 /* the shard of each static activation */
+    const quant_static_act **act_list; /* scratch: one shard's static activations */
 } ck_job;
+
+/* Places every static activation in a shard. */
+static quant_ck_status place_acts(ck_job *j, quant_ck_error *err)
+{
+    const quant_pipeline_options *o = j->run.opts;
+    size_t n = o->n_static_acts ? o->n_static_acts : 1;
+    j->act_shard = calloc(n, sizeof *j->act_shard);
+    j->act_list = calloc(n, sizeof *j->act_list);
+    if (!j->act_shard || !j->act_list)
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < o->n_static_acts; i++) {
+        quant_ck_status st =
+            act_shard(&j->shards, &o->static_acts[i], o->layout, &j->act_shard[i], err);
+        if (st != QUANT_CK_OK) return st;
+    }
+    return QUANT_CK_OK;
+}
+
+/* The static activations placed in shard s, into j->act_list; returns their number. */
+static size_t acts_of_shard(ck_job *j, size_t s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < j->run.opts->n_static_acts; i++)
+        if (j->act_shard[i] == s) j->act_list[n++] = &j->run.opts->static_acts[i];
+    return n;
+}
 
 static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_error *err)
 {
     const quant_pipeline_options *o = j->run.opts;
     j->plans = calloc(j->shards.n, sizeof *j->plans);
     if (!j->plans) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-    for (size_t s = 0; s < j->shards.n; s++) {
+    quant_ck_status st = place_acts(j, err);
+    for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
-        quant_ck_status st = ck_plan_shard(&j->plans[s], f, rules, o->layout, o->chunk_bytes, err);
+        size_t n_acts = acts_of_shard(j, s);
+        st = ck_plan_shard(&j->plans[s], f, rules, o, j->act_list, n_acts, err);
         for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
-        if (st != QUANT_CK_OK) return st;
         j->run.tensors_total += f->n_tensors;
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
-    return QUANT_CK_OK;
+    if (st == QUANT_CK_OK && o->n_static_acts > 0) st = check_act_names(j->plans, j->shards.n, err);
+    return st;
 }
 
 static quant_ck_status run_dir(ck_job *j, const char *in, const char *out, quant_ck_error *err)
@@ -124,6 +292,8 @@ static void job_free(ck_job *j)
     for (size_t s = 0; j->plans && s < j->shards.n; s++) ck_plan_free(&j->plans[s]);
     free(j->plans);
     ck_ct_config_free(j->ct);
+    free(j->act_shard);
+    free(j->act_list);
     ck_shards_close(&j->shards);
     if (j->dir.tmp || j->dir.weight_map) ck_outdir_free(&j->dir);
     quant_ctx_free(j->run.ctx);
@@ -158,8 +328,10 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     if (report) *report = NULL;
     if (!rules || !in || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
     quant_ck_status st = check_options(opts, err);
+    if (st == QUANT_CK_OK) st = check_static_acts(opts, rules, err);
     if (st != QUANT_CK_OK) return st;
-    ck_job j = {.run = {.opts = opts, .report = ck_report_new(opts->layout)}};
+    bool static_acts = opts->allow_static_acts || opts->n_static_acts > 0;
+    ck_job j = {.run = {.opts = opts, .report = ck_report_new(opts->layout, static_acts)}};
     if (!j.run.report) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     st = job_start(&j, rules, in, out, err);
     if (st == QUANT_CK_OK)

@@ -70,7 +70,15 @@ typedef struct ck_tensor_plan {
     int64_t unit_rows; /* axis-0 indices per unit */
     int64_t tile0;     /* axis-0 indices per scale row (shape[0] / scale_shape[0]) */
     bool two_pass;     /* axis 0 reduced and a scale group exceeds a unit: calibrate first */
+    /* compressed-tensors: the static activation that became this weight's input_scale */
+    const quant_static_act *static_act;
 } ck_tensor_plan;
+
+/* A static activation scale (SRQ) planned into a shard: its output tensors. */
+typedef struct ck_act_plan {
+    const quant_static_act *act;
+    long out_scale, out_zp; /* indices into the shard's output list; out_zp -1 when symmetric */
+} ck_act_plan;
 
 typedef struct ck_shard_plan {
     quant_st_file *in;
@@ -81,11 +89,16 @@ typedef struct ck_shard_plan {
     quant_st_out_tensor *out; /* names owned (out_names) */
     char **out_names;
     char *quant_meta; /* native: the "quantization" metadata JSON; NULL otherwise */
+    bool static_ok;   /* the run has static activation scales: act_static_scale rules pass */
+    size_t n_acts;
+    ck_act_plan *acts; /* the static activation scales this shard holds */
 } ck_shard_plan;
 
-/* Plans every tensor of `in` by the rules for `layout`. */
+/* Plans every tensor of `in` by the rules for the options' layout and chunk size, then the
+ * static activation scales `acts` (n_acts, borrowed) placed in this shard. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
-                              quant_layout layout, size_t chunk_bytes, quant_ck_error *err);
+                              const quant_pipeline_options *o, const quant_static_act *const *acts,
+                              size_t n_acts, quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
 long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,
@@ -94,8 +107,18 @@ long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, 
 /* Layout hooks: add the output tensors of a quantized tensor (tp->how and scale shape set). */
 quant_ck_status ck_native_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
 quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
+/* Layout hooks for a static activation scale: BASE_scale (+ BASE_zero_point) in the native
+ * layout; P.input_scale (+ P.input_zero_point) of the quantized weight P.weight of the
+ * activation's module path in compressed-tensors (refused when that weight is not in the shard,
+ * not quantized by an act_static_scale rule, already has one, or the scale is not one value). */
+quant_ck_status ck_native_act_outputs(ck_shard_plan *sp, ck_act_plan *ap, quant_ck_error *err);
+quant_ck_status ck_ct_act_outputs(ck_shard_plan *sp, ck_act_plan *ap, quant_ck_error *err);
+/* compressed-tensors: every weight quantized by an act_static_scale rule got its input_scale. */
+quant_ck_status ck_ct_check_static(const ck_shard_plan *sp, quant_ck_error *err);
 /* Native: the "quantization" metadata value for the planned shard (malloc'd), NULL on OOM. */
 char *ck_native_metadata(const ck_shard_plan *sp);
+/* Zero points as stored in `dtype` (I8, I16 or U8): n values into `out`. */
+void ck_store_zero_points(quant_dtype dtype, const int32_t *zp, size_t n, void *out);
 
 /* compressed-tensors packing: `rows` rows of `n` signed codes (I8, bits b) into rows of
  * ceil(n*b/32) little-endian int32 words, each code offset by 2^(b-1), LSB-first. */
@@ -172,9 +195,12 @@ void ck_compute_destroy(ck_compute *c);
 /* ---- the report (report.c) --------------------------------------------------------------------
  */
 
-quant_report *ck_report_new(quant_layout layout);
+/* static_acts: the run allows static activation scales (the JSON then lists them). */
+quant_report *ck_report_new(quant_layout layout, bool static_acts);
 /* Appends an entry for `tp` (strings copied); returns it or NULL on OOM. */
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp);
+/* Records the static activation scales a shard wrote (strings copied); false on OOM. */
+bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
 
 /* ---- one shard through the pipeline (pipeline.c) --------------------------------------------- */
 

@@ -65,15 +65,23 @@ static json_t *weight_args(const ck_tensor_plan *tp)
     return a;
 }
 
-static json_t *act_args(const quant_rule *r)
+/* Dynamic per-token input activations, or static per-tensor ones with an input_scale (SRQ:
+ * symmetric unless the activation has a zero point). */
+static json_t *act_args(const ck_tensor_plan *tp)
 {
+    const quant_rule *r = tp->r;
     if (!r->has_act_qtype) return json_null();
     const quant_qtype_traits *tr = quant_qtype_traits_get(r->act_qtype);
-    quant_calib_method m;
-    bool asym = quant_calib_parse(r->act_calibration, &m, NULL) == QUANT_OK && m.asymmetric;
+    bool asym;
+    if (tp->static_act) {
+        asym = tp->static_act->zero_point != NULL;
+    } else {
+        quant_calib_method m;
+        asym = quant_calib_parse(r->act_calibration, &m, NULL) == QUANT_OK && m.asymmetric;
+    }
     return json_pack("{s:i, s:s, s:b, s:s, s:b}", "num_bits", tr->bits, "type",
                      tr->kind == QUANT_CODE_FP8 ? "float" : "int", "symmetric", !asym, "strategy",
-                     "token", "dynamic", 1);
+                     tp->static_act ? "tensor" : "token", "dynamic", !tp->static_act);
 }
 
 static const char *format_of(const ck_tensor_plan *tp)
@@ -93,7 +101,7 @@ static bool is_linear_weight(const quant_st_tensor *t)
 static quant_ck_status add_target(ck_ct_config *cfg, const ck_tensor_plan *tp, const char *module)
 {
     json_t *scheme = json_pack("{s:o, s:o, s:s}", "weights", weight_args(tp), "input_activations",
-                               act_args(tp->r), "format", format_of(tp));
+                               act_args(tp), "format", format_of(tp));
     char *key = scheme ? json_dumps(scheme, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_t *group = key ? json_object_get(cfg->groups, key) : NULL;
     if (key && !group) {

@@ -11,7 +11,12 @@
  *  - scales P.weight_scale: tensor [1], channel [out,1], group [out,in/g], block [out/bh,in/bw];
  *  - asymmetric ints add P.weight_zero_point (I8, or for pack-quantized int32 words packed along
  *    dim 0);
- *  - act_qtype int8 / float8_e4m3fn -> dynamic per-token input activations.
+ *  - act_qtype int8 / float8_e4m3fn -> dynamic per-token input activations;
+ *  - with act_static_scale (SRQ): static per-tensor input activations, the activation scale of
+ *    the weight's module path written as P.input_scale F32 [1] (and P.input_zero_point I8 [1]
+ *    when asymmetric); a scale of more than one value, an activation without a quantized weight
+ *    P.weight of its module path, two activations for one weight, or a weight without one are
+ *    refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,5 +143,66 @@ quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_er
     if (tp->out[CK_OUT_DATA] < 0 || tp->out[CK_OUT_SCALE] < 0 ||
         (tp->asym && tp->out[CK_OUT_ZP] < 0) || (packed && tp->out[CK_OUT_SHAPE] < 0))
         return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return QUANT_CK_OK;
+}
+
+/* ---- static activation scales (SRQ) -> input_scale ------------------------------------------- */
+
+static quant_ck_status act_unsupported(const quant_static_act *a, quant_ck_error *err,
+                                       const char *why, const char *module)
+{
+    return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                         "static activation '%s': the compressed-tensors layout cannot express "
+                         "this: %s (module '%s')",
+                         a->name ? a->name : a->tensor_base, why, module);
+}
+
+static ck_tensor_plan *find_weight(ck_shard_plan *sp, const char *module)
+{
+    size_t len = strlen(module);
+    for (size_t i = 0; i < sp->n; i++) {
+        const char *name = sp->t[i].in->name;
+        if (strncmp(name, module, len) == 0 && strcmp(name + len, ".weight") == 0) return &sp->t[i];
+    }
+    return NULL;
+}
+
+quant_ck_status ck_ct_act_outputs(ck_shard_plan *sp, ck_act_plan *ap, quant_ck_error *err)
+{
+    const quant_static_act *a = ap->act;
+    char module[4096];
+    if (!quant_module_path(a->tensor_base, module, sizeof module))
+        return act_unsupported(a, err, "name too long", "");
+    ck_tensor_plan *tp = find_weight(sp, module);
+    if (!tp || !tp->quantize || !tp->r->act_static_scale)
+        return act_unsupported(a, err,
+                               "input_scale belongs to a weight <module>.weight quantized by a "
+                               "rule with act_static_scale, and there is none",
+                               module);
+    if (tp->static_act)
+        return act_unsupported(
+            a, err, "a weight has one input_scale, and two activations map to it", module);
+    if (quant_numel(a->rank, a->shape) != 1)
+        return act_unsupported(a, err, "input_scale is per tensor (one value)", module);
+    if (a->qtype != tp->r->act_qtype)
+        return act_unsupported(a, err, "its qtype is not the weight rule's act_qtype", module);
+    int64_t one = 1;
+    ap->out_scale = add_named(sp, module, "input_scale", QUANT_ST_F32, 1, &one);
+    if (a->zero_point) ap->out_zp = add_named(sp, module, "input_zero_point", QUANT_ST_I8, 1, &one);
+    if (ap->out_scale < 0 || (a->zero_point && ap->out_zp < 0))
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    tp->static_act = a;
+    return QUANT_CK_OK;
+}
+
+quant_ck_status ck_ct_check_static(const ck_shard_plan *sp, quant_ck_error *err)
+{
+    for (size_t i = 0; i < sp->n; i++) {
+        const ck_tensor_plan *tp = &sp->t[i];
+        if (tp->quantize && tp->r->act_static_scale && !tp->static_act)
+            return unsupported(tp, err,
+                               "its rule sets act_static_scale, but no static activation scale "
+                               "of its module path was given for input_scale");
+    }
     return QUANT_CK_OK;
 }

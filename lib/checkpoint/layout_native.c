@@ -1,6 +1,7 @@
 /* layout_native.c -- the native output layout (SPEC section 7): NAME.qvalue, NAME.scale and, for
- * asymmetric calibrations, NAME.zero_point; and the `quantization` metadata entry that tells a
- * reader how each tensor was quantized.
+ * asymmetric calibrations, NAME.zero_point; static activation scales ACT_scale and
+ * ACT_zero_point (SRQ); and the `quantization` metadata entry that tells a reader how each
+ * tensor was quantized.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <jansson.h>
@@ -48,6 +49,20 @@ quant_ck_status ck_native_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_c
     return QUANT_CK_OK;
 }
 
+quant_ck_status ck_native_act_outputs(ck_shard_plan *sp, ck_act_plan *ap, quant_ck_error *err)
+{
+    const quant_static_act *a = ap->act;
+    ap->out_scale = add_suffixed(sp, a->tensor_base, "_scale", QUANT_ST_F32, a->rank, a->shape);
+    if (a->zero_point) {
+        quant_dtype zd = quant_qtype_traits_get(a->qtype)->zero_point_dtype;
+        ap->out_zp = add_suffixed(sp, a->tensor_base, "_zero_point", quant_st_from_quant_dtype(zd),
+                                  a->rank, a->shape);
+    }
+    if (ap->out_scale < 0 || (a->zero_point && ap->out_zp < 0))
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return QUANT_CK_OK;
+}
+
 static json_t *shape_json(int rank, const int64_t *shape)
 {
     json_t *a = json_array();
@@ -73,6 +88,22 @@ static json_t *tensor_entry(const ck_tensor_plan *tp)
     return e;
 }
 
+/* "static_activations": {BASE: {"qtype", "rule", "asymmetric"}} for the shard's SRQ scales. */
+static bool add_static_acts(const ck_shard_plan *sp, json_t *root)
+{
+    if (sp->n_acts == 0) return true;
+    json_t *acts = json_object();
+    if (!acts || json_object_set_new(root, "static_activations", acts) != 0) return false;
+    for (size_t i = 0; i < sp->n_acts; i++) {
+        const quant_static_act *a = sp->acts[i].act;
+        json_t *e = json_pack("{s:s, s:o, s:b}", "qtype", quant_qtype_traits_get(a->qtype)->name,
+                              "rule", a->rule >= 0 ? json_integer(a->rule) : json_null(),
+                              "asymmetric", a->zero_point != NULL);
+        if (!e || json_object_set_new(acts, a->tensor_base, e) != 0) return false;
+    }
+    return true;
+}
+
 char *ck_native_metadata(const ck_shard_plan *sp)
 {
     json_t *tensors = json_object();
@@ -86,9 +117,25 @@ char *ck_native_metadata(const ck_shard_plan *sp)
             return NULL;
         }
     }
+    if (!add_static_acts(sp, root)) {
+        json_decref(root);
+        return NULL;
+    }
     char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     return text;
+}
+
+void ck_store_zero_points(quant_dtype dtype, const int32_t *zp, size_t n, void *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dtype == QUANT_DTYPE_I16)
+            ((int16_t *)out)[i] = (int16_t)zp[i];
+        else if (dtype == QUANT_DTYPE_U8)
+            ((uint8_t *)out)[i] = (uint8_t)zp[i];
+        else
+            ((int8_t *)out)[i] = (int8_t)zp[i];
+    }
 }
 
 void *ck_encode_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len)
@@ -98,14 +145,6 @@ void *ck_encode_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *
     size_t n = (size_t)tp->scale_numel;
     *len = n * quant_dtype_size(dt);
     void *out = ck_buf_alloc(*len);
-    if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (dt == QUANT_DTYPE_I16)
-            ((int16_t *)out)[i] = (int16_t)zp[i];
-        else if (dt == QUANT_DTYPE_U8)
-            ((uint8_t *)out)[i] = (uint8_t)zp[i];
-        else
-            ((int8_t *)out)[i] = (int8_t)zp[i];
-    }
+    if (out) ck_store_zero_points(dt, zp, n, out);
     return out;
 }

@@ -1,7 +1,9 @@
 /* pipeline.c -- one shard through three overlapped stages: a reader thread (pread into units),
  * the compute stage in the calling thread (libquant's pool does the math), and a writer thread
  * (pwrite of every output piece at its planned offset). Bounded queues between the stages keep
- * the number of buffers in flight, hence memory, fixed whatever the shard or tensor size.
+ * the number of buffers in flight, hence memory, fixed whatever the shard or tensor size. The
+ * shard's static activation scales (small, given by the caller) are written before the stages
+ * start.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -252,13 +254,37 @@ static quant_ck_status open_writer(pipe_t *p, const char *out_path, quant_ck_err
     return st;
 }
 
+/* The static activation scales (F32) and zero points (the qtype's zero point dtype). */
+static quant_ck_status write_static_acts(pipe_t *p, quant_ck_error *err)
+{
+    quant_ck_status st = QUANT_CK_OK;
+    for (size_t i = 0; st == QUANT_CK_OK && i < p->sp->n_acts; i++) {
+        const ck_act_plan *ap = &p->sp->acts[i];
+        size_t n = (size_t)quant_numel(ap->act->rank, ap->act->shape);
+        st = quant_st_writer_pwrite(p->w, (size_t)ap->out_scale, 0, ap->act->scale,
+                                    n * sizeof(float), err);
+        if (st != QUANT_CK_OK || ap->out_zp < 0) continue;
+        quant_dtype zd = quant_qtype_traits_get(ap->act->qtype)->zero_point_dtype;
+        void *zp = malloc(n ? n * quant_dtype_size(zd) : 1);
+        if (!zp) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+        ck_store_zero_points(zd, ap->act->zero_point, n, zp);
+        st = quant_st_writer_pwrite(p->w, (size_t)ap->out_zp, 0, zp, n * quant_dtype_size(zd), err);
+        free(zp);
+    }
+    return st;
+}
+
 quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
                              quant_ck_error *err)
 {
     pipe_t p = {.run = run, .sp = sp};
     atomic_init(&p.failed, 0);
     quant_ck_status st = open_writer(&p, out_path, err);
-    if (st != QUANT_CK_OK) return st;
+    if (st == QUANT_CK_OK) st = write_static_acts(&p, err);
+    if (st != QUANT_CK_OK) {
+        quant_st_writer_free(p.w);
+        return st;
+    }
     size_t cap = (size_t)run->opts->buffers;
     if (!ck_queue_init(&p.to_compute, cap)) goto nomem;
     if (!ck_queue_init(&p.to_write, cap)) {
@@ -289,6 +315,8 @@ quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_pat
     st = atomic_load(&p.failed) ? quant_ck_fail(err, p.err.status, "%s", p.err.message)
                                 : quant_st_writer_commit(p.w, err);
     quant_st_writer_free(p.w);
+    if (st == QUANT_CK_OK && !ck_report_add_static(run->report, sp->base, sp))
+        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     return st;
 nomem:
     quant_st_writer_free(p.w);

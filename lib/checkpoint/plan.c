@@ -1,6 +1,7 @@
 /* plan.c -- decides, before any data is read, what every tensor of a shard becomes: copied (and
  * why) or quantized by which rule, with which output tensors, and how its rows are split into
- * units of work. The output header follows from this plan alone.
+ * units of work; then the static activation scales (SRQ) the shard holds. The output header
+ * follows from this plan alone.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -82,7 +83,7 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
                                       size_t chunk, quant_ck_error *err)
 {
     const quant_st_tensor *t = tp->in;
-    if (tp->r->act_static_scale)
+    if (tp->r->act_static_scale && !sp->static_ok)
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s': rule %ld sets act_static_scale, which needs calibration "
                              "statistics (a quantd job with stats_model); this run has none",
@@ -137,22 +138,47 @@ static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
     return QUANT_CK_OK;
 }
 
-quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
-                              quant_layout layout, size_t chunk_bytes, quant_ck_error *err)
+/* The output tensors of the static activation scales placed in this shard. */
+static quant_ck_status plan_acts(ck_shard_plan *sp, quant_layout layout,
+                                 const quant_static_act *const *acts, size_t n_acts,
+                                 quant_ck_error *err)
 {
+    sp->acts = calloc(n_acts ? n_acts : 1, sizeof *sp->acts);
+    if (!sp->acts) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n_acts; i++) {
+        ck_act_plan *ap = &sp->acts[sp->n_acts++];
+        *ap = (ck_act_plan){.act = acts[i], .out_scale = -1, .out_zp = -1};
+        quant_ck_status st = layout == QUANT_LAYOUT_CTENSORS ? ck_ct_act_outputs(sp, ap, err)
+                                                             : ck_native_act_outputs(sp, ap, err);
+        if (st != QUANT_CK_OK) return st;
+    }
+    return layout == QUANT_LAYOUT_CTENSORS ? ck_ct_check_static(sp, err) : QUANT_CK_OK;
+}
+
+quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
+                              const quant_pipeline_options *o, const quant_static_act *const *acts,
+                              size_t n_acts, quant_ck_error *err)
+{
+    quant_layout layout = o->layout;
     memset(sp, 0, sizeof *sp);
     sp->in = in;
     sp->base = ck_basename(in->path);
     sp->n = in->n_tensors;
+    sp->static_ok = o->allow_static_acts || o->n_static_acts > 0;
     sp->t = calloc(sp->n ? sp->n : 1, sizeof *sp->t);
     if (!sp->t) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < sp->n; i++) {
         sp->t[i].in = &in->tensors[i];
-        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, layout, chunk_bytes, err);
+        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, layout, o->chunk_bytes, err);
         if (st != QUANT_CK_OK) {
             quant_ck_prefix(err, "%s", in->path);
             return st;
         }
+    }
+    quant_ck_status st = plan_acts(sp, layout, acts, n_acts, err);
+    if (st != QUANT_CK_OK) {
+        quant_ck_prefix(err, "%s", in->path);
+        return st;
     }
     if (layout == QUANT_LAYOUT_NATIVE) {
         sp->quant_meta = ck_native_metadata(sp);
@@ -167,6 +193,7 @@ void ck_plan_free(ck_shard_plan *sp)
     free(sp->out_names);
     free(sp->out);
     free(sp->t);
+    free(sp->acts);
     free(sp->quant_meta);
     memset(sp, 0, sizeof *sp);
 }

@@ -1,5 +1,6 @@
 /* report.c -- the per-tensor report of a run: one entry per input tensor (rule, qtype, shapes,
- * bytes, SQNR and max error), its JSON form and the atomic write of quant-report.json.
+ * bytes, SQNR and max error), the static activation scales written (SRQ), its JSON form and the
+ * atomic write of quant-report.json.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <jansson.h>
@@ -13,13 +14,27 @@ struct quant_report {
     quant_layout layout;
     size_t n, cap;
     quant_report_entry *e;
+    bool static_acts; /* the run allowed static activation scales */
+    size_t n_acts, cap_acts;
+    quant_report_static_act *acts;
 };
 
-quant_report *ck_report_new(quant_layout layout)
+quant_report *ck_report_new(quant_layout layout, bool static_acts)
 {
     quant_report *r = calloc(1, sizeof *r);
-    if (r) r->layout = layout;
+    if (r) {
+        r->layout = layout;
+        r->static_acts = static_acts;
+    }
     return r;
+}
+
+static void static_act_clear(quant_report_static_act *a)
+{
+    free((char *)a->name);
+    free((char *)a->shard);
+    free((char *)a->scale);
+    free((char *)a->zero_point);
 }
 
 void quant_report_free(quant_report *r)
@@ -29,8 +44,61 @@ void quant_report_free(quant_report *r)
         free((char *)r->e[i].name);
         free((char *)r->e[i].shard);
     }
+    for (size_t i = 0; i < r->n_acts; i++) static_act_clear(&r->acts[i]);
+    free(r->acts);
     free(r->e);
     free(r);
+}
+
+size_t quant_report_static_count(const quant_report *r)
+{
+    return r ? r->n_acts : 0;
+}
+
+const quant_report_static_act *quant_report_static_at(const quant_report *r, size_t i)
+{
+    return r && i < r->n_acts ? &r->acts[i] : NULL;
+}
+
+static char *strdup_or_null(const char *s, bool *ok)
+{
+    char *copy = s ? strdup(s) : NULL;
+    if (s && !copy) *ok = false;
+    return copy;
+}
+
+static bool add_static(quant_report *r, const char *shard, const ck_shard_plan *sp,
+                       const ck_act_plan *ap)
+{
+    if (r->n_acts == r->cap_acts) {
+        size_t cap = r->cap_acts ? r->cap_acts * 2 : 16;
+        quant_report_static_act *a = realloc(r->acts, cap * sizeof *a);
+        if (!a) return false;
+        r->acts = a;
+        r->cap_acts = cap;
+    }
+    const quant_static_act *in = ap->act;
+    quant_report_static_act *a = &r->acts[r->n_acts];
+    bool ok = true;
+    *a = (quant_report_static_act){.rule = in->rule, .qtype = in->qtype, .rank = in->rank};
+    memcpy(a->shape, in->shape, sizeof a->shape);
+    a->name = strdup_or_null(in->name ? in->name : in->tensor_base, &ok);
+    a->shard = strdup_or_null(shard, &ok);
+    a->scale = strdup_or_null(sp->out[ap->out_scale].name, &ok);
+    a->zero_point = strdup_or_null(ap->out_zp >= 0 ? sp->out[ap->out_zp].name : NULL, &ok);
+    if (!ok) {
+        static_act_clear(a);
+        return false;
+    }
+    r->n_acts++;
+    return true;
+}
+
+bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp)
+{
+    for (size_t i = 0; r && i < sp->n_acts; i++)
+        if (!add_static(r, shard, sp, &sp->acts[i])) return false;
+    return true;
 }
 
 size_t quant_report_count(const quant_report *r)
@@ -122,6 +190,24 @@ static json_t *summary_json(const quant_report *r)
                      isfinite(worst) ? json_real(worst) : json_null());
 }
 
+static json_t *static_act_json(const quant_report_static_act *a)
+{
+    return json_pack("{s:s, s:s, s:o, s:s, s:o, s:s, s:o}", "name", a->name, "shard", a->shard,
+                     "rule", a->rule >= 0 ? json_integer(a->rule) : json_null(), "qtype",
+                     quant_qtype_traits_get(a->qtype)->name, "shape", dims(a->rank, a->shape),
+                     "scale", a->scale, "zero_point",
+                     a->zero_point ? json_string(a->zero_point) : json_null());
+}
+
+/* {"written": [...]}: the static activation scales of the run. */
+static json_t *static_acts_json(const quant_report *r)
+{
+    json_t *written = json_array();
+    for (size_t i = 0; written && i < r->n_acts; i++)
+        json_array_append_new(written, static_act_json(&r->acts[i]));
+    return json_pack("{s:o}", "written", written);
+}
+
 char *quant_report_json(const quant_report *r)
 {
     if (!r) return NULL;
@@ -131,6 +217,11 @@ char *quant_report_json(const quant_report *r)
     json_t *root =
         json_pack("{s:s, s:s, s:o, s:o}", "format", "quantd.report/1", "layout",
                   quant_layout_name(r->layout), "tensors", tensors, "summary", summary_json(r));
+    if (root && r->static_acts &&
+        json_object_set_new(root, "static_activations", static_acts_json(r)) != 0) {
+        json_decref(root);
+        root = NULL;
+    }
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     return text;

@@ -43,6 +43,21 @@ typedef struct quant_progress {
 
 typedef void (*quant_progress_fn)(void *user, const quant_progress *p);
 
+/* A static activation scale (SRQ, SPEC sections 7 and 8), computed by the caller from
+ * calibration statistics, to be written with the quantized weights. */
+typedef struct quant_static_act {
+    const char *name;        /* the activation as the statistics name it (report); may be NULL */
+    const char *tensor_base; /* output base name with '.' separators ("model.layers.0.mlp.
+                                dot_general0_lhs"): written as BASE_scale and BASE_zero_point; its
+                                module path is the base less its last component */
+    long rule;               /* the rule whose act_qtype gave `qtype`; -1 for none */
+    quant_qtype qtype;
+    int rank; /* the calibration's shape (0: a scalar) */
+    int64_t shape[QUANT_MAX_RANK];
+    const float *scale;        /* numel(shape) positive finite values */
+    const int32_t *zero_point; /* numel(shape) values in [qmin, qmax]; NULL when symmetric */
+} quant_static_act;
+
 typedef struct quant_pipeline_options {
     int threads;                /* libquant worker threads; 0 = every CPU the process may use */
     quant_layout layout;        /* default QUANT_LAYOUT_NATIVE */
@@ -56,6 +71,16 @@ typedef struct quant_pipeline_options {
      * them (default false). Faster, but a file that another process truncates during the run
      * kills the process with SIGBUS: only for inputs nobody else writes to. */
     bool map_input;
+    /* Static activation scales (SRQ). With allow_static_acts (or n_static_acts > 0) a rule with
+     * act_static_scale is accepted (without, such a rule is refused: the run has no calibration
+     * statistics). Each activation's tensors go, in the native layout, into the shard holding the
+     * first tensor whose name starts with its module path + "." (else the last shard); in the
+     * compressed-tensors layout they become P.input_scale (and P.input_zero_point) of the
+     * quantized weight P.weight of that module path, which must exist (QUANT_CK_ERR_UNSUPPORTED
+     * otherwise). The array is borrowed for the call. */
+    bool allow_static_acts;
+    const quant_static_act *static_acts;
+    size_t n_static_acts;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */
@@ -88,9 +113,28 @@ typedef struct quant_report quant_report;
 QUANT_API size_t quant_report_count(const quant_report *r);
 QUANT_API const quant_report_entry *quant_report_entry_at(const quant_report *r, size_t i);
 
+/* A static activation scale the run wrote (quant_static_act). */
+typedef struct quant_report_static_act {
+    const char *name;       /* quant_static_act.name, else its tensor base */
+    const char *shard;      /* output file base name */
+    const char *scale;      /* the tensor written: BASE_scale, or P.input_scale */
+    const char *zero_point; /* BASE_zero_point / P.input_zero_point, or NULL (symmetric) */
+    long rule;
+    quant_qtype qtype;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+} quant_report_static_act;
+
+/*! quant_report_static_count(), quant_report_static_at() : the static activation scales written,
+ * in output order (shard by shard). */
+QUANT_API size_t quant_report_static_count(const quant_report *r);
+QUANT_API const quant_report_static_act *quant_report_static_at(const quant_report *r, size_t i);
+
 /*! quant_report_json() :
  * The report as JSON text (`{"format":"quantd.report/1","layout":..,"tensors":[..],
- * "summary":{..}}`), malloc'd; NULL on allocation failure. */
+ * "summary":{..}}`, plus `"static_activations":{"written":[{"name","shard","rule","qtype",
+ * "shape","scale","zero_point"}]}` when the run allowed static activation scales), malloc'd;
+ * NULL on allocation failure. */
 QUANT_API char *quant_report_json(const quant_report *r);
 
 /*! quant_report_write() : writes quant_report_json() to `path` atomically (temp + rename). */

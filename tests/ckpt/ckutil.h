@@ -52,5 +52,6 @@ Suite *suite_pipeline(void);
 Suite *suite_ctensors(void);
 Suite *suite_cli(void);
 Suite *suite_e2e(void);
+Suite *suite_srq_ckpt(void);
 
 #endif
