@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "metrics.h"
+#include "stats.h"
 #include "store.h"
 
 typedef struct qd_jobs qd_jobs;
@@ -19,6 +20,7 @@ typedef struct qd_app {
     qd_store *store;
     qd_jobs *jobs;
     qd_metrics *metrics;
+    qd_stats *stats;   /* calibration statistics: their own connections and writer thread */
     char *uploads_dir; /* DATA/uploads: validated shards waiting for (or used by) their job */
     char *jobs_dir;    /* DATA/jobs/ID/output: a job's published outputs */
     char *tmp_dir;     /* DATA/tmp: uploads while they stream in */

@@ -1,8 +1,8 @@
 /* main.c -- quantd's entry point: settings, subcommands (serve, migrate, check-config), the
- * start-up order (store, data dir, workers, HTTP), systemd readiness, and signals: SIGTERM and
- * SIGINT stop gracefully (no new connections, running jobs requeued, database closed, exit 0),
- * SIGHUP reloads the log level from the configuration. Signals are taken with sigwait in the
- * main thread; every other thread has them blocked.
+ * start-up order (store, metrics, statistics, data dir, workers, HTTP), systemd readiness, and
+ * signals: SIGTERM and SIGINT stop gracefully (no new connections, running jobs requeued,
+ * database closed, exit 0), SIGHUP reloads the log level from the configuration. Signals are
+ * taken with sigwait in the main thread; every other thread has them blocked.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <signal.h>
@@ -74,6 +74,8 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     for (size_t i = 0; i < qd_n_routes && i < 64; i++) names[i] = qd_routes[i].name;
     app->metrics = qd_metrics_new(names, qd_n_routes);
     if (!app->metrics) return fail("out of memory", &err);
+    if (qd_stats_open(app->cfg->db_path, app->metrics, &app->stats, &err) != QD_OK)
+        return fail("cannot open the statistics store", &err);
     if (qd_app_dirs(app, &err) != QD_OK) return fail("data directory", &err);
     if (qd_jobs_start(app, &app->jobs, &err) != QD_OK) return fail("job workers", &err);
     qd_http *http = NULL;
@@ -132,6 +134,7 @@ int main(int argc, char **argv)
     } else {
         rc = serve(&app, argc, argv, &set);
     }
+    qd_stats_close(app.stats); /* HTTP and jobs are stopped: the last queued posts commit */
     qd_store_close(app.store);
     qd_metrics_free(app.metrics);
     qd_app_dirs_free(&app);

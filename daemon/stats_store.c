@@ -1,0 +1,275 @@
+/* stats_store.c -- the statistics store's frame: opening its SQLite connections (a reader here,
+ * the writer's in stats_group.c) and closing, the encodings the tables use (float64 blobs,
+ * shapes as JSON text), checking a post before it is queued, the model settings' defaults, and
+ * freeing what the API hands out. The reads are in stats_read.c, the writes in stats_writer.c.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats_internal.h"
+
+#define BUSY_TIMEOUT_MS 5000
+
+void qd_model_conf_defaults(qd_model_conf *c)
+{
+    c->averaging = QD_AVG_SIMPLE;
+    c->ema_constant = 0.01;
+    c->bootstrap_steps = 0;
+}
+
+void qd_stat_post_clear(qd_stat_post *p)
+{
+    if (!p) return;
+    for (size_t i = 0; p->e && i < p->n; i++) {
+        free(p->e[i].name);
+        free(p->e[i].a);
+        free(p->e[i].b);
+    }
+    free(p->e);
+    free(p->model);
+    memset(p, 0, sizeof *p);
+    p->step = -1;
+}
+
+void qd_stat_avgs_free(qd_stat_avg *a, size_t n)
+{
+    for (size_t i = 0; a && i < n; i++) {
+        free(a[i].name);
+        free(a[i].sum_a);
+        free(a[i].sum_b);
+        free(a[i].a);
+        free(a[i].b);
+    }
+    free(a);
+}
+
+const char *qd_stat_kind_name(qd_stat_kind k)
+{
+    return k == QD_STAT_MINMAX ? "minmax" : "absmax";
+}
+
+/* ---- encodings --------------------------------------------------------------------------------
+ */
+
+void qd_shape_format(int rank, const int64_t *shape, char *buf)
+{
+    size_t at = 0;
+    buf[at++] = '[';
+    for (int i = 0; i < rank; i++)
+        at += (size_t)snprintf(buf + at, QD_SHAPE_TEXT_LEN - at, "%s%lld", i ? "," : "",
+                               (long long)shape[i]);
+    buf[at++] = ']';
+    buf[at] = '\0';
+}
+
+bool qd_shape_parse(const char *text, int *rank, int64_t *shape, int64_t *n)
+{
+    const char *p = text;
+    if (!p || *p++ != '[') return false;
+    *rank = 0;
+    *n = 1;
+    while (*p != ']') {
+        if (*rank == QUANT_MAX_RANK || (*rank > 0 && *p++ != ',')) return false;
+        int64_t d = 0;
+        if (*p < '0' || *p > '9') return false;
+        while (*p >= '0' && *p <= '9') {
+            d = d * 10 + (*p++ - '0');
+            if (d > QD_STATS_MAX_ELEMS) return false;
+        }
+        shape[(*rank)++] = d;
+        *n *= d;
+        if (*n > QD_STATS_MAX_ELEMS) return false;
+    }
+    return p[1] == '\0';
+}
+
+bool qd_blob_to_doubles(const void *blob, int bytes, double *dst, int64_t n)
+{
+    if (bytes < 0 || (int64_t)bytes != n * 8 || (n > 0 && !blob)) return false;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n > 0) memcpy(dst, blob, (size_t)n * 8);
+#else
+    const unsigned char *b = blob;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t u = 0;
+        for (int k = 7; k >= 0; k--) u = u << 8 | b[i * 8 + k];
+        memcpy(&dst[i], &u, 8);
+    }
+#endif
+    return true;
+}
+
+/* ---- checking a post before it is queued ------------------------------------------------------
+ */
+
+static qd_status check_values(const qd_stat_entry *e, const double *v, const char *which,
+                              qd_err *err)
+{
+    if (!v) return qd_fail(err, QD_INVALID, "activation %s: no %s values", e->name, which);
+    for (int64_t i = 0; i < e->n; i++)
+        if (!isfinite(v[i]))
+            return qd_fail(err, QD_INVALID, "activation %s: %s value %lld is not finite", e->name,
+                           which, (long long)i);
+    return QD_OK;
+}
+
+static qd_status check_entry(const qd_stat_entry *e, qd_err *err)
+{
+    if (!e->name || !*e->name) return qd_fail(err, QD_INVALID, "an activation without a name");
+    if (e->rank < 0 || e->rank > QUANT_MAX_RANK)
+        return qd_fail(err, QD_INVALID, "activation %s: rank %d (at most %d)", e->name, e->rank,
+                       QUANT_MAX_RANK);
+    int64_t n = 1;
+    for (int i = 0; i < e->rank; i++) {
+        if (e->shape[i] < 0 || e->shape[i] > QD_STATS_MAX_ELEMS)
+            return qd_fail(err, QD_INVALID, "activation %s: dimension %d is %lld", e->name, i,
+                           (long long)e->shape[i]);
+        n *= e->shape[i];
+        if (n > QD_STATS_MAX_ELEMS)
+            return qd_fail(err, QD_INVALID, "activation %s: more than %lld elements", e->name,
+                           (long long)QD_STATS_MAX_ELEMS);
+    }
+    if (n != e->n)
+        return qd_fail(err, QD_INVALID, "activation %s: %lld elements for a shape of %lld", e->name,
+                       (long long)e->n, (long long)n);
+    if (e->count < 1)
+        return qd_fail(err, QD_INVALID, "activation %s: count %lld (at least 1)", e->name,
+                       (long long)e->count);
+    if (e->kind != QD_STAT_ABSMAX && e->kind != QD_STAT_MINMAX)
+        return qd_fail(err, QD_INVALID, "activation %s: unknown statistics kind", e->name);
+    qd_status st = check_values(e, e->a, e->kind == QD_STAT_MINMAX ? "min" : "absmax", err);
+    if (st == QD_OK && e->kind == QD_STAT_MINMAX) st = check_values(e, e->b, "max", err);
+    if (st == QD_OK && e->kind == QD_STAT_ABSMAX && e->b)
+        st = qd_fail(err, QD_INVALID, "activation %s: absmax statistics with a second array",
+                     e->name);
+    return st;
+}
+
+qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err)
+{
+    if (!p || !p->model || !*p->model) return qd_fail(err, QD_INVALID, "a post without a model");
+    if (p->n > 0 && !p->e) return qd_fail(err, QD_INVALID, "a post without its activations");
+    for (size_t i = 0; i < p->n; i++) {
+        qd_status st = check_entry(&p->e[i], err);
+        if (st != QD_OK) return st;
+    }
+    return QD_OK;
+}
+
+/* ---- connections ------------------------------------------------------------------------------
+ */
+
+qd_status qd_stats_dberr(sqlite3 *db, qd_err *err, const char *op)
+{
+    int code = sqlite3_errcode(db) & 0xff;
+    return qd_fail(err, code == SQLITE_NOMEM ? QD_NOMEM : QD_DB, "%s: %s", op, sqlite3_errmsg(db));
+}
+
+qd_status qd_stats_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out, qd_err *err)
+{
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, out, NULL) == SQLITE_OK)
+        return QD_OK;
+    return qd_fail(err, QD_DB, "preparing \"%.60s\": %s", sql, sqlite3_errmsg(db));
+}
+
+static qd_status exec(sqlite3 *db, const char *sql, qd_err *err)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? QD_OK
+                                                                : qd_stats_dberr(db, err, sql);
+}
+
+/* The store made the file WAL; without it a reader would wait for the writer. */
+static qd_status check_wal(sqlite3 *db, const char *path, qd_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    qd_status r = qd_stats_prepare(db, "PRAGMA journal_mode", &st, err);
+    if (r != QD_OK) return r;
+    const unsigned char *mode = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    if (!mode || strcmp((const char *)mode, "wal") != 0)
+        r = qd_fail(err, QD_DB, "%s: the statistics need a WAL database (journal_mode %s)", path,
+                    mode ? (const char *)mode : "unknown");
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* The writer's page cache holds a group's rows (64 activations x 4096 floats: 6 MiB) and the
+ * WAL is checkpointed every 64 MiB rather than every 4 MiB, so a group of large posts is not
+ * followed by a checkpoint each time. The reader keeps SQLite's default cache. */
+static const char *const writer_pragmas =
+    "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384; "
+    "PRAGMA wal_autocheckpoint = 16384";
+static const char *const reader_pragmas = "PRAGMA foreign_keys = ON; PRAGMA query_only = 1";
+
+qd_status qd_stats_connect(const char *path, bool reader, sqlite3 **out, qd_err *err)
+{
+    *out = NULL;
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        qd_status st = qd_fail(err, QD_DB, "opening database %s: %s", path,
+                               db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return st;
+    }
+    qd_status st = QD_OK;
+    if (sqlite3_extended_result_codes(db, 1) != SQLITE_OK ||
+        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL) != SQLITE_OK ||
+        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS) != SQLITE_OK)
+        st = qd_stats_dberr(db, err, "configuring the connection");
+    if (st == QD_OK) st = check_wal(db, path, err);
+    if (st == QD_OK) st = exec(db, reader ? reader_pragmas : writer_pragmas, err);
+    if (st != QD_OK) {
+        sqlite3_close(db);
+        return st;
+    }
+    *out = db;
+    return QD_OK;
+}
+
+/* ---- open and close ---------------------------------------------------------------------------
+ */
+
+static void close_reader(qd_stats *s)
+{
+    sqlite3_finalize(s->r_models);
+    sqlite3_finalize(s->r_conf);
+    sqlite3_finalize(s->r_rows);
+    sqlite3_close(s->rdb);
+}
+
+qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err)
+{
+    *out = NULL;
+    if (!db_path || !*db_path) return qd_fail(err, QD_INVALID, "no database path");
+    qd_stats *s = calloc(1, sizeof *s);
+    if (!s) return qd_fail(err, QD_NOMEM, "out of memory");
+    s->metrics = metrics;
+    if (pthread_mutex_init(&s->rmu, NULL) != 0) {
+        free(s);
+        return qd_fail(err, QD_NOMEM, "cannot create the statistics' read mutex");
+    }
+    qd_status st = qd_stats_connect(db_path, true, &s->rdb, err);
+    if (st == QD_OK) st = qd_stats_prepare_reads(s, err);
+    if (st == QD_OK) st = qd_stats_writer_start(s, db_path, err);
+    if (st != QD_OK) {
+        close_reader(s);
+        pthread_mutex_destroy(&s->rmu);
+        free(s);
+        return st;
+    }
+    *out = s;
+    return QD_OK;
+}
+
+void qd_stats_close(qd_stats *s)
+{
+    if (!s) return;
+    qd_stats_writer_stop(s);
+    close_reader(s);
+    pthread_mutex_destroy(&s->rmu);
+    free(s);
+}

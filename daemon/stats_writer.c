@@ -1,0 +1,171 @@
+/* stats_writer.c -- the statistics' single writer: callers queue a request (post, reset, model
+ * settings) and wait on their own condition; the writer thread takes every request queued at
+ * that moment into one transaction (stats_group.c), and answers each caller only after that
+ * transaction committed (or failed). The fsync of a commit is thus shared by every post that
+ * arrived while the previous group was being written (group commit).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats_internal.h"
+
+/* Everything queued now, or NULL when stopping with an empty queue. */
+static stats_req *take_all(qd_stats *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    while ((!s->head || s->paused) && !s->stopping) pthread_cond_wait(&s->work_cv, &s->qmu);
+    stats_req *list = s->head;
+    s->head = s->tail = NULL;
+    s->queued = 0;
+    pthread_mutex_unlock(&s->qmu);
+    return list;
+}
+
+/* Each caller may return (and its request vanish) once done is set and the mutex released. */
+static void answer_all(qd_stats *s, stats_req *list)
+{
+    pthread_mutex_lock(&s->qmu);
+    for (stats_req *r = list, *next; r; r = next) {
+        next = r->next;
+        r->done = true;
+        pthread_cond_signal(&r->done_cv);
+    }
+    pthread_mutex_unlock(&s->qmu);
+}
+
+static void *writer_main(void *arg)
+{
+    qd_stats *s = arg;
+    stats_req *list;
+    while ((list = take_all(s)) != NULL) {
+        qd_stats_group_run(s->group, list, s->metrics);
+        answer_all(s, list);
+    }
+    return NULL;
+}
+
+qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err)
+{
+    qd_status st = qd_stats_group_new(path, &s->group, err);
+    if (st != QD_OK) return st;
+    if (pthread_mutex_init(&s->qmu, NULL) != 0) {
+        qd_stats_group_free(s->group);
+        s->group = NULL;
+        return qd_fail(err, QD_NOMEM, "cannot create the statistics writer's mutex");
+    }
+    if (pthread_cond_init(&s->work_cv, NULL) != 0) {
+        pthread_mutex_destroy(&s->qmu);
+        qd_stats_group_free(s->group);
+        s->group = NULL;
+        return qd_fail(err, QD_NOMEM, "cannot create the statistics writer's condition");
+    }
+    if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
+        pthread_cond_destroy(&s->work_cv);
+        pthread_mutex_destroy(&s->qmu);
+        qd_stats_group_free(s->group);
+        s->group = NULL;
+        return qd_fail(err, QD_NOMEM, "cannot start the statistics writer");
+    }
+    s->started = true;
+    return QD_OK;
+}
+
+void qd_stats_writer_stop(qd_stats *s)
+{
+    if (!s->started) return;
+    pthread_mutex_lock(&s->qmu);
+    s->stopping = true;
+    s->paused = false;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qmu);
+    pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->qmu);
+    qd_stats_group_free(s->group);
+    s->group = NULL;
+    s->started = false;
+}
+
+void qd_stats_pause(qd_stats *s, bool paused)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->paused = paused;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qmu);
+}
+
+size_t qd_stats_queued(qd_stats *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    size_t n = s->queued;
+    pthread_mutex_unlock(&s->qmu);
+    return n;
+}
+
+/* Queues r and waits until the writer answered it; r->st is the answer. */
+static qd_status submit(qd_stats *s, stats_req *r, qd_err *err)
+{
+    r->done = false;
+    r->next = NULL;
+    r->st = QD_OK;
+    r->err.message[0] = '\0';
+    if (pthread_cond_init(&r->done_cv, NULL) != 0)
+        return qd_fail(err, QD_NOMEM, "cannot wait for the statistics writer");
+    pthread_mutex_lock(&s->qmu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->qmu);
+        pthread_cond_destroy(&r->done_cv);
+        return qd_fail(err, QD_DB, "the statistics store is closing");
+    }
+    if (s->tail)
+        s->tail->next = r;
+    else
+        s->head = r;
+    s->tail = r;
+    s->queued++;
+    if (s->head == r) pthread_cond_signal(&s->work_cv);
+    while (!r->done) pthread_cond_wait(&r->done_cv, &s->qmu);
+    pthread_mutex_unlock(&s->qmu);
+    pthread_cond_destroy(&r->done_cv);
+    if (r->st != QD_OK && err) *err = r->err;
+    return r->st;
+}
+
+qd_status qd_stats_post(qd_stats *s, const qd_stat_post *p, qd_err *err)
+{
+    qd_status st = qd_stat_post_check(p, err);
+    if (st != QD_OK) return st;
+    stats_req r = {.kind = QD_REQ_POST, .post = p};
+    return submit(s, &r, err);
+}
+
+qd_status qd_stats_reset(qd_stats *s, const char *model, qd_err *err)
+{
+    if (!model || !*model) return qd_fail(err, QD_INVALID, "no model");
+    stats_req r = {.kind = QD_REQ_RESET, .model = model};
+    return submit(s, &r, err);
+}
+
+static qd_status check_conf(const qd_model_conf *c, qd_err *err)
+{
+    if (c->averaging != QD_AVG_SIMPLE && c->averaging != QD_AVG_EMA)
+        return qd_fail(err, QD_INVALID, "averaging must be simple or ema");
+    if (!(c->ema_constant > 0 && c->ema_constant <= 1))
+        return qd_fail(err, QD_INVALID, "ema_constant must be in (0, 1]");
+    if (c->bootstrap_steps < 0)
+        return qd_fail(err, QD_INVALID, "bootstrap_steps must be 0 or more");
+    return QD_OK;
+}
+
+qd_status qd_stats_put_model(qd_stats *s, const char *model, const qd_model_conf *c, bool *created,
+                             qd_err *err)
+{
+    if (!model || !*model) return qd_fail(err, QD_INVALID, "no model");
+    qd_status st = check_conf(c, err);
+    if (st != QD_OK) return st;
+    stats_req r = {.kind = QD_REQ_PUT_MODEL, .model = model, .conf = c};
+    st = submit(s, &r, err);
+    if (st == QD_OK && created) *created = r.created;
+    return st;
+}

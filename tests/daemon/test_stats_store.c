@@ -1,0 +1,866 @@
+/* test_stats_store.c -- the statistics store in process (daemon/stats_*.c on a temporary
+ * database): Qwix's SimpleMovingAverage (one update, two averaging, bootstrap steps), merges of
+ * dumps, EMA against hand-computed values, min/max statistics, rejections (shape, kind, a name
+ * twice, bad values) that store nothing of the post while the rest of its group commits, an SQL
+ * failure that fails the whole group, concurrent posters, reset, model settings and listing, the
+ * name filter, reopening, and a throughput print (not an assertion).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qdtest.h"
+#include "stats.h"
+#include "stats_internal.h"
+
+/* ---- fixture ----------------------------------------------------------------------------------
+ */
+
+static char *g_dir, *g_path;
+static qd_store *g_store;
+static qd_stats *g_s;
+
+static void open_all(void)
+{
+    qd_err err = {{0}};
+    ck_assert_msg(qd_store_open(g_path, &g_store, &err) == QD_OK, "store: %s", err.message);
+    ck_assert_msg(qd_stats_open(g_path, NULL, &g_s, &err) == QD_OK, "stats: %s", err.message);
+}
+
+static void close_all(void)
+{
+    qd_stats_close(g_s);
+    qd_store_close(g_store);
+    g_s = NULL;
+    g_store = NULL;
+}
+
+static void setup(void)
+{
+    g_dir = qdt_tmpdir();
+    g_path = qdt_join(g_dir, "quantd.db");
+    open_all();
+}
+
+static void teardown(void)
+{
+    close_all();
+    qdt_rmtree(g_dir);
+    free(g_path);
+    free(g_dir);
+}
+
+/* ---- building posts ---------------------------------------------------------------------------
+ */
+
+static double *dup_values(const double *v, int64_t n)
+{
+    double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    ck_assert_ptr_nonnull(d);
+    if (n) memcpy(d, v, (size_t)n * sizeof *d);
+    return d;
+}
+
+/* A post of nothing yet for model (merge when count > 1 entries are added). */
+static qd_stat_post post_new(const char *model)
+{
+    qd_stat_post p = {.model = strdup(model), .step = -1};
+    return p;
+}
+
+/* Adds an entry: shape of rank dims (n elements), absmax (b NULL) or min/max values, count. */
+static void post_add(qd_stat_post *p, const char *name, int rank, const int64_t *shape,
+                     const double *a, const double *b, int64_t count)
+{
+    qd_stat_entry *e = realloc(p->e, (p->n + 1) * sizeof *e);
+    ck_assert_ptr_nonnull(e);
+    p->e = e;
+    e = &p->e[p->n++];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(name);
+    e->kind = b ? QD_STAT_MINMAX : QD_STAT_ABSMAX;
+    e->rank = rank;
+    e->n = 1;
+    for (int i = 0; i < rank; i++) {
+        e->shape[i] = shape[i];
+        e->n *= shape[i];
+    }
+    e->a = dup_values(a, e->n);
+    e->b = b ? dup_values(b, e->n) : NULL;
+    e->count = count;
+}
+
+/* Posts one update of name: the n values of a 1-D absmax (n == 0: a scalar of a[0]). */
+static qd_status post_absmax(const char *model, const char *name, const double *a, int64_t n,
+                             qd_err *err)
+{
+    qd_stat_post p = post_new(model);
+    int64_t shape[1] = {n};
+    post_add(&p, name, n ? 1 : 0, shape, a, NULL, 1);
+    qd_status st = qd_stats_post(g_s, &p, err);
+    qd_stat_post_clear(&p);
+    return st;
+}
+
+static void post_scalar_ok(const char *model, const char *name, double v)
+{
+    qd_err err = {{0}};
+    qd_status st = post_absmax(model, name, &v, 0, &err);
+    ck_assert_msg(st == QD_OK, "post %s %g: %s", name, v, err.message);
+}
+
+/* ---- reading back -----------------------------------------------------------------------------
+ */
+
+typedef struct readback {
+    qd_stat_avg *v;
+    size_t n;
+} readback;
+
+static readback read_all(const char *model, const char *regex)
+{
+    readback rb = {0};
+    qd_err err = {{0}};
+    qd_status st = qd_stats_read(g_s, model, regex, &rb.v, &rb.n, &err);
+    ck_assert_msg(st == QD_OK, "read %s: %s", model, err.message);
+    return rb;
+}
+
+static const qd_stat_avg *find(const readback *rb, const char *name)
+{
+    for (size_t i = 0; i < rb->n; i++)
+        if (strcmp(rb->v[i].name, name) == 0) return &rb->v[i];
+    return NULL;
+}
+
+static void readback_free(readback *rb)
+{
+    qd_stat_avgs_free(rb->v, rb->n);
+    rb->v = NULL;
+    rb->n = 0;
+}
+
+/* count, and the calibration's first element a[0] (and b[0] for min/max) of model/name. */
+static void expect_avg(const char *model, const char *name, int64_t count, double a0,
+                       bool bootstrapping)
+{
+    readback rb = read_all(model, NULL);
+    const qd_stat_avg *a = find(&rb, name);
+    ck_assert_msg(a != NULL, "%s not stored", name);
+    ck_assert_int_eq(a->count, count);
+    ck_assert_msg(fabs(a->a[0] - a0) < 1e-12, "%s: calibration %.17g, want %.17g", name, a->a[0],
+                  a0);
+    ck_assert_int_eq(a->bootstrapping, bootstrapping);
+    readback_free(&rb);
+}
+
+static int64_t count_of(const char *model, const char *name)
+{
+    readback rb = read_all(model, NULL);
+    const qd_stat_avg *a = find(&rb, name);
+    int64_t c = a ? a->count : 0;
+    readback_free(&rb);
+    return c;
+}
+
+static void put_model_ok(const char *model, qd_averaging avg, double c, int64_t boot, bool created)
+{
+    qd_model_conf conf = {.averaging = avg, .ema_constant = c, .bootstrap_steps = boot};
+    bool was_created = !created;
+    qd_err err = {{0}};
+    ck_assert_msg(qd_stats_put_model(g_s, model, &conf, &was_created, &err) == QD_OK, "put: %s",
+                  err.message);
+    ck_assert_int_eq(was_created, created);
+}
+
+/* ---- Qwix's averaging --------------------------------------------------------------------------
+ */
+
+START_TEST(test_one_update_is_the_value)
+{
+    post_scalar_ok("m", "layers/0/mlp/dot_general0_lhs", 5.25);
+    expect_avg("m", "layers/0/mlp/dot_general0_lhs", 1, 5.25, false);
+    readback rb = read_all("m", NULL);
+    ck_assert_uint_eq(rb.n, 1);
+    ck_assert_int_eq(rb.v[0].rank, 0);
+    ck_assert_int_eq(rb.v[0].n, 1);
+    ck_assert_int_eq(rb.v[0].kind, QD_STAT_ABSMAX);
+    ck_assert_ptr_null(rb.v[0].b);
+    ck_assert_ptr_null(rb.v[0].sum_b);
+    ck_assert(rb.v[0].sum_a[0] == 5.25);
+    ck_assert_int_gt(rb.v[0].updated_ms, 0);
+    readback_free(&rb);
+}
+END_TEST
+
+START_TEST(test_two_updates_average)
+{
+    post_scalar_ok("m", "x", 1);
+    post_scalar_ok("m", "x", 3);
+    expect_avg("m", "x", 2, 2.0, false);
+    readback rb = read_all("m", NULL);
+    ck_assert(rb.v[0].sum_a[0] == 4.0);
+    readback_free(&rb);
+}
+END_TEST
+
+/* bootstrap_steps 2: the calibration is the last value while count <= 2, then the average. */
+START_TEST(test_bootstrap_steps)
+{
+    put_model_ok("m", QD_AVG_SIMPLE, 0.01, 2, true);
+    post_scalar_ok("m", "x", 1);
+    expect_avg("m", "x", 1, 1.0, true);
+    post_scalar_ok("m", "x", 3);
+    expect_avg("m", "x", 2, 3.0, true);
+    post_scalar_ok("m", "x", 8);
+    expect_avg("m", "x", 3, 4.0, false);
+}
+END_TEST
+
+START_TEST(test_merge_adds_counts_and_sums)
+{
+    qd_err err = {{0}};
+    int64_t shape[1] = {2};
+    double sums[2] = {8, 12}, one[2] = {2, 3};
+    qd_stat_post p = post_new("m");
+    p.merge = true;
+    post_add(&p, "x", 1, shape, sums, NULL, 4);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    ck_assert_int_eq(post_absmax("m", "x", one, 2, &err), QD_OK);
+    /* and a second host's dump of min/max */
+    double smin[2] = {-10, -20}, smax[2] = {10, 30};
+    p = post_new("m");
+    p.merge = true;
+    post_add(&p, "y", 1, shape, smin, smax, 10);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    readback rb = read_all("m", NULL);
+    const qd_stat_avg *x = find(&rb, "x"), *y = find(&rb, "y");
+    ck_assert_int_eq(x->count, 5);
+    ck_assert(x->sum_a[0] == 10 && x->sum_a[1] == 15);
+    ck_assert(x->a[0] == 2 && x->a[1] == 3);
+    ck_assert_int_eq(y->count, 20);
+    ck_assert(y->sum_a[0] == -20 && y->sum_a[1] == -40 && y->sum_b[0] == 20 && y->sum_b[1] == 60);
+    ck_assert(y->a[0] == -1 && y->a[1] == -2 && y->b[0] == 1 && y->b[1] == 3);
+    readback_free(&rb);
+    json_t *models = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &models, &err), QD_OK);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(models, 0), "posts")), 4);
+    json_decref(models);
+}
+END_TEST
+
+/* c = 0.5: 4 then 8 -> 6, then 2 -> 4; a merge counts as its mean (S / k). The sums keep the
+ * simple average, whatever the averaging. */
+START_TEST(test_ema_hand_computed)
+{
+    put_model_ok("m", QD_AVG_EMA, 0.5, 0, true);
+    post_scalar_ok("m", "x", 4);
+    expect_avg("m", "x", 1, 4.0, false);
+    post_scalar_ok("m", "x", 8);
+    expect_avg("m", "x", 2, 6.0, false);
+    post_scalar_ok("m", "x", 2);
+    expect_avg("m", "x", 3, 4.0, false);
+    qd_err err = {{0}};
+    double s = 30; /* mean 10: 4 + 0.5 * (10 - 4) = 7 */
+    qd_stat_post p = post_new("m");
+    p.merge = true;
+    post_add(&p, "x", 0, NULL, &s, NULL, 3);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    expect_avg("m", "x", 6, 7.0, false);
+    /* back to simple: (4 + 8 + 2 + 30) / 6 */
+    put_model_ok("m", QD_AVG_SIMPLE, 0.5, 0, false);
+    expect_avg("m", "x", 6, 44.0 / 6, false);
+}
+END_TEST
+
+START_TEST(test_minmax)
+{
+    qd_err err = {{0}};
+    int64_t shape[2] = {1, 2};
+    double min1[2] = {-1, -2}, max1[2] = {1, 4}, min2[2] = {-3, 0}, max2[2] = {3, 0};
+    qd_stat_post p = post_new("m");
+    post_add(&p, "act", 2, shape, min1, max1, 1);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    p = post_new("m");
+    post_add(&p, "act", 2, shape, min2, max2, 1);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    readback rb = read_all("m", NULL);
+    const qd_stat_avg *a = find(&rb, "act");
+    ck_assert_int_eq(a->kind, QD_STAT_MINMAX);
+    ck_assert_int_eq(a->rank, 2);
+    ck_assert(a->shape[0] == 1 && a->shape[1] == 2 && a->n == 2);
+    ck_assert(a->a[0] == -2 && a->a[1] == -1 && a->b[0] == 2 && a->b[1] == 2);
+    ck_assert(a->sum_a[0] == -4 && a->sum_b[1] == 4);
+    readback_free(&rb);
+}
+END_TEST
+
+/* ---- rejections -------------------------------------------------------------------------------
+ */
+
+START_TEST(test_shape_mismatch_stores_nothing)
+{
+    qd_err err = {{0}};
+    double v[3] = {1, 2, 3};
+    ck_assert_int_eq(post_absmax("m", "x", v, 2, &err), QD_OK);
+    ck_assert_int_eq(post_absmax("m", "x", v, 3, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "x") && strstr(err.message, "[3]") &&
+                      strstr(err.message, "[2]"),
+                  "%s", err.message);
+    ck_assert_int_eq(count_of("m", "x"), 1);
+    /* a post whose second activation is bad leaves its first one alone too */
+    qd_stat_post p = post_new("m");
+    int64_t two[1] = {2}, three[1] = {3};
+    post_add(&p, "a_good", 1, two, v, NULL, 1);
+    post_add(&p, "x", 1, three, v, NULL, 1);
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    qd_stat_post_clear(&p);
+    ck_assert_int_eq(count_of("m", "a_good"), 0);
+    ck_assert_int_eq(count_of("m", "x"), 1);
+    json_t *models = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &models, &err), QD_OK);
+    json_t *m = json_array_get(models, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "posts")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "activations")), 1);
+    json_decref(models);
+}
+END_TEST
+
+START_TEST(test_kind_mismatch_stores_nothing)
+{
+    qd_err err = {{0}};
+    double v[2] = {1, 2};
+    ck_assert_int_eq(post_absmax("m", "x", v, 2, &err), QD_OK);
+    qd_stat_post p = post_new("m");
+    int64_t two[1] = {2};
+    post_add(&p, "x", 1, two, v, v, 1);
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "x") && strstr(err.message, "min/max"), "%s", err.message);
+    qd_stat_post_clear(&p);
+    ck_assert_int_eq(count_of("m", "x"), 1);
+}
+END_TEST
+
+/* What the store checks itself before queueing, and a name twice in one post. */
+START_TEST(test_bad_posts)
+{
+    qd_err err = {{0}};
+    double v[2] = {1, NAN};
+    ck_assert_int_eq(post_absmax("m", "x", v, 2, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "x") && strstr(err.message, "finite"), "%s", err.message);
+    qd_stat_post p = post_new("m");
+    int64_t two[1] = {2};
+    double ok[2] = {1, 2};
+    post_add(&p, "x", 1, two, ok, NULL, 0);
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID); /* count 0 */
+    p.e[0].count = 1;
+    p.e[0].n = 3;
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID); /* n does not fit the shape */
+    p.e[0].n = 2;
+    post_add(&p, "x", 1, two, ok, NULL, 1);
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "twice"), "%s", err.message);
+    qd_stat_post_clear(&p);
+    p = post_new("");
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    qd_stat_post_clear(&p);
+    readback rb = {0};
+    ck_assert_int_eq(qd_stats_read(g_s, "m", NULL, &rb.v, &rb.n, &err), QD_NOT_FOUND);
+}
+END_TEST
+
+/* ---- groups -----------------------------------------------------------------------------------
+ */
+
+/* A request from its own thread: a post, a reset of `reset`, or settings conf for `put`. */
+typedef struct poster {
+    qd_stat_post p;
+    const char *reset, *put;
+    qd_model_conf conf;
+    qd_status st;
+    qd_err err;
+    pthread_t t;
+} poster;
+
+static void *poster_main(void *arg)
+{
+    poster *q = arg;
+    if (q->reset)
+        q->st = qd_stats_reset(g_s, q->reset, &q->err);
+    else if (q->put)
+        q->st = qd_stats_put_model(g_s, q->put, &q->conf, NULL, &q->err);
+    else
+        q->st = qd_stats_post(g_s, &q->p, &q->err);
+    return NULL;
+}
+
+static void wait_queued(size_t n)
+{
+    for (int i = 0; i < 5000 && qd_stats_queued(g_s) < n; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_uint_eq(qd_stats_queued(g_s), n);
+}
+
+/* The requests from threads while the writer is paused, queued in order: one group. */
+static void run_group(poster *ps, size_t n)
+{
+    qd_stats_pause(g_s, true);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(pthread_create(&ps[i].t, NULL, poster_main, &ps[i]), 0);
+        wait_queued(i + 1);
+    }
+    qd_stats_pause(g_s, false);
+    for (size_t i = 0; i < n; i++) {
+        pthread_join(ps[i].t, NULL);
+        qd_stat_post_clear(&ps[i].p);
+    }
+}
+
+/* In one group: a good post, a bad one (its good activations are not stored either), a good
+ * one; an activation new in the group takes its shape from its first post there. */
+START_TEST(test_bad_post_in_a_group)
+{
+    double v[3] = {1, 2, 3};
+    int64_t two[1] = {2}, three[1] = {3};
+    ck_assert_int_eq(post_absmax("m", "y", v, 3, NULL), QD_OK); /* y is [3] */
+    poster ps[5] = {{.p = post_new("m")},
+                    {.p = post_new("m")},
+                    {.p = post_new("m")},
+                    {.p = post_new("m")},
+                    {.p = post_new("m")}};
+    post_add(&ps[0].p, "x", 1, two, v, NULL, 1);
+    post_add(&ps[1].p, "new", 1, three, v, NULL, 1);
+    post_add(&ps[1].p, "x", 1, two, v, NULL, 1);
+    post_add(&ps[1].p, "y", 1, two, v, NULL, 1); /* refused: y is [3] */
+    post_add(&ps[2].p, "x", 1, two, v, NULL, 1);
+    post_add(&ps[3].p, "z", 1, three, v, NULL, 1); /* z becomes [3] ... */
+    post_add(&ps[4].p, "z", 1, two, v, NULL, 1);   /* ... so [2] is refused */
+    run_group(ps, 5);
+    ck_assert_int_eq(ps[0].st, QD_OK);
+    ck_assert_int_eq(ps[1].st, QD_INVALID);
+    ck_assert_msg(strstr(ps[1].err.message, "activation y"), "%s", ps[1].err.message);
+    ck_assert_int_eq(ps[2].st, QD_OK);
+    ck_assert_int_eq(ps[3].st, QD_OK);
+    ck_assert_int_eq(ps[4].st, QD_INVALID);
+    ck_assert_msg(strstr(ps[4].err.message, "activation z"), "%s", ps[4].err.message);
+    ck_assert_int_eq(count_of("m", "x"), 2);
+    ck_assert_int_eq(count_of("m", "y"), 1);
+    ck_assert_int_eq(count_of("m", "z"), 1);
+    ck_assert_int_eq(count_of("m", "new"), 0);
+    expect_avg("m", "x", 2, 1.0, false);
+}
+END_TEST
+
+/* A model's first post fails its check: the model is not created. */
+START_TEST(test_rejected_first_post_creates_no_model)
+{
+    qd_err err = {{0}};
+    double v[2] = {1, 2};
+    qd_stat_post p = post_new("fresh");
+    post_add(&p, "x", 0, NULL, v, NULL, 1);
+    post_add(&p, "x", 0, NULL, v, NULL, 1);
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    qd_stat_post_clear(&p);
+    json_t *models = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &models, &err), QD_OK);
+    ck_assert_uint_eq(json_array_size(models), 0);
+    json_decref(models);
+    qd_model_conf c;
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "fresh", &c, &err), QD_NOT_FOUND);
+}
+END_TEST
+
+/* A reset between posts of one group: what came before it is gone, what comes after is new (so
+ * may have another shape). */
+START_TEST(test_reset_inside_a_group)
+{
+    double v[3] = {1, 2, 3};
+    int64_t three[1] = {3};
+    post_scalar_ok("m", "x", 7);
+    poster ps[4] = {{.p = post_new("m")}, {.reset = "m"}, {.p = post_new("m")}, {.reset = "nope"}};
+    post_add(&ps[0].p, "x", 0, NULL, v, NULL, 1);
+    post_add(&ps[2].p, "x", 1, three, v, NULL, 1);
+    run_group(ps, 4);
+    ck_assert_int_eq(ps[0].st, QD_OK);
+    ck_assert_int_eq(ps[1].st, QD_OK);
+    ck_assert_int_eq(ps[2].st, QD_OK);
+    ck_assert_int_eq(ps[3].st, QD_NOT_FOUND);
+    readback rb = read_all("m", NULL);
+    ck_assert_uint_eq(rb.n, 1);
+    ck_assert_int_eq(rb.v[0].count, 1);
+    ck_assert_int_eq(rb.v[0].n, 3);
+    ck_assert(rb.v[0].a[2] == 3);
+    readback_free(&rb);
+}
+END_TEST
+
+/* An SQL failure (a trigger refusing new activations) fails every request of the group, the
+ * settings change included; the next group works from what is stored. */
+START_TEST(test_sql_failure_fails_the_group)
+{
+    post_scalar_ok("m", "x", 1);
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    ck_assert_int_eq(sqlite3_exec(db,
+                                  "CREATE TRIGGER no_new BEFORE INSERT ON stats "
+                                  "BEGIN SELECT RAISE(ABORT, 'no new activations'); END",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    double v = 2;
+    poster ps[3] = {
+        {.p = post_new("m")}, {.put = "made", .conf = {QD_AVG_EMA, 0.5, 0}}, {.p = post_new("m")}};
+    post_add(&ps[0].p, "x", 0, NULL, &v, NULL, 1);
+    post_add(&ps[2].p, "brand_new", 0, NULL, &v, NULL, 1);
+    run_group(ps, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(ps[i].st, QD_DB);
+        ck_assert_msg(strstr(ps[i].err.message, "no new activations"), "%s", ps[i].err.message);
+    }
+    qd_model_conf c;
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "made", &c, NULL), QD_NOT_FOUND);
+    ck_assert_int_eq(count_of("m", "x"), 1);
+    ck_assert_int_eq(sqlite3_exec(db, "DROP TRIGGER no_new", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    post_scalar_ok("m", "x", 3);
+    expect_avg("m", "x", 2, 2.0, false);
+    put_model_ok("made", QD_AVG_EMA, 0.5, 0, true);
+}
+END_TEST
+
+#define N_THREADS 8
+#define N_POSTS   150
+
+static void *concurrent_main(void *arg)
+{
+    const char *model = arg;
+    for (int i = 0; i < N_POSTS; i++) {
+        qd_stat_post p = post_new(model);
+        double v[2] = {1, (double)i};
+        int64_t two[1] = {2};
+        post_add(&p, "a", 1, two, v, NULL, 1);
+        post_add(&p, "b", 0, NULL, v, NULL, 1);
+        qd_err err = {{0}};
+        qd_status st = qd_stats_post(g_s, &p, &err);
+        qd_stat_post_clear(&p);
+        if (st != QD_OK) return strdup(err.message);
+    }
+    return NULL;
+}
+
+START_TEST(test_concurrent_posters_exact_count)
+{
+    pthread_t t[N_THREADS];
+    for (int i = 0; i < N_THREADS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, concurrent_main, i % 2 ? "odd" : "even"), 0);
+    for (int i = 0; i < N_THREADS; i++) {
+        void *msg = NULL;
+        pthread_join(t[i], &msg);
+        ck_assert_msg(msg == NULL, "%s", (char *)msg);
+    }
+    const char *models[2] = {"even", "odd"};
+    for (int k = 0; k < 2; k++) {
+        readback rb = read_all(models[k], NULL);
+        const qd_stat_avg *a = find(&rb, "a"), *b = find(&rb, "b");
+        int64_t want = N_THREADS / 2 * N_POSTS;
+        ck_assert_int_eq(a->count, want);
+        ck_assert_int_eq(b->count, want);
+        ck_assert(a->sum_a[0] == (double)want);
+        ck_assert(a->sum_a[1] == (double)(N_THREADS / 2) * (N_POSTS * (N_POSTS - 1) / 2));
+        readback_free(&rb);
+    }
+    json_t *list = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &list, NULL), QD_OK);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(list, 1), "posts")),
+                     N_THREADS / 2 * N_POSTS);
+    json_decref(list);
+}
+END_TEST
+
+/* ---- reset, settings, listing, filter, reopening ----------------------------------------------
+ */
+
+START_TEST(test_reset)
+{
+    qd_err err = {{0}};
+    put_model_ok("m", QD_AVG_EMA, 0.25, 3, true);
+    post_scalar_ok("m", "x", 1);
+    post_scalar_ok("m", "y", 1);
+    ck_assert_int_eq(qd_stats_reset(g_s, "m", &err), QD_OK);
+    readback rb = read_all("m", NULL);
+    ck_assert_uint_eq(rb.n, 0);
+    readback_free(&rb);
+    qd_model_conf c;
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "m", &c, &err), QD_OK);
+    ck_assert(c.averaging == QD_AVG_EMA && c.ema_constant == 0.25 && c.bootstrap_steps == 3);
+    json_t *list = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &list, &err), QD_OK);
+    json_t *m = json_array_get(list, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "posts")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "activations")), 0);
+    ck_assert(json_is_null(json_object_get(m, "updated_at")));
+    json_decref(list);
+    ck_assert_int_eq(qd_stats_reset(g_s, "unknown", &err), QD_NOT_FOUND);
+    ck_assert_msg(strstr(err.message, "unknown"), "%s", err.message);
+    double v[2] = {5, 6};
+    ck_assert_int_eq(post_absmax("m", "x", v, 2, &err), QD_OK); /* any shape after a reset */
+    ck_assert_int_eq(count_of("m", "x"), 1);
+}
+END_TEST
+
+START_TEST(test_put_model)
+{
+    qd_err err = {{0}};
+    qd_model_conf c;
+    qd_model_conf_defaults(&c);
+    ck_assert(c.averaging == QD_AVG_SIMPLE && c.ema_constant == 0.01 && c.bootstrap_steps == 0);
+    post_scalar_ok("posted", "x", 1); /* created by its first post, with the defaults */
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "posted", &c, &err), QD_OK);
+    ck_assert(c.averaging == QD_AVG_SIMPLE && c.ema_constant == 0.01 && c.bootstrap_steps == 0);
+    put_model_ok("posted", QD_AVG_EMA, 0.125, 7, false);
+    put_model_ok("put", QD_AVG_EMA, 1.0, 0, true);
+    put_model_ok("put", QD_AVG_SIMPLE, 0.5, 2, false);
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "posted", &c, &err), QD_OK);
+    ck_assert(c.averaging == QD_AVG_EMA && c.ema_constant == 0.125 && c.bootstrap_steps == 7);
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "put", &c, &err), QD_OK);
+    ck_assert(c.averaging == QD_AVG_SIMPLE && c.ema_constant == 0.5 && c.bootstrap_steps == 2);
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "none", &c, &err), QD_NOT_FOUND);
+    qd_model_conf bad[3] = {{QD_AVG_EMA, 0, 0}, {QD_AVG_EMA, 1.5, 0}, {QD_AVG_SIMPLE, 0.5, -1}};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(qd_stats_put_model(g_s, "bad", &bad[i], NULL, &err), QD_INVALID);
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "bad", &c, &err), QD_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(test_models_listing)
+{
+    qd_err err = {{0}};
+    put_model_ok("zeta", QD_AVG_EMA, 0.5, 1, true);
+    post_scalar_ok("alpha", "x", 1);
+    post_scalar_ok("alpha", "y", 1);
+    post_scalar_ok("alpha", "x", 2);
+    json_t *list = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &list, &err), QD_OK);
+    ck_assert_uint_eq(json_array_size(list), 2);
+    json_t *a = json_array_get(list, 0), *z = json_array_get(list, 1);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "name")), "alpha");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "averaging")), "simple");
+    ck_assert(json_real_value(json_object_get(a, "ema_constant")) == 0.01);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "bootstrap_steps")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "activations")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "posts")), 3);
+    const char *when = json_string_value(json_object_get(a, "updated_at"));
+    ck_assert_msg(when && strlen(when) == 24 && when[10] == 'T' && when[23] == 'Z', "%s",
+                  when ? when : "null");
+    ck_assert_str_eq(json_string_value(json_object_get(z, "name")), "zeta");
+    ck_assert_str_eq(json_string_value(json_object_get(z, "averaging")), "ema");
+    ck_assert_int_eq(json_integer_value(json_object_get(z, "activations")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(z, "posts")), 0);
+    ck_assert(json_is_null(json_object_get(z, "updated_at")));
+    ck_assert_uint_eq(json_object_size(a), 7);
+    json_decref(list);
+}
+END_TEST
+
+START_TEST(test_name_filter)
+{
+    qd_err err = {{0}};
+    const char *names[4] = {"layers/0/mlp/dot_general0_lhs", "layers/1/mlp/dot_general0_lhs",
+                            "layers/10/attn/einsum0_lhs", "head/dot_general0_lhs"};
+    for (int i = 0; i < 4; i++) post_scalar_ok("m", names[i], i);
+    readback rb = read_all("m", "layers/\\d+/mlp/.*");
+    ck_assert_uint_eq(rb.n, 2);
+    ck_assert_str_eq(rb.v[0].name, names[0]); /* by name */
+    ck_assert_str_eq(rb.v[1].name, names[1]);
+    readback_free(&rb);
+    rb = read_all("m", "mlp|head/dot_general0_lhs"); /* full match: "mlp" alone matches none */
+    ck_assert_uint_eq(rb.n, 1);
+    ck_assert_str_eq(rb.v[0].name, names[3]);
+    readback_free(&rb);
+    rb = read_all("m", "nothing");
+    ck_assert_uint_eq(rb.n, 0);
+    readback_free(&rb);
+    rb = read_all("m", NULL);
+    ck_assert_uint_eq(rb.n, 4);
+    ck_assert_str_eq(rb.v[0].name, names[3]);
+    readback_free(&rb);
+    ck_assert_int_eq(qd_stats_read(g_s, "m", "layers/(", &rb.v, &rb.n, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "regex"), "%s", err.message);
+    ck_assert_int_eq(qd_stats_read(g_s, "other", NULL, &rb.v, &rb.n, &err), QD_NOT_FOUND);
+    ck_assert_int_eq(qd_stats_read(g_s, "other", "(", &rb.v, &rb.n, &err), QD_INVALID);
+}
+END_TEST
+
+/* Close right after posts: everything acknowledged is there after reopening. */
+START_TEST(test_close_and_reopen)
+{
+    put_model_ok("m", QD_AVG_EMA, 0.5, 1, true);
+    double big[4096];
+    for (int i = 0; i < 4096; i++) big[i] = i * 0.5;
+    qd_err err = {{0}};
+    for (int k = 0; k < 3; k++) {
+        post_scalar_ok("m", "x", 4 * (k + 1));
+        ck_assert_int_eq(post_absmax("m", "big", big, 4096, &err), QD_OK);
+    }
+    close_all();
+    open_all();
+    readback rb = read_all("m", NULL);
+    ck_assert_uint_eq(rb.n, 2);
+    const qd_stat_avg *b = find(&rb, "big"), *x = find(&rb, "x");
+    ck_assert_int_eq(b->count, 3);
+    ck_assert(b->a[4095] == 4095 * 0.5 && b->sum_a[4095] == 3 * 4095 * 0.5);
+    ck_assert_int_eq(x->count, 3);
+    ck_assert(x->a[0] == 9); /* EMA 0.5: 4 -> 6 -> 9 */
+    readback_free(&rb);
+    qd_model_conf c;
+    ck_assert_int_eq(qd_stats_model_conf(g_s, "m", &c, &err), QD_OK);
+    ck_assert(c.averaging == QD_AVG_EMA && c.bootstrap_steps == 1);
+}
+END_TEST
+
+/* The tables and indexes of migrations/0002_stats.sql. */
+START_TEST(test_schema)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                        "SELECT group_concat(name) FROM (SELECT name FROM "
+                                        "sqlite_master WHERE tbl_name IN ('stats', "
+                                        "'stat_models') ORDER BY name)",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0),
+                     "sqlite_autoindex_stat_models_1,sqlite_autoindex_stats_1,stat_models,stats");
+    sqlite3_finalize(st);
+    ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                        "SELECT group_concat(name) FROM pragma_index_info("
+                                        "'sqlite_autoindex_stats_1')",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "model_id,name");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+END_TEST
+
+/* ---- throughput (printed, not asserted) -------------------------------------------------------
+ */
+
+typedef struct load {
+    int posts, acts;
+    int64_t elems;
+    char model[16];
+} load;
+
+static void *load_main(void *arg)
+{
+    load *l = arg;
+    qd_stat_post p = post_new(l->model);
+    double *v = calloc((size_t)l->elems, sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (int64_t i = 0; i < l->elems; i++) v[i] = (double)(i % 97);
+    int64_t shape[1] = {l->elems};
+    for (int a = 0; a < l->acts; a++) {
+        char name[32];
+        snprintf(name, sizeof name, "layers/%d/mlp/lhs", a);
+        post_add(&p, name, 1, shape, v, NULL, 1);
+    }
+    for (int i = 0; i < l->posts; i++) {
+        qd_err err = {{0}};
+        qd_status st = qd_stats_post(g_s, &p, &err);
+        ck_assert_msg(st == QD_OK, "%s", err.message);
+    }
+    qd_stat_post_clear(&p);
+    free(v);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* threads posters (one model each when own_models), each posts posts of acts x elems. */
+static void throughput(const char *what, int threads, int posts, int acts, int64_t elems)
+{
+    pthread_t t[64];
+    load l[64];
+    double t0 = now_s();
+    for (int i = 0; i < threads; i++) {
+        l[i] = (load){.posts = posts, .acts = acts, .elems = elems};
+        snprintf(l[i].model, sizeof l[i].model, "%.8s%d", what, i % 4);
+        ck_assert_int_eq(pthread_create(&t[i], NULL, load_main, &l[i]), 0);
+    }
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    double s = now_s() - t0, n = (double)threads * posts;
+    printf("stats_store throughput, %s: %.0f posts/s, %.1f MB/s of float32 payload (%d threads, "
+           "%.2f s)\n",
+           what, n / s, n * acts * (double)elems * 4 / s / 1e6, threads, s);
+}
+
+START_TEST(test_throughput_print)
+{
+    throughput("4 activations x 1 value", 32, 200, 4, 1);
+    throughput("64 activations x 4096 values", 8, 12, 64, 4096);
+}
+END_TEST
+
+Suite *suite_stats_store(void)
+{
+    Suite *s = suite_create("stats_store");
+    TCase *avg = tcase_create("averaging");
+    tcase_add_checked_fixture(avg, setup, teardown);
+    tcase_add_test(avg, test_one_update_is_the_value);
+    tcase_add_test(avg, test_two_updates_average);
+    tcase_add_test(avg, test_bootstrap_steps);
+    tcase_add_test(avg, test_merge_adds_counts_and_sums);
+    tcase_add_test(avg, test_ema_hand_computed);
+    tcase_add_test(avg, test_minmax);
+    suite_add_tcase(s, avg);
+    TCase *rej = tcase_create("rejections and groups");
+    tcase_add_checked_fixture(rej, setup, teardown);
+    tcase_set_timeout(rej, 60);
+    tcase_add_test(rej, test_shape_mismatch_stores_nothing);
+    tcase_add_test(rej, test_kind_mismatch_stores_nothing);
+    tcase_add_test(rej, test_bad_posts);
+    tcase_add_test(rej, test_bad_post_in_a_group);
+    tcase_add_test(rej, test_rejected_first_post_creates_no_model);
+    tcase_add_test(rej, test_reset_inside_a_group);
+    tcase_add_test(rej, test_sql_failure_fails_the_group);
+    tcase_add_test(rej, test_concurrent_posters_exact_count);
+    suite_add_tcase(s, rej);
+    TCase *api = tcase_create("models and reads");
+    tcase_add_checked_fixture(api, setup, teardown);
+    tcase_add_test(api, test_reset);
+    tcase_add_test(api, test_put_model);
+    tcase_add_test(api, test_models_listing);
+    tcase_add_test(api, test_name_filter);
+    tcase_add_test(api, test_close_and_reopen);
+    tcase_add_test(api, test_schema);
+    suite_add_tcase(s, api);
+    TCase *perf = tcase_create("throughput");
+    tcase_add_checked_fixture(perf, setup, teardown);
+    tcase_set_timeout(perf, 120);
+    tcase_add_test(perf, test_throughput_print);
+    suite_add_tcase(s, perf);
+    return s;
+}
