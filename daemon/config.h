@@ -21,18 +21,19 @@ typedef enum qd_command {
 } qd_command;
 
 typedef struct qd_config {
-    char *config_path;     /* the INI file read, or NULL when none */
-    char *listen_host;     /* "127.0.0.1" */
-    int listen_port;       /* 8080; 0 = any free port (tests) */
-    char *data_dir;        /* "./var" */
-    char *db_path;         /* default: DATA_DIR/quantd.db */
-    int workers;           /* concurrent jobs, default 1 */
-    int quant_threads;     /* libquant threads per job, default 0 = online CPUs / workers */
-    int http_threads;      /* libmicrohttpd thread pool, default 4 */
-    int64_t max_upload;    /* bytes, default 16 GiB */
-    int64_t max_json_body; /* bytes, default 4 MiB (rule sets, job requests) */
-    int idle_timeout;      /* seconds a connection may stay idle, default 60 */
-    int max_attempts;      /* runs of a job interrupted by a crash before it fails, default 2 */
+    char *config_path;      /* the INI file read, or NULL when none */
+    char *listen_host;      /* "127.0.0.1" */
+    int listen_port;        /* 8080; 0 = any free port (tests) */
+    char *data_dir;         /* "./var" */
+    char *db_path;          /* default: DATA_DIR/quantd.db */
+    int workers;            /* concurrent jobs, default 1 */
+    int quant_threads;      /* libquant threads per job, default 0 = online CPUs / workers */
+    int http_threads;       /* libmicrohttpd thread pool, default 4 */
+    int64_t max_upload;     /* bytes, default 16 GiB */
+    int64_t max_json_body;  /* bytes, default 4 MiB (rule sets, job requests) */
+    int64_t max_stats_body; /* bytes, default 64 MiB (statistics posts, JSON or safetensors) */
+    int idle_timeout;       /* seconds a connection may stay idle, default 60 */
+    int max_attempts;       /* runs of a job interrupted by a crash before it fails, default 2 */
     char *source_roots[QD_MAX_SOURCE_ROOTS]; /* absolute, resolved (realpath) */
     int n_source_roots;
     qd_log_level log_level; /* default info */

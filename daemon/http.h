@@ -30,7 +30,7 @@ typedef struct qd_req {
     struct timespec t0;
     unsigned status; /* of the queued reply, for the log and metrics */
     bool replied;
-    /* a JSON body, gathered in memory up to limit bytes */
+    /* a body gathered in memory (JSON, or a statistics post) up to limit bytes */
     char *body;
     size_t body_len, body_cap, limit;
     /* an octet-stream body, streamed into a temporary file */

@@ -18,10 +18,10 @@
 #include "qdtest.h"
 
 static const char *const env_vars[] = {
-    "QUANTD_CONFIG",     "QUANTD_LISTEN",        "QUANTD_HTTP_THREADS", "QUANTD_IDLE_TIMEOUT",
-    "QUANTD_MAX_UPLOAD", "QUANTD_MAX_JSON_BODY", "QUANTD_DATA_DIR",     "QUANTD_DB",
-    "QUANTD_WORKERS",    "QUANTD_QUANT_THREADS", "QUANTD_MAX_ATTEMPTS", "QUANTD_SOURCE_ROOTS",
-    "QUANTD_LOG_LEVEL",
+    "QUANTD_CONFIG",       "QUANTD_LISTEN",        "QUANTD_HTTP_THREADS",   "QUANTD_IDLE_TIMEOUT",
+    "QUANTD_MAX_UPLOAD",   "QUANTD_MAX_JSON_BODY", "QUANTD_MAX_STATS_BODY", "QUANTD_DATA_DIR",
+    "QUANTD_DB",           "QUANTD_WORKERS",       "QUANTD_QUANT_THREADS",  "QUANTD_MAX_ATTEMPTS",
+    "QUANTD_SOURCE_ROOTS", "QUANTD_LOG_LEVEL",
 };
 #define N_ENV (sizeof env_vars / sizeof env_vars[0])
 
@@ -154,6 +154,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(r.cfg.http_threads, 4);
     ck_assert(r.cfg.max_upload == (int64_t)16 << 30);
     ck_assert(r.cfg.max_json_body == (int64_t)4 << 20);
+    ck_assert(r.cfg.max_stats_body == (int64_t)64 << 20);
     ck_assert_int_eq(r.cfg.idle_timeout, 60);
     ck_assert_int_eq(r.cfg.max_attempts, 2);
     ck_assert_int_eq(r.cfg.n_source_roots, 0);
@@ -317,6 +318,7 @@ START_TEST(test_bad_file_values)
         {"[server]\nidle_timeout = 86401\n", "2: idle_timeout: must be 1..86400, got 86401"},
         {"[server]\nmax_upload = 0\n", "2: max_upload: must be 1..1024T, got 0"},
         {"[server]\nmax_json_body = 2G\n", "2: max_json_body: must be 1..1G, got 2G"},
+        {"[server]\nmax_stats_body = 5G\n", "2: max_stats_body: must be 1..4G, got 5G"},
         {"[server]\nmax_upload = 1.5G\n",
          "2: max_upload: must be a size like 4096, 512K or 16G (K, M, G, T: powers of 1024), "
          "got '1.5G'"},
@@ -350,6 +352,7 @@ START_TEST(test_bad_env_values)
          "QUANTD_QUANT_THREADS: must be an integer in 0..1024, got 'x'"},
         {"QUANTD_MAX_ATTEMPTS", "0", "QUANTD_MAX_ATTEMPTS: must be 1..100, got 0"},
         {"QUANTD_MAX_UPLOAD", "2000T", "QUANTD_MAX_UPLOAD: must be 1..1024T, got 2000T"},
+        {"QUANTD_MAX_STATS_BODY", "0", "QUANTD_MAX_STATS_BODY: must be 1..4G, got 0"},
         {"QUANTD_MAX_JSON_BODY", "-1",
          "QUANTD_MAX_JSON_BODY: must be a size like 4096, 512K or 16G (K, M, G, T: powers of "
          "1024), got '-1'"},
@@ -378,6 +381,7 @@ START_TEST(test_bad_flag_values)
     EXPECT_ERROR("--workers: missing value (--workers N)", "--workers");
     EXPECT_ERROR("--max-upload: must be 1..1024T, got 0K", "--max-upload", "0K");
     EXPECT_ERROR("--max-json-body: must be 1..1G, got 1025M", "--max-json-body", "1025M");
+    EXPECT_ERROR("--max-stats-body: must be 1..4G, got 4097M", "--max-stats-body", "4097M");
     EXPECT_ERROR("--http-threads: must be 1..1024, got 0", "--http-threads", "0");
     EXPECT_ERROR("--idle-timeout: must be an integer in 1..86400, got '5s'", "--idle-timeout",
                  "5s");
@@ -626,6 +630,9 @@ START_TEST(test_help)
                                            "--max-json-body SIZE",
                                            "default 4M",
                                            "QUANTD_MAX_JSON_BODY",
+                                           "--max-stats-body SIZE",
+                                           "default 64M",
+                                           "QUANTD_MAX_STATS_BODY",
                                            "--data-dir DIR",
                                            "default ./var",
                                            "QUANTD_DATA_DIR",
@@ -791,6 +798,7 @@ static void round_trip(const char *const *args)
     ck_assert_int_eq(a->http_threads, b->http_threads);
     ck_assert(a->max_upload == b->max_upload);
     ck_assert(a->max_json_body == b->max_json_body);
+    ck_assert(a->max_stats_body == b->max_stats_body);
     ck_assert_int_eq(a->idle_timeout, b->idle_timeout);
     ck_assert_int_eq(a->max_attempts, b->max_attempts);
     ck_assert_int_eq(a->n_source_roots, b->n_source_roots);
@@ -816,6 +824,8 @@ START_TEST(test_round_trip)
                                 "1536",
                                 "--max-json-body",
                                 "3K",
+                                "--max-stats-body",
+                                "3G",
                                 "--data-dir",
                                 "/srv/q data",
                                 "--workers",
@@ -852,6 +862,7 @@ START_TEST(test_round_trip)
                                              "idle_timeout = 60\n"
                                              "max_upload = 1536\n"
                                              "max_json_body = 2M\n"
+                                             "max_stats_body = 64M\n"
                                              "\n"
                                              "[storage]\n"
                                              "data_dir = ./var\n"
@@ -897,7 +908,7 @@ START_TEST(test_shipped_conf)
     }
     fclose(f);
     ck_assert_int_eq(fclose(w), 0);
-    ck_assert_int_eq(settings, 11); /* every key but source_root */
+    ck_assert_int_eq(settings, 12); /* every key but source_root */
     ck_assert_msg(LOAD(&uncommented, "--config", path), "%s", uncommented.msg);
     char *p0 = print_to_string(&defaults.cfg), *p1 = print_to_string(&as_is.cfg);
     char *p2 = print_to_string(&uncommented.cfg);
