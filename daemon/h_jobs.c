@@ -1,5 +1,6 @@
 /* h_jobs.c -- POST /v1/jobs (a streamed safetensors upload, or a JSON request naming a
- * checkpoint under a source root), GET /v1/jobs (filter and pagination), GET and DELETE
+ * checkpoint under a source root; either may name a stats_model whose calibration statistics
+ * give static activation scales), GET /v1/jobs (filter and pagination), GET and DELETE
  * /v1/jobs/{id} (cancel, or delete a finished job with its files).
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -18,6 +19,7 @@
 #include "jobs.h"
 #include "quant_pipeline.h"
 #include "quant_st.h"
+#include "stats.h"
 #include "timefmt.h"
 
 /* ---- the job as JSON --------------------------------------------------------------------------
@@ -104,6 +106,22 @@ static char *job_rules(qd_req *r, const char *name, json_t *inline_rules)
     return st == QD_OK ? body : NULL;
 }
 
+/* A stats_model must name a model the statistics store knows; replies 422 (or the store's
+ * error) and returns false otherwise. NULL (none) is fine. */
+static bool stats_model_ok(qd_req *r, const char *model)
+{
+    if (!model) return true;
+    qd_model_conf conf;
+    qd_err err;
+    qd_status st = qd_stats_model_conf(r->app->stats, model, &conf, &err);
+    if (st == QD_NOT_FOUND)
+        qd_reply_error(r, 422, "unknown_stats_model", "stats_model",
+                       "no statistics for a model named '%s'", model);
+    else if (st != QD_OK)
+        qd_reply_store_error(r, st, &err);
+    return st == QD_OK;
+}
+
 static enum MHD_Result queue_job(qd_req *r, qd_job *j)
 {
     qd_err err;
@@ -172,7 +190,8 @@ static enum MHD_Result create_from_upload(qd_req *r)
 {
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
     const char *name = qd_req_query(r, "ruleset");
-    if (!layout_ok(r, layout)) return MHD_YES;
+    const char *stats_model = qd_req_query(r, "stats_model");
+    if (!layout_ok(r, layout) || !stats_model_ok(r, stats_model)) return MHD_YES;
     char *rules = job_rules(r, name, NULL);
     if (!rules) return r->replied ? MHD_YES : MHD_NO;
     char *path = keep_upload(r);
@@ -184,7 +203,8 @@ static enum MHD_Result create_from_upload(qd_req *r)
                 .rules = rules,
                 .layout = (char *)layout,
                 .source_kind = "upload",
-                .source_path = path};
+                .source_path = path,
+                .stats_model = (char *)stats_model};
     enum MHD_Result ret = queue_job(r, &j);
     if (r->status != MHD_HTTP_ACCEPTED) unlink(path);
     free(rules);
@@ -243,24 +263,26 @@ static enum MHD_Result create_from_json(qd_req *r)
         return ret;
     }
     json_t *name = json_object_get(doc, "ruleset"), *layout = json_object_get(doc, "layout");
+    json_t *stats_model = json_object_get(doc, "stats_model");
+    if (json_is_null(stats_model)) stats_model = NULL;
     enum MHD_Result ret = MHD_YES;
     char *rules = NULL, *path = NULL;
-    if ((name && !json_is_string(name)) || (layout && !json_is_string(layout)))
-        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid",
-                             name && !json_is_string(name) ? "ruleset" : "layout",
-                             "must be a string");
-    else if (json_object_get(doc, "stats_model"))
-        ret = qd_reply_error(r, 422, "unsupported", "stats_model",
-                             "static activation scales from training statistics are not "
-                             "available in this version");
+    const char *not_string = name && !json_is_string(name)                 ? "ruleset"
+                             : layout && !json_is_string(layout)           ? "layout"
+                             : stats_model && !json_is_string(stats_model) ? "stats_model"
+                                                                           : NULL;
+    if (not_string)
+        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", not_string, "must be a string");
     else if (layout_ok(r, layout ? json_string_value(layout) : "native") &&
+             stats_model_ok(r, json_string_value(stats_model)) &&
              (rules = job_rules(r, json_string_value(name), json_object_get(doc, "rules"))) &&
              (path = source_path(r, json_object_get(doc, "source")))) {
         qd_job j = {.ruleset = (char *)json_string_value(name),
                     .rules = rules,
                     .layout = (char *)(layout ? json_string_value(layout) : "native"),
                     .source_kind = "path",
-                    .source_path = path};
+                    .source_path = path,
+                    .stats_model = (char *)json_string_value(stats_model)};
         ret = queue_job(r, &j);
     }
     free(rules);
