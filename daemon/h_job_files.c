@@ -1,7 +1,7 @@
 /* h_job_files.c -- a succeeded job's files: GET /v1/jobs/{id}/output (the one safetensors
  * output), GET /v1/jobs/{id}/outputs/{name} (any output, by the name the store lists; never a
  * path from the request), served from the file with Content-Length, ETag (its SHA-256),
- * If-None-Match and single byte ranges; GET /v1/jobs/{id}/report.
+ * If-None-Match, single byte ranges and If-Range; GET /v1/jobs/{id}/report.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -85,6 +85,9 @@ static enum MHD_Result serve_file(qd_req *r, const char *path, const qd_output *
     }
     uint64_t size = (uint64_t)sb.st_size, from = 0, to = size ? size - 1 : 0;
     const char *range = qd_req_header(r, MHD_HTTP_HEADER_RANGE);
+    const char *if_range = qd_req_header(r, MHD_HTTP_HEADER_IF_RANGE);
+    if (range && if_range && strcmp(if_range, etag) != 0)
+        range = NULL; /* the client's copy is of another file: send the whole of this one */
     char cr[96];
     unsigned status = MHD_HTTP_OK;
     if (range && !parse_range(range, size, &from, &to)) {

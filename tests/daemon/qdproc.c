@@ -178,6 +178,15 @@ qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *conte
     return perform(c, h);
 }
 
+qdp_resp qdp_req_headers(qdp *d, const char *method, const char *path, const char *h1,
+                         const char *h2)
+{
+    CURL *c = open_url(d, method, path);
+    struct curl_slist *h = curl_slist_append(NULL, h1);
+    h = curl_slist_append(h, h2);
+    return perform(c, h);
+}
+
 qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file)
 {
     return qdp_upload_mode(d, path_and_query, file, false);

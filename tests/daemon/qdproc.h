@@ -40,6 +40,9 @@ typedef struct qdp_resp {
  * NULL. Returns the response (free with qdp_resp_free). */
 qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *content_type,
                  const void *body, size_t len, const char *extra_header);
+/* A bodiless request with two extra headers ("Name: value"). */
+qdp_resp qdp_req_headers(qdp *d, const char *method, const char *path, const char *h1,
+                         const char *h2);
 /* POST of a file's bytes as application/octet-stream. */
 qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file);
 /* The same; chunked: no Content-Length (Transfer-Encoding: chunked), so limits apply mid-way. */
