@@ -4,6 +4,9 @@
  * whole against the cache (what is stored plus what earlier posts of the group changed) before
  * any of it is applied, and each changed row is written once when the group ends. A post that
  * fails its check changes nothing and the others still commit; an SQL failure fails them all.
+ * The cache outlives the group (this writer is the only one that changes these tables), within
+ * a memory budget, least recently used rows leaving first; after a failed group it is dropped,
+ * since the database went back to what it was.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -18,6 +21,7 @@ typedef struct model_row {
     int64_t id; /* 0 while it is not in the database */
     bool live;  /* it exists: in the database, or created by this group */
     bool dirty; /* its row is to be written */
+    bool kept;  /* some cached activation of it survives the trim */
     qd_model_conf conf;
     int64_t posts;   /* posts stored since created or reset */
     int64_t last_ms; /* stats_updated_ms, 0 for NULL */
@@ -42,9 +46,15 @@ typedef struct stat_row {
     bool dirty;
     bool broken;   /* its stored row could not be read: every post to it fails (QD_DB) */
     uint64_t seen; /* the post that last checked it: a name twice in one post */
+    uint64_t used; /* the group that last used it */
 } stat_row;
 
 enum { A_SUM, A_LAST, A_EMA, N_ARRAYS = 6 };
+
+/* What the cache may keep between groups: 64 MiB of arrays (five models of 64 activations x
+ * 4096 values of absmax, each 6 MiB with its sums, last values and EMA) and 4096 models. */
+#define CACHE_BYTES  ((size_t)64 << 20)
+#define CACHE_MODELS 4096
 
 typedef enum group_stmt {
     G_BEGIN,
@@ -93,8 +103,9 @@ struct stats_group {
     size_t n_slots;
     stat_row **post_rows; /* the rows of the post being run, by entry */
     size_t cap_post_rows;
-    uint64_t seq;   /* posts run so far: stat_row.seen */
-    int64_t now_ms; /* the group's time */
+    uint64_t seq;    /* posts run so far: stat_row.seen */
+    uint64_t groups; /* groups run so far: stat_row.used */
+    int64_t now_ms;  /* the group's time */
     /* the group's SQL failure: every request gets it */
     bool failed;
     qd_status fail_st;
@@ -120,13 +131,17 @@ qd_status qd_stats_group_new(const char *path, stats_group **out, qd_err *err)
     return QD_OK;
 }
 
+static void drop_row(stat_row *r)
+{
+    free(r->name);
+    free(r->v);
+    free(r);
+}
+
+/* Empties the cache (a failed group, or the end). */
 static void forget_all(stats_group *g)
 {
-    for (size_t i = 0; i < g->n_rows; i++) {
-        free(g->rows[i]->name);
-        free(g->rows[i]->v);
-        free(g->rows[i]);
-    }
+    for (size_t i = 0; i < g->n_rows; i++) drop_row(g->rows[i]);
     for (size_t i = 0; i < g->n_models; i++) {
         free(g->models[i]->name);
         free(g->models[i]);
@@ -384,6 +399,7 @@ static qd_status row_find(stats_group *g, model_row *m, const char *name, stat_r
         stat_row **slot = slot_of(g, m, name, h);
         if (*slot) {
             *out = *slot;
+            (*slot)->used = g->groups;
             if ((*slot)->broken)
                 return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", name);
             return QD_OK;
@@ -401,10 +417,70 @@ static qd_status row_find(stats_group *g, model_row *m, const char *name, stat_r
     }
     r->model = m;
     r->hash = h;
+    r->used = g->groups;
     g->rows[g->n_rows++] = r;
     *slot_of(g, m, name, h) = r;
     *out = r;
     return row_load(g, r, err);
+}
+
+/* ---- keeping the cache within its budget between groups ---------------------------------------
+ */
+
+static size_t row_bytes(const stat_row *r)
+{
+    return sizeof *r + strlen(r->name) + 1 + r->v_cap * sizeof *r->v;
+}
+
+static int most_recent_first(const void *pa, const void *pb)
+{
+    const stat_row *a = *(stat_row *const *)pa, *b = *(stat_row *const *)pb;
+    return a->used < b->used ? 1 : a->used > b->used ? -1 : 0;
+}
+
+/* Keeps the most recently used rows that fit CACHE_BYTES, and the models they belong to or
+ * this group used; rows that could not be read are never kept. */
+static void trim_cache(stats_group *g)
+{
+    size_t bytes = 0;
+    bool broken = false;
+    for (size_t i = 0; i < g->n_rows; i++) {
+        bytes += row_bytes(g->rows[i]);
+        broken |= g->rows[i]->broken;
+    }
+    if (bytes <= CACHE_BYTES && !broken && g->n_models <= CACHE_MODELS) return;
+    qsort(g->rows, g->n_rows, sizeof *g->rows, most_recent_first);
+    size_t keep = 0, kept_bytes = 0;
+    for (size_t i = 0; i < g->n_models; i++) g->models[i]->kept = false;
+    for (size_t i = 0; i < g->n_rows; i++) {
+        stat_row *r = g->rows[i];
+        size_t b = row_bytes(r);
+        if (r->broken || kept_bytes + b > CACHE_BYTES) {
+            drop_row(r);
+            continue;
+        }
+        kept_bytes += b;
+        r->model->kept = true;
+        g->rows[keep++] = r;
+    }
+    g->n_rows = keep;
+    size_t keep_models = 0;
+    for (size_t i = 0; i < g->n_models; i++) {
+        model_row *m = g->models[i];
+        bool in_use = m->kept || keep_models < CACHE_MODELS / 2;
+        if (in_use)
+            g->models[keep_models++] = m;
+        else {
+            free(m->name);
+            free(m);
+        }
+    }
+    g->n_models = keep_models;
+    memset(g->slots, 0, g->n_slots * sizeof *g->slots);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        stat_row *r = g->rows[i];
+        *slot_of(g, r->model, r->name, r->hash) = r;
+    }
 }
 
 /* ---- a post: checked whole, then applied -------------------------------------------------------
@@ -573,6 +649,7 @@ static bool flush_model(stats_group *g, model_row *m)
         m->id = sqlite3_column_int64(st, 0);
     }
     sqlite3_reset(st);
+    m->dirty = false;
     return true;
 }
 
@@ -621,6 +698,7 @@ static bool flush_row(stats_group *g, stat_row *r)
     if (rc != SQLITE_OK) return group_fail(g, "write statistics"), false;
     bool ok = step(g, st, "write statistics") >= 0;
     if (ok && insert) r->rowid = sqlite3_last_insert_rowid(g->db);
+    r->dirty = !ok;
     sqlite3_reset(st); /* SQLite lets go of the arrays */
     sqlite3_clear_bindings(st);
     return ok;
@@ -674,7 +752,11 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, qd_metrics *m)
         if (!g->failed && flush_all(g)) run_simple(g, G_COMMIT, "commit the statistics");
         if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
     }
-    forget_all(g);
+    if (g->failed)
+        forget_all(g);
+    else
+        trim_cache(g);
+    g->groups++;
     size_t posts = 0;
     for (stats_req *r = list; r; r = r->next) {
         if (g->failed) {
