@@ -1,5 +1,5 @@
 /* handlers.h -- one function per route; each resource's handlers live in their own file
- * (h_health.c, h_rulesets.c, h_jobs.c, h_job_files.c).
+ * (h_health.c, h_rulesets.c, h_jobs.c, h_job_files.c, h_models.c, h_stats.c, h_scales.c).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_HANDLERS_H
@@ -23,6 +23,14 @@ enum MHD_Result qd_h_job_delete(qd_req *r);
 enum MHD_Result qd_h_job_output(qd_req *r);
 enum MHD_Result qd_h_job_output_named(qd_req *r);
 enum MHD_Result qd_h_job_report(qd_req *r);
+
+enum MHD_Result qd_h_model_list(qd_req *r);
+enum MHD_Result qd_h_model_put(qd_req *r);
+enum MHD_Result qd_h_model_get(qd_req *r);
+enum MHD_Result qd_h_stats_post(qd_req *r);
+enum MHD_Result qd_h_stats_get(qd_req *r);
+enum MHD_Result qd_h_stats_delete(qd_req *r);
+enum MHD_Result qd_h_scales_get(qd_req *r);
 
 /* Validates a {"rules":[...]} document with the pipeline's parser; on failure replies 422
  * naming `field` and returns NULL. Returns the canonical text (malloc'd). */

@@ -23,6 +23,16 @@ const qd_route qd_routes[] = {
     {"GET", "/v1/jobs/{id}/outputs/{name}", qd_h_job_output_named, QD_BODY_NONE,
      "/v1/jobs/{id}/outputs/{name}"},
     {"GET", "/v1/jobs/{id}/report", qd_h_job_report, QD_BODY_NONE, "/v1/jobs/{id}/report"},
+    {"GET", "/v1/models", qd_h_model_list, QD_BODY_NONE, "/v1/models"},
+    {"PUT", "/v1/models/{model}", qd_h_model_put, QD_BODY_JSON, "/v1/models/{model}"},
+    {"GET", "/v1/models/{model}", qd_h_model_get, QD_BODY_NONE, "/v1/models/{model}"},
+    {"POST", "/v1/models/{model}/stats", qd_h_stats_post, QD_BODY_STATS,
+     "/v1/models/{model}/stats"},
+    {"GET", "/v1/models/{model}/stats", qd_h_stats_get, QD_BODY_NONE, "/v1/models/{model}/stats"},
+    {"DELETE", "/v1/models/{model}/stats", qd_h_stats_delete, QD_BODY_NONE,
+     "/v1/models/{model}/stats"},
+    {"GET", "/v1/models/{model}/scales", qd_h_scales_get, QD_BODY_NONE,
+     "/v1/models/{model}/scales"},
 };
 const size_t qd_n_routes = sizeof qd_routes / sizeof qd_routes[0];
 

@@ -1,0 +1,178 @@
+/* h_stats.c -- POST, GET and DELETE /v1/models/{model}/stats: a training job's statistics post
+ * (JSON, a safetensors body, or a Qwix quant_stats dump with ?mode=merge) parsed and validated
+ * whole, then stored as one transaction by the stats writer (the answer comes after it
+ * committed); a model's statistics and calibrations read back; a reset.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "h_models.h"
+
+/* ---- POST -------------------------------------------------------------------------------------
+ */
+
+static bool has_type(const qd_req *r, const char *type)
+{
+    const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    return ct && strncmp(ct, type, strlen(type)) == 0;
+}
+
+/* ?step=N: decimal digits, fewer than 19; -1 when absent. Replies 400 when malformed. */
+static bool query_step(qd_req *r, int64_t *step)
+{
+    const char *s = qd_req_query(r, "step");
+    *step = -1;
+    if (!s) return true;
+    size_t n = strlen(s);
+    if (n == 0 || n > 18 || strspn(s, "0123456789") != n) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step",
+                       "step must be an integer from 0 to 10^18 - 1");
+        return false;
+    }
+    *step = strtoll(s, NULL, 10);
+    return true;
+}
+
+/* ?mode=update (the default) or merge. Replies 400 otherwise. */
+static bool query_merge(qd_req *r, bool *merge)
+{
+    const char *mode = qd_req_query(r, "mode");
+    *merge = mode && strcmp(mode, "merge") == 0;
+    if (!mode || *merge || strcmp(mode, "update") == 0) return true;
+    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "mode",
+                   "mode must be update (the default) or merge");
+    return false;
+}
+
+/* The body, by its Content-Type, into post. Replies 400/415 (or 500) on failure. */
+static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
+{
+    const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    bool binary = has_type(r, "application/octet-stream");
+    qd_err err;
+    qd_status st;
+    if (binary && merge) {
+        qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "mode",
+                       "mode=merge takes a JSON quant_stats dump, not application/octet-stream");
+        return false;
+    }
+    if (!binary && ct && !has_type(r, "application/json")) {
+        qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
+                       "a statistics post is application/json or application/octet-stream "
+                       "(safetensors), not %s",
+                       ct);
+        return false;
+    }
+    if (binary)
+        st = qd_stats_parse_safetensors(r->body, r->body_len, post, &err);
+    else
+        st = qd_stats_parse_json(r->body, r->body_len, merge, post, &err);
+    if (st == QD_INVALID)
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_stats", "stats", "%s", err.message);
+    else if (st != QD_OK)
+        qd_reply_store_error(r, st, &err);
+    return st == QD_OK;
+}
+
+/* POST /v1/models/{model}/stats[?mode=merge][&step=N] */
+enum MHD_Result qd_h_stats_post(qd_req *r)
+{
+    const char *model = qd_model_param(r);
+    if (!model) return MHD_YES;
+    bool merge;
+    int64_t step;
+    if (!query_merge(r, &merge) || !query_step(r, &step)) return MHD_YES;
+    qd_stat_post post;
+    if (!parse_body(r, merge, &post)) return MHD_YES;
+    qd_err err;
+    qd_status st = QD_OK;
+    if (step >= 0 && post.step >= 0)
+        st = qd_fail(&err, QD_INVALID, "the step comes both in the query and in the body");
+    if (step >= 0) post.step = step;
+    if (st == QD_OK && !(post.model = strdup(model))) st = qd_fail(&err, QD_NOMEM, "out of memory");
+    enum MHD_Result ret;
+    if (st == QD_INVALID) {
+        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step", "%s", err.message);
+    } else {
+        if (st == QD_OK) st = qd_stats_post(r->app->stats, &post, &err);
+        if (st == QD_OK)
+            ret = qd_reply_json(r, MHD_HTTP_OK,
+                                json_pack("{s:s,s:I,s:o}", "model", model, "activations",
+                                          (json_int_t)post.n, "step",
+                                          post.step >= 0 ? json_integer(post.step) : json_null()));
+        else if (st == QD_INVALID) /* does not fit what is stored: kind or shape */
+            ret = qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", "stats", "%s", err.message);
+        else
+            ret = qd_reply_store_error(r, st, &err);
+    }
+    qd_stat_post_clear(&post);
+    return ret;
+}
+
+/* ---- GET and DELETE ---------------------------------------------------------------------------
+ */
+
+static const char *averaging_name(qd_averaging a)
+{
+    return a == QD_AVG_EMA ? "ema" : "simple";
+}
+
+/* One activation: its counters, sums and calibration as nested lists. */
+static json_t *activation_json(const qd_stat_avg *a)
+{
+    bool minmax = a->kind == QD_STAT_MINMAX;
+    json_t *o =
+        json_pack("{s:s,s:I,s:o,s:o,s:b}", "kind", minmax ? "minmax" : "absmax", "count",
+                  (json_int_t)a->count, "shape", qd_json_shape(a->rank, a->shape), "updated_at",
+                  qd_json_time(a->updated_ms), "bootstrapping", a->bootstrapping);
+    if (!o) return NULL;
+    json_object_set_new(o, minmax ? "sum_of_min" : "sum_of_absmax",
+                        qd_json_doubles(a->sum_a, a->rank, a->shape));
+    json_object_set_new(o, minmax ? "min" : "absmax", qd_json_doubles(a->a, a->rank, a->shape));
+    if (minmax) {
+        json_object_set_new(o, "sum_of_max", qd_json_doubles(a->sum_b, a->rank, a->shape));
+        json_object_set_new(o, "max", qd_json_doubles(a->b, a->rank, a->shape));
+    }
+    return o;
+}
+
+/* GET /v1/models/{model}/stats[?name=REGEX] */
+enum MHD_Result qd_h_stats_get(qd_req *r)
+{
+    const char *model = qd_model_param(r);
+    if (!model) return MHD_YES;
+    const char *regex = qd_req_query(r, "name");
+    qd_stat_avg *avg = NULL;
+    size_t n = 0;
+    qd_model_conf c;
+    qd_err err;
+    qd_status st = qd_stats_read(r->app->stats, model, regex, &avg, &n, &err);
+    if (st == QD_INVALID)
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "name", "%s", err.message);
+    if (st == QD_OK) st = qd_stats_model_conf(r->app->stats, model, &c, &err);
+    if (st != QD_OK) {
+        qd_stat_avgs_free(avg, n);
+        return qd_reply_store_error(r, st, &err);
+    }
+    json_t *stats = json_object();
+    for (size_t i = 0; stats && i < n; i++)
+        json_object_set_new(stats, avg[i].name, activation_json(&avg[i]));
+    qd_stat_avgs_free(avg, n);
+    return qd_reply_json(r, MHD_HTTP_OK,
+                         json_pack("{s:s,s:s,s:f,s:I,s:o}", "model", model, "averaging",
+                                   averaging_name(c.averaging), "ema_constant", c.ema_constant,
+                                   "bootstrap_steps", (json_int_t)c.bootstrap_steps, "stats",
+                                   stats));
+}
+
+/* DELETE /v1/models/{model}/stats: the statistics go, the settings stay. */
+enum MHD_Result qd_h_stats_delete(qd_req *r)
+{
+    const char *model = qd_model_param(r);
+    if (!model) return MHD_YES;
+    qd_err err;
+    qd_status st = qd_stats_reset(r->app->stats, model, &err);
+    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    return qd_reply_empty(r, MHD_HTTP_NO_CONTENT);
+}

@@ -1,0 +1,815 @@
+/* test_stats_api.c -- the stats_api suite: calibration statistics through the real quantd over
+ * HTTP. Posts in JSON and safetensors (F32, BF16) read back with Qwix's averaging (one update
+ * returns the value, 1 then 3 average to 2, nested shapes, scalars), merges of quant_stats
+ * dumps, every malformed post refused with 400 naming the activation and nothing stored, shape
+ * and kind conflicts (409) leaving counts unchanged, unknown models, the ?name= filter, EMA and
+ * bootstrap settings against hand-computed values, SRQ scales and zero points per SPEC section 4
+ * (?qtype= and ?ruleset=), concurrent posters ending with the exact count, durability across
+ * kill -9, resets, and body limits. The parsers' own test case (test_stats_parse.c) runs here
+ * too.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qdproc.h"
+#include "qdtest.h"
+#include "stats_testutil.h"
+
+/* ---- helpers ----------------------------------------------------------------------------------
+ */
+
+/* ctype NULL: no Content-Type at all (libcurl would send a form type of its own). */
+static qdp_resp post(qdp *d, const char *model, const char *query, const char *ctype,
+                     const void *body, size_t len)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/models/%s/stats%s", model, query ? query : "");
+    return qdp_req(d, "POST", path, ctype, body, len, ctype ? NULL : "Content-Type:");
+}
+
+static qdp_resp post_json(qdp *d, const char *model, const char *query, const char *body)
+{
+    return post(d, model, query, "application/json", body, strlen(body));
+}
+
+/* Posts and expects 200; returns the reply. */
+static json_t *post_ok(qdp *d, const char *model, const char *query, const char *body)
+{
+    qdp_resp r = post_json(d, model, query, body);
+    ck_assert_msg(r.status == 200, "POST %s: %ld %s (body %s)", model, r.status, r.body, body);
+    json_t *doc = qdp_json(&r);
+    qdp_resp_free(&r);
+    return doc;
+}
+
+static void post_ok_quiet(qdp *d, const char *model, const char *body)
+{
+    json_decref(post_ok(d, model, NULL, body));
+}
+
+/* The reply is status with error code `code` and a message containing `in_message`. */
+static void assert_error(qdp_resp *r, long status, const char *code, const char *in_message)
+{
+    ck_assert_msg(r->status == status, "%ld, wanted %ld: %s", r->status, status, r->body);
+    json_t *doc = qdp_json(r);
+    json_t *e = json_object_get(doc, "error");
+    const char *got = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    ck_assert_msg(got && strcmp(got, code) == 0, "code %s, wanted %s (%s)", got, code, r->body);
+    ck_assert_msg(msg && (!in_message || strstr(msg, in_message)), "message \"%s\" lacks \"%s\"",
+                  msg, in_message);
+    json_decref(doc);
+    qdp_resp_free(r);
+}
+
+static void expect(qdp *d, const char *method, const char *path, long status, const char *code)
+{
+    qdp_resp r = qdp_req(d, method, path, NULL, NULL, 0, NULL);
+    if (code) {
+        assert_error(&r, status, code, NULL);
+    } else {
+        ck_assert_msg(r.status == status, "%s %s: %ld %s", method, path, r.status, r.body);
+        qdp_resp_free(&r);
+    }
+}
+
+static json_t *get_json(qdp *d, const char *path)
+{
+    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "GET %s: %ld %s", path, r.status, r.body);
+    json_t *doc = qdp_json(&r);
+    qdp_resp_free(&r);
+    return doc;
+}
+
+static json_t *get_stats(qdp *d, const char *model, const char *query)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/v1/models/%s/stats%s", model, query ? query : "");
+    return get_json(d, path);
+}
+
+/* One activation of a GET .../stats document (borrowed), or NULL. */
+static json_t *act(json_t *doc, const char *name)
+{
+    return json_object_get(json_object_get(doc, "stats"), name);
+}
+
+/* The activation's count, 0 when it is not stored. */
+static long long count_of(qdp *d, const char *model, const char *name)
+{
+    json_t *doc = get_stats(d, model, NULL);
+    long long n = (long long)json_integer_value(json_object_get(act(doc, name), "count"));
+    json_decref(doc);
+    return n;
+}
+
+static double num(json_t *v)
+{
+    ck_assert_msg(json_is_number(v), "not a number");
+    return json_number_value(v);
+}
+
+/* list[i][j] of a rank-2 nested list. */
+static double at2(json_t *list, size_t i, size_t j)
+{
+    return num(json_array_get(json_array_get(list, i), j));
+}
+
+static void assert_close(double got, double want)
+{
+    ck_assert_msg(fabs(got - want) <= 1e-12 * fmax(1, fabs(want)), "%.17g != %.17g", got, want);
+}
+
+/* ---- posts and reads --------------------------------------------------------------------------
+ */
+
+START_TEST(test_updates_and_readback)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    json_t *reply = post_ok(&d, "m-1", NULL,
+                            "{\"step\": 1200, \"stats\": {\"layers/0/mlp/dot_general0_lhs\": "
+                            "{\"absmax\": [[1, 2, 3], [4, 5, 6]]}, \"s\": {\"absmax\": 1}, "
+                            "\"mm\": {\"min\": [-1, -2], \"max\": [3, 4]}}}");
+    ck_assert_str_eq(json_string_value(json_object_get(reply, "model")), "m-1");
+    ck_assert_int_eq(json_integer_value(json_object_get(reply, "activations")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(reply, "step")), 1200);
+    json_decref(reply);
+    /* one update returns the value */
+    json_t *doc = get_stats(&d, "m-1", NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "model")), "m-1");
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "averaging")), "simple");
+    json_t *a = act(doc, "layers/0/mlp/dot_general0_lhs");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "kind")), "absmax");
+    json_t *shape = json_object_get(a, "shape");
+    ck_assert_int_eq(json_array_size(shape), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 1)), 3);
+    ck_assert(at2(json_object_get(a, "absmax"), 1, 2) == 6);
+    ck_assert(at2(json_object_get(a, "sum_of_absmax"), 0, 1) == 2);
+    ck_assert(json_is_false(json_object_get(a, "bootstrapping")));
+    ck_assert(json_is_string(json_object_get(a, "updated_at")));
+    json_t *s = act(doc, "s");
+    ck_assert_int_eq(json_array_size(json_object_get(s, "shape")), 0);
+    ck_assert(num(json_object_get(s, "absmax")) == 1); /* a scalar stays a bare number */
+    json_t *mm = act(doc, "mm");
+    ck_assert_str_eq(json_string_value(json_object_get(mm, "kind")), "minmax");
+    ck_assert(num(json_array_get(json_object_get(mm, "min"), 1)) == -2);
+    ck_assert(num(json_array_get(json_object_get(mm, "max"), 0)) == 3);
+    ck_assert_ptr_nonnull(json_object_get(mm, "sum_of_min"));
+    ck_assert_ptr_null(json_object_get(mm, "absmax"));
+    json_decref(doc);
+    /* 1 then 3 average to 2 (per element) */
+    post_ok_quiet(&d, "m-1",
+                  "{\"stats\": {\"layers/0/mlp/dot_general0_lhs\": {\"absmax\": [[3, 4, 5], "
+                  "[6, 7, 8]]}, \"s\": {\"absmax\": 3}, \"mm\": {\"min\": [-3, 0], \"max\": "
+                  "[5, 4]}}}");
+    doc = get_stats(&d, "m-1", NULL);
+    a = act(doc, "layers/0/mlp/dot_general0_lhs");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), 2);
+    ck_assert(at2(json_object_get(a, "absmax"), 0, 0) == 2);
+    ck_assert(at2(json_object_get(a, "absmax"), 1, 2) == 7);
+    ck_assert(at2(json_object_get(a, "sum_of_absmax"), 1, 2) == 14);
+    ck_assert(num(json_object_get(act(doc, "s"), "absmax")) == 2);
+    ck_assert(num(json_array_get(json_object_get(act(doc, "mm"), "min"), 0)) == -2);
+    ck_assert(num(json_array_get(json_object_get(act(doc, "mm"), "min"), 1)) == -1);
+    ck_assert(num(json_array_get(json_object_get(act(doc, "mm"), "max"), 0)) == 4);
+    json_decref(doc);
+    /* ?name= is a full match */
+    doc = get_stats(&d, "m-1", "?name=layers/.*");
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "stats")), 1);
+    json_decref(doc);
+    doc = get_stats(&d, "m-1", "?name=layers");
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "stats")), 0);
+    json_decref(doc);
+    doc = get_stats(&d, "m-1", "?name=s%7Cmm"); /* s|mm */
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "stats")), 2);
+    json_decref(doc);
+    expect(&d, "GET", "/v1/models/m-1/stats?name=%28", 400, "invalid");
+    /* the model list and the model */
+    doc = get_json(&d, "/v1/models");
+    json_t *m = json_array_get(json_object_get(doc, "models"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "m-1");
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "activations")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "posts")), 2);
+    ck_assert(json_is_string(json_object_get(m, "updated_at")));
+    json_decref(doc);
+    doc = get_json(&d, "/v1/models/m-1");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "posts")), 2);
+    json_decref(doc);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* The same statistics as JSON, as F32 safetensors and as BF16 safetensors read back alike. */
+START_TEST(test_binary_posts)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    static const float v[6] = {1, 2.5, 3, 0.25, 1024, 0.5};
+    float lo[2] = {-1.5f, -2}, hi[2] = {3, 0.75f};
+    uint16_t *bf = stt_bf16(v, 6), *bf_lo = stt_bf16(lo, 2), *bf_hi = stt_bf16(hi, 2);
+    stt_tensor f32[] = {{"layers/0/mlp/x/absmax", "F32", 2, {2, 3}, v, 24},
+                        {"y/min", "F32", 1, {2}, lo, 8},
+                        {"y/max", "F32", 1, {2}, hi, 8}};
+    stt_tensor b16[] = {{"layers/0/mlp/x/absmax", "BF16", 2, {2, 3}, bf, 12},
+                        {"y/min", "BF16", 1, {2}, bf_lo, 4},
+                        {"y/max", "BF16", 1, {2}, bf_hi, 4}};
+    size_t n1, n2;
+    unsigned char *b1 = stt_build(f32, 3, NULL, &n1),
+                  *b2 = stt_build(b16, 3, "{\"step\":\"9\"}", &n2);
+    qdp_resp r = post(&d, "f32", "?step=7", "application/octet-stream", b1, n1);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"step\":7"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\"activations\":2"));
+    qdp_resp_free(&r);
+    r = post(&d, "bf16", NULL, "application/octet-stream", b2, n2);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"step\":9"));
+    qdp_resp_free(&r);
+    /* the step twice (metadata and query) */
+    r = post(&d, "bf16", "?step=9", "application/octet-stream", b2, n2);
+    assert_error(&r, 400, "invalid", "step");
+    post_ok_quiet(&d, "json",
+                  "{\"stats\":{\"layers/0/mlp/x\":{\"absmax\":[[1,2.5,3],[0.25,1024,0.5]]},"
+                  "\"y\":{\"min\":[-1.5,-2],\"max\":[3,0.75]}}}");
+    json_t *want = get_stats(&d, "json", NULL);
+    const char *models[] = {"f32", "bf16"};
+    for (int k = 0; k < 2; k++) {
+        json_t *got = get_stats(&d, models[k], NULL);
+        const char *names[] = {"layers/0/mlp/x", "y"};
+        for (int i = 0; i < 2; i++) {
+            json_t *g = act(got, names[i]), *w = act(want, names[i]);
+            ck_assert_ptr_nonnull(g);
+            json_object_del(g, "updated_at");
+            json_object_del(w, "updated_at");
+            ck_assert_msg(json_equal(g, w), "%s %s differs from JSON", models[k], names[i]);
+        }
+        json_decref(got);
+    }
+    json_decref(want);
+    /* a binary post that is not valid safetensors, and one with a bad tensor */
+    r = post(&d, "f32", NULL, "application/octet-stream", b1, n1 - 1);
+    assert_error(&r, 400, "invalid_stats", "safetensors body: ");
+    stt_tensor bad = {"x/mean", "F32", 1, {2}, lo, 8};
+    size_t nb;
+    unsigned char *b3 = stt_build(&bad, 1, NULL, &nb);
+    r = post(&d, "f32", NULL, "application/octet-stream", b3, nb);
+    assert_error(&r, 400, "invalid_stats", "activation 'x': tensor 'x/mean': unknown statistic");
+    ck_assert_int_eq(count_of(&d, "f32", "y"), 1);
+    /* merges are JSON dumps */
+    r = post(&d, "f32", "?mode=merge", "application/octet-stream", b1, n1);
+    assert_error(&r, 415, "unsupported_media_type", "mode=merge");
+    free(b1);
+    free(b2);
+    free(b3);
+    free(bf);
+    free(bf_lo);
+    free(bf_hi);
+    qdp_stop(&d);
+}
+END_TEST
+
+START_TEST(test_merge)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    /* two hosts' dumps: counts and sums add up */
+    json_t *reply = post_ok(&d, "q", "?mode=merge",
+                            "{\"stats\":{\"a\":{\"count\":4,\"sum_of_absmax\":[8,4]},"
+                            "\"b\":{\"count\":2,\"sum_of_min\":-2,\"sum_of_max\":6}}}");
+    ck_assert_int_eq(json_integer_value(json_object_get(reply, "activations")), 2);
+    ck_assert(json_is_null(json_object_get(reply, "step")));
+    json_decref(reply);
+    json_decref(post_ok(&d, "q", "?mode=merge",
+                        "{\"stats\":{\"a\":{\"count\":1,\"sum_of_absmax\":[7,1]}}}"));
+    json_t *doc = get_stats(&d, "q", NULL);
+    json_t *a = act(doc, "a");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), 5);
+    ck_assert(num(json_array_get(json_object_get(a, "sum_of_absmax"), 0)) == 15);
+    ck_assert(num(json_array_get(json_object_get(a, "absmax"), 0)) == 3);
+    ck_assert(num(json_array_get(json_object_get(a, "absmax"), 1)) == 1);
+    json_t *b = act(doc, "b");
+    ck_assert(num(json_object_get(b, "min")) == -1);
+    ck_assert(num(json_object_get(b, "max")) == 3);
+    json_decref(doc);
+    /* a plain update after a merge: one more in the count */
+    post_ok_quiet(&d, "q", "{\"stats\":{\"a\":{\"absmax\":[3,7]}}}");
+    doc = get_stats(&d, "q", NULL);
+    a = act(doc, "a");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), 6);
+    ck_assert(num(json_array_get(json_object_get(a, "sum_of_absmax"), 1)) == 12);
+    ck_assert(num(json_array_get(json_object_get(a, "absmax"), 0)) == 3); /* 18 / 6 */
+    ck_assert(num(json_array_get(json_object_get(a, "absmax"), 1)) == 2); /* 12 / 6 */
+    json_decref(doc);
+    /* a dump's keys in an update, an update's keys in a dump, a bad mode */
+    qdp_resp r =
+        post_json(&d, "q", NULL, "{\"stats\":{\"a\":{\"count\":1,\"sum_of_absmax\":[1,1]}}}");
+    assert_error(&r, 400, "invalid_stats", "activation 'a': unknown key \"count\"");
+    r = post_json(&d, "q", "?mode=merge", "{\"stats\":{\"a\":{\"absmax\":[1,1]}}}");
+    assert_error(&r, 400, "invalid_stats", "activation 'a': unknown key \"absmax\"");
+    r = post_json(&d, "q", "?mode=sum", "{\"stats\":{\"a\":{\"absmax\":[1,1]}}}");
+    assert_error(&r, 400, "invalid", "mode");
+    ck_assert_int_eq(count_of(&d, "q", "a"), 6);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* Every malformed post: 400 naming the activation, and nothing of it stored. */
+START_TEST(test_malformed_rejected)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    post_ok_quiet(&d, "m", "{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[1,2]}}}");
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[[1,2],[3]]}}}",
+         "activation 'bad': absmax is ragged"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[1,\"x\"]}}}",
+         "activation 'bad': absmax must be a number"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[1,NaN]}}}",
+         "activation 'bad': absmax holds NaN"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[1,1e400]}}}",
+         "activation 'bad': absmax holds 1e400"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[]}}}",
+         "activation 'bad': absmax holds an empty list"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[1,2],\"p99\":[1,2]}}}",
+         "activation 'bad': unknown key \"p99\""},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[1,2],\"min\":[0,0],"
+         "\"max\":[1,1]}}}",
+         "activation 'bad': has both absmax and min/max"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"min\":[1,2]}}}",
+         "activation 'bad': has min without max"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"min\":[1,2],\"max\":[1,2,3]}}}",
+         "activation 'bad': min has shape [2] but max has shape [3]"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]}},\"extra\":1}", "unknown field \"extra\""},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]}}", "the body is not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qdp_resp r = post_json(&d, "m", NULL, cases[i].body);
+        assert_error(&r, 400, "invalid_stats", cases[i].want);
+    }
+    ck_assert_int_eq(count_of(&d, "m", "good"), 1);
+    ck_assert_int_eq(count_of(&d, "m", "bad"), 1);
+    /* the request around the body */
+    qdp_resp r = post(&d, "m", NULL, "text/plain", "x", 1);
+    assert_error(&r, 415, "unsupported_media_type", "text/plain");
+    r = post_json(&d, ".m", NULL, "{\"stats\":{\"a\":{\"absmax\":1}}}");
+    assert_error(&r, 400, "invalid", "model names");
+    r = post_json(&d, "m", "?step=-1", "{\"stats\":{\"a\":{\"absmax\":1}}}");
+    assert_error(&r, 400, "invalid", "step");
+    r = post_json(&d, "m", "?step=2", "{\"step\":2,\"stats\":{\"a\":{\"absmax\":1}}}");
+    assert_error(&r, 400, "invalid", "the step comes both");
+    r = post(&d, "m", NULL, NULL, "", 0);
+    assert_error(&r, 400, "invalid_stats", "the body must be a JSON object");
+    json_t *doc = get_json(&d, "/v1/models/m");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "posts")), 1);
+    json_decref(doc);
+    /* a post without Content-Type is read as JSON, with the step in the query */
+    const char *plain = "{\"stats\":{\"good\":{\"absmax\":[3,4]}}}";
+    r = post(&d, "m", "?step=5", NULL, plain, strlen(plain));
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"step\":5"));
+    qdp_resp_free(&r);
+    ck_assert_int_eq(count_of(&d, "m", "good"), 2);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* What is stored decides shapes and kinds: a post that differs is 409 and stores nothing. */
+START_TEST(test_conflicts)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    post_ok_quiet(&d, "c", "{\"stats\":{\"a\":{\"absmax\":[1,2]},\"m\":{\"min\":0,\"max\":1}}}");
+    static const char *const bodies[] = {
+        "{\"stats\":{\"a\":{\"absmax\":[1,2,3]}}}",
+        "{\"stats\":{\"a\":{\"absmax\":[[1,2]]}}}",
+        "{\"stats\":{\"a\":{\"absmax\":1}}}",
+        "{\"stats\":{\"a\":{\"min\":[1,2],\"max\":[1,2]}}}",
+        "{\"stats\":{\"m\":{\"absmax\":1}}}",
+        /* the good part of a post goes with its bad part */
+        "{\"stats\":{\"new\":{\"absmax\":1},\"a\":{\"absmax\":[1,2]},\"m\":{\"min\":[0],\"max\":[1]"
+        "}}}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        qdp_resp r = post_json(&d, "c", NULL, bodies[i]);
+        assert_error(&r, 409, "conflict", "activation ");
+    }
+    ck_assert_int_eq(count_of(&d, "c", "a"), 1);
+    ck_assert_int_eq(count_of(&d, "c", "m"), 1);
+    ck_assert_int_eq(count_of(&d, "c", "new"), 0);
+    /* a merge is held to the same shapes */
+    qdp_resp r = post_json(&d, "c", "?mode=merge",
+                           "{\"stats\":{\"a\":{\"count\":2,\"sum_of_absmax\":[1,2,3]}}}");
+    assert_error(&r, 409, "conflict", "activation ");
+    ck_assert_int_eq(count_of(&d, "c", "a"), 1);
+    qdp_stop(&d);
+}
+END_TEST
+
+START_TEST(test_models_and_unknown)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    json_t *doc = get_json(&d, "/v1/models");
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "models")), 0);
+    json_decref(doc);
+    expect(&d, "GET", "/v1/models/nope", 404, "not_found");
+    expect(&d, "GET", "/v1/models/nope/stats", 404, "not_found");
+    expect(&d, "DELETE", "/v1/models/nope/stats", 404, "not_found");
+    expect(&d, "GET", "/v1/models/nope/scales?qtype=int8", 404, "not_found");
+    expect(&d, "GET", "/v1/models/.x/stats", 400, "invalid");
+    expect(&d, "PATCH", "/v1/models/x/stats", 405, NULL);
+    expect(&d, "DELETE", "/v1/models", 405, NULL);
+    /* PUT creates (201) then replaces (200); an empty body means the defaults */
+    const char *conf = "{\"averaging\":\"ema\",\"ema_constant\":0.25,\"bootstrap_steps\":3}";
+    qdp_resp r = qdp_req(&d, "PUT", "/v1/models/m", "application/json", conf, strlen(conf), NULL);
+    ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+    doc = qdp_json(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "averaging")), "ema");
+    ck_assert(num(json_object_get(doc, "ema_constant")) == 0.25);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "bootstrap_steps")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "activations")), 0);
+    json_decref(doc);
+    qdp_resp_free(&r);
+    r = qdp_req(&d, "PUT", "/v1/models/m", NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"averaging\":\"simple\""));
+    qdp_resp_free(&r);
+    static const struct {
+        const char *body, *field;
+    } bad[] = {
+        {"{\"averaging\":\"median\"}", "averaging"},
+        {"{\"averaging\":1}", "averaging"},
+        {"{\"ema_constant\":0}", "ema_constant"},
+        {"{\"ema_constant\":1.5}", "ema_constant"},
+        {"{\"ema_constant\":\"0.1\"}", "ema_constant"},
+        {"{\"bootstrap_steps\":-1}", "bootstrap_steps"},
+        {"{\"bootstrap_steps\":1.5}", "bootstrap_steps"},
+        {"{\"averagin\":\"ema\"}", "averagin"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = qdp_req(&d, "PUT", "/v1/models/m", "application/json", bad[i].body, strlen(bad[i].body),
+                    NULL);
+        ck_assert_msg(r.status == 400, "%s: %ld", bad[i].body, r.status);
+        doc = qdp_json(&r);
+        ck_assert_str_eq(json_string_value(json_object_get(json_object_get(doc, "error"), "field")),
+                         bad[i].field);
+        json_decref(doc);
+        qdp_resp_free(&r);
+    }
+    r = qdp_req(&d, "PUT", "/v1/models/m", "application/json", "[1]", 3, NULL);
+    assert_error(&r, 400, "bad_json", NULL);
+    expect(&d, "PUT", "/v1/models/.m", 400, "invalid");
+    /* a model that exists without statistics */
+    doc = get_stats(&d, "m", NULL);
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "stats")), 0);
+    json_decref(doc);
+    doc = get_json(&d, "/v1/models");
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "models")), 1);
+    ck_assert(json_is_null(
+        json_object_get(json_array_get(json_object_get(doc, "models"), 0), "updated_at")));
+    json_decref(doc);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* DELETE .../stats resets the statistics; the settings stay. */
+START_TEST(test_delete_resets)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *conf = "{\"averaging\":\"ema\"}";
+    qdp_resp r = qdp_req(&d, "PUT", "/v1/models/r", "application/json", conf, strlen(conf), NULL);
+    ck_assert_int_eq(r.status, 201);
+    qdp_resp_free(&r);
+    post_ok_quiet(&d, "r", "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}");
+    post_ok_quiet(&d, "r", "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}");
+    ck_assert_int_eq(count_of(&d, "r", "a"), 2);
+    expect(&d, "DELETE", "/v1/models/r/stats", 204, NULL);
+    json_t *doc = get_stats(&d, "r", NULL);
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "stats")), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "averaging")), "ema");
+    json_decref(doc);
+    doc = get_json(&d, "/v1/models/r");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "activations")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "posts")), 0);
+    json_decref(doc);
+    /* after a reset any shape is welcome again */
+    post_ok_quiet(&d, "r", "{\"stats\":{\"a\":{\"absmax\":[1,2,3]}}}");
+    ck_assert_int_eq(count_of(&d, "r", "a"), 1);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- averaging settings -----------------------------------------------------------------------
+ */
+
+static double absmax0(qdp *d, const char *model, bool *bootstrapping)
+{
+    json_t *doc = get_stats(d, model, NULL);
+    json_t *a = act(doc, "a");
+    double v = num(json_array_get(json_object_get(a, "absmax"), 0));
+    if (bootstrapping) *bootstrapping = json_is_true(json_object_get(a, "bootstrapping"));
+    json_decref(doc);
+    return v;
+}
+
+static void post_value(qdp *d, const char *model, double v)
+{
+    char body[128];
+    snprintf(body, sizeof body, "{\"stats\":{\"a\":{\"absmax\":[%.17g]}}}", v);
+    post_ok_quiet(d, model, body);
+}
+
+START_TEST(test_ema_and_bootstrap)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *ema = "{\"averaging\":\"ema\",\"ema_constant\":0.25}";
+    qdp_resp r = qdp_req(&d, "PUT", "/v1/models/e", "application/json", ema, strlen(ema), NULL);
+    ck_assert_int_eq(r.status, 201);
+    qdp_resp_free(&r);
+    /* v1 = x1; v = v + c (x - v): 4 -> 4 + 0.25 (8 - 4) = 5 -> 5 + 0.25 (1 - 5) = 4 ->
+     * 4 + 0.25 (10 - 4) = 5.5 */
+    static const double xs[] = {4, 8, 1, 10}, want[] = {4, 5, 4, 5.5};
+    for (int i = 0; i < 4; i++) {
+        post_value(&d, "e", xs[i]);
+        assert_close(absmax0(&d, "e", NULL), want[i]);
+    }
+    json_t *doc = get_stats(&d, "e", NULL);
+    ck_assert(num(json_array_get(json_object_get(act(doc, "a"), "sum_of_absmax"), 0)) == 23);
+    ck_assert_int_eq(json_integer_value(json_object_get(act(doc, "a"), "count")), 4);
+    json_decref(doc);
+    /* bootstrap_steps 2: the last post while count <= 2, then the average */
+    const char *boot = "{\"bootstrap_steps\":2}";
+    r = qdp_req(&d, "PUT", "/v1/models/b", "application/json", boot, strlen(boot), NULL);
+    ck_assert_int_eq(r.status, 201);
+    qdp_resp_free(&r);
+    bool bs;
+    post_value(&d, "b", 1);
+    ck_assert(absmax0(&d, "b", &bs) == 1 && bs);
+    post_value(&d, "b", 3);
+    ck_assert(absmax0(&d, "b", &bs) == 3 && bs);
+    post_value(&d, "b", 5);
+    ck_assert(absmax0(&d, "b", &bs) == 3 && !bs);
+    post_value(&d, "b", 11);
+    ck_assert(absmax0(&d, "b", &bs) == 5 && !bs);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- scales -----------------------------------------------------------------------------------
+ */
+
+static json_t *scale_of(json_t *doc, const char *name)
+{
+    json_t *s = json_object_get(json_object_get(doc, "scales"), name);
+    ck_assert_msg(s != NULL, "no scale for %s", name);
+    return s;
+}
+
+static void assert_float(double got, float want)
+{
+    ck_assert_msg(got == (double)want, "%.9g != %.9g", got, (double)want);
+}
+
+START_TEST(test_scales)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    /* averaged: absmax [127.5, 255, 0, 10] and min/max (-1, 3), (0.5, 2) */
+    post_ok_quiet(&d, "s",
+                  "{\"stats\":{\"layers/0/mlp/x\":{\"absmax\":[[100,255],[0,4]]},"
+                  "\"layers/1/attn/y\":{\"min\":[-2,1],\"max\":[2,2]},\"other\":{\"absmax\":1}}}");
+    post_ok_quiet(&d, "s",
+                  "{\"stats\":{\"layers/0/mlp/x\":{\"absmax\":[[155,255],[0,16]]},"
+                  "\"layers/1/attn/y\":{\"min\":[0,0],\"max\":[4,2]},\"other\":{\"absmax\":3}}}");
+    json_t *doc = get_json(&d, "/v1/models/s/scales?qtype=int8");
+    /* SPEC 4, int8: symmetric scale = absmax / 127.5 (1 when below sqrt(FLT_MIN)) */
+    json_t *x = scale_of(doc, "layers/0/mlp/x");
+    ck_assert_str_eq(json_string_value(json_object_get(x, "qtype")), "int8");
+    ck_assert(json_is_null(json_object_get(x, "zero_point")));
+    ck_assert(json_is_null(json_object_get(x, "rule")));
+    ck_assert_int_eq(json_integer_value(json_object_get(x, "count")), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(x, "tensor_base")), "layers.0.mlp.x");
+    json_t *sc = json_object_get(x, "scale");
+    assert_float(at2(sc, 0, 0), 1.0f);
+    assert_float(at2(sc, 0, 1), 2.0f);
+    assert_float(at2(sc, 1, 0), 1.0f); /* absmax 0: scale 1 */
+    assert_float(at2(sc, 1, 1), 10.0f / 127.5f);
+    /* asymmetric: scale = (max - min) / 255, zero_point = convert(-128 - min / scale) */
+    json_t *y = scale_of(doc, "layers/1/attn/y");
+    float s0 = (3.0f - -1.0f) / 255.0f; /* min -1, max 3 */
+    float s1 = (2.0f - 0.0f) / 255.0f;  /* min 0.5 widened to 0 */
+    assert_float(num(json_array_get(json_object_get(y, "scale"), 0)), s0);
+    assert_float(num(json_array_get(json_object_get(y, "scale"), 1)), s1);
+    json_t *zp = json_object_get(y, "zero_point");
+    ck_assert_int_eq(json_integer_value(json_array_get(zp, 0)), -64); /* -128 + 63.75, to even */
+    ck_assert_int_eq(json_integer_value(json_array_get(zp, 1)), -128);
+    json_t *o = scale_of(doc, "other");
+    assert_float(num(json_object_get(o, "scale")), 2.0f / 127.5f);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "skipped")), 0);
+    json_decref(doc);
+    /* uint8 on the min/max: [0, 255], zero_point = convert(0 - min / scale) */
+    doc = get_json(&d, "/v1/models/s/scales?qtype=uint8&name=layers/1/.*");
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "scales")), 1);
+    y = scale_of(doc, "layers/1/attn/y");
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(y, "zero_point"), 0)), 64);
+    json_decref(doc);
+    /* with a rule set: the first rule matching the module path gives act_qtype */
+    const char *rules =
+        "{\"rules\":[{\"module_path\":\"layers\\\\.0\\\\..*\",\"act_qtype\":\"int4\","
+        "\"act_static_scale\":true},{\"module_path\":\"layers\\\\.1\\\\..*\","
+        "\"weight_qtype\":\"int8\"},{\"module_path\":\".*\",\"act_qtype\":\"int8\"}]}";
+    qdp_resp r =
+        qdp_req(&d, "PUT", "/v1/rulesets/srq", "application/json", rules, strlen(rules), NULL);
+    ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    doc = get_json(&d, "/v1/models/s/scales?ruleset=srq");
+    x = scale_of(doc, "layers/0/mlp/x");
+    ck_assert_str_eq(json_string_value(json_object_get(x, "qtype")), "int4");
+    ck_assert_int_eq(json_integer_value(json_object_get(x, "rule")), 0);
+    assert_float(at2(json_object_get(x, "scale"), 0, 0), 127.5f / 7.5f);
+    o = scale_of(doc, "other"); /* module path "" matches ".*" */
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "rule")), 2);
+    json_t *skipped = json_object_get(doc, "skipped");
+    ck_assert_int_eq(json_array_size(skipped), 1); /* rule 1 has no act_qtype */
+    ck_assert_str_eq(json_string_value(json_array_get(skipped, 0)), "layers/1/attn/y");
+    json_decref(doc);
+    doc = get_json(&d, "/v1/models/s/scales?ruleset=srq&static_only=true");
+    ck_assert_int_eq(json_object_size(json_object_get(doc, "scales")), 1);
+    ck_assert_int_eq(json_array_size(json_object_get(doc, "skipped")), 2);
+    json_decref(doc);
+    /* errors */
+    expect(&d, "GET", "/v1/models/s/scales", 400, "invalid");
+    expect(&d, "GET", "/v1/models/s/scales?qtype=int8&ruleset=srq", 400, "invalid");
+    expect(&d, "GET", "/v1/models/s/scales?qtype=int9", 400, "invalid");
+    expect(&d, "GET", "/v1/models/s/scales?qtype=int8&static_only=yes", 400, "invalid");
+    expect(&d, "GET", "/v1/models/s/scales?ruleset=none", 422, "unknown_ruleset");
+    expect(&d, "GET", "/v1/models/s/scales?qtype=int8&name=%28", 400, "invalid");
+    r = qdp_req(&d, "GET", "/v1/models/s/scales?qtype=nf4", NULL, NULL, 0, NULL);
+    assert_error(&r, 422, "invalid_scales", "layers/1/attn/y"); /* min/max is asymmetric */
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- concurrency, durability, limits ----------------------------------------------------------
+ */
+
+typedef struct poster {
+    qdp *d;
+    int id, posts, failures;
+} poster;
+
+static void *poster_thread(void *arg)
+{
+    poster *p = arg;
+    char body[256];
+    for (int i = 0; i < p->posts; i++) {
+        snprintf(body, sizeof body,
+                 "{\"step\":%d,\"stats\":{\"shared\":{\"absmax\":[1,%d]},\"own%d\":{\"min\":-1,"
+                 "\"max\":%d}}}",
+                 i, i, p->id, i);
+        qdp_resp r = post_json(p->d, "conc", NULL, body);
+        if (r.status != 200) p->failures++;
+        qdp_resp_free(&r);
+    }
+    return NULL;
+}
+
+START_TEST(test_concurrent_posters)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    enum { THREADS = 8, POSTS = 50 };
+    pthread_t t[THREADS];
+    poster p[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        p[i] = (poster){&d, i, POSTS, 0};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, poster_thread, &p[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++) ck_assert_int_eq(p[i].failures, 0);
+    json_t *doc = get_stats(&d, "conc", NULL);
+    json_t *shared = act(doc, "shared");
+    ck_assert_int_eq(json_integer_value(json_object_get(shared, "count")), THREADS * POSTS);
+    /* sum of i over 0..49, eight times */
+    ck_assert(num(json_array_get(json_object_get(shared, "sum_of_absmax"), 1)) ==
+              THREADS * (POSTS * (POSTS - 1) / 2));
+    ck_assert(num(json_array_get(json_object_get(shared, "sum_of_absmax"), 0)) == THREADS * POSTS);
+    for (int i = 0; i < THREADS; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "own%d", i);
+        ck_assert_int_eq(json_integer_value(json_object_get(act(doc, name), "count")), POSTS);
+    }
+    json_decref(doc);
+    doc = get_json(&d, "/v1/models/conc");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "posts")), THREADS * POSTS);
+    json_decref(doc);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* Every answered post survives kill -9. */
+START_TEST(test_durability)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    enum { N = 25 };
+    for (int i = 0; i < N; i++) post_value(&d, "dur", i + 1);
+    ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
+    qdp_restart(&d, NULL);
+    json_t *doc = get_stats(&d, "dur", NULL);
+    json_t *a = act(doc, "a");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), N);
+    ck_assert(num(json_array_get(json_object_get(a, "sum_of_absmax"), 0)) == N * (N + 1) / 2);
+    json_decref(doc);
+    post_value(&d, "dur", 1);
+    ck_assert_int_eq(count_of(&d, "dur", "a"), N + 1);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* Statistics posts have their own limit: a binary post over max_json_body goes through; one
+ * over max_stats_body is 413 and stores nothing. */
+START_TEST(test_body_limits)
+{
+    qdp d;
+    const char *extra[] = {"--max-json-body", "4096", "--max-stats-body", "8M", NULL};
+    qdp_start(&d, extra);
+    enum { ACTS = 64, ELEMS = 4096 };
+    float *v = malloc(ACTS * ELEMS * sizeof *v);
+    for (int i = 0; i < ACTS * ELEMS; i++) v[i] = (float)(i % 1000) * 0.5f;
+    stt_tensor t[ACTS];
+    char names[ACTS][32];
+    for (int i = 0; i < ACTS; i++) {
+        snprintf(names[i], sizeof names[i], "layers/%d/x/absmax", i);
+        t[i] = (stt_tensor){names[i], "F32", 2, {4, ELEMS / 4}, v + i * ELEMS, ELEMS * 4};
+    }
+    size_t len;
+    unsigned char *body = stt_build(t, ACTS, NULL, &len);
+    ck_assert_uint_gt(len, 1u << 20);
+    qdp_resp r = post(&d, "big", NULL, "application/octet-stream", body, len);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    json_t *doc = get_stats(&d, "big", "?name=layers/63/x");
+    json_t *a = act(doc, "layers/63/x");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), 1);
+    ck_assert(at2(json_object_get(a, "absmax"), 3, 1023) == v[63 * ELEMS + ELEMS - 1]);
+    json_decref(doc);
+    free(body);
+    /* a JSON post over max_json_body but within max_stats_body */
+    char *json = malloc(64 + 20 * 2000);
+    size_t at = (size_t)sprintf(json, "{\"stats\":{\"j\":{\"absmax\":[");
+    for (int i = 0; i < 2000; i++) at += (size_t)sprintf(json + at, "%s%d.125", i ? "," : "", i);
+    strcpy(json + at, "]}}}");
+    ck_assert_uint_gt(strlen(json), 4096);
+    json_decref(post_ok(&d, "big", NULL, json));
+    free(json);
+    /* 9 MiB: over the limit */
+    stt_tensor huge = {"h/absmax", "F32", 1, {9 << 18}, NULL, (size_t)9 << 20};
+    void *zeros = calloc(1, huge.nbytes);
+    huge.data = zeros;
+    body = stt_build(&huge, 1, NULL, &len);
+    r = post(&d, "big", NULL, "application/octet-stream", body, len);
+    assert_error(&r, 413, "too_large", NULL);
+    ck_assert_int_eq(count_of(&d, "big", "h"), 0);
+    free(body);
+    free(zeros);
+    free(v);
+    qdp_stop(&d);
+}
+END_TEST
+
+Suite *suite_stats_api(void)
+{
+    Suite *s = suite_create("stats_api");
+    suite_add_tcase(s, stt_tcase_parse());
+    TCase *tc = tcase_create("daemon");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_updates_and_readback);
+    tcase_add_test(tc, test_binary_posts);
+    tcase_add_test(tc, test_merge);
+    tcase_add_test(tc, test_malformed_rejected);
+    tcase_add_test(tc, test_conflicts);
+    tcase_add_test(tc, test_models_and_unknown);
+    tcase_add_test(tc, test_delete_resets);
+    tcase_add_test(tc, test_ema_and_bootstrap);
+    tcase_add_test(tc, test_scales);
+    tcase_add_test(tc, test_concurrent_posters);
+    tcase_add_test(tc, test_durability);
+    tcase_add_test(tc, test_body_limits);
+    suite_add_tcase(s, tc);
+    return s;
+}
