@@ -167,14 +167,9 @@ static quant_ck_status check_act_names(const ck_shard_plan *plans, size_t n, qua
     json_t *names = json_object();
     if (!names) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_ck_status st = QUANT_CK_OK;
-    for (size_t s = 0; s < n; s++) /* the outputs that are not static activation scales */
-        for (size_t i = 0; i < plans[s].n_out; i++) {
-            bool is_act = false;
-            for (size_t k = 0; !is_act && k < plans[s].n_acts; k++)
-                is_act =
-                    plans[s].acts[k].out_scale == (long)i || plans[s].acts[k].out_zp == (long)i;
-            if (!is_act) json_object_set_new(names, plans[s].out[i].name, json_true());
-        }
+    for (size_t s = 0; s < n; s++) /* the outputs of the input's tensors */
+        for (size_t i = 0; i < plans[s].n_tensor_out; i++)
+            json_object_set_new(names, plans[s].out[i].name, json_true());
     for (size_t s = 0; st == QUANT_CK_OK && s < n; s++)
         for (size_t k = 0; st == QUANT_CK_OK && k < plans[s].n_acts; k++) {
             const ck_act_plan *ap = &plans[s].acts[k];

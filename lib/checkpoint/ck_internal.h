@@ -88,8 +88,9 @@ typedef struct ck_shard_plan {
     size_t n_out, cap_out;
     quant_st_out_tensor *out; /* names owned (out_names) */
     char **out_names;
-    char *quant_meta; /* native: the "quantization" metadata JSON; NULL otherwise */
-    bool static_ok;   /* the run has static activation scales: act_static_scale rules pass */
+    char *quant_meta;    /* native: the "quantization" metadata JSON; NULL otherwise */
+    bool static_ok;      /* the run has static activation scales: act_static_scale rules pass */
+    size_t n_tensor_out; /* out[0, n_tensor_out) come from tensors; the static acts' follow */
     size_t n_acts;
     ck_act_plan *acts; /* the static activation scales this shard holds */
 } ck_shard_plan;

@@ -175,6 +175,7 @@ quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_
             return st;
         }
     }
+    sp->n_tensor_out = sp->n_out;
     quant_ck_status st = plan_acts(sp, layout, acts, n_acts, err);
     if (st != QUANT_CK_OK) {
         quant_ck_prefix(err, "%s", in->path);
