@@ -398,8 +398,8 @@ START_TEST(test_conflicts)
         "{\"stats\":{\"a\":{\"min\":[1,2],\"max\":[1,2]}}}",
         "{\"stats\":{\"m\":{\"absmax\":1}}}",
         /* the good part of a post goes with its bad part */
-        "{\"stats\":{\"new\":{\"absmax\":1},\"a\":{\"absmax\":[1,2]},\"m\":{\"min\":[0],\"max\":[1]"
-        "}}}",
+        ("{\"stats\":{\"new\":{\"absmax\":1},\"a\":{\"absmax\":[1,2]},"
+         "\"m\":{\"min\":[0],\"max\":[1]}}}"),
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
         qdp_resp r = post_json(&d, "c", NULL, bodies[i]);
