@@ -29,7 +29,9 @@ typedef struct model_row {
 } model_row;
 
 /* One activation of one model as the group sees it. count == 0: no statistics (not stored yet,
- * or reset in this group); kind and shape are then taken from the first post that updates it. */
+ * or reset in this group); kind and shape are then taken from the first post that updates it.
+ * The last value and the EMA are stored only while they serve (stored as NULL otherwise): the
+ * default model (simple averaging, no bootstrap steps) writes only its sums. */
 typedef struct stat_row {
     model_row *model;
     char *name;
@@ -43,6 +45,8 @@ typedef struct stat_row {
     double *v;    /* n each: sum_a, last_a, ema_a, then sum_b, last_b, ema_b when MINMAX */
     size_t v_cap; /* doubles allocated in v */
     int64_t created_ms, updated_ms;
+    bool has_last; /* the last arrays hold the last post (kept while bootstrapping) */
+    bool has_ema;  /* the EMA arrays are kept (the model's averaging is ema) */
     bool dirty;
     bool broken;   /* its stored row could not be read: every post to it fails (QD_DB) */
     uint64_t seen; /* the post that last checked it: a name twice in one post */
@@ -51,10 +55,10 @@ typedef struct stat_row {
 
 enum { A_SUM, A_LAST, A_EMA, N_ARRAYS = 6 };
 
-/* What the cache may keep between groups: 64 MiB of arrays (five models of 64 activations x
- * 4096 values of absmax, each 6 MiB with its sums, last values and EMA) and 4096 models. */
-#define CACHE_BYTES  ((size_t)64 << 20)
-#define CACHE_MODELS 4096
+/* The most models the cache keeps between groups besides those of its activations. The bytes
+ * come from the caller (QD_STATS_CACHE_BYTES, 64 MiB, holds ten models of 64 activations x
+ * 4096 absmax values, 6 MiB each with room for their sums, last values and EMA). */
+#define CACHE_MODELS 2048
 
 typedef enum group_stmt {
     G_BEGIN,
@@ -363,8 +367,11 @@ static qd_status row_fill(sqlite3_stmt *st, stat_row *r, qd_err *err)
     r->created_ms = sqlite3_column_int64(st, 4);
     size_t arrays = arrays_of(r->kind);
     if (!row_alloc(r, arrays * (size_t)(r->n ? r->n : 1))) return nomem(err);
+    r->has_last = sqlite3_column_type(st, 5 + A_LAST) != SQLITE_NULL;
+    r->has_ema = sqlite3_column_type(st, 5 + A_EMA) != SQLITE_NULL;
     for (size_t k = 0; k < arrays; k++) {
-        int col = 5 + (int)k;
+        int col = 5 + (int)k, which = (int)k % 3;
+        if ((which == A_LAST && !r->has_last) || (which == A_EMA && !r->has_ema)) continue;
         if (!qd_blob_to_doubles(sqlite3_column_blob(st, col), sqlite3_column_bytes(st, col),
                                 r->v + k * (size_t)r->n, r->n))
             return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", r->name);
@@ -438,9 +445,9 @@ static int most_recent_first(const void *pa, const void *pb)
     return a->used < b->used ? 1 : a->used > b->used ? -1 : 0;
 }
 
-/* Keeps the most recently used rows that fit CACHE_BYTES, and the models they belong to or
- * this group used; rows that could not be read are never kept. */
-static void trim_cache(stats_group *g)
+/* Keeps the most recently used rows that fit budget bytes, the models they belong to, and up
+ * to CACHE_MODELS others; rows that could not be read are never kept. */
+static void trim_cache(stats_group *g, size_t budget)
 {
     size_t bytes = 0;
     bool broken = false;
@@ -448,14 +455,14 @@ static void trim_cache(stats_group *g)
         bytes += row_bytes(g->rows[i]);
         broken |= g->rows[i]->broken;
     }
-    if (bytes <= CACHE_BYTES && !broken && g->n_models <= CACHE_MODELS) return;
+    if (bytes <= budget && !broken && g->n_models <= CACHE_MODELS) return;
     qsort(g->rows, g->n_rows, sizeof *g->rows, most_recent_first);
     size_t keep = 0, kept_bytes = 0;
     for (size_t i = 0; i < g->n_models; i++) g->models[i]->kept = false;
     for (size_t i = 0; i < g->n_rows; i++) {
         stat_row *r = g->rows[i];
         size_t b = row_bytes(r);
-        if (r->broken || kept_bytes + b > CACHE_BYTES) {
+        if (r->broken || kept_bytes + b > budget) {
             drop_row(r);
             continue;
         }
@@ -467,7 +474,7 @@ static void trim_cache(stats_group *g)
     size_t keep_models = 0;
     for (size_t i = 0; i < g->n_models; i++) {
         model_row *m = g->models[i];
-        bool in_use = m->kept || keep_models < CACHE_MODELS / 2;
+        bool in_use = m->kept || keep_models < CACHE_MODELS;
         if (in_use)
             g->models[keep_models++] = m;
         else {
@@ -516,41 +523,78 @@ static qd_status row_check(stats_group *g, stat_row *r, const qd_stat_entry *e, 
     return QD_OK;
 }
 
-/* One array half (a, or b for MINMAX) of e into r: sum, last value, EMA. */
-static void apply_half(stat_row *r, const double *vals, int64_t k, double c, bool second,
-                       bool first)
+/* What a post keeps besides the sums: the EMA while the model's averaging is ema (seeded with
+ * the average so far when it starts after the first post), the last value while the count is
+ * within the model's bootstrap steps. */
+typedef struct update_plan {
+    bool first;    /* the activation's first update */
+    bool ema;      /* keep the EMA */
+    bool seed_ema; /* the EMA starts now from sum / count */
+    bool last;     /* keep the last value */
+    double c;      /* ema_constant */
+    int64_t k;     /* the entry's count: its values are sums of k updates */
+} update_plan;
+
+static void add_sums(double *restrict sum, const double *restrict vals, int64_t n, bool first)
 {
-    double *sum = array_of(r, A_SUM, second), *last = array_of(r, A_LAST, second);
-    double *ema = array_of(r, A_EMA, second);
-    int64_t n = r->n;
-    if (k == 1) {
-        memcpy(last, vals, (size_t)n * sizeof *last);
-    } else {
-        for (int64_t i = 0; i < n; i++) last[i] = vals[i] / (double)k;
-    }
-    if (first) {
+    if (first)
         memcpy(sum, vals, (size_t)n * sizeof *sum);
-        memcpy(ema, last, (size_t)n * sizeof *ema);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        sum[i] += vals[i];
-        ema[i] += c * (last[i] - ema[i]);
-    }
+    else
+        for (int64_t i = 0; i < n; i++) sum[i] += vals[i];
 }
 
-static void row_apply(stats_group *g, stat_row *r, const qd_stat_entry *e, double ema_constant)
+/* The entry's mean (vals / k) into out. */
+static void mean_of(double *restrict out, const double *restrict vals, int64_t n, int64_t k)
 {
-    bool first = r->count == 0;
-    if (first) {
+    if (k == 1)
+        memcpy(out, vals, (size_t)n * sizeof *out);
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = vals[i] / (double)k;
+}
+
+static void update_ema(double *restrict ema, const double *restrict vals, int64_t n,
+                       const update_plan *u)
+{
+    if (u->first) {
+        mean_of(ema, vals, n, u->k);
+        return;
+    }
+    double c = u->c, k = (double)u->k;
+    if (u->k == 1)
+        for (int64_t i = 0; i < n; i++) ema[i] += c * (vals[i] - ema[i]);
+    else
+        for (int64_t i = 0; i < n; i++) ema[i] += c * (vals[i] / k - ema[i]);
+}
+
+/* One array half (a, or b for MINMAX) of an entry into r. */
+static void apply_half(stat_row *r, const double *vals, const update_plan *u, bool second)
+{
+    double *sum = array_of(r, A_SUM, second), *ema = array_of(r, A_EMA, second);
+    int64_t n = r->n;
+    if (u->seed_ema)
+        for (int64_t i = 0; i < n; i++) ema[i] = sum[i] / (double)r->count;
+    if (u->ema) update_ema(ema, vals, n, u);
+    if (u->last) mean_of(array_of(r, A_LAST, second), vals, n, u->k);
+    add_sums(sum, vals, n, u->first);
+}
+
+static void row_apply(stats_group *g, stat_row *r, const qd_stat_entry *e, const qd_model_conf *c)
+{
+    update_plan u = {.first = r->count == 0, .c = c->ema_constant, .k = e->count};
+    u.ema = c->averaging == QD_AVG_EMA;
+    u.seed_ema = u.ema && !u.first && !r->has_ema;
+    u.last = r->count + e->count <= c->bootstrap_steps;
+    if (u.first) {
         r->kind = e->kind;
         r->rank = e->rank;
         memcpy(r->shape, e->shape, sizeof r->shape);
         r->n = e->n;
         r->created_ms = g->now_ms;
     }
-    apply_half(r, e->a, e->count, ema_constant, false, first);
-    if (e->kind == QD_STAT_MINMAX) apply_half(r, e->b, e->count, ema_constant, true, first);
+    apply_half(r, e->a, &u, false);
+    if (e->kind == QD_STAT_MINMAX) apply_half(r, e->b, &u, true);
+    r->has_ema = u.ema;
+    r->has_last = u.last;
     r->count += e->count;
     r->updated_ms = g->now_ms;
     r->dirty = true;
@@ -575,7 +619,7 @@ static qd_status run_post(stats_group *g, const qd_stat_post *p, qd_err *err)
     if (m->live && m->posts == INT64_MAX)
         return qd_fail(err, QD_INVALID, "model %s: its post count would overflow", m->name);
     if (!m->live) model_create(g, m);
-    for (size_t i = 0; i < p->n; i++) row_apply(g, rows[i], &p->e[i], m->conf.ema_constant);
+    for (size_t i = 0; i < p->n; i++) row_apply(g, rows[i], &p->e[i], &m->conf);
     m->posts++;
     m->last_ms = g->now_ms;
     m->dirty = true;
@@ -653,19 +697,22 @@ static bool flush_model(stats_group *g, model_row *m)
     return true;
 }
 
-/* Binds the 3 (ABSMAX: 3 then 3 NULLs) or 6 arrays of r from parameter at on. The arrays stay
- * put until the statement is reset, so SQLite reads them in place. */
+/* Binds the arrays of r from parameter at on, in the order sum_a, last_a, ema_a, sum_b, last_b,
+ * ema_b; NULL for the second half of ABSMAX and for the last values and EMA not kept. The arrays
+ * stay put until the statement is reset, so SQLite reads them in place. */
 static int bind_arrays(sqlite3_stmt *st, int at, const stat_row *r)
 {
     int rc = SQLITE_OK, bytes = (int)(r->n * 8);
     for (int k = 0; k < N_ARRAYS; k++) {
         bool second = k >= 3;
-        if (second && r->kind != QD_STAT_MINMAX) {
+        int which = k % 3;
+        if ((second && r->kind != QD_STAT_MINMAX) || (which == A_LAST && !r->has_last) ||
+            (which == A_EMA && !r->has_ema)) {
             rc |= sqlite3_bind_null(st, at + k);
             continue;
         }
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        rc |= sqlite3_bind_blob(st, at + k, array_of(r, k % 3, second), bytes, SQLITE_STATIC);
+        rc |= sqlite3_bind_blob(st, at + k, array_of(r, which, second), bytes, SQLITE_STATIC);
 #else
 #error "the statistics store writes little-endian float64 blobs; add a byte swap for this host"
 #endif
@@ -741,7 +788,7 @@ static void run_one(stats_group *g, stats_req *r)
     }
 }
 
-size_t qd_stats_group_run(stats_group *g, stats_req *list, qd_metrics *m)
+size_t qd_stats_group_run(stats_group *g, stats_req *list, size_t cache_budget, qd_metrics *m)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -753,9 +800,9 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, qd_metrics *m)
         if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
     }
     if (g->failed)
-        forget_all(g);
+        forget_all(g); /* the database went back: so does the cache */
     else
-        trim_cache(g);
+        trim_cache(g, cache_budget);
     g->groups++;
     size_t posts = 0;
     for (stats_req *r = list; r; r = r->next) {

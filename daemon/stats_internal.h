@@ -52,6 +52,7 @@ struct qd_stats {
     pthread_cond_t work_cv;
     stats_req *head, *tail;
     size_t queued;
+    size_t cache_budget; /* bytes the writer's row cache keeps between groups */
     bool stopping, paused, started;
     pthread_t thread;
 };
@@ -87,15 +88,20 @@ qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err);
 /* Drains the queue, stops and joins the thread, frees the group. */
 void qd_stats_writer_stop(qd_stats *s);
 
+/* The writer's row cache keeps at most this many bytes between groups. */
+#define QD_STATS_CACHE_BYTES ((size_t)64 << 20)
+
 qd_status qd_stats_group_new(const char *path, stats_group **out, qd_err *err);
 void qd_stats_group_free(stats_group *g);
 /* Runs the requests of list (linked by next) in one transaction and fills each one's st/err;
  * returns the number of posts stored. */
-size_t qd_stats_group_run(stats_group *g, stats_req *list, qd_metrics *m);
+size_t qd_stats_group_run(stats_group *g, stats_req *list, size_t cache_budget, qd_metrics *m);
 
 /* Test hooks: a paused writer takes nothing from the queue (so a test can build a group);
- * qd_stats_queued tells how many requests wait. */
+ * qd_stats_queued tells how many requests wait; the cache budget applies from the next group
+ * (0: nothing is kept between groups). */
 void qd_stats_pause(qd_stats *s, bool paused);
 size_t qd_stats_queued(qd_stats *s);
+void qd_stats_cache_budget(qd_stats *s, size_t bytes);
 
 #endif /* QD_STATS_INTERNAL_H */

@@ -169,18 +169,23 @@ static double *doubles_col(sqlite3_stmt *st, int col, int64_t n, bool *ok)
     return d;
 }
 
-/* The calibration: the last post while bootstrapping, else the EMA or sum / count. */
+/* The calibration: the last post while bootstrapping, else the EMA (when kept: a model switched
+ * to ema has none until its next post, and the EMA starts from sum / count then), else
+ * sum / count. */
 static double *calibration(sqlite3_stmt *st, const qd_model_conf *c, const qd_stat_avg *a,
                            const double *sum, int col_last, int col_ema, bool *ok)
 {
     if (a->bootstrapping) return doubles_col(st, col_last, a->n, ok);
-    if (c->averaging == QD_AVG_EMA) return doubles_col(st, col_ema, a->n, ok);
+    if (c->averaging == QD_AVG_EMA && sqlite3_column_type(st, col_ema) != SQLITE_NULL)
+        return doubles_col(st, col_ema, a->n, ok);
     double *d = malloc((size_t)(a->n ? a->n : 1) * sizeof *d);
     for (int64_t i = 0; d && i < a->n; i++) d[i] = sum[i] / (double)a->count;
     return d;
 }
 
-/* The current row of r_rows into *a (cleared on failure). */
+/* The current row of r_rows into *a (cleared on failure). Bootstrapping needs the last post,
+ * kept only while count <= bootstrap_steps when it was stored: raising bootstrap_steps later
+ * does not bring back a last value that was not kept. */
 static qd_status read_row(sqlite3_stmt *st, const qd_model_conf *c, qd_stat_avg *a, qd_err *err)
 {
     memset(a, 0, sizeof *a);
@@ -191,7 +196,7 @@ static qd_status read_row(sqlite3_stmt *st, const qd_model_conf *c, qd_stat_avg 
     a->kind = strcmp((const char *)kind, "minmax") == 0 ? QD_STAT_MINMAX : QD_STAT_ABSMAX;
     a->count = sqlite3_column_int64(st, 3);
     a->updated_ms = sqlite3_column_int64(st, 4);
-    a->bootstrapping = a->count <= c->bootstrap_steps;
+    a->bootstrapping = a->count <= c->bootstrap_steps && sqlite3_column_type(st, 7) != SQLITE_NULL;
     bool ok = true, minmax = a->kind == QD_STAT_MINMAX;
     a->name = strdup((const char *)name);
     a->sum_a = doubles_col(st, 5, a->n, &ok);

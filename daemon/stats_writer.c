@@ -10,14 +10,15 @@
 
 #include "stats_internal.h"
 
-/* Everything queued now, or NULL when stopping with an empty queue. */
-static stats_req *take_all(qd_stats *s)
+/* Everything queued now, or NULL when stopping with an empty queue; *budget: the cache's. */
+static stats_req *take_all(qd_stats *s, size_t *budget)
 {
     pthread_mutex_lock(&s->qmu);
     while ((!s->head || s->paused) && !s->stopping) pthread_cond_wait(&s->work_cv, &s->qmu);
     stats_req *list = s->head;
     s->head = s->tail = NULL;
     s->queued = 0;
+    *budget = s->cache_budget;
     pthread_mutex_unlock(&s->qmu);
     return list;
 }
@@ -38,8 +39,9 @@ static void *writer_main(void *arg)
 {
     qd_stats *s = arg;
     stats_req *list;
-    while ((list = take_all(s)) != NULL) {
-        qd_stats_group_run(s->group, list, s->metrics);
+    size_t budget = 0;
+    while ((list = take_all(s, &budget)) != NULL) {
+        qd_stats_group_run(s->group, list, budget, s->metrics);
         answer_all(s, list);
     }
     return NULL;
@@ -47,6 +49,7 @@ static void *writer_main(void *arg)
 
 qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err)
 {
+    s->cache_budget = QD_STATS_CACHE_BYTES;
     qd_status st = qd_stats_group_new(path, &s->group, err);
     if (st != QD_OK) return st;
     if (pthread_mutex_init(&s->qmu, NULL) != 0) {
@@ -92,6 +95,13 @@ void qd_stats_pause(qd_stats *s, bool paused)
     pthread_mutex_lock(&s->qmu);
     s->paused = paused;
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qmu);
+}
+
+void qd_stats_cache_budget(qd_stats *s, size_t bytes)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->cache_budget = bytes;
     pthread_mutex_unlock(&s->qmu);
 }
 

@@ -22,11 +22,17 @@ CREATE TABLE stat_models (
 
 -- One activation of one model. Only activations with at least one update exist (count >= 1).
 -- The arrays are little-endian float64 blobs of `shape`'s element count, each 8 * n bytes:
--- sum_a/last_a/ema_a hold absmax (kind 'absmax') or min (kind 'minmax'); the *_b columns hold
--- max for 'minmax' and are NULL for 'absmax'. `shape` is JSON text, "[]" for a scalar. The small
--- columns come first and the sums before the rest, so a read that needs only the sums stops
--- early in the row. The UNIQUE index (model_id, name) serves reading a model's activations by
--- name, one activation's lookup, counting them, and deleting a model's statistics.
+-- the *_a columns hold absmax (kind 'absmax') or min (kind 'minmax'), the *_b columns max for
+-- 'minmax' and are NULL for 'absmax'. `shape` is JSON text, "[]" for a scalar.
+--   sum_*  the sums of Qwix's SimpleMovingAverage (a merge adds a dump's sums and count);
+--   last_* the last post (a merge: its sums / its count), kept only while count <= the model's
+--          bootstrap_steps (the calibration then), else NULL;
+--   ema_*  the exponential moving average, kept only while the model's averaging is 'ema'
+--          (started from sum / count when a model switches to it), else NULL.
+-- So a model with the default settings writes only its sums at each post. The small columns
+-- come first and the sums before the rest, so a read that needs only the sums stops early in
+-- the row. The UNIQUE index (model_id, name) serves reading a model's activations by name, one
+-- activation's lookup, counting them, and deleting a model's statistics.
 CREATE TABLE stats (
     id         INTEGER PRIMARY KEY,
     model_id   INTEGER NOT NULL REFERENCES stat_models (id) ON DELETE CASCADE,
@@ -38,10 +44,12 @@ CREATE TABLE stats (
     updated_ms INTEGER NOT NULL,
     sum_a      BLOB    NOT NULL,
     sum_b      BLOB,
-    last_a     BLOB    NOT NULL,
+    last_a     BLOB,
     last_b     BLOB,
-    ema_a      BLOB    NOT NULL,
+    ema_a      BLOB,
     ema_b      BLOB,
     UNIQUE (model_id, name),
-    CHECK ((kind = 'absmax') = (sum_b IS NULL AND last_b IS NULL AND ema_b IS NULL))
+    CHECK (CASE kind WHEN 'absmax' THEN sum_b IS NULL AND last_b IS NULL AND ema_b IS NULL
+                     ELSE sum_b IS NOT NULL AND (last_a IS NULL) = (last_b IS NULL)
+                          AND (ema_a IS NULL) = (ema_b IS NULL) END)
 );

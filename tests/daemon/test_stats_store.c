@@ -760,6 +760,147 @@ START_TEST(test_schema)
 }
 END_TEST
 
+/* ---- what is kept besides the sums -------------------------------------------------------------
+ */
+
+/* The first column of sql's first row as an integer, from a plain connection. */
+static long long raw_int(const char *sql)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s",
+                  sqlite3_errmsg(db));
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* A model with the default settings stores only its sums. */
+START_TEST(test_default_model_stores_only_sums)
+{
+    post_scalar_ok("m", "x", 1);
+    post_scalar_ok("m", "x", 2);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE last_a IS NULL AND ema_a IS NULL "
+                             "AND length(sum_a) = 8"),
+                     1);
+    put_model_ok("e", QD_AVG_EMA, 0.5, 1, true);
+    post_scalar_ok("e", "x", 1); /* count 1 <= 1: the last value is kept */
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE last_a IS NOT NULL AND ema_a IS "
+                             "NOT NULL"),
+                     1);
+    post_scalar_ok("e", "x", 3); /* count 2: not any more */
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE last_a IS NULL AND ema_a IS "
+                             "NOT NULL"),
+                     1);
+}
+END_TEST
+
+/* Switching to ema after posts: the average until the next post, which starts the EMA from the
+ * average; back to simple drops it; again to ema starts it again from the average. */
+START_TEST(test_switching_averaging)
+{
+    post_scalar_ok("m", "x", 2);
+    post_scalar_ok("m", "x", 4);
+    put_model_ok("m", QD_AVG_EMA, 0.5, 0, false);
+    expect_avg("m", "x", 2, 3.0, false);
+    post_scalar_ok("m", "x", 9); /* 3 + 0.5 * (9 - 3) */
+    expect_avg("m", "x", 3, 6.0, false);
+    put_model_ok("m", QD_AVG_SIMPLE, 0.5, 0, false);
+    expect_avg("m", "x", 3, 5.0, false);
+    post_scalar_ok("m", "x", 1);
+    put_model_ok("m", QD_AVG_EMA, 0.5, 0, false);
+    expect_avg("m", "x", 4, 4.0, false);
+    post_scalar_ok("m", "x", 8); /* 4 + 0.5 * (8 - 4) */
+    expect_avg("m", "x", 5, 6.0, false);
+}
+END_TEST
+
+/* bootstrap_steps decides at each post whether its value is kept: lowering it ends
+ * bootstrapping at once, raising it again finds the value kept; raising it over posts stored
+ * while it was lower finds none until the next post. A merge's last value is its mean. */
+START_TEST(test_bootstrap_changes)
+{
+    put_model_ok("m", QD_AVG_SIMPLE, 0.01, 5, true);
+    post_scalar_ok("m", "x", 1);
+    post_scalar_ok("m", "x", 3);
+    expect_avg("m", "x", 2, 3.0, true);
+    put_model_ok("m", QD_AVG_SIMPLE, 0.01, 0, false);
+    expect_avg("m", "x", 2, 2.0, false);
+    put_model_ok("m", QD_AVG_SIMPLE, 0.01, 5, false);
+    expect_avg("m", "x", 2, 3.0, true);
+    post_scalar_ok("n", "y", 1);
+    post_scalar_ok("n", "y", 3);
+    put_model_ok("n", QD_AVG_SIMPLE, 0.01, 5, false);
+    expect_avg("n", "y", 2, 2.0, false);
+    post_scalar_ok("n", "y", 8);
+    expect_avg("n", "y", 3, 8.0, true);
+    qd_err err = {{0}};
+    double s = 12;
+    qd_stat_post p = post_new("n");
+    p.merge = true;
+    post_add(&p, "y", 0, NULL, &s, NULL, 2); /* count 5 <= 5: last = 12 / 2 */
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    expect_avg("n", "y", 5, 6.0, true);
+}
+END_TEST
+
+/* EMA on min/max, with nothing cached between groups: every group reads its rows back. */
+START_TEST(test_minmax_ema_without_cache)
+{
+    qd_stats_cache_budget(g_s, 0);
+    put_model_ok("m", QD_AVG_EMA, 0.25, 1, true);
+    qd_err err = {{0}};
+    int64_t shape[1] = {2};
+    double mins[3][2] = {{-4, -8}, {-8, 0}, {0, -4}}, maxs[3][2] = {{4, 8}, {8, 0}, {0, 4}};
+    for (int k = 0; k < 3; k++) {
+        qd_stat_post p = post_new("m");
+        post_add(&p, "act", 1, shape, mins[k], maxs[k], 1);
+        ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+        qd_stat_post_clear(&p);
+        if (k == 0) { /* bootstrapping: the last post */
+            readback rb = read_all("m", NULL);
+            ck_assert(rb.v[0].bootstrapping && rb.v[0].a[1] == -8 && rb.v[0].b[1] == 8);
+            readback_free(&rb);
+        }
+    }
+    /* min[0]: -4 -> -5 -> -3.75; max[1]: 8 -> 6 -> 5.5 */
+    readback rb = read_all("m", NULL);
+    const qd_stat_avg *a = &rb.v[0];
+    ck_assert_int_eq(a->count, 3);
+    ck_assert(!a->bootstrapping);
+    ck_assert_msg(a->a[0] == -3.75 && a->b[1] == 5.5, "%g %g", a->a[0], a->b[1]);
+    ck_assert(a->sum_a[0] == -12 && a->sum_b[1] == 12);
+    readback_free(&rb);
+}
+END_TEST
+
+/* A small cache keeps the most recent rows and reads the others back: the counts stay exact. */
+START_TEST(test_small_cache)
+{
+    qd_stats_cache_budget(g_s, 3000);
+    double v[64];
+    for (int i = 0; i < 64; i++) v[i] = i;
+    qd_err err = {{0}};
+    for (int round = 0; round < 5; round++)
+        for (int k = 0; k < 6; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "act%d", k);
+            ck_assert_int_eq(post_absmax("m", name, v, 64, &err), QD_OK);
+        }
+    readback rb = read_all("m", NULL);
+    ck_assert_uint_eq(rb.n, 6);
+    for (size_t i = 0; i < rb.n; i++) {
+        ck_assert_int_eq(rb.v[i].count, 5);
+        ck_assert(rb.v[i].sum_a[63] == 5 * 63 && rb.v[i].a[63] == 63);
+    }
+    readback_free(&rb);
+}
+END_TEST
+
 /* ---- throughput (printed, not asserted) -------------------------------------------------------
  */
 
@@ -856,6 +997,11 @@ Suite *suite_stats_store(void)
     tcase_add_test(api, test_name_filter);
     tcase_add_test(api, test_close_and_reopen);
     tcase_add_test(api, test_schema);
+    tcase_add_test(api, test_default_model_stores_only_sums);
+    tcase_add_test(api, test_switching_averaging);
+    tcase_add_test(api, test_bootstrap_changes);
+    tcase_add_test(api, test_minmax_ema_without_cache);
+    tcase_add_test(api, test_small_cache);
     suite_add_tcase(s, api);
     TCase *perf = tcase_create("throughput");
     tcase_add_checked_fixture(perf, setup, teardown);
