@@ -2,8 +2,9 @@
 # serve_fetch.py -- owns the "serving job" example of issue 5: waits for a quantd job to succeed
 # (GET /v1/jobs/{id}), then downloads each of its outputs (GET /v1/jobs/{id}/outputs/{name}) into
 # a directory, streaming, hashing with SHA-256 as the bytes arrive, and checks the digest against
-# the response's ETag and the job's outputs[].sha256. A download cut short leaves NAME.part;
-# the next run hashes what is there and asks for the rest (Range + If-Range). Exit status 0 when
+# the response's ETag and the job's outputs[].sha256. A download cut short leaves NAME.part (and
+# NAME.part.etag, the ETag its bytes came from); the next run hashes what is there and asks for
+# the rest (Range, with If-Range: that ETag, so another file comes whole). Exit status 0 when
 # every output verified, 1 on a failed job, a mismatch or an HTTP/IO error, 2 on bad usage.
 # Python standard library only. Run: python3 examples/serve_fetch.py --help
 # SPDX-License-Identifier: Apache-2.0
@@ -123,37 +124,48 @@ class Download:
         self.url = urllib.parse.urlsplit(url).path or url
         self.stop_after = stop_after  # testing: stop after this many bytes of this run
 
-    def request(self, have):
-        """GET, as a Range request resuming at `have` bytes when there are some."""
+    def request(self, have, validator):
+        """GET, as a Range request resuming at `have` bytes when there are some, with If-Range
+        naming the ETag those bytes came from (another file gets a 200 with all of it)."""
         headers = {}
         if have:
             headers["Range"] = "bytes=%d-" % have
-            headers["If-Range"] = '"%s"' % self.want["sha256"]
+            headers["If-Range"] = validator
         resp = self.client.open("GET", self.url, headers)
         if resp.status == 416 and have:
             resp.read()  # the part is no prefix of this file: start over
-            return self.request(0)
+            return self.request(0, None)
         if resp.status not in (200, 206):
             body = resp.read()
             raise Failure("GET %s: HTTP %d: %s" % (self.url, resp.status,
                                                    body.decode("utf-8", "replace")))
         return resp
 
+    def part_validator(self):
+        """The ETag NAME.part's bytes came from (NAME.part.etag), or None."""
+        try:
+            with open(self.part + ".etag", encoding="ascii") as f:
+                return f.read().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
     def start(self, h):
         """Hashes what NAME.part holds and opens the request for the rest. A 206 is taken only
-        when it continues our bytes of the same file (the server's ETag is the job's sha256;
-        quantd ignores If-Range, so the client checks); anything else starts over."""
-        have = hash_file(self.part, h) if os.path.exists(self.part) else 0
+        when it continues those bytes (its Content-Range starts there, its ETag is the part's);
+        anything else starts over from byte 0. Records the ETag a fresh download comes from."""
+        validator = self.part_validator() if os.path.exists(self.part) else None
+        have = hash_file(self.part, h) if validator else 0
         if have >= self.want["bytes"]:
-            have, h = 0, hashlib.sha256()
-        resp = self.request(have)
+            have = 0
+        resp = self.request(have, validator)
         if resp.status == 206 and (content_range_start(resp) != have
-                                   or etag_digest(resp) != self.want["sha256"]):
+                                   or etag_digest(resp) != validator.strip('"').lower()):
             resp.read()
-            have, h = 0, hashlib.sha256()
-            resp = self.request(0)
+            resp = self.request(0, None)
         if resp.status == 200:
             have, h = 0, hashlib.sha256()
+            with open(self.part + ".etag", "w", encoding="ascii") as f:
+                f.write((resp.getheader("ETag") or "") + "\n")
         return resp, have, h
 
     def run(self):
@@ -187,15 +199,21 @@ class Download:
             self.client.close()  # the body was not read to its end: drop the connection
         return have
 
+    def remove_part(self):
+        for path in (self.part, self.part + ".etag"):
+            if os.path.exists(path):
+                os.unlink(path)
+
     def finish(self, digest, tag, got, resumed):
         name, want = self.want["name"], self.want["sha256"]
         if got != self.want["bytes"]:
             raise Failure("%s: %d bytes, the job says %d" % (name, got, self.want["bytes"]))
         if digest != tag or digest != want:
-            os.unlink(self.part)
+            self.remove_part()
             raise Failure("%s: sha256 %s, ETag %s, job %s: mismatch (partial file removed)"
                           % (name, digest, tag or "(none)", want))
         os.replace(self.part, self.path)
+        self.remove_part()
         how = " (resumed at byte %d)" % resumed if resumed else ""
         return "%s: %d bytes, sha256 %s = ETag = job%s" % (name, got, digest, how)
 
