@@ -44,9 +44,9 @@ class Client:
         self.conn.close()
 
 
-def act_names(n):
-    """Activation names as Qwix records them: module path, then the operand."""
-    return ["layers/%d/mlp/dot_general0_lhs" % i for i in range(n)]
+def act_names(fmt, n):
+    """Activation names as Qwix records them (module path, then the operand), {i} = 0..n-1."""
+    return [fmt.replace("{i}", str(i)) for i in range(n)]
 
 
 class Activations:
@@ -166,6 +166,9 @@ def parse_args(argv):
                    "(default %(default)s)")
     p.add_argument("--activations", type=int, default=4, help="activations per post "
                    "(default %(default)s)")
+    p.add_argument("--name-format", default="layers/{i}/mlp/dot_general0_lhs",
+                   help="activation names, {i} replaced by 0..N-1; the module path is the name "
+                   "less its last component, '/' read as '.' (default %(default)s)")
     p.add_argument("--size", type=int, default=1, help="values per activation (e.g. per-channel "
                    "statistics; default %(default)s)")
     p.add_argument("--kind", choices=("absmax", "minmax"), default="absmax",
@@ -184,6 +187,8 @@ def parse_args(argv):
     for name in ("steps", "activations", "size"):
         if getattr(a, name) < 1:
             p.error("--%s must be at least 1" % name)
+    if a.activations > 1 and "{i}" not in a.name_format:
+        p.error("--name-format needs {i} when --activations is more than 1")
     if a.merge and a.format != "json":
         p.error("--merge posts a JSON dump; leave --format at json")
     return a
@@ -192,7 +197,7 @@ def parse_args(argv):
 def run(a):
     client = Client(a.url, a.timeout)
     path = "/v1/models/%s/stats" % urllib.parse.quote(a.model, safe="")
-    acts = Activations(act_names(a.activations), a.size, a.seed)
+    acts = Activations(act_names(a.name_format, a.activations), a.size, a.seed)
     make, ctype = ((json_body, "application/json") if a.format == "json"
                    else (safetensors_body, "application/octet-stream"))
     sums = {}
