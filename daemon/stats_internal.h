@@ -1,7 +1,7 @@
 /* stats_internal.h -- what stats_store.c (open, close, encodings), stats_read.c (the reads),
- * stats_writer.c (the writer thread and its queue) and stats_group.c (one group's transaction
- * and its row cache) share and nobody else sees: the qd_stats struct, the write requests, the
- * blob and shape encodings, and two test hooks.
+ * stats_writer.c (the writer thread and its queue) and the group files (stats_group.h: one
+ * group's transaction, its cache, the arithmetic) share and nobody else sees: the qd_stats
+ * struct, the write requests, the blob and shape encodings, and the test hooks.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STATS_INTERNAL_H

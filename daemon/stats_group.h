@@ -1,0 +1,138 @@
+/* stats_group.h -- what the writer's group files share and nobody else sees: the group
+ * (stats_group.c: its connection, statements and transaction), its cache of models and
+ * activations (stats_cache.c), and the checks and arithmetic of one update (stats_apply.c).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_STATS_GROUP_H
+#define QD_STATS_GROUP_H
+
+#include "stats_internal.h"
+
+/* A model as the group sees it. */
+typedef struct model_row {
+    char *name;
+    int64_t id; /* 0 while it is not in the database */
+    bool live;  /* it exists: in the database, or created by this group */
+    bool dirty; /* its row is to be written */
+    bool kept;  /* some cached activation of it survives the trim */
+    qd_model_conf conf;
+    int64_t posts;   /* posts stored since created or reset */
+    int64_t last_ms; /* stats_updated_ms, 0 for NULL */
+    int64_t created_ms, updated_ms;
+} model_row;
+
+/* One activation of one model as the group sees it. count == 0: no statistics (not stored yet,
+ * or reset in this group); kind and shape are then taken from the first post that updates it.
+ * The last value and the EMA are stored only while they serve (stored as NULL otherwise): the
+ * default model (simple averaging, no bootstrap steps) writes only its sums. */
+typedef struct stat_row {
+    model_row *model;
+    char *name;
+    uint64_t hash;
+    int64_t rowid; /* 0: not in the database */
+    qd_stat_kind kind;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t n;
+    int64_t count;
+    double *v;    /* n each: sum_a, last_a, ema_a, then sum_b, last_b, ema_b when MINMAX */
+    size_t v_cap; /* doubles allocated in v */
+    int64_t created_ms, updated_ms;
+    bool has_last; /* the last arrays hold the last post (kept while bootstrapping) */
+    bool has_ema;  /* the EMA arrays are kept (the model's averaging is ema) */
+    bool dirty;
+    bool broken;   /* its stored row could not be read: every post to it fails (QD_DB) */
+    uint64_t seen; /* the post that last checked it: a name twice in one post */
+    uint64_t used; /* the group that last used it */
+} stat_row;
+
+enum { A_SUM, A_LAST, A_EMA, N_ARRAYS = 6 };
+
+typedef enum group_stmt {
+    G_BEGIN,
+    G_COMMIT,
+    G_ROLLBACK,
+    G_MODEL_GET,
+    G_MODEL_INSERT,
+    G_MODEL_UPDATE,
+    G_ROW_GET,
+    G_ROW_INSERT,
+    G_ROW_UPDATE,
+    G_ROWS_DELETE,
+    G_COUNT
+} group_stmt;
+
+struct stats_group {
+    sqlite3 *db;
+    sqlite3_stmt *q[G_COUNT];
+    model_row **models; /* the models touched, in order */
+    size_t n_models, cap_models;
+    stat_row **rows; /* the activations touched, in order */
+    size_t n_rows, cap_rows;
+    stat_row **slots; /* open addressing over rows, n_slots a power of two (or 0) */
+    size_t n_slots;
+    stat_row **post_rows; /* the rows of the post being run, by entry */
+    size_t cap_post_rows;
+    uint64_t seq;    /* posts run so far: stat_row.seen */
+    uint64_t groups; /* groups run so far: stat_row.used */
+    int64_t now_ms;  /* the group's time */
+    /* the group's SQL failure: every request gets it */
+    bool failed;
+    qd_status fail_st;
+    qd_err fail_err;
+};
+
+/* ---- stats_group.c: statements, failures, arrays ------------------------------------------------
+ */
+
+/* Records the group's SQL failure (the first one wins; every request gets it) and returns it. */
+qd_status qd_group_fail(stats_group *g, const char *op);
+/* Statement k, reset and with its bindings cleared. */
+sqlite3_stmt *qd_group_stmt(stats_group *g, group_stmt k);
+/* Steps st once: SQLITE_ROW or SQLITE_DONE, or -1 after recording a group failure. */
+int qd_group_step(stats_group *g, sqlite3_stmt *st, const char *op);
+/* arr (of *cap elements of elem bytes) with room for want: arr itself or a larger copy; NULL
+ * when out of memory (arr untouched). */
+void *qd_group_reserve(void *arr, size_t *cap, size_t want, size_t elem);
+
+/* ---- stats_cache.c: models and activations, loaded once, kept within a budget -----------------
+ */
+
+/* The entry for model name, loaded on first use; not live when there is no such model. */
+qd_status qd_cache_model(stats_group *g, const char *name, model_row **out, qd_err *err);
+/* A model a post or a PUT brings into being. */
+void qd_cache_model_create(stats_group *g, model_row *m);
+/* The entry for (m, name), loaded on first use (count 0 when not stored). QD_DB for a stored
+ * row that cannot be read. */
+qd_status qd_cache_row(stats_group *g, model_row *m, const char *name, stat_row **out, qd_err *err);
+/* Room for doubles values in r->v. */
+bool qd_cache_row_alloc(stat_row *r, size_t doubles);
+/* Keeps the most recently used rows that fit budget bytes (after a committed group). */
+void qd_cache_trim(stats_group *g, size_t budget);
+/* Empties the cache (after a failed group, and at the end). */
+void qd_cache_forget(stats_group *g);
+
+/* ---- stats_apply.c: one entry of a post against one activation --------------------------------
+ */
+
+/* Can e update r? (marks r as taken by the post being run: a name twice is refused) Makes room
+ * for a new activation's arrays, so that applying cannot fail. */
+qd_status qd_stat_check(stats_group *g, stat_row *r, const qd_stat_entry *e, qd_err *err);
+/* Adds e to r: sums and count, and the EMA and last value when the model's settings keep them. */
+void qd_stat_apply(stats_group *g, stat_row *r, const qd_stat_entry *e, const qd_model_conf *c);
+
+/* ---- the arrays of a row ------------------------------------------------------------------------
+ */
+
+static inline size_t qd_stat_arrays(qd_stat_kind k)
+{
+    return k == QD_STAT_MINMAX ? N_ARRAYS : N_ARRAYS / 2;
+}
+
+/* Array which (A_SUM, A_LAST, A_EMA) of the first half (absmax or min) or the second (max). */
+static inline double *qd_stat_array(const stat_row *r, int which, bool second)
+{
+    return r->v + (size_t)r->n * (size_t)(which + (second ? 3 : 0));
+}
+
+#endif /* QD_STATS_GROUP_H */
