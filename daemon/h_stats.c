@@ -1,7 +1,8 @@
 /* h_stats.c -- POST, GET and DELETE /v1/models/{model}/stats: a training job's statistics post
  * (JSON, a safetensors body, or a Qwix quant_stats dump with ?mode=merge) parsed and validated
- * whole, then stored as one transaction by the stats writer (the answer comes after it
- * committed); a model's statistics and calibrations read back; a reset.
+ * whole on the HTTP thread, then stored as one transaction by the stats writer while a waiter
+ * thread waits for the commit (the answer comes after it); a model's statistics and
+ * calibrations read back; a reset.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -75,39 +76,76 @@ static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
     return st == QD_OK;
 }
 
-/* POST /v1/models/{model}/stats[?mode=merge][&step=N] */
+/* A parsed post on its way to the store, owned by the request (qd_req_defer). */
+typedef struct post_job {
+    qd_stat_post post;
+    qd_status st;
+    qd_err err;
+} post_job;
+
+static void post_job_free(void *arg)
+{
+    post_job *job = arg;
+    qd_stat_post_clear(&job->post);
+    free(job);
+}
+
+/* On a waiter thread: the post, answered by the writer once its group committed. */
+static void commit_post(qd_req *r, void *arg)
+{
+    post_job *job = arg;
+    job->st = qd_stats_post(r->app->stats, &job->post, &job->err);
+}
+
+/* The handler's second call, after commit_post. */
+static enum MHD_Result reply_posted(qd_req *r, const post_job *job)
+{
+    const qd_stat_post *p = &job->post;
+    if (job->st == QD_OK)
+        return qd_reply_json(r, MHD_HTTP_OK,
+                             json_pack("{s:s,s:I,s:o}", "model", p->model, "activations",
+                                       (json_int_t)p->n, "step",
+                                       p->step >= 0 ? json_integer(p->step) : json_null()));
+    if (job->st == QD_INVALID) /* does not fit what is stored: kind or shape */
+        return qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", "stats", "%s", job->err.message);
+    return qd_reply_store_error(r, job->st, &job->err);
+}
+
+/* The step of the query (-1: none) into the parsed post; false when both give one. */
+static bool set_step(qd_stat_post *post, int64_t query_step)
+{
+    if (query_step < 0) return true;
+    if (post->step >= 0) return false;
+    post->step = query_step;
+    return true;
+}
+
+/* POST /v1/models/{model}/stats[?mode=merge][&step=N]: parsed and checked on the HTTP thread,
+ * stored from a waiter thread (the connection suspended until the commit). */
 enum MHD_Result qd_h_stats_post(qd_req *r)
 {
+    if (r->deferred) return reply_posted(r, r->defer_arg);
     const char *model = qd_model_param(r);
     if (!model) return MHD_YES;
     bool merge;
     int64_t step;
     if (!query_merge(r, &merge) || !query_step(r, &step)) return MHD_YES;
-    qd_stat_post post;
-    if (!parse_body(r, merge, &post)) return MHD_YES;
-    qd_err err;
-    qd_status st = QD_OK;
-    if (step >= 0 && post.step >= 0)
-        st = qd_fail(&err, QD_INVALID, "the step comes both in the query and in the body");
-    if (step >= 0) post.step = step;
-    if (st == QD_OK && !(post.model = strdup(model))) st = qd_fail(&err, QD_NOMEM, "out of memory");
-    enum MHD_Result ret;
-    if (st == QD_INVALID) {
-        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step", "%s", err.message);
-    } else {
-        if (st == QD_OK) st = qd_stats_post(r->app->stats, &post, &err);
-        if (st == QD_OK)
-            ret = qd_reply_json(r, MHD_HTTP_OK,
-                                json_pack("{s:s,s:I,s:o}", "model", model, "activations",
-                                          (json_int_t)post.n, "step",
-                                          post.step >= 0 ? json_integer(post.step) : json_null()));
-        else if (st == QD_INVALID) /* does not fit what is stored: kind or shape */
-            ret = qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", "stats", "%s", err.message);
-        else
-            ret = qd_reply_store_error(r, st, &err);
+    post_job *job = calloc(1, sizeof *job);
+    if (!job) return MHD_NO;
+    if (!parse_body(r, merge, &job->post)) {
+        free(job); /* the parser left nothing in the post */
+        return MHD_YES;
     }
-    qd_stat_post_clear(&post);
-    return ret;
+    if (!set_step(&job->post, step)) {
+        post_job_free(job);
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step",
+                              "the step comes both in the query and in the body");
+    }
+    if (!(job->post.model = strdup(model))) {
+        post_job_free(job);
+        return MHD_NO;
+    }
+    return qd_req_defer(r, commit_post, job, post_job_free);
 }
 
 /* ---- GET and DELETE ---------------------------------------------------------------------------

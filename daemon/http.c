@@ -1,7 +1,8 @@
 /* http.c -- the libmicrohttpd server: listening socket, thread pool with epoll, the access
  * handler that routes a request, enforces its body limit (413) and gathers the body in memory
  * (JSON, statistics posts; in one allocation when Content-Length is known) or streams it,
- * and the completion callback that logs the request and counts it.
+ * work that blocks handed to waiter threads with the connection suspended (qd_req_defer), and
+ * the completion callback that logs the request and counts it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -15,15 +16,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "defer.h"
 #include "log.h"
 #include "router.h"
 
 /* Bytes of an over-limit body read and dropped before the connection is closed instead. */
 #define QD_MAX_DISCARD ((size_t)64 << 20)
+/* Waiter threads for deferred work: requests waiting at once for a commit (each group commit of
+ * the statistics writer takes all of them), whatever the number of HTTP threads. */
+#define QD_WAITERS 64
 
 struct qd_http {
     struct MHD_Daemon *d;
     qd_app *app;
+    qd_defer *waiters;
 };
 
 static atomic_uint_fast64_t request_counter;
@@ -35,12 +41,12 @@ static double elapsed(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-static qd_req *req_new(qd_app *app, struct MHD_Connection *conn, const char *method,
-                       const char *url)
+static qd_req *req_new(qd_http *h, struct MHD_Connection *conn, const char *method, const char *url)
 {
     qd_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->app = app;
+    r->http = h;
+    r->app = h->app;
     r->conn = conn;
     r->method = method;
     r->url = url;
@@ -58,6 +64,7 @@ static void req_free(qd_req *r)
         unlink(r->upload_path); /* the handler renames what it keeps */
         free(r->upload_path);
     }
+    if (r->defer_free) r->defer_free(r->defer_arg);
     free(r->body);
     free(r);
 }
@@ -167,6 +174,36 @@ static enum MHD_Result body_chunk(qd_req *r, const char *data, size_t n)
     return MHD_YES;
 }
 
+/* ---- deferred work ----------------------------------------------------------------------------
+ */
+
+/* On a waiter: the work, then the connection goes back to libmicrohttpd, which calls the
+ * handler again. r may be gone as soon as it is resumed. */
+static void run_deferred(void *arg)
+{
+    qd_req *r = arg;
+    struct MHD_Connection *conn = r->conn;
+    r->defer_fn(r, r->defer_arg);
+    r->deferred = true;
+    MHD_resume_connection(conn);
+}
+
+enum MHD_Result qd_req_defer(qd_req *r, void (*fn)(qd_req *r, void *arg), void *arg,
+                             void (*free_fn)(void *arg))
+{
+    r->defer_fn = fn;
+    r->defer_arg = arg;
+    r->defer_free = free_fn;
+    if (!qd_defer_begin(r->http->waiters)) { /* stopping: no more suspended connections */
+        fn(r, arg);
+        r->deferred = true;
+        return r->route->handler(r);
+    }
+    MHD_suspend_connection(r->conn);
+    qd_defer_run(r->http->waiters, run_deferred, r);
+    return MHD_YES;
+}
+
 /* ---- the access handler -----------------------------------------------------------------------
  */
 
@@ -237,7 +274,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)conn;
-    qd_app *app = cls;
+    qd_app *app = ((qd_http *)cls)->app;
     qd_req *r = *con_cls;
     if (!r) return;
     double secs = elapsed(&r->t0);
@@ -284,16 +321,23 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
     qd_http *h = calloc(1, sizeof *h);
     if (!h) return qd_fail(err, QD_NOMEM, "out of memory");
     h->app = app;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    st = qd_defer_start(QD_WAITERS, &h->waiters, err);
+    if (st != QD_OK) {
+        free(h);
+        return st;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME |
+                     (v6 ? MHD_USE_IPv6 : 0);
     /* CONNECTION_MEMORY_LIMIT: an upload body arrives in pieces of about this pool's size; the
      * default 32 KiB meant a write(2) per 16 KiB. Pool pages are touched only as they are used. */
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, app, MHD_OPTION_SOCK_ADDR,
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
                             (unsigned)app->cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)app->cfg->idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, app, MHD_OPTION_CONNECTION_LIMIT, 1000u,
+                            on_completed, h, MHD_OPTION_CONNECTION_LIMIT, 1000u,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)1 << 20, MHD_OPTION_END);
     if (!h->d) {
+        qd_defer_free(h->waiters);
         free(h);
         return qd_fail(err, QD_IO, "cannot listen on %s:%d (address in use or not permitted)",
                        app->cfg->listen_host, app->cfg->listen_port);
@@ -314,6 +358,10 @@ void qd_http_quiesce(qd_http *h)
 void qd_http_stop(qd_http *h)
 {
     if (!h) return;
+    /* every suspended connection is resumed before the daemon stops (MHD's rule); requests that
+     * come meanwhile on open connections run their deferred work on the HTTP thread */
+    qd_defer_drain(h->waiters);
     MHD_stop_daemon(h->d);
+    qd_defer_free(h->waiters);
     free(h);
 }

@@ -18,6 +18,7 @@
 #define QD_MAX_PARAM_LEN 128
 
 typedef struct qd_route qd_route;
+typedef struct qd_http qd_http;
 
 typedef struct qd_req {
     qd_app *app;
@@ -41,9 +42,13 @@ typedef struct qd_req {
     bool upload_failed; /* a write failed: the reply is a 500 once the body is consumed */
     bool too_large;     /* over the limit mid-way: the reply is a 413 once the body ends */
     size_t discarded;   /* bytes dropped since */
+    /* work handed to a waiter thread (qd_req_defer) */
+    qd_http *http;
+    void (*defer_fn)(struct qd_req *r, void *arg);
+    void *defer_arg; /* owned by the request: defer_free(defer_arg) at its end */
+    void (*defer_free)(void *arg);
+    bool deferred; /* defer_fn has run: the handler is called again to reply */
 } qd_req;
-
-typedef struct qd_http qd_http;
 
 /* Starts listening (loopback by default) with libmicrohttpd's thread pool; *port gets the
  * bound port (useful when the configured port is 0). */
@@ -76,5 +81,14 @@ const char *qd_req_header(const qd_req *r, const char *name);
 const char *qd_req_query(const qd_req *r, const char *name);
 /* The body parsed as a JSON object; on failure replies 400 and returns NULL. */
 json_t *qd_req_json(qd_req *r);
+
+/* For a handler whose work blocks (a statistics post waiting for its commit): the connection
+ * is suspended and fn(r, arg) runs on one of the server's waiter threads, so no HTTP thread
+ * waits; then the route's handler is called again with r->deferred true and replies (fn leaves
+ * its results in arg). arg belongs to the request from now on: free_fn(arg) (may be NULL) when
+ * the request ends, whatever happened. While the server stops, fn runs at once on the calling
+ * thread. Returns what the handler returns. */
+enum MHD_Result qd_req_defer(qd_req *r, void (*fn)(qd_req *r, void *arg), void *arg,
+                             void (*free_fn)(void *arg));
 
 #endif /* QD_HTTP_H */
