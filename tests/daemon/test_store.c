@@ -171,7 +171,7 @@ START_TEST(test_schema_fresh)
     expect_text(db,
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                 "WHERE type = 'table' ORDER BY name)",
-                "jobs,outputs,reports,rulesets,sqlite_sequence");
+                "jobs,outputs,reports,rulesets,sqlite_sequence,stat_models,stats");
     expect_columns(db, "rulesets",
                    "name TEXT 1 1,body TEXT 1 0,created_ms INTEGER 1 0,updated_ms INTEGER 1 0");
     expect_columns(db, "jobs",
@@ -186,7 +186,8 @@ START_TEST(test_schema_fresh)
     expect_text(db,
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                 "WHERE type = 'index' ORDER BY name)",
-                "jobs_state_id,sqlite_autoindex_outputs_1,sqlite_autoindex_rulesets_1");
+                "jobs_state_id,sqlite_autoindex_outputs_1,sqlite_autoindex_rulesets_1,"
+                "sqlite_autoindex_stat_models_1,sqlite_autoindex_stats_1");
     expect_text(
         db,
         "SELECT group_concat(name) FROM (SELECT name FROM pragma_index_info('jobs_state_id') "
