@@ -255,12 +255,20 @@ $(DAEMON_BENCH): $(BUILD)/obj/bench/daemon-bench.o $(CK_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
 
+STATS_BENCH := $(BUILD)/bin/stats-bench
+$(STATS_BENCH): $(BUILD)/obj/bench/stats-bench.o
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LDLIBS)
+
 # QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048),
-# QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024).
-bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN)
+# QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024), QUANT_BENCH_STATS_SECONDS the
+# stats bench's run per load (default 30).
+bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN) $(STATS_BENCH)
 	$(Q)$(BENCH_BIN)
 	$(Q)$(PIPE_BENCH) $(QUANT_BIN)
 	$(Q)$(DAEMON_BENCH) $(QUANTD_BIN) $(QUANT_BIN)
+	$(Q)$(STATS_BENCH) $(QUANTD_BIN)
 
 # `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var).
 run: deps $(QUANTD_BIN)

@@ -12,6 +12,9 @@ int main(void)
     srunner_add_suite(sr, suite_config());
     srunner_add_suite(sr, suite_log());
     srunner_add_suite(sr, suite_api());
+    srunner_add_suite(sr, suite_stats_store());
+    srunner_add_suite(sr, suite_stats_api());
+    srunner_add_suite(sr, suite_srq());
     srunner_add_suite(sr, suite_openapi());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

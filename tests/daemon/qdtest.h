@@ -11,6 +11,9 @@ Suite *suite_store(void);
 Suite *suite_config(void);
 Suite *suite_log(void);
 Suite *suite_api(void);
+Suite *suite_stats_store(void);
+Suite *suite_stats_api(void);
+Suite *suite_srq(void);
 Suite *suite_openapi(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
