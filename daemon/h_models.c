@@ -16,11 +16,7 @@
 const char *qd_model_param(qd_req *r)
 {
     const char *s = r->params[0];
-    size_t n = strlen(s);
-    bool ok = n > 0 && n <= 64 && s[0] != '.';
-    for (size_t i = 0; ok && i < n; i++)
-        ok = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", s[i]);
-    if (ok) return s;
+    if (qd_valid_name(s)) return s;
     qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "model",
                    "model names are 1-64 characters of A-Z a-z 0-9 . _ - (not starting with '.')");
     return NULL;

@@ -9,17 +9,6 @@
 #include "quant_rules.h"
 #include "timefmt.h"
 
-/* Names are 1-64 of [A-Za-z0-9._-], not starting with '.'. */
-static bool valid_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 64 || s[0] == '.') return false;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", s[i]))
-            return false;
-    return true;
-}
-
 static enum MHD_Result bad_name(qd_req *r)
 {
     return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "name",
@@ -55,7 +44,7 @@ static json_t *ruleset_json(const char *name, const char *body, int64_t created,
 enum MHD_Result qd_h_ruleset_put(qd_req *r)
 {
     const char *name = r->params[0];
-    if (!valid_name(name)) return bad_name(r);
+    if (!qd_valid_name(name)) return bad_name(r);
     json_t *doc = qd_req_json(r);
     if (!doc) return MHD_YES;
     const char *key;
@@ -92,7 +81,7 @@ enum MHD_Result qd_h_ruleset_put(qd_req *r)
 enum MHD_Result qd_h_ruleset_get(qd_req *r)
 {
     const char *name = r->params[0];
-    if (!valid_name(name)) return bad_name(r);
+    if (!qd_valid_name(name)) return bad_name(r);
     char *body = NULL;
     int64_t c = 0, u = 0;
     qd_err err;
@@ -115,7 +104,7 @@ enum MHD_Result qd_h_ruleset_list(qd_req *r)
 enum MHD_Result qd_h_ruleset_delete(qd_req *r)
 {
     const char *name = r->params[0];
-    if (!valid_name(name)) return bad_name(r);
+    if (!qd_valid_name(name)) return bad_name(r);
     qd_err err;
     qd_status st = qd_store_ruleset_delete(r->app->store, name, &err);
     if (st != QD_OK) return qd_reply_store_error(r, st, &err);

@@ -76,6 +76,9 @@ enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp);
 /* Empty body (204, 304). */
 enum MHD_Result qd_reply_empty(qd_req *r, unsigned status);
 
+/* Names of rule sets and models: 1-64 of [A-Za-z0-9._-], not starting with '.'. */
+bool qd_valid_name(const char *s);
+
 /* Request accessors. */
 const char *qd_req_header(const qd_req *r, const char *name);
 const char *qd_req_query(const qd_req *r, const char *name);

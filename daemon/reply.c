@@ -75,6 +75,15 @@ enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err)
     }
 }
 
+bool qd_valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    bool ok = n > 0 && n <= 64 && s[0] != '.';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", s[i]);
+    return ok;
+}
+
 const char *qd_req_header(const qd_req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);

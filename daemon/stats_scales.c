@@ -162,6 +162,19 @@ static qd_status scale_all(const qd_stat_avg *avg, size_t n, const quant_ruleset
     return QD_OK;
 }
 
+/* Two activations whose names differ only in '/' against '.' ("a/b" and "a.b") would write
+ * the same output tensors: refused, naming both. */
+static qd_status distinct_bases(const qd_act_scale *s, size_t n, qd_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            if (strcmp(s[i].tensor_base, s[k].tensor_base) == 0)
+                return qd_fail(err, QD_INVALID,
+                               "activations '%s' and '%s' would both be written as %s_scale",
+                               s[i].name, s[k].name, s[i].tensor_base);
+    return QD_OK;
+}
+
 qd_status qd_act_scales(const qd_stat_avg *avg, size_t n, const quant_ruleset *rs,
                         const quant_qtype *fixed, bool static_only, qd_act_scale **out,
                         size_t *n_out, char ***skipped, size_t *n_skipped, qd_err *err)
@@ -179,6 +192,7 @@ qd_status qd_act_scales(const qd_stat_avg *avg, size_t n, const quant_ruleset *r
     qd_status st = scales && names ? scale_all(avg, n, rs, fixed, static_only, scales, &n_scales,
                                                names, &n_names, err)
                                    : qd_fail(err, QD_NOMEM, "out of memory");
+    if (st == QD_OK) st = distinct_bases(scales, n_scales, err);
     if (st != QD_OK) {
         qd_act_scales_free(scales, n_scales);
         qd_strings_free(names, n_names);

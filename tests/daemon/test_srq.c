@@ -189,6 +189,14 @@ START_TEST(test_refusals)
     ck_assert_ptr_nonnull(strstr(err.message, "'a/ok'"));
     ck_assert_ptr_nonnull(strstr(err.message, "float8_e4m3fn"));
     ck_assert_ptr_null(sc);
+    /* two names that differ only in '/' against '.' would write the same tensors */
+    qd_stat_avg twins[2] = {make_avg("a/b", QD_STAT_MINMAX, 1, lo, hi),
+                            make_avg("a.b", QD_STAT_MINMAX, 1, lo, hi)};
+    q = QUANT_QTYPE_INT8;
+    ck_assert_int_eq(qd_act_scales(twins, 2, NULL, &q, true, &sc, &n, &skipped, &n_skipped, &err),
+                     QD_INVALID);
+    ck_assert_msg(strstr(err.message, "'a/b' and 'a.b'") != NULL, "%s", err.message);
+    ck_assert_ptr_null(sc);
     /* neither a qtype nor rules */
     ck_assert_int_eq(qd_act_scales(avg, 2, NULL, NULL, true, &sc, &n, &skipped, &n_skipped, &err),
                      QD_INVALID);
