@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "stats_group.h"
+#include "write_gate.h"
 
 static const char *const group_sql[G_COUNT] = {
     [G_BEGIN] = "BEGIN IMMEDIATE",
@@ -314,11 +315,13 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, size_t cache_budget, 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     g->failed = false;
     g->now_ms = now_ms();
+    qd_write_gate_enter(); /* fair turns with the job store's writes */
     if (run_simple(g, G_BEGIN, "begin the statistics transaction")) {
         for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
         if (!g->failed && flush_all(g)) run_simple(g, G_COMMIT, "commit the statistics");
         if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
     }
+    qd_write_gate_leave();
     if (g->failed)
         qd_cache_forget(g); /* the database went back: so does the cache */
     else

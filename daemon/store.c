@@ -12,6 +12,7 @@
 
 #include "migrations.h"
 #include "store_internal.h"
+#include "write_gate.h"
 
 /* RETURNING (the atomic claim) came with SQLite 3.35. */
 #if SQLITE_VERSION_NUMBER < 3035000
@@ -157,6 +158,7 @@ static void reset_all(qd_store *s)
 
 qd_status qd_store_txn(qd_store *s, bool write, qd_txn_fn fn, void *ctx, qd_err *err)
 {
+    if (write) qd_write_gate_enter(); /* fair turns with the statistics writer */
     pthread_mutex_lock(&s->mu);
     qd_query begin = write ? QD_Q_BEGIN_WRITE : QD_Q_BEGIN_READ;
     qd_status st = qd_store_run(s, begin, "begin transaction", err, NULL, "");
@@ -170,6 +172,7 @@ qd_status qd_store_txn(qd_store *s, bool write, qd_txn_fn fn, void *ctx, qd_err 
         reset_all(s);
     }
     pthread_mutex_unlock(&s->mu);
+    if (write) qd_write_gate_leave();
     return st;
 }
 

@@ -692,6 +692,75 @@ static void *poster_thread(void *arg)
     return NULL;
 }
 
+/* Large statistics posts in a loop must not starve the job store's writers: they share the
+ * database file, and a write that waited past SQLite's busy timeout would be a 500. */
+typedef struct big_poster {
+    qdp *d;
+    const unsigned char *body;
+    size_t len;
+    atomic_int *stop;
+    int posts, failures;
+} big_poster;
+
+static void *big_poster_thread(void *arg)
+{
+    big_poster *p = arg;
+    while (!atomic_load(p->stop)) {
+        qdp_resp r = post(p->d, "load", NULL, "application/octet-stream", p->body, p->len);
+        if (r.status == 200)
+            p->posts++;
+        else
+            p->failures++;
+        qdp_resp_free(&r);
+    }
+    return NULL;
+}
+
+START_TEST(test_writers_take_turns)
+{
+    enum { ACTS = 64, N = 4096, THREADS = 4 };
+    static float v[N];
+    for (int i = 0; i < N; i++) v[i] = (float)(i % 97) * 0.01f;
+    stt_tensor t[ACTS];
+    char names[ACTS][32];
+    for (int a = 0; a < ACTS; a++) {
+        snprintf(names[a], sizeof names[a], "layers/%d/x/absmax", a);
+        t[a] = (stt_tensor){names[a], "F32", 1, {N}, v, sizeof v};
+    }
+    size_t len;
+    unsigned char *body = stt_build(t, ACTS, NULL, &len);
+    qdp d;
+    qdp_start(&d, NULL);
+    atomic_int stop;
+    atomic_init(&stop, 0);
+    pthread_t th[THREADS];
+    big_poster p[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        p[i] = (big_poster){&d, body, len, &stop, 0, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, big_poster_thread, &p[i]), 0);
+    }
+    for (int k = 0; k < 12; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/rulesets/r%d", k);
+        const char *rules = "{\"rules\":[]}";
+        qdp_resp r = qdp_req(&d, "PUT", path, "application/json", rules, strlen(rules), NULL);
+        ck_assert_msg(r.status == 201, "PUT %s while statistics pour in: %ld %s", path, r.status,
+                      r.body);
+        qdp_resp_free(&r);
+    }
+    atomic_store(&stop, 1);
+    int posts = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(p[i].failures, 0);
+        posts += p[i].posts;
+    }
+    ck_assert_int_gt(posts, 0);
+    free(body);
+    qdp_stop(&d);
+}
+END_TEST
+
 START_TEST(test_concurrent_posters)
 {
     qdp d;
@@ -887,6 +956,7 @@ Suite *suite_stats_api(void)
     tcase_add_test(tc, test_ema_and_bootstrap);
     tcase_add_test(tc, test_scales);
     tcase_add_test(tc, test_concurrent_posters);
+    tcase_add_test(tc, test_writers_take_turns);
     tcase_add_test(tc, test_durability);
     tcase_add_test(tc, test_stop_while_posting);
     tcase_add_test(tc, test_body_limits);

@@ -16,6 +16,7 @@
 #include "migrations.h"
 #include "qdtest.h"
 #include "store.h"
+#include "write_gate.h"
 
 #define APPLICATION_ID 0x514E5444 /* store.c's "QNTD" */
 
@@ -994,6 +995,48 @@ START_TEST(test_state_names_and_errors)
 }
 END_TEST
 
+/* The write gate lets writers in by arrival: with the gate held, threads that queue one after
+ * another get it in that order. */
+typedef struct gate_waiter {
+    int id;
+    int *order, *n;
+    pthread_mutex_t *mu;
+} gate_waiter;
+
+static void *gate_thread(void *arg)
+{
+    gate_waiter *w = arg;
+    qd_write_gate_enter();
+    pthread_mutex_lock(w->mu);
+    w->order[(*w->n)++] = w->id;
+    pthread_mutex_unlock(w->mu);
+    qd_write_gate_leave();
+    return NULL;
+}
+
+START_TEST(test_write_gate_fifo)
+{
+    enum { N = 6 };
+    int order[N], n = 0;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_t t[N];
+    gate_waiter w[N];
+    qd_write_gate_enter();
+    for (int i = 0; i < N; i++) {
+        w[i] = (gate_waiter){i, order, &n, &mu};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, gate_thread, &w[i]), 0);
+        while (qd_write_gate_depth() < (unsigned long)i + 2) { /* thread i holds its ticket */
+            struct timespec ts = {0, 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    qd_write_gate_leave();
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    ck_assert_int_eq(n, N);
+    for (int i = 0; i < N; i++) ck_assert_int_eq(order[i], i);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -1032,6 +1075,7 @@ Suite *suite_store(void)
     tcase_add_test(jobs, test_job_counts);
     tcase_add_test(jobs, test_concurrent_claims);
     tcase_add_test(jobs, test_state_names_and_errors);
+    tcase_add_test(jobs, test_write_gate_fifo);
     suite_add_tcase(s, jobs);
     return s;
 }
