@@ -241,25 +241,28 @@ check-arm64:
 	$(Q)env -u QEMU_LD_PREFIX CK_DEFAULT_TIMEOUT=3000 QUANT_TEST_QUICK=1 \
 	    qemu-aarch64 build-arm64/tests/unit-tests
 
+# The three benches below share bench/benchutil.c (libc only).
+BENCH_UTIL := $(BUILD)/obj/bench/benchutil.o
+
 PIPE_BENCH := $(BUILD)/bin/pipeline-bench
 $(BUILD)/obj/bench/pipeline-bench.o: ALL_CFLAGS += $(CK_CFLAGS)
-$(PIPE_BENCH): $(BUILD)/obj/bench/pipeline-bench.o $(CK_A) $(LIB_A)
+$(PIPE_BENCH): $(BUILD)/obj/bench/pipeline-bench.o $(BENCH_UTIL) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
 
 DAEMON_BENCH := $(BUILD)/bin/daemon-bench
 $(BUILD)/obj/bench/daemon-bench.o: ALL_CFLAGS += $(CK_CFLAGS)
-$(DAEMON_BENCH): $(BUILD)/obj/bench/daemon-bench.o $(CK_A) $(LIB_A)
+$(DAEMON_BENCH): $(BUILD)/obj/bench/daemon-bench.o $(BENCH_UTIL) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
 
 STATS_BENCH := $(BUILD)/bin/stats-bench
-$(STATS_BENCH): $(BUILD)/obj/bench/stats-bench.o
+$(STATS_BENCH): $(BUILD)/obj/bench/stats-bench.o $(BENCH_UTIL)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(LDLIBS)
 
 # QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048),
 # QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024), QUANT_BENCH_STATS_SECONDS the

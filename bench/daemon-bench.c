@@ -12,115 +12,31 @@
  */
 #define _DEFAULT_SOURCE
 #include <curl/curl.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "quant_st.h"
 
-#define TENSOR_COLS   8192 /* rows x 8192 bf16; rows = 8 x MiB so 8 tensors make the shard */
-#define N_TENSORS     8
-#define RULES         "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]"
-#define POLL_NS       10000000L /* job status poll: 10 ms */
-#define START_TIMEOUT 30.0      /* seconds for the port file to appear */
-#define STOP_TIMEOUT  60.0      /* seconds for quantd to exit after SIGTERM */
-#define JOB_TIMEOUT   3600.0
-#define IO_BUFFER     (1 << 20) /* curl's upload and download buffers */
-
-static struct {
-    char root[2048]; /* the temporary directory, removed on every exit */
-    pid_t daemon;    /* running quantd, killed on failure */
-} g = {.daemon = -1};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ns(long ns)
-{
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-}
-
-/* Runs argv and returns its wait status (-1 when it could not be started), rusage into ru. */
-static int spawn_wait(char *const argv[], struct rusage *ru)
-{
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int status;
-    struct rusage dummy;
-    if (wait4(pid, &status, 0, ru ? ru : &dummy) < 0) return -1;
-    return status;
-}
-
-static void cleanup(void)
-{
-    if (g.daemon > 0) {
-        kill(g.daemon, SIGKILL);
-        waitpid(g.daemon, NULL, 0);
-        g.daemon = -1;
-    }
-    if (g.root[0]) {
-        char *argv[] = {"rm", "-rf", g.root, NULL};
-        spawn_wait(argv, NULL);
-        g.root[0] = '\0';
-    }
-}
-
-__attribute__((format(printf, 1, 2))) static _Noreturn void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("daemon-bench: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    cleanup();
-    exit(1);
-}
-
-static _Noreturn void die(const char *what)
-{
-    fail("%s: %s", what, strerror(errno));
-}
+#define TENSOR_COLS 8192 /* rows x 8192 bf16; rows = 8 x MiB so 8 tensors make the shard */
+#define N_TENSORS   8
+#define RULES       "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]"
+#define POLL_NS     10000000L /* job status poll: 10 ms */
+#define JOB_TIMEOUT 3600.0
+#define IO_BUFFER   (1 << 20) /* curl's upload and download buffers */
 
 /* ---- the input: one generated bf16 shard ----------------------------------------------------- */
 
-/* Roughly normal bf16 weights, different per tensor (as in pipeline-bench). */
-static void fill_bf16(uint16_t *x, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        float v = ((float)(s & 0xffff) + (float)((s >> 16) & 0xffff) + (float)((s >> 32) & 0xffff) -
-                   98302.5f) /
-                  65536.0f;
-        x[i] = quant_f32_to_bf16(v * 0.02f);
-    }
-}
-
 static void check_ck(quant_ck_status st, const quant_ck_error *err)
 {
-    if (st != QUANT_CK_OK) fail("writing the shard: %s", err->message);
+    if (st != QUANT_CK_OK) bench_fail("writing the shard: %s", err->message);
 }
 
 static void write_shard(const char *path, int64_t rows)
@@ -134,13 +50,13 @@ static void write_shard(const char *path, int64_t rows)
             .name = names[i], .dtype = QUANT_ST_BF16, .rank = 2, .shape = {rows, TENSOR_COLS}};
     }
     uint16_t *buf = malloc(bytes);
-    if (!buf) die("malloc");
+    if (!buf) bench_die("malloc");
     const char *key = "format", *val = "pt";
     quant_st_writer *w;
     quant_ck_error err;
     check_ck(quant_st_writer_new(path, t, N_TENSORS, &key, &val, 1, &w, &err), &err);
     for (int i = 0; i < N_TENSORS; i++) {
-        fill_bf16(buf, bytes / 2, (uint64_t)i);
+        bench_fill_bf16(buf, bytes / 2, (uint64_t)i, quant_f32_to_bf16);
         size_t idx = (size_t)quant_st_writer_index(w, names[i]);
         check_ck(quant_st_writer_pwrite(w, idx, 0, buf, bytes, &err), &err);
     }
@@ -152,15 +68,15 @@ static void write_shard(const char *path, int64_t rows)
 static void write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
-    if (!f) die(path);
-    if (fputs(text, f) < 0) die(path);
-    if (fclose(f) != 0) die(path);
+    if (!f) bench_die(path);
+    if (fputs(text, f) < 0) bench_die(path);
+    if (fclose(f) != 0) bench_die(path);
 }
 
 static int64_t file_size(const char *path)
 {
     struct stat st;
-    if (stat(path, &st) != 0) die(path);
+    if (stat(path, &st) != 0) bench_die(path);
     return (int64_t)st.st_size;
 }
 
@@ -168,14 +84,14 @@ static int64_t file_size(const char *path)
 static void warm(const char *path)
 {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) die(path);
+    if (fd < 0) bench_die(path);
     char *buf = malloc(IO_BUFFER);
-    if (!buf) die("malloc");
+    if (!buf) bench_die("malloc");
     ssize_t n;
     while ((n = read(fd, buf, IO_BUFFER)) > 0) {
     }
     free(buf);
-    if (n < 0) die(path);
+    if (n < 0) bench_die(path);
     close(fd);
 }
 
@@ -194,97 +110,17 @@ static offline_result run_offline(const char *quant, const char *threads, const 
     offline_result r = {1e30, 0};
     for (int rep = 0; rep < 2; rep++) {
         struct rusage ru;
-        double t0 = now();
-        int status = spawn_wait(argv, &ru);
-        double t = now() - t0;
-        if (status < 0) die("running quant");
+        double t0 = bench_now();
+        int status = bench_spawn_wait(argv, &ru);
+        double t = bench_now() - t0;
+        if (status < 0) bench_die("running quant");
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            fail("%s quantize failed (wait status %d)", quant, status);
+            bench_fail("%s quantize failed (wait status %d)", quant, status);
         r.seconds = t < r.seconds ? t : r.seconds;
         r.rss_kib = ru.ru_maxrss > r.rss_kib ? ru.ru_maxrss : r.rss_kib;
-        if (unlink(out) != 0) die(out);
+        if (unlink(out) != 0) bench_die(out);
     }
     return r;
-}
-
-/* ---- quantd: start, peak RSS, stop ----------------------------------------------------------- */
-
-static void start_daemon(const char *quantd, const char *threads, const char *data_dir,
-                         const char *port_file)
-{
-    char *argv[] = {(char *)quantd,   "--config",    "/dev/null",
-                    "--listen",       "127.0.0.1:0", "--data-dir",
-                    (char *)data_dir, "--port-file", (char *)port_file,
-                    "--workers",      "1",           "--log-level",
-                    "warn",           NULL};
-    g.daemon = fork();
-    if (g.daemon < 0) die("fork");
-    if (g.daemon == 0) {
-        setenv("QUANTD_QUANT_THREADS", threads, 1);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-}
-
-/* Fails when quantd has exited. */
-static void check_daemon_alive(const char *when)
-{
-    int status;
-    pid_t r = waitpid(g.daemon, &status, WNOHANG);
-    if (r == 0) return;
-    if (r < 0) die("waitpid");
-    g.daemon = -1;
-    fail("quantd exited %s (wait status %d)", when, status);
-}
-
-static int wait_for_port(const char *port_file)
-{
-    double t0 = now();
-    while (now() - t0 < START_TIMEOUT) {
-        FILE *f = fopen(port_file, "r");
-        int port = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &port);
-            fclose(f);
-            if (ok == 1 && port > 0) return port;
-        }
-        check_daemon_alive("during start-up");
-        sleep_ns(POLL_NS);
-    }
-    fail("quantd wrote no port file within %.0f s", START_TIMEOUT);
-}
-
-/* The daemon's peak resident set (VmHWM) in KiB. */
-static long daemon_hwm_kib(void)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)g.daemon);
-    FILE *f = fopen(path, "r");
-    if (!f) die(path);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
-    fclose(f);
-    if (kib < 0) fail("no VmHWM in %s", path);
-    return kib;
-}
-
-/* SIGTERM, then waits up to STOP_TIMEOUT; returns the wait status (-1 on timeout, then killed). */
-static int stop_daemon(void)
-{
-    if (kill(g.daemon, SIGTERM) != 0) die("kill");
-    double t0 = now();
-    int status;
-    while (now() - t0 < STOP_TIMEOUT) {
-        pid_t r = waitpid(g.daemon, &status, WNOHANG);
-        if (r < 0) die("waitpid");
-        if (r == g.daemon) {
-            g.daemon = -1;
-            return status;
-        }
-        sleep_ns(POLL_NS);
-    }
-    return -1; /* cleanup() kills it */
 }
 
 /* ---- HTTP (libcurl; one handle, so the connection is reused) --------------------------------- */
@@ -337,7 +173,7 @@ static long perform(client *cl, const char *what, struct curl_slist *headers)
 {
     if (headers) curl_easy_setopt(cl->c, CURLOPT_HTTPHEADER, headers);
     CURLcode rc = curl_easy_perform(cl->c);
-    if (rc != CURLE_OK) fail("%s: %s", what, curl_easy_strerror(rc));
+    if (rc != CURLE_OK) bench_fail("%s: %s", what, curl_easy_strerror(rc));
     long code = 0;
     curl_easy_getinfo(cl->c, CURLINFO_RESPONSE_CODE, &code);
     return code;
@@ -360,7 +196,8 @@ static json_t *request_json(client *cl, const char *method, const char *path, co
     curl_slist_free_all(h);
     json_t *doc = reply.data ? json_loads(reply.data, 0, NULL) : NULL;
     if ((code != ok1 && code != ok2) || !doc)
-        fail("%s %s: status %ld: %s", method, path, code, reply.data ? reply.data : "(no body)");
+        bench_fail("%s %s: status %ld: %s", method, path, code,
+                   reply.data ? reply.data : "(no body)");
     free(reply.data);
     return doc;
 }
@@ -369,7 +206,7 @@ static json_t *request_json(client *cl, const char *method, const char *path, co
 static json_int_t upload(client *cl, const char *ruleset, const char *path, int64_t size)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) die(path);
+    if (!f) bench_die(path);
     char target[128];
     snprintf(target, sizeof target, "/v1/jobs?ruleset=%s", ruleset);
     membuf reply = {0};
@@ -389,7 +226,7 @@ static json_int_t upload(client *cl, const char *ruleset, const char *path, int6
     json_t *doc = reply.data ? json_loads(reply.data, 0, NULL) : NULL;
     json_t *id = json_object_get(doc, "id");
     if (code != 202 || !json_is_integer(id))
-        fail("POST %s: status %ld: %s", target, code, reply.data ? reply.data : "(no body)");
+        bench_fail("POST %s: status %ld: %s", target, code, reply.data ? reply.data : "(no body)");
     json_int_t v = json_integer_value(id);
     json_decref(doc);
     free(reply.data);
@@ -401,29 +238,29 @@ static int64_t wait_job(client *cl, json_int_t id)
 {
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
-    double t0 = now();
-    while (now() - t0 < JOB_TIMEOUT) {
+    double t0 = bench_now();
+    while (bench_now() - t0 < JOB_TIMEOUT) {
         json_t *job = request_json(cl, "GET", path, NULL, 200, 200);
         const char *state = json_string_value(json_object_get(job, "state"));
         if (state && strcmp(state, "succeeded") == 0) {
             json_t *bytes =
                 json_object_get(json_array_get(json_object_get(job, "outputs"), 0), "bytes");
             if (!json_is_integer(bytes))
-                fail("job %lld succeeded without outputs[0].bytes", (long long)id);
+                bench_fail("job %lld succeeded without outputs[0].bytes", (long long)id);
             int64_t n = (int64_t)json_integer_value(bytes);
             json_decref(job);
             return n;
         }
         if (!state || (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0)) {
             const char *e = json_string_value(json_object_get(job, "error"));
-            fail("job %lld ended %s: %s", (long long)id, state ? state : "(no state)",
-                 e ? e : "(no error)");
+            bench_fail("job %lld ended %s: %s", (long long)id, state ? state : "(no state)",
+                       e ? e : "(no error)");
         }
         json_decref(job);
-        check_daemon_alive("while the job ran");
-        sleep_ns(POLL_NS);
+        bench_quantd_alive("while the job ran");
+        bench_sleep_ns(POLL_NS);
     }
-    fail("job %lld did not finish within %.0f s", (long long)id, JOB_TIMEOUT);
+    bench_fail("job %lld did not finish within %.0f s", (long long)id, JOB_TIMEOUT);
 }
 
 /* GET /v1/jobs/{id}/output into the file at out; returns the bytes written. */
@@ -432,14 +269,14 @@ static int64_t download(client *cl, json_int_t id, const char *out)
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%lld/output", (long long)id);
     FILE *f = fopen(out, "wb");
-    if (!f) die(out);
+    if (!f) bench_die(out);
     prepare(cl, "GET", path);
     curl_easy_setopt(cl->c, CURLOPT_WRITEFUNCTION, file_write);
     curl_easy_setopt(cl->c, CURLOPT_WRITEDATA, f);
     curl_easy_setopt(cl->c, CURLOPT_BUFFERSIZE, (long)IO_BUFFER);
     long code = perform(cl, path, NULL);
-    if (fclose(f) != 0) die(out);
-    if (code != 200) fail("GET %s: status %ld", path, code);
+    if (fclose(f) != 0) bench_die(out);
+    if (code != 200) bench_fail("GET %s: status %ld", path, code);
     return file_size(out);
 }
 
@@ -460,16 +297,16 @@ static void put_ruleset(client *cl)
 static void end_to_end(client *cl, const char *in, int64_t in_bytes, const char *out,
                        daemon_result *r)
 {
-    double t0 = now();
+    double t0 = bench_now();
     json_int_t id = upload(cl, "bench", in, in_bytes);
-    double t1 = now();
+    double t1 = bench_now();
     int64_t expect = wait_job(cl, id);
-    double t2 = now();
+    double t2 = bench_now();
     r->out_bytes = download(cl, id, out);
-    double t3 = now();
+    double t3 = bench_now();
     if (r->out_bytes != expect)
-        fail("downloaded %lld bytes, the job reports %lld", (long long)r->out_bytes,
-             (long long)expect);
+        bench_fail("downloaded %lld bytes, the job reports %lld", (long long)r->out_bytes,
+                   (long long)expect);
     r->upload = t1 - t0;
     r->quantize = t2 - t1;
     r->download = t3 - t2;
@@ -478,20 +315,19 @@ static void end_to_end(client *cl, const char *in, int64_t in_bytes, const char 
 static daemon_result run_daemon(const char *quantd, const char *threads, const char *in,
                                 int64_t in_bytes)
 {
-    char data_dir[2200], port_file[2200], out[2200];
-    snprintf(data_dir, sizeof data_dir, "%s/var", g.root);
-    snprintf(port_file, sizeof port_file, "%s/port", g.root);
-    snprintf(out, sizeof out, "%s/download.safetensors", g.root);
-    start_daemon(quantd, threads, data_dir, port_file);
+    char out[2200];
+    snprintf(out, sizeof out, "%s/download.safetensors", bench_root());
+    const char *const workers[] = {"--workers", "1", NULL};
+    int port = bench_quantd_start(quantd, workers, threads);
     client cl = {.c = curl_easy_init()};
-    if (!cl.c) fail("curl_easy_init failed");
-    snprintf(cl.base, sizeof cl.base, "http://127.0.0.1:%d", wait_for_port(port_file));
+    if (!cl.c) bench_fail("curl_easy_init failed");
+    snprintf(cl.base, sizeof cl.base, "http://127.0.0.1:%d", port);
     daemon_result r = {0};
     put_ruleset(&cl);
     end_to_end(&cl, in, in_bytes, out, &r);
     curl_easy_cleanup(cl.c);
-    r.rss_kib = daemon_hwm_kib();
-    r.exit_status = stop_daemon();
+    r.rss_kib = bench_quantd_hwm_kib();
+    r.exit_status = bench_quantd_stop();
     return r;
 }
 
@@ -525,6 +361,7 @@ static void print_table(double mib, const char *threads, int64_t in_bytes, offli
 
 int main(int argc, char **argv)
 {
+    bench_init("daemon-bench");
     if (argc != 3) {
         fprintf(stderr, "usage: daemon-bench QUANTD_BINARY QUANT_BINARY\n");
         return 2;
@@ -533,17 +370,12 @@ int main(int argc, char **argv)
     long mib = env ? atol(env) : 1024;
     if (mib < 1) mib = 1;
     const char *threads = getenv("QUANT_BENCH_THREADS") ? getenv("QUANT_BENCH_THREADS") : "2";
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(g.root, sizeof g.root, "%s/daemon-bench-XXXXXX", tmp);
-    if (!mkdtemp(g.root)) {
-        g.root[0] = '\0';
-        die("mkdtemp");
-    }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) fail("curl_global_init failed");
+    const char *root = bench_make_root();
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) bench_fail("curl_global_init failed");
     char in[2200], out[2200], rules[2200];
-    snprintf(in, sizeof in, "%s/in.safetensors", g.root);
-    snprintf(out, sizeof out, "%s/offline.safetensors", g.root);
-    snprintf(rules, sizeof rules, "%s/rules.json", g.root);
+    snprintf(in, sizeof in, "%s/in.safetensors", root);
+    snprintf(out, sizeof out, "%s/offline.safetensors", root);
+    snprintf(rules, sizeof rules, "%s/rules.json", root);
     write_shard(in, (int64_t)mib * 8);
     write_text(rules, RULES "\n");
     int64_t in_bytes = file_size(in);
@@ -552,11 +384,5 @@ int main(int argc, char **argv)
     daemon_result d = run_daemon(argv[1], threads, in, in_bytes);
     print_table((double)mib, threads, in_bytes, off, &d);
     curl_global_cleanup();
-    cleanup();
-    if (d.exit_status != 0) {
-        fprintf(stderr, "daemon-bench: quantd did not exit 0 after SIGTERM (wait status %d%s)\n",
-                d.exit_status, d.exit_status < 0 ? ", timed out and killed" : "");
-        return 1;
-    }
-    return 0;
+    return bench_finish(d.exit_status);
 }

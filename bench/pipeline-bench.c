@@ -8,50 +8,20 @@
  * (default 2), TMPDIR (where the checkpoint is generated; needs ~2.5x the size free).
  */
 #define _DEFAULT_SOURCE
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "quant_st.h"
 
 #define TENSOR_COLS       8192 /* rows x 8192 bf16: 64 MiB per tensor at 4096 rows */
 #define TENSORS_PER_SHARD 8
 static int64_t tensor_rows = 4096; /* fewer for checkpoints under 512 MiB (CI's smoke run) */
 #define TENSOR_BYTES ((size_t)tensor_rows * TENSOR_COLS * 2)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "pipeline-bench: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-/* Roughly normal bf16 weights, different per tensor. */
-static void fill_bf16(uint16_t *x, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        float v = ((float)(s & 0xffff) + (float)((s >> 16) & 0xffff) + (float)((s >> 32) & 0xffff) -
-                   98302.5f) /
-                  65536.0f;
-        x[i] = quant_f32_to_bf16(v * 0.02f);
-    }
-}
 
 static void write_shard(const char *path, int shard, uint16_t *buf)
 {
@@ -67,22 +37,15 @@ static void write_shard(const char *path, int shard, uint16_t *buf)
     const char *key = "format", *val = "pt";
     quant_st_writer *w;
     quant_ck_error err;
-    if (quant_st_writer_new(path, t, TENSORS_PER_SHARD, &key, &val, 1, &w, &err) != QUANT_CK_OK) {
-        fprintf(stderr, "pipeline-bench: %s\n", err.message);
-        exit(1);
-    }
+    if (quant_st_writer_new(path, t, TENSORS_PER_SHARD, &key, &val, 1, &w, &err) != QUANT_CK_OK)
+        bench_fail("%s", err.message);
     for (int i = 0; i < TENSORS_PER_SHARD; i++) {
-        fill_bf16(buf, TENSOR_BYTES / 2, (uint64_t)(shard * 100 + i));
+        bench_fill_bf16(buf, TENSOR_BYTES / 2, (uint64_t)(shard * 100 + i), quant_f32_to_bf16);
         if (quant_st_writer_pwrite(w, (size_t)quant_st_writer_index(w, names[i]), 0, buf,
-                                   TENSOR_BYTES, &err) != QUANT_CK_OK) {
-            fprintf(stderr, "pipeline-bench: %s\n", err.message);
-            exit(1);
-        }
+                                   TENSOR_BYTES, &err) != QUANT_CK_OK)
+            bench_fail("%s", err.message);
     }
-    if (quant_st_writer_commit(w, &err) != QUANT_CK_OK) {
-        fprintf(stderr, "pipeline-bench: %s\n", err.message);
-        exit(1);
-    }
+    if (quant_st_writer_commit(w, &err) != QUANT_CK_OK) bench_fail("%s", err.message);
     quant_st_writer_free(w);
 }
 
@@ -90,21 +53,13 @@ static void write_shard(const char *path, int shard, uint16_t *buf)
 static double run(char *const argv[], long *maxrss_kib)
 {
     sync(); /* the previous run's dirty pages are written back before, not during, this one */
-    double t0 = now();
-    pid_t pid = fork();
-    if (pid < 0) die("fork");
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int status;
     struct rusage ru;
-    if (wait4(pid, &status, 0, &ru) < 0) die("wait4");
-    double t = now() - t0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "pipeline-bench: %s failed (status %d)\n", argv[0], status);
-        exit(1);
-    }
+    double t0 = bench_now();
+    int status = bench_spawn_wait(argv, &ru);
+    double t = bench_now() - t0;
+    if (status < 0) bench_die(argv[0]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        bench_fail("%s failed (status %d)", argv[0], status);
     if (maxrss_kib) *maxrss_kib = ru.ru_maxrss;
     return t;
 }
@@ -119,11 +74,12 @@ static void warm(const char *dir)
 {
     char cmd[8400];
     snprintf(cmd, sizeof cmd, "cat '%s'/* > /dev/null", dir);
-    if (system(cmd) != 0) die("warming the page cache");
+    if (system(cmd) != 0) bench_die("warming the page cache");
 }
 
 int main(int argc, char **argv)
 {
+    bench_init("pipeline-bench");
     if (argc != 2) {
         fprintf(stderr, "usage: pipeline-bench QUANT_BINARY\n");
         return 2;
@@ -137,14 +93,14 @@ int main(int argc, char **argv)
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char root[2048], in[4200], out[4200], cpout[4200], rules[4200], path[4400];
     snprintf(root, sizeof root, "%s/pipeline-bench-XXXXXX", tmp);
-    if (!mkdtemp(root)) die("mkdtemp");
+    if (!mkdtemp(root)) bench_die("mkdtemp");
     snprintf(in, sizeof in, "%s/in", root);
     snprintf(out, sizeof out, "%s/out", root);
     snprintf(cpout, sizeof cpout, "%s/cp", root);
     snprintf(rules, sizeof rules, "%s/rules.json", root);
-    if (mkdir(in, 0755) != 0) die("mkdir");
+    if (mkdir(in, 0755) != 0) bench_die("mkdir");
     uint16_t *buf = malloc(TENSOR_BYTES);
-    if (!buf) die("malloc");
+    if (!buf) bench_die("malloc");
     for (int s = 0; s < shards; s++) {
         snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", in, s + 1, shards);
         write_shard(path, s, buf);
@@ -153,7 +109,7 @@ int main(int argc, char **argv)
     FILE *f = fopen(rules, "w");
     if (!f || fputs("[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]\n", f) < 0 ||
         fclose(f) != 0)
-        die("rules");
+        bench_die("rules");
     double gib = (double)shards * TENSORS_PER_SHARD * (double)TENSOR_BYTES / (1u << 30);
     warm(in);
     char *cp_argv[] = {"cp", "-r", in, cpout, NULL};

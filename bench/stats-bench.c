@@ -24,7 +24,6 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,157 +34,43 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define POLL_NS       10000000L /* port-file and exit polls: 10 ms */
-#define START_TIMEOUT 30.0      /* seconds for the port file to appear */
-#define STOP_TIMEOUT  60.0      /* seconds for quantd to exit after SIGTERM */
-#define IO_TIMEOUT    30        /* seconds a socket read or write may block */
-#define RESP_BUF      65536     /* response header bytes kept per connection */
-#define SMALL_CONNS   32
-#define SMALL_ACTS    4
-#define LARGE_CONNS   4
-#define LARGE_ACTS    64
-#define LARGE_VALUES  4096
-#define ACT_NAME      "layers/%d/mlp/dot_general0_lhs"
+#include "benchutil.h"
 
-static struct {
-    char root[2048]; /* the temporary directory, removed on every exit */
-    pid_t daemon;    /* running quantd, killed on failure */
-    int port;
-    atomic_flag failing; /* the first failure cleans up; others wait for its exit */
-} g = {.daemon = -1, .failing = ATOMIC_FLAG_INIT};
+#define IO_TIMEOUT   30    /* seconds a socket read or write may block */
+#define RESP_BUF     65536 /* response header bytes kept per connection */
+#define SMALL_CONNS  32
+#define SMALL_ACTS   4
+#define LARGE_CONNS  4
+#define LARGE_ACTS   64
+#define LARGE_VALUES 4096
+#define ACT_NAME     "layers/%d/mlp/dot_general0_lhs"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ns(long ns)
-{
-    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
-    nanosleep(&ts, NULL);
-}
-
-static void cleanup(void)
-{
-    if (g.daemon > 0) {
-        kill(g.daemon, SIGKILL);
-        waitpid(g.daemon, NULL, 0);
-        g.daemon = -1;
-    }
-    if (g.root[0]) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            execlp("rm", "rm", "-rf", g.root, (char *)NULL);
-            _exit(127);
-        }
-        if (pid > 0) waitpid(pid, NULL, 0);
-        g.root[0] = '\0';
-    }
-}
-
-__attribute__((format(printf, 1, 2))) static _Noreturn void fail(const char *fmt, ...)
-{
-    if (atomic_flag_test_and_set(&g.failing))
-        for (;;) pause(); /* another thread is failing; its exit ends this one */
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("stats-bench: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    cleanup();
-    exit(1);
-}
-
-static _Noreturn void die(const char *what)
-{
-    fail("%s: %s", what, strerror(errno));
-}
+static int quantd_port; /* where quantd listens */
 
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) die("malloc");
+    if (!p) bench_die("malloc");
     return p;
 }
 
-/* ---- quantd: start, CPU time, peak RSS, stop ------------------------------------------------- */
-
-static void start_daemon(const char *quantd, const char *data_dir, const char *port_file)
-{
-    char *argv[] = {(char *)quantd,    "--config",    "/dev/null",      "--listen",
-                    "127.0.0.1:0",     "--data-dir",  (char *)data_dir, "--port-file",
-                    (char *)port_file, "--log-level", "warn",           NULL};
-    g.daemon = fork();
-    if (g.daemon < 0) die("fork");
-    if (g.daemon == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-}
-
-/* Fails when quantd has exited. */
-static void check_daemon_alive(const char *when)
-{
-    int status;
-    pid_t r = waitpid(g.daemon, &status, WNOHANG);
-    if (r == 0) return;
-    if (r < 0) die("waitpid");
-    g.daemon = -1;
-    fail("quantd exited %s (wait status %d)", when, status);
-}
-
-static int wait_for_port(const char *port_file)
-{
-    double t0 = now();
-    while (now() - t0 < START_TIMEOUT) {
-        FILE *f = fopen(port_file, "r");
-        int port = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &port);
-            fclose(f);
-            if (ok == 1 && port > 0) return port;
-        }
-        check_daemon_alive("during start-up");
-        sleep_ns(POLL_NS);
-    }
-    fail("quantd wrote no port file within %.0f s", START_TIMEOUT);
-}
-
-/* The daemon's peak resident set (VmHWM) in KiB. */
-static long daemon_hwm_kib(void)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)g.daemon);
-    FILE *f = fopen(path, "r");
-    if (!f) die(path);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
-    fclose(f);
-    if (kib < 0) fail("no VmHWM in %s", path);
-    return kib;
-}
+/* ---- CPU time -------------------------------------------------------------------------------- */
 
 /* The daemon's user + system CPU seconds so far (/proc/PID/stat fields 14 and 15). */
 static double daemon_cpu_seconds(void)
 {
     char path[64], line[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)g.daemon);
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)bench_quantd_pid());
     FILE *f = fopen(path, "r");
-    if (!f) die(path);
+    if (!f) bench_die(path);
     char *ok = fgets(line, sizeof line, f);
     fclose(f);
     char *p = ok ? strrchr(line, ')') : NULL; /* the command name may hold spaces */
     unsigned long long ut, st;
     if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        fail("cannot read the CPU times in %s", path);
+        bench_fail("cannot read the CPU times in %s", path);
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
@@ -196,24 +81,6 @@ static double self_cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
-
-/* SIGTERM, then waits up to STOP_TIMEOUT; returns the wait status (-1 on timeout, then killed). */
-static int stop_daemon(void)
-{
-    if (kill(g.daemon, SIGTERM) != 0) die("kill");
-    double t0 = now();
-    int status;
-    while (now() - t0 < STOP_TIMEOUT) {
-        pid_t r = waitpid(g.daemon, &status, WNOHANG);
-        if (r < 0) die("waitpid");
-        if (r == g.daemon) {
-            g.daemon = -1;
-            return status;
-        }
-        sleep_ns(POLL_NS);
-    }
-    return -1; /* cleanup() kills it */
 }
 
 /* ---- HTTP/1.1 by hand over one keep-alive connection ----------------------------------------- */
@@ -233,15 +100,15 @@ typedef struct response {
 static void conn_open(conn *c)
 {
     c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) die("socket");
+    if (c->fd < 0) bench_die("socket");
     int one = 1;
     struct timeval tv = {IO_TIMEOUT, 0};
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)quantd_port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) die("connect to quantd");
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) bench_die("connect to quantd");
     c->len = 0;
 }
 
@@ -257,7 +124,7 @@ static void send_all(conn *c, struct iovec *iov, int n)
     while (n > 0) {
         ssize_t w = writev(c->fd, iov, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) die("writing a request to quantd");
+        if (w <= 0) bench_die("writing a request to quantd");
         while (n > 0 && (size_t)w >= iov->iov_len) {
             w -= (ssize_t)iov->iov_len;
             iov++;
@@ -278,8 +145,8 @@ static void send_request(conn *c, const char *method, const char *path, const ch
     int n = snprintf(head, sizeof head,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: %s\r\n"
                      "Content-Length: %zu\r\n\r\n",
-                     method, path, g.port, ctype, len);
-    if (n < 0 || (size_t)n >= sizeof head) fail("request line too long: %s", path);
+                     method, path, quantd_port, ctype, len);
+    if (n < 0 || (size_t)n >= sizeof head) bench_fail("request line too long: %s", path);
     struct iovec iov[2] = {{head, (size_t)n}, {(void *)body, len}};
     send_all(c, iov, len ? 2 : 1);
 }
@@ -289,8 +156,8 @@ static size_t recv_some(conn *c, char *into, size_t cap)
     ssize_t r;
     do r = recv(c->fd, into, cap, 0);
     while (r < 0 && errno == EINTR);
-    if (r < 0) die("reading a response from quantd");
-    if (r == 0) fail("quantd closed the connection mid-response");
+    if (r < 0) bench_die("reading a response from quantd");
+    if (r == 0) bench_fail("quantd closed the connection mid-response");
     return (size_t)r;
 }
 
@@ -309,19 +176,20 @@ static response read_response(conn *c, bool keep)
 {
     char *end;
     while (!(c->buf[c->len] = '\0', end = strstr(c->buf, "\r\n\r\n"))) {
-        if (c->len == RESP_BUF) fail("response header larger than %d bytes", RESP_BUF);
+        if (c->len == RESP_BUF) bench_fail("response header larger than %d bytes", RESP_BUF);
         c->len += recv_some(c, c->buf + c->len, RESP_BUF - c->len);
     }
     end[2] = '\0'; /* the header block ends with its last line's CRLF */
     response r = {0};
-    if (sscanf(c->buf, "HTTP/1.%*d %d", &r.status) != 1) fail("bad status line: %.80s", c->buf);
+    if (sscanf(c->buf, "HTTP/1.%*d %d", &r.status) != 1)
+        bench_fail("bad status line: %.80s", c->buf);
     const char *cl = find_header(c->buf, "Content-Length");
-    if (!cl) fail("response without Content-Length (status %d)", r.status);
+    if (!cl) bench_fail("response without Content-Length (status %d)", r.status);
     r.body_len = strtoull(cl, NULL, 10);
     const char *cn = find_header(c->buf, "Connection");
     bool close_after = cn && strncasecmp(cn + strspn(cn, " "), "close", 5) == 0;
     size_t head = (size_t)(end + 4 - c->buf), have = c->len - head;
-    if (have > r.body_len) fail("unexpected bytes after a response (pipelining is not used)");
+    if (have > r.body_len) bench_fail("unexpected bytes after a response (pipelining is not used)");
     if (keep) {
         r.body = xmalloc(r.body_len + 1);
         memcpy(r.body, end + 4, have);
@@ -352,7 +220,7 @@ static size_t small_body(char *buf, size_t cap, long step, unsigned seed)
                       i ? "," : "", i, v);
     }
     n += snprintf(buf + n, cap - (size_t)n, "}}");
-    if (n < 0 || (size_t)n >= cap) fail("small body too long");
+    if (n < 0 || (size_t)n >= cap) bench_fail("small body too long");
     return (size_t)n;
 }
 
@@ -423,7 +291,7 @@ static void record(worker *w, double seconds, size_t body)
     if (w->n == w->cap) {
         w->cap = w->cap ? 2 * w->cap : 4096;
         w->lat = realloc(w->lat, w->cap * sizeof *w->lat);
-        if (!w->lat) die("realloc");
+        if (!w->lat) bench_die("realloc");
     }
     w->lat[w->n++] = seconds;
     w->body_bytes += body;
@@ -434,13 +302,13 @@ static double post_once(conn *c, const load *ld, const void *body, size_t len)
 {
     const char *ctype =
         ld->kind == LOAD_SMALL_JSON ? "application/json" : "application/octet-stream";
-    double t0 = now();
+    double t0 = bench_now();
     send_request(c, "POST", ld->path, ctype, body, len);
     response r = read_response(c, false);
-    double t = now() - t0;
+    double t = bench_now() - t0;
     if (r.status / 100 != 2) {
         conn_close(c);
-        fail("POST %s: status %d", ld->path, r.status);
+        bench_fail("POST %s: status %d", ld->path, r.status);
     }
     return t;
 }
@@ -498,7 +366,7 @@ static load_result summarize(worker *w, int n, double seconds)
     load_result r = {.seconds = seconds};
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++) r.posts += w[i].n, bytes += w[i].body_bytes;
-    if (!r.posts) fail("no post completed");
+    if (!r.posts) bench_fail("no post completed");
     double *all = xmalloc(r.posts * sizeof *all);
     size_t k = 0;
     for (int i = 0; i < n; i++) {
@@ -519,20 +387,20 @@ static load_result run_load(load *ld, double seconds)
 {
     worker *w = xmalloc((size_t)ld->conns * sizeof *w);
     atomic_init(&ld->stop, false);
-    if (pthread_barrier_init(&ld->go, NULL, (unsigned)ld->conns + 1) != 0) die("barrier");
+    if (pthread_barrier_init(&ld->go, NULL, (unsigned)ld->conns + 1) != 0) bench_die("barrier");
     for (int i = 0; i < ld->conns; i++) {
         w[i] = (worker){.ld = ld, .idx = i};
-        if (pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0) die("pthread_create");
+        if (pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0) bench_die("pthread_create");
     }
     pthread_barrier_wait(&ld->go);
-    double cpu0 = daemon_cpu_seconds(), self0 = self_cpu_seconds(), t0 = now();
-    while (now() - t0 < seconds) {
-        sleep_ns(100000000L);
-        check_daemon_alive("during the load");
+    double cpu0 = daemon_cpu_seconds(), self0 = self_cpu_seconds(), t0 = bench_now();
+    while (bench_now() - t0 < seconds) {
+        bench_sleep_ns(100000000L);
+        bench_quantd_alive("during the load");
     }
     atomic_store(&ld->stop, true);
     for (int i = 0; i < ld->conns; i++) pthread_join(w[i].th, NULL);
-    double t = now() - t0;
+    double t = bench_now() - t0;
     load_result r = summarize(w, ld->conns, t);
     r.daemon_cpu = daemon_cpu_seconds() - cpu0;
     r.self_cpu = self_cpu_seconds() - self0;
@@ -573,7 +441,7 @@ static long long stored_count(const load *ld)
     const char *p = r.status == 200 ? strstr(r.body, "\"count\"") : NULL;
     long long n = -1;
     if (!p || sscanf(p + 7, " : %lld", &n) != 1)
-        fail("GET %s: status %d: %.300s", path, r.status, r.body);
+        bench_fail("GET %s: status %d: %.300s", path, r.status, r.body);
     free(r.body);
     return n;
 }
@@ -586,7 +454,7 @@ static void writer_metrics(double *commits, double *posts, double *seconds)
     send_request(&c, "GET", "/metrics", "text/plain", NULL, 0);
     response r = read_response(&c, true);
     conn_close(&c);
-    if (r.status != 200) fail("GET /metrics: status %d", r.status);
+    if (r.status != 200) bench_fail("GET /metrics: status %d", r.status);
     const char *names[3] = {"\nquantd_stats_commit_seconds_count ",
                             "\nquantd_stats_commit_posts_total ",
                             "\nquantd_stats_commit_seconds_sum "};
@@ -594,7 +462,7 @@ static void writer_metrics(double *commits, double *posts, double *seconds)
     for (int i = 0; i < 3; i++) {
         const char *p = strstr(r.body, names[i]);
         if (!p || sscanf(p + strlen(names[i]), "%lf", into[i]) != 1)
-            fail("GET /metrics: no line%s", names[i]);
+            bench_fail("GET /metrics: no line%s", names[i]);
     }
     free(r.body);
 }
@@ -664,13 +532,14 @@ static load_result bench_load(load *ld, double seconds, long long *count)
     r.commit_seconds -= s0;
     *count = stored_count(ld);
     if (*count != (long long)r.posts + 1)
-        fail("model %s: stored count %lld, but %zu + 1 posts were acknowledged", ld->model, *count,
-             r.posts);
+        bench_fail("model %s: stored count %lld, but %zu + 1 posts were acknowledged", ld->model,
+                   *count, r.posts);
     return r;
 }
 
 int main(int argc, char **argv)
 {
+    bench_init("stats-bench");
     if (argc != 2) {
         fprintf(stderr, "usage: stats-bench QUANTD_BINARY\n");
         return 2;
@@ -681,30 +550,15 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     char load0[32];
     snprintf(load0, sizeof load0, "%s", load_avg());
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(g.root, sizeof g.root, "%s/stats-bench-XXXXXX", tmp);
-    if (!mkdtemp(g.root)) {
-        g.root[0] = '\0';
-        die("mkdtemp");
-    }
-    char data_dir[2200], port_file[2200];
-    snprintf(data_dir, sizeof data_dir, "%s/var", g.root);
-    snprintf(port_file, sizeof port_file, "%s/port", g.root);
-    start_daemon(argv[1], data_dir, port_file);
-    g.port = wait_for_port(port_file);
+    bench_make_root();
+    quantd_port = bench_quantd_start(argv[1], NULL, NULL);
     load small = {.kind = LOAD_SMALL_JSON, .conns = SMALL_CONNS, .model = "bench-json"};
     load large = {.kind = LOAD_LARGE_ST, .conns = LARGE_CONNS, .model = "bench-st"};
     long long count_a, count_b;
     load_result a = bench_load(&small, seconds, &count_a);
     load_result b = bench_load(&large, seconds, &count_b);
-    long rss = daemon_hwm_kib();
-    int status = stop_daemon();
+    long rss = bench_quantd_hwm_kib();
+    int status = bench_quantd_stop();
     print_table(seconds, &a, &b, rss, count_a, count_b, load0);
-    cleanup();
-    if (status != 0) {
-        fprintf(stderr, "stats-bench: quantd did not exit 0 after SIGTERM (wait status %d%s)\n",
-                status, status < 0 ? ", timed out and killed" : "");
-        return 1;
-    }
-    return 0;
+    return bench_finish(status);
 }

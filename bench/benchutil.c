@@ -1,0 +1,235 @@
+/* benchutil.c -- owns what the benches share: the message prefix and failing loudly, time, running
+ * a program, the temporary directory and the quantd a bench starts (both torn down on every exit),
+ * and the generated bf16 weights. Needs only libc: stats-bench links nothing else.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _DEFAULT_SOURCE
+#include "benchutil.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_NS       10000000L /* port-file and exit polls: 10 ms */
+#define START_TIMEOUT 30.0      /* seconds for the port file to appear */
+#define STOP_TIMEOUT  60.0      /* seconds for quantd to exit after SIGTERM */
+#define QUANTD_ARGS   32        /* quantd argv entries at most, NULL included */
+
+static struct {
+    const char *name;    /* the message prefix */
+    char root[2048];     /* the temporary directory, removed on every exit */
+    pid_t daemon;        /* running quantd, killed on failure */
+    atomic_flag failing; /* the first failure cleans up; others wait for its exit */
+} g = {.name = "bench", .daemon = -1, .failing = ATOMIC_FLAG_INIT};
+
+void bench_init(const char *name)
+{
+    g.name = name;
+}
+
+void bench_cleanup(void)
+{
+    if (g.daemon > 0) {
+        kill(g.daemon, SIGKILL);
+        waitpid(g.daemon, NULL, 0);
+        g.daemon = -1;
+    }
+    if (g.root[0]) {
+        char *argv[] = {"rm", "-rf", g.root, NULL};
+        bench_spawn_wait(argv, NULL);
+        g.root[0] = '\0';
+    }
+}
+
+_Noreturn void bench_fail(const char *fmt, ...)
+{
+    if (atomic_flag_test_and_set(&g.failing))
+        for (;;) pause(); /* another thread is failing; its exit ends this one */
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", g.name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    bench_cleanup();
+    exit(1);
+}
+
+_Noreturn void bench_die(const char *what)
+{
+    bench_fail("%s: %s", what, strerror(errno));
+}
+
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void bench_sleep_ns(long ns)
+{
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    nanosleep(&ts, NULL);
+}
+
+int bench_spawn_wait(char *const argv[], struct rusage *ru)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status;
+    struct rusage dummy;
+    if (wait4(pid, &status, 0, ru ? ru : &dummy) < 0) return -1;
+    return status;
+}
+
+const char *bench_make_root(void)
+{
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(g.root, sizeof g.root, "%s/%s-XXXXXX", tmp, g.name);
+    if (!mkdtemp(g.root)) {
+        g.root[0] = '\0';
+        bench_die("mkdtemp");
+    }
+    return g.root;
+}
+
+const char *bench_root(void)
+{
+    return g.root;
+}
+
+/* ---- quantd ---------------------------------------------------------------------------------- */
+
+static void quantd_spawn(const char *quantd, const char *const extra[], const char *quant_threads,
+                         const char *data_dir, const char *port_file)
+{
+    char *argv[QUANTD_ARGS] = {(char *)quantd,   "--config",    "/dev/null",
+                               "--listen",       "127.0.0.1:0", "--data-dir",
+                               (char *)data_dir, "--port-file", (char *)port_file};
+    int n = 9;
+    for (int i = 0; extra && extra[i]; i++) {
+        if (n + 4 > QUANTD_ARGS) /* this one, --log-level warn, NULL */
+            bench_fail("too many quantd arguments");
+        argv[n++] = (char *)extra[i];
+    }
+    argv[n++] = "--log-level";
+    argv[n++] = "warn";
+    argv[n] = NULL;
+    g.daemon = fork();
+    if (g.daemon < 0) bench_die("fork");
+    if (g.daemon == 0) {
+        if (quant_threads) setenv("QUANTD_QUANT_THREADS", quant_threads, 1);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+}
+
+void bench_quantd_alive(const char *when)
+{
+    int status;
+    pid_t r = waitpid(g.daemon, &status, WNOHANG);
+    if (r == 0) return;
+    if (r < 0) bench_die("waitpid");
+    g.daemon = -1;
+    bench_fail("quantd exited %s (wait status %d)", when, status);
+}
+
+static int wait_for_port(const char *port_file)
+{
+    double t0 = bench_now();
+    while (bench_now() - t0 < START_TIMEOUT) {
+        FILE *f = fopen(port_file, "r");
+        int port = 0;
+        if (f) {
+            int ok = fscanf(f, "%d", &port);
+            fclose(f);
+            if (ok == 1 && port > 0) return port;
+        }
+        bench_quantd_alive("during start-up");
+        bench_sleep_ns(POLL_NS);
+    }
+    bench_fail("quantd wrote no port file within %.0f s", START_TIMEOUT);
+}
+
+int bench_quantd_start(const char *quantd, const char *const extra[], const char *quant_threads)
+{
+    if (!g.root[0]) bench_fail("bench_quantd_start before bench_make_root");
+    char data_dir[2200], port_file[2200];
+    snprintf(data_dir, sizeof data_dir, "%s/var", g.root);
+    snprintf(port_file, sizeof port_file, "%s/port", g.root);
+    quantd_spawn(quantd, extra, quant_threads, data_dir, port_file);
+    return wait_for_port(port_file);
+}
+
+pid_t bench_quantd_pid(void)
+{
+    return g.daemon;
+}
+
+long bench_quantd_hwm_kib(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)g.daemon);
+    FILE *f = fopen(path, "r");
+    if (!f) bench_die(path);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    fclose(f);
+    if (kib < 0) bench_fail("no VmHWM in %s", path);
+    return kib;
+}
+
+int bench_quantd_stop(void)
+{
+    if (kill(g.daemon, SIGTERM) != 0) bench_die("kill");
+    double t0 = bench_now();
+    int status;
+    while (bench_now() - t0 < STOP_TIMEOUT) {
+        pid_t r = waitpid(g.daemon, &status, WNOHANG);
+        if (r < 0) bench_die("waitpid");
+        if (r == g.daemon) {
+            g.daemon = -1;
+            return status;
+        }
+        bench_sleep_ns(POLL_NS);
+    }
+    return -1; /* bench_cleanup() kills it */
+}
+
+int bench_finish(int quantd_status)
+{
+    bench_cleanup();
+    if (quantd_status == 0) return 0;
+    fprintf(stderr, "%s: quantd did not exit 0 after SIGTERM (wait status %d%s)\n", g.name,
+            quantd_status, quantd_status < 0 ? ", timed out and killed" : "");
+    return 1;
+}
+
+/* ---- generated weights ----------------------------------------------------------------------- */
+
+void bench_fill_bf16(uint16_t *x, size_t n, uint64_t seed, uint16_t (*to_bf16)(float))
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        float v = ((float)(s & 0xffff) + (float)((s >> 16) & 0xffff) + (float)((s >> 32) & 0xffff) -
+                   98302.5f) /
+                  65536.0f;
+        x[i] = to_bf16(v * 0.02f);
+    }
+}
