@@ -102,3 +102,31 @@ const char *ck_data_dir(void)
     const char *d = getenv("QUANT_CKPT_DATA");
     return d && *d ? d : "tests/data";
 }
+
+quant_ruleset *ck_rules(const char *json)
+{
+    quant_ruleset *rs = NULL;
+    quant_ck_error err;
+    ck_assert_msg(quant_ruleset_parse(json, strlen(json), "test", &rs, &err) == QUANT_CK_OK,
+                  "rules: %s", err.message);
+    return rs;
+}
+
+quant_ck_status ck_quantize(const char *rules_json, const char *in, const char *out,
+                            const quant_pipeline_options *o, quant_report **rep,
+                            quant_ck_error *err)
+{
+    quant_ruleset *rs = ck_rules(rules_json);
+    quant_ck_status st = quant_quantize_path(rs, in, out, o, rep, err);
+    quant_ruleset_free(rs);
+    return st;
+}
+
+bool ck_has_tensor(const char *path, const char *name)
+{
+    quant_st_file *f = NULL;
+    ck_assert_int_eq(quant_st_open(path, &f, NULL), QUANT_CK_OK);
+    bool found = quant_st_find(f, name) != NULL;
+    quant_st_close(f);
+    return found;
+}

@@ -6,10 +6,12 @@
 #define QUANT_CKUTIL_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "quant_ckpt.h"
+#include "quant_pipeline.h"
 
 /* A fresh directory under $TMPDIR (or /tmp); the caller frees the string and removes the tree
  * with ck_rmtree(). */
@@ -18,6 +20,15 @@ char *ck_tmpdir(void);
 void ck_rmtree(const char *path);
 /* "dir/name" in a malloc'd string. */
 char *ck_join(const char *dir, const char *name);
+
+/* A rule set from JSON text (fails the test when it does not parse). */
+quant_ruleset *ck_rules(const char *json);
+/* quant_quantize_path with the rule set in `rules_json`. */
+quant_ck_status ck_quantize(const char *rules_json, const char *in, const char *out,
+                            const quant_pipeline_options *o, quant_report **rep,
+                            quant_ck_error *err);
+/* Whether the safetensors file `path` holds tensor `name`. */
+bool ck_has_tensor(const char *path, const char *name);
 /* Writes `n` bytes to `path` (fails the test on error). */
 void ck_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file; *n gets its size. NULL when it cannot be read. Caller frees. */

@@ -14,15 +14,6 @@
 #include "ckutil.h"
 #include "quant_pipeline.h"
 
-static quant_ruleset *rules_from(const char *json)
-{
-    quant_ruleset *rs = NULL;
-    quant_ck_error err;
-    quant_ck_status st = quant_ruleset_parse(json, strlen(json), "test", &rs, &err);
-    ck_assert_msg(st == QUANT_CK_OK, "rules: %s", err.message);
-    return rs;
-}
-
 /* The bytes of tensor `name` in `path` (caller frees); fails the test when missing. */
 static void *tensor_bytes(const char *path, const char *name, size_t *n, quant_st_tensor *info)
 {
@@ -41,24 +32,6 @@ static void *tensor_bytes(const char *path, const char *name, size_t *n, quant_s
     }
     quant_st_close(f);
     return buf;
-}
-
-static bool has_tensor(const char *path, const char *name)
-{
-    quant_st_file *f = NULL;
-    ck_assert_int_eq(quant_st_open(path, &f, NULL), QUANT_CK_OK);
-    bool found = quant_st_find(f, name) != NULL;
-    quant_st_close(f);
-    return found;
-}
-
-static quant_ck_status run(const char *rules_json, const char *in, const char *out,
-                           const quant_pipeline_options *o, quant_report **rep, quant_ck_error *err)
-{
-    quant_ruleset *rs = rules_from(rules_json);
-    quant_ck_status st = quant_quantize_path(rs, in, out, o, rep, err);
-    quant_ruleset_free(rs);
-    return st;
 }
 
 /* A file with a [rows, cols] f32 weight "m.w.weight", a rank-1 bias, an I64 tensor, and an
@@ -87,8 +60,8 @@ START_TEST(test_quantized_and_copied)
     float *w = make_model(in, 16, 64, 1);
     quant_report *rep = NULL;
     quant_ck_error err;
-    ck_assert_msg(run("[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\"}]", in, out, NULL,
-                      &rep, &err) == QUANT_CK_OK,
+    ck_assert_msg(ck_quantize("[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\"}]", in, out,
+                              NULL, &rep, &err) == QUANT_CK_OK,
                   "%s", err.message);
     /* the weight: codes and scales equal libquant on the whole tensor */
     quant_how how;
@@ -116,8 +89,8 @@ START_TEST(test_quantized_and_copied)
     ck_assert_int_eq(info.shape[1], 1);
     ck_assert_mem_eq(got, scale, sizeof scale);
     free(got);
-    ck_assert(!has_tensor(out, "m.w.weight.zero_point"));
-    ck_assert(!has_tensor(out, "m.w.weight"));
+    ck_assert(!ck_has_tensor(out, "m.w.weight.zero_point"));
+    ck_assert(!ck_has_tensor(out, "m.w.weight"));
     /* copied byte for byte: rank 1, integer, no rule matched */
     const char *copied[] = {"m.w.bias", "ids", "emb.weight"};
     for (int i = 0; i < 3; i++) {
@@ -177,7 +150,7 @@ static void *run_file(const char *rules, const char *in, const char *out, size_t
     o.map_input = chunk < (1u << 20);
     o.buffers = 2;
     quant_ck_error err;
-    ck_assert_msg(run(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_msg(ck_quantize(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
     void *bytes = ck_read_file(out, len);
     remove(out);
     return bytes;
@@ -232,13 +205,13 @@ START_TEST(test_failure_leaves_nothing)
     ck_gen_tensor t[] = {{"a.weight", "F32", 2, {8, 16}, w, sizeof w}};
     ck_gen_file(in, t, 1, NULL);
     quant_ck_error err;
-    ck_assert_int_eq(run("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
+    ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
                      QUANT_CK_ERR_QUANT);
     ck_assert_msg(strstr(err.message, "a.weight") != NULL, "%s", err.message);
     ck_assert_int_eq(ck_count_entries(dir), 1); /* only the input: no output, no temp file */
     /* tile that does not divide: refused at planning */
     ck_assert_int_eq(
-        run("[{\"weight_qtype\":\"int8\",\"tile_size\":5}]", in, out, NULL, NULL, &err),
+        ck_quantize("[{\"weight_qtype\":\"int8\",\"tile_size\":5}]", in, out, NULL, NULL, &err),
         QUANT_CK_ERR_QUANT);
     ck_assert_msg(strstr(err.message, "rule 0") != NULL, "%s", err.message);
     ck_assert_int_eq(ck_count_entries(dir), 1);
@@ -250,12 +223,12 @@ START_TEST(test_failure_leaves_nothing)
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     o.cancel = &cancel;
-    ck_assert_int_eq(run("[{\"weight_qtype\":\"int8\"}]", in, out, &o, NULL, &err),
+    ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, &o, NULL, &err),
                      QUANT_CK_ERR_CANCELLED);
     ck_assert_int_eq(ck_count_entries(dir), 1);
     /* an existing output is not overwritten */
     ck_write_file(out, "x", 1);
-    ck_assert_int_eq(run("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
+    ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
                      QUANT_CK_ERR_ARG);
     ck_assert_msg(strstr(err.message, "exists") != NULL, "%s", err.message);
     ck_rmtree(dir);
@@ -316,7 +289,8 @@ START_TEST(test_sharded_round_trip)
     make_sharded(in);
     quant_report *rep = NULL;
     quant_ck_error err;
-    ck_assert_msg(run(sharded_rules, in, out, NULL, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_msg(ck_quantize(sharded_rules, in, out, NULL, &rep, &err) == QUANT_CK_OK, "%s",
+                  err.message);
     ck_assert_int_eq(ck_count_entries(out), 5); /* 2 shards, index, config, tokenizer */
     char *idx_path = ck_join(out, "model.safetensors.index.json");
     json_t *idx = json_load_file(idx_path, 0, NULL);
@@ -378,11 +352,11 @@ START_TEST(test_bad_index)
     const char *bad = "{\"weight_map\":{\"x\":\"../evil.safetensors\"}}";
     ck_write_file(ip, bad, strlen(bad));
     quant_ck_error err;
-    ck_assert_int_eq(run(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_int_eq(ck_quantize(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
     ck_assert_msg(strstr(err.message, "same directory") != NULL, "%s", err.message);
     const char *missing = "{\"weight_map\":{\"nope\":\"model-00001-of-00002.safetensors\"}}";
     ck_write_file(ip, missing, strlen(missing));
-    ck_assert_int_eq(run(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_int_eq(ck_quantize(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
     ck_assert_msg(strstr(err.message, "nope") != NULL, "%s", err.message);
     ck_assert_int_eq(ck_count_entries(root), 1); /* no output, no partial directory */
     free(ip);
@@ -407,7 +381,8 @@ START_TEST(test_rms_two_pass)
         quant_pipeline_options o;
         quant_pipeline_options_init(&o);
         o.chunk_bytes = k ? 64u << 10 : 64u << 20;
-        ck_assert_msg(run(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+        ck_assert_msg(ck_quantize(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s",
+                      err.message);
         size_t n;
         float *s = tensor_bytes(out, "m.w.weight.scale", &n, NULL);
         ck_assert_uint_eq(n, sizeof(float));

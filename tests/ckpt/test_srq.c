@@ -21,24 +21,6 @@
     "\"act_static_scale\":true},"                                                                  \
     " {\"module_path\":\"u\",\"act_qtype\":\"uint8\",\"act_static_scale\":true}]"
 
-static quant_ruleset *rules_from(const char *json)
-{
-    quant_ruleset *rs = NULL;
-    quant_ck_error err;
-    ck_assert_msg(quant_ruleset_parse(json, strlen(json), "test", &rs, &err) == QUANT_CK_OK, "%s",
-                  err.message);
-    return rs;
-}
-
-static quant_ck_status run(const char *rules, const char *in, const char *out,
-                           const quant_pipeline_options *o, quant_report **rep, quant_ck_error *err)
-{
-    quant_ruleset *rs = rules_from(rules);
-    quant_ck_status st = quant_quantize_path(rs, in, out, o, rep, err);
-    quant_ruleset_free(rs);
-    return st;
-}
-
 /* Tensor `name` of the safetensors file `path`: its header entry, and its bytes in *data (caller
  * frees) when data is not NULL. Fails the test when missing. */
 static quant_st_tensor read_tensor(const char *path, const char *name, void **data)
@@ -57,15 +39,6 @@ static quant_st_tensor read_tensor(const char *path, const char *name, void **da
     }
     quant_st_close(f);
     return copy;
-}
-
-static bool has_tensor(const char *path, const char *name)
-{
-    quant_st_file *f = NULL;
-    ck_assert_int_eq(quant_st_open(path, &f, NULL), QUANT_CK_OK);
-    bool found = quant_st_find(f, name) != NULL;
-    quant_st_close(f);
-    return found;
 }
 
 /* The `quantization` metadata of a native output file, parsed. */
@@ -153,7 +126,7 @@ static void expect_act_tensors(const char *path)
     ck_assert_int_eq(t.rank, 0);
     ck_assert_mem_eq(data, sym_scale, sizeof sym_scale);
     free(data);
-    ck_assert(!has_tensor(path, "m.q.dot_general0_lhs_zero_point"));
+    ck_assert(!ck_has_tensor(path, "m.q.dot_general0_lhs_zero_point"));
     int64_t k_shape[2] = {1, 4}, u_shape[1] = {2};
     t = read_tensor(path, "m.k.dot_general0_lhs_scale", &data);
     ck_assert_int_eq(t.dtype, QUANT_ST_F32);
@@ -187,11 +160,12 @@ START_TEST(test_file_static_acts)
     srq_options(&o, acts, 3);
     quant_report *rep = NULL;
     quant_ck_error err;
-    ck_assert_msg(run(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_msg(ck_quantize(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s",
+                  err.message);
     expect_act_tensors(out);
     /* the weights are quantized as usual, and say their activations are static */
-    ck_assert(has_tensor(out, "m.q.weight.qvalue"));
-    ck_assert(has_tensor(out, "m.k.weight.scale"));
+    ck_assert(ck_has_tensor(out, "m.q.weight.qvalue"));
+    ck_assert(ck_has_tensor(out, "m.k.weight.scale"));
     json_t *meta = quant_meta(out);
     json_t *q = json_object_get(json_object_get(meta, "tensors"), "m.q.weight");
     ck_assert(json_is_true(json_object_get(q, "act_static")));
@@ -273,15 +247,16 @@ START_TEST(test_dir_static_acts)
     srq_options(&o, acts, 4);
     quant_report *rep = NULL;
     quant_ck_error err;
-    ck_assert_msg(run(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_msg(ck_quantize(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s",
+                  err.message);
     char *s1 = ck_join(out, "model-00001-of-00002.safetensors");
     char *s2 = ck_join(out, "model-00002-of-00002.safetensors");
-    ck_assert(has_tensor(s1, "m.q.dot_general0_lhs_scale"));
-    ck_assert(!has_tensor(s2, "m.q.dot_general0_lhs_scale"));
-    ck_assert(has_tensor(s2, "m.k.dot_general0_lhs_zero_point"));
-    ck_assert(!has_tensor(s1, "m.k.dot_general0_lhs_scale"));
-    ck_assert(has_tensor(s2, "u.einsum0_rhs_scale"));
-    ck_assert(has_tensor(s2, "nowhere.dot_general0_lhs_scale"));
+    ck_assert(ck_has_tensor(s1, "m.q.dot_general0_lhs_scale"));
+    ck_assert(!ck_has_tensor(s2, "m.q.dot_general0_lhs_scale"));
+    ck_assert(ck_has_tensor(s2, "m.k.dot_general0_lhs_zero_point"));
+    ck_assert(!ck_has_tensor(s1, "m.k.dot_general0_lhs_scale"));
+    ck_assert(ck_has_tensor(s2, "u.einsum0_rhs_scale"));
+    ck_assert(ck_has_tensor(s2, "nowhere.dot_general0_lhs_scale"));
     void *data;
     read_tensor(s1, "m.q.dot_general0_lhs_scale", &data);
     ck_assert_mem_eq(data, sym_scale, sizeof sym_scale);
@@ -338,14 +313,15 @@ START_TEST(test_static_rule_needs_stats)
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     /* no statistics: refused offline, nothing written */
-    ck_assert_int_eq(run(SRQ_RULES, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_int_eq(ck_quantize(SRQ_RULES, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "act_static_scale"));
     ck_assert_ptr_nonnull(strstr(err.message, "m.q.weight"));
     ck_assert_int_eq(ck_count_entries(dir), 1);
     /* allowed with none at all: the weights alone, still marked static; the report says so */
     o.allow_static_acts = true;
     quant_report *rep = NULL;
-    ck_assert_msg(run(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_msg(ck_quantize(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s",
+                  err.message);
     json_t *meta = quant_meta(out);
     ck_assert(json_is_true(json_object_get(
         json_object_get(json_object_get(meta, "tensors"), "m.k.weight"), "act_static")));
@@ -362,9 +338,9 @@ START_TEST(test_static_rule_needs_stats)
     remove(out);
     o.allow_static_acts = false;
     rep = NULL;
-    ck_assert_int_eq(
-        run("[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\"}]", in, out, &o, &rep, &err),
-        QUANT_CK_OK);
+    ck_assert_int_eq(ck_quantize("[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\"}]", in,
+                                 out, &o, &rep, &err),
+                     QUANT_CK_OK);
     text = quant_report_json(rep);
     ck_assert_ptr_null(strstr(text, "static_activations"));
     free(text);
@@ -386,7 +362,7 @@ static void expect_refused(const quant_static_act *bad, size_t n, quant_ck_statu
     quant_pipeline_options o;
     srq_options(&o, bad, n);
     quant_ck_error err;
-    quant_ck_status st = run(SRQ_RULES, in, out, &o, NULL, &err);
+    quant_ck_status st = ck_quantize(SRQ_RULES, in, out, &o, NULL, &err);
     ck_assert_msg(st == status, "status %d, wanted %d: %s", (int)st, (int)status,
                   st ? err.message : "");
     ck_assert_msg(strstr(err.message, text) != NULL, "'%s' not in: %s", text, err.message);
@@ -443,7 +419,7 @@ START_TEST(test_bad_static_acts)
     quant_pipeline_options o;
     srq_options(&o, acts, 1);
     quant_ck_error err;
-    ck_assert_int_eq(run(SRQ_RULES, in, out, &o, NULL, &err), QUANT_CK_ERR_ARG);
+    ck_assert_int_eq(ck_quantize(SRQ_RULES, in, out, &o, NULL, &err), QUANT_CK_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "output tensor 'u.norm_scale' is already"));
     ck_assert_int_eq(ck_count_entries(dir), 1);
     ck_rmtree(dir);
@@ -487,7 +463,7 @@ static quant_ck_status ct_run(const char *root, const char *rules, const quant_s
     srq_options(&o, acts, n);
     o.layout = QUANT_LAYOUT_CTENSORS;
     o.allow_static_acts = allow;
-    quant_ck_status st = run(rules, in, out, &o, NULL, err);
+    quant_ck_status st = ck_quantize(rules, in, out, &o, NULL, err);
     free(in);
     free(out);
     return st;
@@ -515,8 +491,8 @@ START_TEST(test_ct_input_scale)
     expect_shape(&t, 1, &one);
     ck_assert_mem_eq(data, s, sizeof s);
     free(data);
-    ck_assert(!has_tensor(shard, "layer.proj.input_zero_point"));
-    ck_assert(!has_tensor(shard, "layer.proj.dot_general0_lhs_scale"));
+    ck_assert(!ck_has_tensor(shard, "layer.proj.input_zero_point"));
+    ck_assert(!ck_has_tensor(shard, "layer.proj.dot_general0_lhs_scale"));
     json_t *cfg = json_load_file(cfgp, 0, NULL);
     json_t *g = json_object_get(
         json_object_get(json_object_get(cfg, "quantization_config"), "config_groups"), "group_0");
