@@ -82,6 +82,18 @@ static void fsync_dir_of(const char *path)
     close(fd);
 }
 
+void qd_remove_upload(const char *path)
+{
+    unlink(path);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        rmdir(dir);
+    }
+}
+
 qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err)
 {
     if (fsync(fd) != 0) return qd_fail(err, QD_IO, "%s: fsync: %s", from, strerror(errno));

@@ -163,9 +163,10 @@ static char *keep_upload(qd_req *r)
         return NULL;
     }
     quant_st_close(f);
-    size_t len = strlen(r->app->uploads_dir) + 48;
+    size_t len = strlen(r->app->uploads_dir) + 64;
     char *dest = malloc(len);
     if (!dest) return NULL;
+    /* DATA/uploads/ID/model.safetensors: the job's input keeps the name its output gets */
     unsigned char rnd[16];
     char hex[33];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
@@ -174,9 +175,13 @@ static char *keep_upload(qd_req *r)
         return NULL;
     }
     for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-    snprintf(dest, len, "%s/%s.safetensors", r->app->uploads_dir, hex);
+    snprintf(dest, len, "%s/%s", r->app->uploads_dir, hex);
     qd_err err;
-    if (qd_publish_file(r->upload_fd, r->upload_path, dest, &err) != QD_OK) {
+    qd_status st = qd_mkdir(dest, 0700, &err);
+    snprintf(dest, len, "%s/%s/model.safetensors", r->app->uploads_dir, hex);
+    if (st == QD_OK) st = qd_publish_file(r->upload_fd, r->upload_path, dest, &err);
+    if (st != QD_OK) {
+        qd_remove_upload(dest);
         free(dest);
         qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s", err.message);
         return NULL;
@@ -206,7 +211,7 @@ static enum MHD_Result create_from_upload(qd_req *r)
                 .source_path = path,
                 .stats_model = (char *)stats_model};
     enum MHD_Result ret = queue_job(r, &j);
-    if (r->status != MHD_HTTP_ACCEPTED) unlink(path);
+    if (r->status != MHD_HTTP_ACCEPTED) qd_remove_upload(path);
     free(rules);
     free(path);
     return ret;
@@ -395,7 +400,7 @@ enum MHD_Result qd_h_job_delete(qd_req *r)
     }
     char *dir = qd_app_job_dir(r->app, id);
     if (dir) qd_rmtree(dir, &err);
-    if (strcmp(j.source_kind, "upload") == 0) unlink(j.source_path);
+    if (strcmp(j.source_kind, "upload") == 0) qd_remove_upload(j.source_path);
     free(dir);
     qd_job_clear(&j);
     return qd_reply_empty(r, MHD_HTTP_NO_CONTENT);

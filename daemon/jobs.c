@@ -286,7 +286,26 @@ static void remove_files(qd_app *app, const qd_job *j, bool upload_too)
     if (dir && qd_rmtree(dir, &err) != QD_OK)
         qd_log(QD_LOG_WARN, "cleanup failed", "error", err.message, NULL);
     free(dir);
-    if (upload_too && strcmp(j->source_kind, "upload") == 0) unlink(j->source_path);
+    if (upload_too && strcmp(j->source_kind, "upload") == 0) qd_remove_upload(j->source_path);
+}
+
+/* The error a client reads: for an upload, the server's directory in front of the upload's
+ * file name is dropped ("/srv/var/uploads/ID/model.safetensors: ..." -> "model.safetensors:
+ * ..."); the log keeps the whole message. */
+static const char *client_message(const qd_job *j, const char *msg, char *buf, size_t len)
+{
+    const char *base = strrchr(j->source_path, '/');
+    if (strcmp(j->source_kind, "upload") != 0 || !base) return msg;
+    size_t dir = (size_t)(base + 1 - j->source_path), at = 0;
+    for (const char *p = msg; *p && at + 1 < len;) {
+        if (strncmp(p, j->source_path, dir) == 0) {
+            p += dir;
+            continue;
+        }
+        buf[at++] = *p++;
+    }
+    buf[at] = '\0';
+    return buf;
 }
 
 static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, const char *msg,
@@ -312,13 +331,16 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         qd_outputs_free(outs, n);
         free(dir);
         if (done != QD_OK) remove_files(app, j, false);
-        if (strcmp(j->source_kind, "upload") == 0) unlink(j->source_path);
+        if (strcmp(j->source_kind, "upload") == 0) qd_remove_upload(j->source_path);
         qd_log(QD_LOG_INFO, "job finished", "job", id, "state", "succeeded", NULL);
     } else {
         bool cancelled = st == QUANT_CK_ERR_CANCELLED;
         remove_files(app, j, true);
+        char shown[QUANT_CK_MESSAGE_MAX];
         done = qd_store_job_finish(app->store, j->id, cancelled ? QD_JOB_CANCELLED : QD_JOB_FAILED,
-                                   cancelled ? "cancelled" : msg, NULL, 0, NULL, &err);
+                                   cancelled ? "cancelled"
+                                             : client_message(j, msg, shown, sizeof shown),
+                                   NULL, 0, NULL, &err);
         qd_log(QD_LOG_INFO, "job finished", "job", id, "state", cancelled ? "cancelled" : "failed",
                "error", cancelled ? "" : msg, NULL);
     }

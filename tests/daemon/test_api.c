@@ -371,7 +371,10 @@ START_TEST(test_bad_uploads)
     long long id = upload_job(&d, "tile5", SHARDED "/model-00002-of-00002.safetensors");
     json_t *j = qdp_wait_job(&d, id, 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "error")), "tiled"));
+    const char *jerr = json_string_value(json_object_get(j, "error"));
+    ck_assert_ptr_nonnull(strstr(jerr, "tiled"));
+    ck_assert_msg(strncmp(jerr, "model.safetensors: ", 19) == 0 && !strstr(jerr, d.data_dir),
+                  "the error names the upload, not where the server keeps it: %s", jerr);
     json_decref(j);
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%lld/output", id);
