@@ -71,8 +71,8 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
-# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, jansson) -------------------------
-QD_PKGS    := libmicrohttpd sqlite3 inih nettle jansson libpcre2-8
+# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson) -------------------------
+QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
 QD_SRCS    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))

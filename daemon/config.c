@@ -27,45 +27,98 @@
 #define F(field) offsetof(qd_config, field)
 
 /* clang-format off */
+static const char *const metrics_auth_words[] = {[QD_METRICS_OPEN] = "open",
+                                                 [QD_METRICS_TOKEN] = "token", NULL};
+#define DAY 86400
+
 const cfg_setting cfg_settings[] = {
     {NULL, "config", "QUANTD_CONFIG", "--config", "FILE", CFG_PATH, 0, 0, F(config_path), NULL,
-     QD_DEFAULT_CONFIG " if it exists", "the INI config file to read"},
+     QD_DEFAULT_CONFIG " if it exists", "the INI config file to read", NULL},
     {"server", "listen", "QUANTD_LISTEN", "--listen", "HOST:PORT", CFG_LISTEN, 0, 0,
      F(listen_host), "127.0.0.1:8080", NULL,
-     "address to listen on; [IPv6]:PORT; port 0 picks a free port"},
+     "address to listen on; [IPv6]:PORT; port 0 picks a free port", NULL},
+    {"server", "insecure", "QUANTD_INSECURE", "--insecure", "[=BOOL]", CFG_BOOL, 0, 0, F(insecure),
+     "false", NULL,
+     "serve a non-loopback address with no tokens (everyone may do everything; warned hourly)", NULL},
+    {"server", "metrics_auth", "QUANTD_METRICS_AUTH", "--metrics-auth", "open|token", CFG_CHOICE,
+     0, 0, F(metrics_auth), "open", NULL, "GET /metrics for anyone, or for any valid token",
+     metrics_auth_words},
     {"server", "http_threads", "QUANTD_HTTP_THREADS", "--http-threads", "N", CFG_INT, 1, 1024,
-     F(http_threads), "4", NULL, "threads answering HTTP requests (1..1024)"},
+     F(http_threads), "4", NULL, "threads answering HTTP requests (1..1024)", NULL},
     {"server", "idle_timeout", "QUANTD_IDLE_TIMEOUT", "--idle-timeout", "SECONDS", CFG_INT, 1,
-     86400, F(idle_timeout), "60", NULL, "close a connection idle this long (1..86400)"},
+     86400, F(idle_timeout), "60", NULL, "close a connection idle this long (1..86400)", NULL},
     {"server", "max_upload", "QUANTD_MAX_UPLOAD", "--max-upload", "SIZE", CFG_SIZE, 1, 1024 * TIB,
-     F(max_upload), "16G", NULL, "largest shard accepted by POST /v1/jobs (1..1024T)"},
+     F(max_upload), "16G", NULL, "largest shard accepted by POST /v1/jobs (1..1024T)", NULL},
     {"server", "max_json_body", "QUANTD_MAX_JSON_BODY", "--max-json-body", "SIZE", CFG_SIZE, 1,
-     GIB, F(max_json_body), "4M", NULL, "largest JSON request body (1..1G)"},
+     GIB, F(max_json_body), "4M", NULL, "largest JSON request body (1..1G)", NULL},
     {"server", "max_stats_body", "QUANTD_MAX_STATS_BODY", "--max-stats-body", "SIZE", CFG_SIZE, 1,
      4 * GIB, F(max_stats_body), "64M", NULL,
-     "largest statistics post, held in memory (1..4G)"},
+     "largest statistics post, held in memory (1..4G)", NULL},
+    {"tls", "cert", "QUANTD_TLS_CERT", "--tls-cert", "FILE", CFG_PATH, 0, 0, F(tls_cert), NULL,
+     "none", "PEM certificate chain: serve HTTPS (with --tls-key; SIGHUP re-reads both)", NULL},
+    {"tls", "key", "QUANTD_TLS_KEY", "--tls-key", "FILE", CFG_PATH, 0, 0, F(tls_key), NULL, "none",
+     "PEM private key of --tls-cert (unencrypted)", NULL},
+    {"tls", "priorities", "QUANTD_TLS_PRIORITIES", "--tls-priorities", "STRING", CFG_PATH, 0, 0,
+     F(tls_priorities), "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2", NULL,
+     "GnuTLS priority string: protocol versions and ciphers", NULL},
+    {"limits", "max_connections", "QUANTD_MAX_CONNECTIONS", "--max-connections", "N", CFG_INT, 1,
+     100000, F(max_connections), "1000", NULL, "open connections at once (1..100000)", NULL},
+    {"limits", "max_connections_per_ip", "QUANTD_MAX_CONNECTIONS_PER_IP",
+     "--max-connections-per-ip", "N", CFG_INT, 0, 100000, F(max_conns_per_ip), "128", NULL,
+     "open connections from one client address; 0 = no limit (0..100000)", NULL},
+    {"limits", "header_timeout", "QUANTD_HEADER_TIMEOUT", "--header-timeout", "SECONDS", CFG_INT,
+     1, 3600, F(header_timeout), "10", NULL,
+     "a new connection's request line and headers must arrive within this (1..3600)", NULL},
+    {"limits", "body_timeout", "QUANTD_BODY_TIMEOUT", "--body-timeout", "SECONDS", CFG_INT, 1,
+     3600, F(body_timeout), "20", NULL,
+     "grace for a request body before --body-min-rate applies (1..3600)", NULL},
+    {"limits", "body_min_rate", "QUANTD_BODY_MIN_RATE", "--body-min-rate", "SIZE", CFG_SIZE, 1,
+     GIB, F(body_min_rate), "1K", NULL, "bytes per second a body must average (1..1G)", NULL},
+    {"limits", "max_body_memory", "QUANTD_MAX_BODY_MEMORY", "--max-body-memory", "SIZE", CFG_SIZE,
+     KIB, 64 * GIB, F(max_body_memory), "256M", NULL,
+     "request bodies held in memory at once, all requests together; past it 503 (1K..64G)", NULL},
+    {"limits", "min_free_disk", "QUANTD_MIN_FREE_DISK", "--min-free-disk", "SIZE", CFG_SIZE, 0,
+     1024 * TIB, F(min_free_disk), "1G", NULL,
+     "free space the data directory keeps: uploads and jobs that would eat into it get 507", NULL},
+    {"limits", "max_queued_jobs", "QUANTD_MAX_QUEUED_JOBS", "--max-queued-jobs", "N", CFG_INT, 0,
+     1000000, F(max_queued_jobs), "100", NULL, "queued jobs before new ones get 429; 0 = no cap", NULL},
+    {"limits", "stats_quota", "QUANTD_STATS_QUOTA", "--stats-quota", "SIZE", CFG_SIZE, KIB,
+     1024 * TIB, F(stats_quota), "1G", NULL,
+     "float64 statistics sums one model may store (8 bytes a value; 1K..1024T)", NULL},
     {"storage", "data_dir", "QUANTD_DATA_DIR", "--data-dir", "DIR", CFG_PATH, 0, 0, F(data_dir),
-     "./var", NULL, "uploads, job outputs and (by default) the database"},
+     "./var", NULL, "uploads, job outputs and (by default) the database", NULL},
     {"storage", "db", "QUANTD_DB", "--db", "FILE", CFG_PATH, 0, 0, F(db_path), NULL,
-     "DATA_DIR/quantd.db", "the SQLite database"},
+     "DATA_DIR/quantd.db", "the SQLite database", NULL},
     {"jobs", "workers", "QUANTD_WORKERS", "--workers", "N", CFG_INT, 1, 256, F(workers), "1",
-     NULL, "jobs run at the same time (1..256)"},
+     NULL, "jobs run at the same time (1..256)", NULL},
     {"jobs", "quant_threads", "QUANTD_QUANT_THREADS", "--quant-threads", "N", CFG_INT, 0, 1024,
-     F(quant_threads), "0", NULL, "threads per job; 0 = online CPUs / workers (0..1024)"},
+     F(quant_threads), "0", NULL, "threads per job; 0 = online CPUs / workers (0..1024)", NULL},
     {"jobs", "max_attempts", "QUANTD_MAX_ATTEMPTS", "--max-attempts", "N", CFG_INT, 1, 100,
-     F(max_attempts), "2", NULL, "runs of a job cut short by a crash before it fails (1..100)"},
+     F(max_attempts), "2", NULL, "runs of a job cut short by a crash before it fails (1..100)", NULL},
+    {"jobs", "retention", "QUANTD_JOB_RETENTION", "--job-retention", "DURATION", CFG_DURATION, 0,
+     3650 * (int64_t)DAY, F(job_retention), "7d", NULL,
+     "a finished job's outputs are removed this long after it ended (its row and report stay); "
+     "0 = never", NULL},
+    {"jobs", "keep_outputs", "QUANTD_KEEP_OUTPUTS", "--keep-outputs", "N", CFG_INT, 0, 1000000,
+     F(keep_outputs), "0", NULL,
+     "finished jobs that keep their outputs, newest first; older ones lose them; 0 = no cap", NULL},
     {"jobs", "source_root", "QUANTD_SOURCE_ROOTS", "--source-root", "DIR", CFG_ROOTS, 0, 0,
      F(source_roots), NULL, "none",
-     "a directory jobs may read checkpoints from; repeatable, at most 16"},
+     "a directory jobs may read checkpoints from; repeatable, at most 16", NULL},
+    {"stats", "idempotency_window", "QUANTD_IDEMPOTENCY_WINDOW", "--idempotency-window",
+     "DURATION", CFG_DURATION, 60, 365 * (int64_t)DAY, F(idempotency_window), "1d", NULL,
+     "how long a statistics post's Idempotency-Key is remembered (1m..365d)", NULL},
     {"log", "level", "QUANTD_LOG_LEVEL", "--log-level", "LEVEL", CFG_LEVEL, 0, 0, F(log_level),
-     "info", NULL, "least severe level logged: debug, info, warn or error"},
+     "info", NULL, "least severe level logged: debug, info, warn or error", NULL},
     {NULL, "port_file", NULL, "--port-file", "FILE", CFG_PATH, 0, 0, F(port_file), NULL, "none",
-     "write the bound port to FILE once listening (tests)"},
+     "write the bound port to FILE once listening (tests)", NULL},
 };
 /* clang-format on */
 const size_t cfg_n_settings = sizeof cfg_settings / sizeof cfg_settings[0];
 
-static const char *const sections[] = {"server", "storage", "jobs", "log"};
+static const char *const sections[] = {"server", "tls",   "limits", "storage",
+                                       "jobs",   "stats", "log"};
+const char cfg_sections_text[] = "server, tls, limits, storage, jobs, stats, log";
 
 void cfg_fail(cfg_loader *L, const char *fmt, ...)
 {
@@ -159,6 +212,22 @@ static bool add_root(cfg_loader *L, const char *text, char *why, size_t whylen)
     return false;
 }
 
+static bool apply_choice(const cfg_setting *s, const char *text, int *field, char *why,
+                         size_t whylen)
+{
+    for (int i = 0; s->choices[i]; i++)
+        if (strcmp(text, s->choices[i]) == 0) {
+            *field = i;
+            return true;
+        }
+    size_t at = (size_t)snprintf(why, whylen, "must be");
+    for (int i = 0; s->choices[i] && at < whylen; i++)
+        at += (size_t)snprintf(why + at, whylen - at, "%s %s", i ? (s->choices[i + 1] ? "," : " or") : "",
+                               s->choices[i]);
+    if (at < whylen) snprintf(why + at, whylen - at, ", got '%s'", text);
+    return false;
+}
+
 bool cfg_apply(cfg_loader *L, const cfg_setting *s, const char *text, char *why, size_t whylen)
 {
     char *base = (char *)L->cfg;
@@ -191,6 +260,14 @@ bool cfg_apply(cfg_loader *L, const cfg_setting *s, const char *text, char *why,
         }
         *(qd_log_level *)(base + s->off) = level;
         return true;
+    case CFG_BOOL:
+        return cfg_parse_bool(text, (bool *)(base + s->off), why, whylen);
+    case CFG_DURATION:
+        if (!cfg_parse_duration(text, s->min, s->max, &v, why, whylen)) return false;
+        *(int64_t *)(base + s->off) = v;
+        return true;
+    case CFG_CHOICE:
+        return apply_choice(s, text, (int *)(base + s->off), why, whylen);
     }
     return false;
 }
@@ -305,6 +382,7 @@ static bool scan_option(cfg_loader *L, argv_scan *a, int argc, char **argv, int 
         return false;
     }
     const char *value = eq ? eq + 1 : NULL;
+    if (!value && s->kind == CFG_BOOL) value = "true"; /* --insecure: never takes the next word */
     if (!value && *i + 1 < argc) value = argv[++*i];
     if (!value) {
         cfg_fail(L, "%s: missing value (%s %s)", s->flag, s->flag, s->arg);
@@ -351,10 +429,31 @@ static bool load_file(cfg_loader *L, const argv_scan *a)
     return cfg_load_file(L, path ? path : QD_DEFAULT_CONFIG, origin);
 }
 
+/* Settings that must agree with each other. */
+static bool check_together(cfg_loader *L)
+{
+    const qd_config *cfg = L->cfg;
+    char a[32], b[32];
+    if (!cfg->tls_cert != !cfg->tls_key)
+        cfg_fail(L, "--tls-cert and --tls-key go together ([tls] cert and key): %s is missing",
+                 cfg->tls_cert ? "the key" : "the certificate");
+    int64_t body = cfg->max_stats_body > cfg->max_json_body ? cfg->max_stats_body
+                                                             : cfg->max_json_body;
+    cfg_format_size(cfg->max_body_memory, a, sizeof a);
+    cfg_format_size(body, b, sizeof b);
+    if (!L->failed && cfg->max_body_memory < body)
+        cfg_fail(L,
+                 "max_body_memory (%s) is below the largest body held in memory "
+                 "(max_stats_body or max_json_body, %s): such a body could never be taken",
+                 a, b);
+    return !L->failed;
+}
+
 /* The database defaults to DATA_DIR/quantd.db. */
 static bool finish(cfg_loader *L)
 {
     qd_config *cfg = L->cfg;
+    if (!check_together(L)) return false;
     if (cfg->db_path) return true;
     size_t n = strlen(cfg->data_dir);
     bool slash = n > 0 && cfg->data_dir[n - 1] == '/';
@@ -369,6 +468,23 @@ static bool finish(cfg_loader *L)
 }
 
 /* ---- help, print, free ----------------------------------------------------------------------- */
+
+/* text indented by 6, words wrapped before column 80. */
+static void help_words(FILE *out, const char *text)
+{
+    size_t col = 0;
+    for (const char *p = text; *p;) {
+        size_t word = strcspn(p, " ");
+        if (col > 0 && col + 1 + word > 80) {
+            fputc('\n', out);
+            col = 0;
+        }
+        col += (size_t)fprintf(out, "%s%.*s", col == 0 ? "      " : " ", (int)word, p);
+        p += word;
+        p += strspn(p, " ");
+    }
+    fputc('\n', out);
+}
 
 static void print_help(FILE *out)
 {
@@ -386,10 +502,26 @@ static void print_help(FILE *out)
           out);
     for (size_t i = 0; i < cfg_n_settings; i++) {
         const cfg_setting *s = &cfg_settings[i];
-        fprintf(out, "  %s %s\n      %s\n", s->flag, s->arg, s->help);
-        fprintf(out, "      default %s", s->def ? s->def : s->def_help);
-        if (s->section) fprintf(out, "; file [%s] %s", s->section, s->key);
-        if (s->env) fprintf(out, "; env %s", s->env);
+        fprintf(out, "  %s%s%s\n", s->flag, s->arg[0] == '[' ? "" : " ", s->arg);
+        help_words(out, s->help);
+        char where[3][160];
+        int n = 0;
+        snprintf(where[n++], sizeof where[0], "default %s", s->def ? s->def : s->def_help);
+        if (s->section) snprintf(where[n++], sizeof where[0], "file [%s] %s", s->section, s->key);
+        if (s->env) snprintf(where[n++], sizeof where[0], "env %s", s->env);
+        size_t col = 6;
+        fputs("      ", out);
+        for (int k = 0; k < n; k++) { /* "; "-separated, a new line when the next would overflow */
+            if (k > 0 && col + 2 + strlen(where[k]) > 80) {
+                fputs(";\n      ", out);
+                col = 6;
+            } else if (k > 0) {
+                fputs("; ", out);
+                col += 2;
+            }
+            fputs(where[k], out);
+            col += strlen(where[k]);
+        }
         fputc('\n', out);
     }
     fputs("  -h, --help\n"
@@ -432,6 +564,16 @@ static void print_value(const qd_config *cfg, const cfg_setting *s, FILE *out)
     case CFG_LEVEL:
         fprintf(out, "%s = %s\n", s->key, qd_log_level_name(cfg->log_level));
         break;
+    case CFG_BOOL:
+        fprintf(out, "%s = %s\n", s->key, *(const bool *)(base + s->off) ? "true" : "false");
+        break;
+    case CFG_DURATION:
+        cfg_format_duration(*(const int64_t *)(base + s->off), buf, sizeof buf);
+        fprintf(out, "%s = %s\n", s->key, buf);
+        break;
+    case CFG_CHOICE:
+        fprintf(out, "%s = %s\n", s->key, s->choices[*(const int *)(base + s->off)]);
+        break;
     }
 }
 
@@ -458,6 +600,9 @@ void qd_config_free(qd_config *cfg)
     free(cfg->data_dir);
     free(cfg->db_path);
     free(cfg->port_file);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->tls_priorities);
     for (int i = 0; i < cfg->n_source_roots; i++) free(cfg->source_roots[i]);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -20,10 +20,21 @@ typedef enum qd_command {
     QD_CMD_CHECK_CONFIG /* quantd check-config: validate and print the effective settings */
 } qd_command;
 
+/* Who may read GET /metrics. */
+typedef enum qd_metrics_auth {
+    QD_METRICS_OPEN = 0, /* anyone (the default: a scraper needs no token) */
+    QD_METRICS_TOKEN = 1 /* any valid token, whatever its role */
+} qd_metrics_auth;
+
 typedef struct qd_config {
     char *config_path;      /* the INI file read, or NULL when none */
     char *listen_host;      /* "127.0.0.1" */
     int listen_port;        /* 8080; 0 = any free port (tests) */
+    bool insecure;          /* a non-loopback listen without tokens may start (warned hourly) */
+    int metrics_auth;       /* qd_metrics_auth, default open */
+    char *tls_cert;         /* PEM certificate chain (HTTPS when set; with tls_key), or NULL */
+    char *tls_key;          /* PEM private key, or NULL */
+    char *tls_priorities;   /* GnuTLS priority string */
     char *data_dir;         /* "./var" */
     char *db_path;          /* default: DATA_DIR/quantd.db */
     int workers;            /* concurrent jobs, default 1 */
@@ -33,7 +44,21 @@ typedef struct qd_config {
     int64_t max_json_body;  /* bytes, default 4 MiB (rule sets, job requests) */
     int64_t max_stats_body; /* bytes, default 64 MiB (statistics posts, JSON or safetensors) */
     int idle_timeout;       /* seconds a connection may stay idle, default 60 */
-    int max_attempts;       /* runs of a job interrupted by a crash before it fails, default 2 */
+    /* limits that hold under abuse (SECURITY.md) */
+    int max_connections;        /* open connections, default 1000 */
+    int max_conns_per_ip;       /* open connections from one address, default 128; 0 = none */
+    int header_timeout;         /* seconds for a request's line and headers, default 10 */
+    int body_timeout;           /* seconds of grace for a body before body_min_rate, default 20 */
+    int64_t body_min_rate;      /* bytes/s a body must average after the grace, default 1K */
+    int64_t max_body_memory;    /* bytes of request bodies held in memory at once, default 256M */
+    int64_t min_free_disk;      /* bytes the data directory keeps free, default 1G */
+    int max_queued_jobs;        /* queued jobs before 429, default 100; 0 = no cap */
+    int64_t stats_quota;        /* bytes of statistics sums per model, default 1G */
+    int64_t idempotency_window; /* seconds an Idempotency-Key is remembered, default 1 day */
+    int max_attempts;           /* runs of a job interrupted by a crash before it fails, default 2 */
+    int64_t job_retention;      /* seconds a finished job keeps its outputs, default 7 days; 0 =
+                                   forever */
+    int keep_outputs;           /* finished jobs that keep outputs, newest first; 0 = no cap */
     char *source_roots[QD_MAX_SOURCE_ROOTS]; /* absolute, resolved (realpath) */
     int n_source_roots;
     qd_log_level log_level; /* default info */

@@ -14,7 +14,7 @@
 
 #include "config_impl.h"
 
-#define MAX_SETTINGS 32
+#define MAX_SETTINGS 64
 
 typedef struct file_state {
     cfg_loader *L;
@@ -46,7 +46,7 @@ static void check_section(file_state *fs, const char *line)
     name[n] = '\0';
     if (!cfg_known_section(name)) {
         char detail[200];
-        snprintf(detail, sizeof detail, "[%s] (known: server, storage, jobs, log)", name);
+        snprintf(detail, sizeof detail, "[%s] (known: %s)", name, cfg_sections_text);
         fail_line(fs, "unknown section ", detail);
     }
 }
@@ -143,7 +143,7 @@ static FILE *open_config(cfg_loader *L, const char *path, const char *origin)
 
 bool cfg_load_file(cfg_loader *L, const char *path, const char *origin)
 {
-    _Static_assert(MAX_SETTINGS >= 16, "room for every setting");
+    _Static_assert(MAX_SETTINGS >= 40, "room for every setting");
     if (cfg_n_settings > MAX_SETTINGS) {
         cfg_fail(L, "internal: too many settings");
         return false;

@@ -17,8 +17,11 @@ typedef enum cfg_kind {
     CFG_SIZE,   /* int64_t bytes in [min, max], K/M/G/T suffixes */
     CFG_LISTEN, /* listen_host + listen_port */
     CFG_PATH,   /* char *, non-empty, no control characters */
-    CFG_ROOTS,  /* source_roots[]: existing directories, stored as realpath() */
-    CFG_LEVEL   /* qd_log_level */
+    CFG_ROOTS,    /* source_roots[]: existing directories, stored as realpath() */
+    CFG_LEVEL,    /* qd_log_level */
+    CFG_BOOL,     /* bool: true/false, yes/no, on/off, 1/0; a bare flag means true */
+    CFG_DURATION, /* int64_t seconds in [min, max]; s, m, h, d suffixes */
+    CFG_CHOICE    /* int: the index of the value in choices[] */
 } cfg_kind;
 
 /* One row per setting: where it can be set, how it is checked, and its --help text. */
@@ -34,6 +37,7 @@ typedef struct cfg_setting {
     const char *def;      /* default as text, applied like any value; NULL: none */
     const char *def_help; /* --help's default when def is NULL */
     const char *help;
+    const char *const *choices; /* CFG_CHOICE: the accepted words, NULL-terminated */
 } cfg_setting;
 
 extern const cfg_setting cfg_settings[];
@@ -58,6 +62,8 @@ void cfg_fail(cfg_loader *L, const char *fmt, ...) __attribute__((format(printf,
  * (a list from a lower layer is dropped first). */
 bool cfg_apply(cfg_loader *L, const cfg_setting *s, const char *text, char *why, size_t whylen);
 const cfg_setting *cfg_find_key(const char *section, const char *key);
+/* The INI sections, for messages: "server, tls, ...". */
+extern const char cfg_sections_text[];
 bool cfg_known_section(const char *section);
 /* Reads the INI file at path into L->cfg. origin names the source of the path in messages
  * ("--config", "QUANTD_CONFIG"); NULL means the default file, which may be missing. */
@@ -69,6 +75,12 @@ bool cfg_parse_size(const char *s, int64_t min, int64_t max, int64_t *out, char 
                     size_t whylen);
 /* The shortest exact form: "16G", "1536", "0". */
 void cfg_format_size(int64_t v, char *buf, size_t len);
+bool cfg_parse_bool(const char *s, bool *out, char *why, size_t whylen);
+/* "90", "90s", "15m", "24h", "7d" (seconds, minutes, hours, days) within [min, max] seconds. */
+bool cfg_parse_duration(const char *s, int64_t min, int64_t max, int64_t *out, char *why,
+                        size_t whylen);
+/* The shortest exact form: "7d", "90m", "45", "0". */
+void cfg_format_duration(int64_t seconds, char *buf, size_t len);
 /* "HOST:PORT" or "[IPv6]:PORT"; *host is malloc'd (without brackets). */
 bool cfg_parse_listen(const char *s, char **host, int *port, char *why, size_t whylen);
 void cfg_format_listen(const char *host, int port, char *buf, size_t len);

@@ -1,5 +1,6 @@
 /* config_value.c -- parsers of single setting values: integers in a range, sizes with binary
- * suffixes (K, M, G, T), listen addresses ("HOST:PORT", "[IPv6]:PORT"), and their printed forms.
+ * suffixes (K, M, G, T), durations (s, m, h, d), booleans, listen addresses ("HOST:PORT",
+ * "[IPv6]:PORT"), and their printed forms.
  * Pure functions: no I/O, no globals.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -105,6 +106,65 @@ void cfg_format_size(int64_t v, char *buf, size_t len)
         }
     }
     snprintf(buf, len, "%" PRId64, v);
+}
+
+bool cfg_parse_bool(const char *s, bool *out, char *why, size_t whylen)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
+                                                                                 "off", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(s, yes[i]) == 0) return *out = true, true;
+        if (strcmp(s, no[i]) == 0) return *out = false, true;
+    }
+    snprintf(why, whylen, "must be true or false (yes/no, on/off, 1/0), got '%s'", s);
+    return false;
+}
+
+/* Seconds per duration suffix, longest unit first (cfg_format_duration's order). */
+static const struct {
+    char suffix;
+    int64_t seconds;
+} duration_units[] = {{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}};
+
+bool cfg_parse_duration(const char *s, int64_t min, int64_t max, int64_t *out, char *why,
+                        size_t whylen)
+{
+    char lo[32], hi[32];
+    cfg_format_duration(min, lo, sizeof lo);
+    cfg_format_duration(max, hi, sizeof hi);
+    int64_t v, unit = 0;
+    const char *end;
+    bool overflow;
+    if (digits(s, &v, &end, &overflow)) {
+        if (*end == '\0') unit = 1;
+        for (size_t i = 0; !unit && i < sizeof duration_units / sizeof duration_units[0]; i++)
+            if (end[0] == duration_units[i].suffix && end[1] == '\0')
+                unit = duration_units[i].seconds;
+    }
+    if (unit == 0) {
+        snprintf(why, whylen,
+                 "must be a duration like 30, 90s, 15m, 24h or 7d (seconds when bare), got '%s'",
+                 s);
+        return false;
+    }
+    if (overflow || v > INT64_MAX / unit || v * unit < min || v * unit > max) {
+        snprintf(why, whylen, "must be %s..%s, got %s", lo, hi, s);
+        return false;
+    }
+    *out = v * unit;
+    return true;
+}
+
+void cfg_format_duration(int64_t seconds, char *buf, size_t len)
+{
+    for (size_t i = 0; seconds != 0 && i + 1 < sizeof duration_units / sizeof duration_units[0];
+         i++)
+        if (seconds % duration_units[i].seconds == 0) {
+            snprintf(buf, len, "%" PRId64 "%c", seconds / duration_units[i].seconds,
+                     duration_units[i].suffix);
+            return;
+        }
+    snprintf(buf, len, "%" PRId64, seconds);
 }
 
 /* A host name ("localhost", "db.example") or a dotted IPv4 address. */

@@ -29,9 +29,14 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static const char *quantd_bin(void)
+{
+    return getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd";
+}
+
 static void spawn(qdp *d, const char *const *extra)
 {
-    const char *bin = getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd";
+    const char *bin = quantd_bin();
     char *port_file = qdt_join(d->root, "port"), *log = qdt_join(d->root, "quantd.log");
     unlink(port_file);
     const char *argv[48] = {bin,           "--config",    "/dev/null", "--listen",
@@ -62,7 +67,8 @@ static void spawn(qdp *d, const char *const *extra)
         if (d->port == 0) sleep_ms(20);
     }
     ck_assert_msg(d->port > 0, "quantd did not listen within 20 s; see %s", log);
-    snprintf(d->base, sizeof d->base, "http://127.0.0.1:%d", d->port);
+    snprintf(d->base, sizeof d->base, "%s://127.0.0.1:%d", d->ca_file ? "https" : "http",
+             d->port);
     free(port_file);
     free(log);
 }
@@ -72,6 +78,15 @@ void qdp_start(qdp *d, const char *const *extra)
     memset(d, 0, sizeof *d);
     d->root = qdt_tmpdir();
     d->data_dir = qdt_join(d->root, "var");
+    spawn(d, extra);
+}
+
+void qdp_start_tls(qdp *d, const char *const *extra, const char *ca_file)
+{
+    memset(d, 0, sizeof *d);
+    d->root = qdt_tmpdir();
+    d->data_dir = qdt_join(d->root, "var");
+    d->ca_file = ca_file;
     spawn(d, extra);
 }
 
@@ -122,8 +137,53 @@ static size_t collect(char *ptr, size_t size, size_t n, void *user)
     return k;
 }
 
-static qdp_resp perform(CURL *c, struct curl_slist *hdrs)
+static char *slurp(const char *path)
 {
+    FILE *f = fopen(path, "rb");
+    sink s = {calloc(1, 1), 0};
+    ck_assert_ptr_nonnull(s.p);
+    char buf[4096];
+    size_t n;
+    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) collect(buf, 1, n, &s);
+    if (f) fclose(f);
+    return s.p;
+}
+
+int qdp_run(qdp *d, char **out, char **errout, const char *const *args)
+{
+    char *o = qdt_join(d->root, "run.out"), *e = qdt_join(d->root, "run.err");
+    const char *argv[40] = {quantd_bin()};
+    int n = 1;
+    for (int i = 0; args && args[i] && n < 35; i++) argv[n++] = args[i];
+    const char *tail[] = {"--config", "/dev/null", "--data-dir", d->data_dir, NULL};
+    for (int i = 0; tail[i]; i++) argv[n++] = tail[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr)) _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (out) *out = slurp(o);
+    if (errout) *errout = slurp(e);
+    unlink(o);
+    unlink(e);
+    free(o);
+    free(e);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static qdp_resp perform(qdp *d, CURL *c, struct curl_slist *hdrs)
+{
+    if (d->token) {
+        char auth[512];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", d->token);
+        hdrs = curl_slist_append(hdrs, auth);
+    }
+    if (d->ca_file) curl_easy_setopt(c, CURLOPT_CAINFO, d->ca_file);
     sink body = {calloc(1, 1), 0}, head = {calloc(1, 1), 0};
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
@@ -175,7 +235,7 @@ qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *conte
     } else if (strcmp(method, "HEAD") == 0) {
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     }
-    return perform(c, h);
+    return perform(d, c, h);
 }
 
 qdp_resp qdp_req_headers(qdp *d, const char *method, const char *path, const char *h1,
@@ -184,7 +244,7 @@ qdp_resp qdp_req_headers(qdp *d, const char *method, const char *path, const cha
     CURL *c = open_url(d, method, path);
     struct curl_slist *h = curl_slist_append(NULL, h1);
     h = curl_slist_append(h, h2);
-    return perform(c, h);
+    return perform(d, c, h);
 }
 
 qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file)
@@ -205,7 +265,7 @@ qdp_resp qdp_upload_mode(qdp *d, const char *path_and_query, const char *file, b
     if (!chunked) curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
     h = curl_slist_append(h, "Expect:");
-    qdp_resp r = perform(c, h);
+    qdp_resp r = perform(d, c, h);
     fclose(f);
     return r;
 }

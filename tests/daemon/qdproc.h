@@ -16,12 +16,17 @@ typedef struct qdp {
     char *data_dir; /* root/var */
     pid_t pid;
     int port;
-    char base[64]; /* http://127.0.0.1:PORT */
+    char base[64];       /* http://127.0.0.1:PORT, or https:// (qdp_start_tls) */
+    const char *token;   /* when set, requests carry "Authorization: Bearer TOKEN" (borrowed) */
+    const char *ca_file; /* HTTPS: the PEM certificate curl trusts (borrowed), else NULL */
 } qdp;
 
 /* Starts quantd with the given extra arguments (NULL-terminated, may be NULL) in a fresh
  * temporary root; fails the test if it does not listen within 20 s. */
 void qdp_start(qdp *d, const char *const *extra);
+/* The same over HTTPS: extra must hold --tls-cert/--tls-key; curl trusts ca_file (kept by the
+ * caller) and checks the name 127.0.0.1 against it. */
+void qdp_start_tls(qdp *d, const char *const *extra, const char *ca_file);
 /* Starts it again on the same data directory (after qdp_kill/qdp_stop). */
 void qdp_restart(qdp *d, const char *const *extra);
 /* Sends sig and waits; returns the exit status (or 128 + signal). */
@@ -43,6 +48,10 @@ qdp_resp qdp_req(qdp *d, const char *method, const char *path, const char *conte
 /* A bodiless request with two extra headers ("Name: value"). */
 qdp_resp qdp_req_headers(qdp *d, const char *method, const char *path, const char *h1,
                          const char *h2);
+/* Runs `quantd ARGS...` (a subcommand such as "token", "create", ...) on d's data directory and
+ * waits for it; stdout (malloc'd, NUL-terminated) to *out when out is not NULL, stderr to
+ * *errout likewise. Returns the exit status. */
+int qdp_run(qdp *d, char **out, char **errout, const char *const *args);
 /* POST of a file's bytes as application/octet-stream. */
 qdp_resp qdp_upload(qdp *d, const char *path_and_query, const char *file);
 /* The same; chunked: no Content-Length (Transfer-Encoding: chunked), so limits apply mid-way. */

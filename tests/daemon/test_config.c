@@ -408,9 +408,9 @@ START_TEST(test_unknown_names)
     expect_file_error("listen = 1.2.3.4:5\n",
                       "1: key 'listen' outside a section (it belongs in [server])");
     expect_file_error("[server]\n[database]\npath = x\n",
-                      "2: unknown section [database] (known: server, storage, jobs, log)");
+                      "2: unknown section [database] (known: server, tls, limits, storage, jobs, stats, log)");
     expect_file_error("[Server]\n",
-                      "1: unknown section [Server] (known: server, storage, jobs, log)");
+                      "1: unknown section [Server] (known: server, tls, limits, storage, jobs, stats, log)");
     expect_file_error("[jobs]\nworkers = 2\njunk\n[log]\nlevel = bogus\n",
                       "3: cannot parse (expected [section] or key = value)");
     expect_file_error("[jobs]\nworkers = 0\njunk\n", "2: workers: must be 1..256, got 0");
@@ -805,6 +805,18 @@ static void round_trip(const char *const *args)
     for (int i = 0; i < a->n_source_roots; i++)
         ck_assert_str_eq(a->source_roots[i], b->source_roots[i]);
     ck_assert_int_eq(a->log_level, b->log_level);
+    ck_assert_int_eq(a->insecure, b->insecure);
+    ck_assert_int_eq(a->metrics_auth, b->metrics_auth);
+    ck_assert_str_eq(a->tls_priorities, b->tls_priorities);
+    ck_assert(!a->tls_cert == !b->tls_cert && !a->tls_key == !b->tls_key);
+    if (a->tls_cert) ck_assert_str_eq(a->tls_cert, b->tls_cert);
+    ck_assert(a->max_body_memory == b->max_body_memory);
+    ck_assert(a->body_min_rate == b->body_min_rate);
+    ck_assert(a->job_retention == b->job_retention);
+    ck_assert(a->idempotency_window == b->idempotency_window);
+    ck_assert_int_eq(a->header_timeout, b->header_timeout);
+    ck_assert_int_eq(a->keep_outputs, b->keep_outputs);
+    ck_assert_int_eq(a->max_conns_per_ip, b->max_conns_per_ip);
     done(&r1);
     done(&r2);
     free(printed);
@@ -826,6 +838,27 @@ START_TEST(test_round_trip)
                                 "3K",
                                 "--max-stats-body",
                                 "3G",
+                                "--max-body-memory",
+                                "3G",
+                                "--insecure",
+                                "--metrics-auth",
+                                "token",
+                                "--tls-cert",
+                                "/etc/q/cert.pem",
+                                "--tls-key",
+                                "/etc/q/key.pem",
+                                "--header-timeout",
+                                "3",
+                                "--body-min-rate",
+                                "1M",
+                                "--job-retention",
+                                "36h",
+                                "--keep-outputs",
+                                "7",
+                                "--idempotency-window",
+                                "90m",
+                                "--max-connections-per-ip",
+                                "0",
                                 "--data-dir",
                                 "/srv/q data",
                                 "--workers",
@@ -858,11 +891,28 @@ START_TEST(test_round_trip)
     ck_assert_int_eq(strncmp(printed, head, strlen(head)), 0);
     ck_assert_str_eq(printed + strlen(head), "[server]\n"
                                              "listen = 127.0.0.1:8080\n"
+                                             "insecure = false\n"
+                                             "metrics_auth = open\n"
                                              "http_threads = 4\n"
                                              "idle_timeout = 60\n"
                                              "max_upload = 1536\n"
                                              "max_json_body = 2M\n"
                                              "max_stats_body = 64M\n"
+                                             "\n"
+                                             "[tls]\n"
+                                             "priorities = NORMAL:-VERS-ALL:+VERS-TLS1.3:"
+                                             "+VERS-TLS1.2\n"
+                                             "\n"
+                                             "[limits]\n"
+                                             "max_connections = 1000\n"
+                                             "max_connections_per_ip = 128\n"
+                                             "header_timeout = 10\n"
+                                             "body_timeout = 20\n"
+                                             "body_min_rate = 1K\n"
+                                             "max_body_memory = 256M\n"
+                                             "min_free_disk = 1G\n"
+                                             "max_queued_jobs = 100\n"
+                                             "stats_quota = 1G\n"
                                              "\n"
                                              "[storage]\n"
                                              "data_dir = ./var\n"
@@ -872,7 +922,12 @@ START_TEST(test_round_trip)
                                              "workers = 1\n"
                                              "quant_threads = 0\n"
                                              "max_attempts = 2\n"
+                                             "retention = 7d\n"
+                                             "keep_outputs = 0\n"
                                              "source_root = /\n"
+                                             "\n"
+                                             "[stats]\n"
+                                             "idempotency_window = 1d\n"
                                              "\n"
                                              "[log]\n"
                                              "level = info\n");

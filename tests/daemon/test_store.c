@@ -172,7 +172,7 @@ START_TEST(test_schema_fresh)
     expect_text(db,
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                 "WHERE type = 'table' ORDER BY name)",
-                "jobs,outputs,reports,rulesets,sqlite_sequence,stat_models,stats");
+                "jobs,outputs,reports,rulesets,sqlite_sequence,stat_models,stats,tokens");
     expect_columns(db, "rulesets",
                    "name TEXT 1 1,body TEXT 1 0,created_ms INTEGER 1 0,updated_ms INTEGER 1 0");
     expect_columns(db, "jobs",
@@ -180,7 +180,7 @@ START_TEST(test_schema_fresh)
                    "source_kind TEXT 1 0,source_path TEXT 1 0,stats_model TEXT 0 0,"
                    "created_ms INTEGER 1 0,started_ms INTEGER 0 0,finished_ms INTEGER 0 0,"
                    "tensors_done INTEGER 1 0,tensors_total INTEGER 1 0,bytes_done INTEGER 1 0,"
-                   "bytes_total INTEGER 1 0,error TEXT 0 0,attempts INTEGER 1 0");
+                   "bytes_total INTEGER 1 0,error TEXT 0 0,attempts INTEGER 1 0,outputs_removed_ms INTEGER 0 0");
     expect_columns(db, "outputs",
                    "job_id INTEGER 1 1,name TEXT 1 2,bytes INTEGER 1 0,sha256 TEXT 1 0");
     expect_columns(db, "reports", "job_id INTEGER 0 1,body TEXT 1 0");
@@ -188,7 +188,8 @@ START_TEST(test_schema_fresh)
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                 "WHERE type = 'index' ORDER BY name)",
                 "jobs_state_id,sqlite_autoindex_outputs_1,sqlite_autoindex_rulesets_1,"
-                "sqlite_autoindex_stat_models_1,sqlite_autoindex_stats_1");
+                "sqlite_autoindex_stat_models_1,sqlite_autoindex_stats_1,"
+                "sqlite_autoindex_tokens_1,sqlite_autoindex_tokens_2");
     expect_text(
         db,
         "SELECT group_concat(name) FROM (SELECT name FROM pragma_index_info('jobs_state_id') "
