@@ -46,13 +46,11 @@ static bool query_merge(qd_req *r, bool *merge)
     return false;
 }
 
-/* The body, by its Content-Type, into post. Replies 400/415 (or 500) on failure. */
-static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
+/* The Content-Type fits the mode; replies 415 otherwise. */
+static bool type_ok(qd_req *r, bool merge)
 {
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     bool binary = has_type(r, "application/octet-stream");
-    qd_err err;
-    qd_status st;
     if (binary && merge) {
         qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "mode",
                        "mode=merge takes a JSON quant_stats dump, not application/octet-stream");
@@ -65,6 +63,16 @@ static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
                        ct);
         return false;
     }
+    return true;
+}
+
+/* The body, by its Content-Type (type_ok has passed), into post. Replies 400 (or 500) on
+ * failure. */
+static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
+{
+    bool binary = has_type(r, "application/octet-stream");
+    qd_err err;
+    qd_status st;
     if (binary)
         st = qd_stats_parse_safetensors(r->body, r->body_len, post, &err);
     else
@@ -120,13 +128,23 @@ static bool set_step(qd_stat_post *post, int64_t query_step)
     return true;
 }
 
+/* POST /v1/models/{model}/stats, before the body: the model name, the query and the
+ * Content-Type are checked first, so a post that can only fail does not cost its body. */
+enum MHD_Result qd_h_stats_precheck(qd_req *r)
+{
+    bool merge;
+    int64_t step;
+    if (qd_model_param(r) && query_merge(r, &merge) && query_step(r, &step)) type_ok(r, merge);
+    return MHD_YES;
+}
+
 /* POST /v1/models/{model}/stats[?mode=merge][&step=N]: parsed and checked on the HTTP thread,
- * stored from a waiter thread (the connection suspended until the commit). */
+ * stored from a waiter thread (the connection suspended until the commit). The precheck has
+ * passed. */
 enum MHD_Result qd_h_stats_post(qd_req *r)
 {
     if (r->deferred) return reply_posted(r, r->defer_arg);
-    const char *model = qd_model_param(r);
-    if (!model) return MHD_YES;
+    const char *model = r->params[0];
     bool merge;
     int64_t step;
     if (!query_merge(r, &merge) || !query_step(r, &step)) return MHD_YES;

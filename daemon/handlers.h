@@ -27,6 +27,7 @@ enum MHD_Result qd_h_job_report(qd_req *r);
 enum MHD_Result qd_h_model_list(qd_req *r);
 enum MHD_Result qd_h_model_put(qd_req *r);
 enum MHD_Result qd_h_model_get(qd_req *r);
+enum MHD_Result qd_h_stats_precheck(qd_req *r);
 enum MHD_Result qd_h_stats_post(qd_req *r);
 enum MHD_Result qd_h_stats_get(qd_req *r);
 enum MHD_Result qd_h_stats_delete(qd_req *r);

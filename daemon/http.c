@@ -211,7 +211,10 @@ static enum MHD_Result first_call(qd_req *r)
 {
     bool path_known;
     r->route = qd_route_match(r->method, r->url, r, &path_known);
-    if (r->route) return body_begin(r);
+    if (r->route) {
+        enum MHD_Result ret = r->route->precheck ? r->route->precheck(r) : MHD_YES;
+        return ret == MHD_YES && !r->replied ? body_begin(r) : ret;
+    }
     if (!path_known)
         return qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no route for %s", r->url);
     char allow[64];

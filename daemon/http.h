@@ -69,6 +69,12 @@ enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body);
 /* {"error":{"code":code,"message":...,"field":field or null}} */
 enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,
                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* A limit was hit: {"error":{"code":code,"message":...,"field":null,"limit":limit}} where limit
+ * names the configuration key (SECURITY.md lists them); Retry-After: retry_after seconds when
+ * it is not 0 (503, 429). */
+enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, const char *limit,
+                               unsigned retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 /* The error from a store call: 404 not_found, 409 conflict, else 500. */
 enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err);
 /* A finished response (headers added by the caller), queued with status. Destroys it. */

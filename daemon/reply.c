@@ -60,6 +60,24 @@ enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, con
     return qd_reply_json(r, status, e);
 }
 
+enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, const char *limit,
+                               unsigned retry_after, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "code", code, "message", msg, "field",
+                          "limit", limit);
+    char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    char after[16];
+    snprintf(after, sizeof after, "%u", retry_after);
+    return qd_reply_text(r, status, text, "application/json",
+                         retry_after ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, after);
+}
+
 enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err)
 {
     switch (st) {

@@ -26,6 +26,10 @@ struct qd_route {
     qd_handler handler;
     qd_body_kind body;
     const char *name; /* the metrics label: the pattern */
+    /* Called once the headers are in, before any of the body is read (may be NULL): checks what
+     * the URL and headers tell (query arguments, Content-Type, names that must exist) and
+     * replies to refuse the request, so a bad request never costs its body. */
+    qd_handler precheck;
 };
 
 extern const qd_route qd_routes[];
