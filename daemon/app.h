@@ -7,6 +7,8 @@
 #define QD_APP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "metrics.h"
@@ -14,13 +16,20 @@
 #include "store.h"
 
 typedef struct qd_jobs qd_jobs;
+typedef struct qd_tokens qd_tokens;
+typedef struct qd_janitor qd_janitor;
 
 typedef struct qd_app {
     const qd_config *cfg;
     qd_store *store;
     qd_jobs *jobs;
     qd_metrics *metrics;
-    qd_stats *stats;   /* calibration statistics: their own connections and writer thread */
+    qd_stats *stats;     /* calibration statistics: their own connections and writer thread */
+    qd_tokens *tokens;   /* access tokens: their own connection */
+    qd_janitor *janitor; /* housekeeping: retention, the insecure warning */
+    /* no token needed while none exists: the server listens on loopback only, or --insecure */
+    bool open_without_tokens;
+    _Atomic uint64_t body_bytes; /* request bodies held in memory now (req_limits.c) */
     char *uploads_dir; /* DATA/uploads: validated shards waiting for (or used by) their job */
     char *jobs_dir;    /* DATA/jobs/ID/output: a job's published outputs */
     char *tmp_dir;     /* DATA/tmp: uploads while they stream in */

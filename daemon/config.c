@@ -222,8 +222,8 @@ static bool apply_choice(const cfg_setting *s, const char *text, int *field, cha
         }
     size_t at = (size_t)snprintf(why, whylen, "must be");
     for (int i = 0; s->choices[i] && at < whylen; i++)
-        at += (size_t)snprintf(why + at, whylen - at, "%s %s", i ? (s->choices[i + 1] ? "," : " or") : "",
-                               s->choices[i]);
+        at += (size_t)snprintf(why + at, whylen - at, "%s %s",
+                               i ? (s->choices[i + 1] ? "," : " or") : "", s->choices[i]);
     if (at < whylen) snprintf(why + at, whylen - at, ", got '%s'", text);
     return false;
 }
@@ -437,8 +437,8 @@ static bool check_together(cfg_loader *L)
     if (!cfg->tls_cert != !cfg->tls_key)
         cfg_fail(L, "--tls-cert and --tls-key go together ([tls] cert and key): %s is missing",
                  cfg->tls_cert ? "the key" : "the certificate");
-    int64_t body = cfg->max_stats_body > cfg->max_json_body ? cfg->max_stats_body
-                                                             : cfg->max_json_body;
+    int64_t body =
+        cfg->max_stats_body > cfg->max_json_body ? cfg->max_stats_body : cfg->max_json_body;
     cfg_format_size(cfg->max_body_memory, a, sizeof a);
     cfg_format_size(body, b, sizeof b);
     if (!L->failed && cfg->max_body_memory < body)
@@ -590,6 +590,20 @@ void qd_config_print(const qd_config *cfg, FILE *out)
         section = s->section;
         print_value(cfg, s, out);
     }
+}
+
+void qd_config_size_text(int64_t bytes, char *buf, size_t len)
+{
+    cfg_format_size(bytes, buf, len);
+}
+
+int qd_config_flag_arity(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const cfg_setting *s = strncmp(arg, "--", 2) == 0 ? find_flag(arg, len) : NULL;
+    if (!s) return -1;
+    return eq || s->kind == CFG_BOOL ? 0 : 1;
 }
 
 void qd_config_free(qd_config *cfg)

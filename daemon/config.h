@@ -55,10 +55,10 @@ typedef struct qd_config {
     int max_queued_jobs;        /* queued jobs before 429, default 100; 0 = no cap */
     int64_t stats_quota;        /* bytes of statistics sums per model, default 1G */
     int64_t idempotency_window; /* seconds an Idempotency-Key is remembered, default 1 day */
-    int max_attempts;           /* runs of a job interrupted by a crash before it fails, default 2 */
-    int64_t job_retention;      /* seconds a finished job keeps its outputs, default 7 days; 0 =
-                                   forever */
-    int keep_outputs;           /* finished jobs that keep outputs, newest first; 0 = no cap */
+    int max_attempts;      /* runs of a job interrupted by a crash before it fails, default 2 */
+    int64_t job_retention; /* seconds a finished job keeps its outputs, default 7 days; 0 =
+                              forever */
+    int keep_outputs;      /* finished jobs that keep outputs, newest first; 0 = no cap */
     char *source_roots[QD_MAX_SOURCE_ROOTS]; /* absolute, resolved (realpath) */
     int n_source_roots;
     qd_log_level log_level; /* default info */
@@ -74,5 +74,11 @@ bool qd_config_load(qd_config *cfg, int argc, char **argv, qd_command *cmd, bool
 /* Writes the effective settings in INI form (check-config). */
 void qd_config_print(const qd_config *cfg, FILE *out);
 void qd_config_free(qd_config *cfg);
+/* A byte count as the settings write it: "16G", "1536". */
+void qd_config_size_text(int64_t bytes, char *buf, size_t len);
+/* How a command-line argument of the settings consumes argv (for commands that take options of
+ * their own beside the settings'): 1 when it is a setting's flag taking the next argument as its
+ * value, 0 when it is a whole setting (--flag=value, a bare --insecure), -1 when not a setting. */
+int qd_config_flag_arity(const char *arg);
 
 #endif /* QD_CONFIG_H */

@@ -13,10 +13,10 @@
 #include "config.h"
 
 typedef enum cfg_kind {
-    CFG_INT,    /* int in [min, max] */
-    CFG_SIZE,   /* int64_t bytes in [min, max], K/M/G/T suffixes */
-    CFG_LISTEN, /* listen_host + listen_port */
-    CFG_PATH,   /* char *, non-empty, no control characters */
+    CFG_INT,      /* int in [min, max] */
+    CFG_SIZE,     /* int64_t bytes in [min, max], K/M/G/T suffixes */
+    CFG_LISTEN,   /* listen_host + listen_port */
+    CFG_PATH,     /* char *, non-empty, no control characters */
     CFG_ROOTS,    /* source_roots[]: existing directories, stored as realpath() */
     CFG_LEVEL,    /* qd_log_level */
     CFG_BOOL,     /* bool: true/false, yes/no, on/off, 1/0; a bare flag means true */

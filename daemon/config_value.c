@@ -111,7 +111,7 @@ void cfg_format_size(int64_t v, char *buf, size_t len)
 bool cfg_parse_bool(const char *s, bool *out, char *why, size_t whylen)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
-                                                                                 "off", "0"};
+                                                                                "off", "0"};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
         if (strcmp(s, yes[i]) == 0) return *out = true, true;
         if (strcmp(s, no[i]) == 0) return *out = false, true;

@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include "handlers.h"
+#include "timefmt.h"
 
-/* The job, which must have succeeded; replies 404/409 otherwise. */
-static bool succeeded_job(qd_req *r, int64_t *id)
+/* The job, which must have succeeded (and, for its files, still have them); replies 404, 409
+ * or 410 otherwise. */
+static bool succeeded_job(qd_req *r, int64_t *id, bool files)
 {
     char *end;
     errno = 0;
@@ -33,11 +35,17 @@ static bool succeeded_job(qd_req *r, int64_t *id)
         qd_reply_store_error(r, st, &err);
         return false;
     }
-    bool ok = j.state == QD_JOB_SUCCEEDED;
-    if (!ok)
+    bool ok = j.state == QD_JOB_SUCCEEDED && !(files && j.outputs_removed_ms);
+    char when[QD_TIME_LEN];
+    if (j.state != QD_JOB_SUCCEEDED)
         qd_reply_error(r, MHD_HTTP_CONFLICT, "not_ready", NULL,
                        "job %lld is %s; its outputs exist once it has succeeded", v,
                        qd_job_state_name(j.state));
+    else if (!ok)
+        qd_reply_limit(r, MHD_HTTP_GONE, "outputs_removed", "retention", 0,
+                       "the outputs of job %lld were removed at %s by retention ([jobs] "
+                       "retention and keep_outputs); its report and output hashes remain",
+                       v, qd_iso8601(j.outputs_removed_ms, when));
     qd_job_clear(&j);
     *id = v;
     return ok;
@@ -121,7 +129,7 @@ static enum MHD_Result serve_file(qd_req *r, const char *path, const qd_output *
 static enum MHD_Result serve_output(qd_req *r, const char *name)
 {
     int64_t id;
-    if (!succeeded_job(r, &id)) return MHD_YES;
+    if (!succeeded_job(r, &id, true)) return MHD_YES;
     qd_output *o = NULL;
     size_t n = 0, hit = SIZE_MAX, shards = 0;
     qd_err err;
@@ -165,7 +173,7 @@ enum MHD_Result qd_h_job_output_named(qd_req *r)
 enum MHD_Result qd_h_job_report(qd_req *r)
 {
     int64_t id;
-    if (!succeeded_job(r, &id)) return MHD_YES;
+    if (!succeeded_job(r, &id, false)) return MHD_YES;
     char *text = NULL;
     qd_err err;
     qd_status st = qd_store_job_report(r->app->store, id, &text, &err);

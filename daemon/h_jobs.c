@@ -17,6 +17,7 @@
 #include "fsutil.h"
 #include "handlers.h"
 #include "jobs.h"
+#include "req_limits.h"
 #include "quant_pipeline.h"
 #include "quant_st.h"
 #include "stats.h"
@@ -68,8 +69,10 @@ json_t *qd_job_json(qd_app *app, const qd_job *j)
         (json_int_t)j->bytes_total, "created_at", time_or_null(j->created_ms), "started_at",
         time_or_null(j->started_ms), "finished_at", time_or_null(j->finished_ms), "error",
         str_or_null(j->error), "attempts", j->attempts);
-    if (out && j->state == QD_JOB_SUCCEEDED)
+    if (out && j->state == QD_JOB_SUCCEEDED) {
         json_object_set_new(out, "outputs", outputs_json(app, j->id));
+        json_object_set_new(out, "outputs_removed_at", time_or_null(j->outputs_removed_ms));
+    }
     return out;
 }
 
@@ -215,6 +218,48 @@ static enum MHD_Result create_from_upload(qd_req *r)
     free(rules);
     free(path);
     return ret;
+}
+
+/* ---- limits checked before a job's body is read -----------------------------------------------
+ */
+
+/* Replies 429 when max_queued_jobs jobs wait already. */
+static bool queue_has_room(qd_req *r)
+{
+    int cap = r->app->cfg->max_queued_jobs;
+    int64_t counts[QD_JOB_STATE_COUNT];
+    qd_err err;
+    if (cap == 0) return true;
+    if (qd_store_job_counts(r->app->store, counts, &err) != QD_OK) {
+        qd_reply_store_error(r, QD_DB, &err);
+        return false;
+    }
+    if (counts[QD_JOB_QUEUED] < cap) return true;
+    qd_reply_limit(r, MHD_HTTP_TOO_MANY_REQUESTS, "queue_full", "max_queued_jobs", 30,
+                   "%lld jobs are queued, the most this server takes (max_queued_jobs = %d); "
+                   "retry once some have run",
+                   (long long)counts[QD_JOB_QUEUED], cap);
+    return false;
+}
+
+/* POST /v1/jobs, before the body: what the query (an upload) or the headers already tell --
+ * layout, stats_model and rule set (an upload names them in the query), the queue's room and
+ * the data directory's -- so a job that cannot be accepted never costs its body. */
+enum MHD_Result qd_h_job_precheck(qd_req *r)
+{
+    const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    bool upload = ct && strncmp(ct, "application/octet-stream", 24) == 0;
+    if (!queue_has_room(r)) return MHD_YES;
+    if (!upload) return qd_limit_disk(r, 0), MHD_YES; /* JSON: a path job, checked whole later */
+    const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
+    if (!layout_ok(r, layout) || !stats_model_ok(r, qd_req_query(r, "stats_model"))) return MHD_YES;
+    char *rules = job_rules(r, qd_req_query(r, "ruleset"), NULL);
+    free(rules);
+    if (!rules) return r->replied ? MHD_YES : MHD_NO;
+    const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    qd_limit_disk(r, n);
+    return MHD_YES;
 }
 
 static const char *const job_fields[] = {"ruleset", "rules",       "source",

@@ -1,11 +1,13 @@
 /* handlers.h -- one function per route; each resource's handlers live in their own file
- * (h_health.c, h_rulesets.c, h_jobs.c, h_job_files.c, h_models.c, h_stats.c, h_scales.c).
+ * (h_health.c, h_rulesets.c, h_jobs.c, h_job_files.c, h_models.c, h_stats.c, h_scales.c,
+ * h_tokens.c).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_HANDLERS_H
 #define QD_HANDLERS_H
 
 #include "http.h"
+#include "tokens.h"
 
 enum MHD_Result qd_h_healthz(qd_req *r);
 enum MHD_Result qd_h_readyz(qd_req *r);
@@ -16,6 +18,7 @@ enum MHD_Result qd_h_ruleset_get(qd_req *r);
 enum MHD_Result qd_h_ruleset_list(qd_req *r);
 enum MHD_Result qd_h_ruleset_delete(qd_req *r);
 
+enum MHD_Result qd_h_job_precheck(qd_req *r);
 enum MHD_Result qd_h_job_create(qd_req *r);
 enum MHD_Result qd_h_job_list(qd_req *r);
 enum MHD_Result qd_h_job_get(qd_req *r);
@@ -33,9 +36,17 @@ enum MHD_Result qd_h_stats_get(qd_req *r);
 enum MHD_Result qd_h_stats_delete(qd_req *r);
 enum MHD_Result qd_h_scales_get(qd_req *r);
 
+enum MHD_Result qd_h_token_list(qd_req *r);
+enum MHD_Result qd_h_token_create(qd_req *r);
+enum MHD_Result qd_h_token_delete(qd_req *r);
+
 /* Validates a {"rules":[...]} document with the pipeline's parser; on failure replies 422
  * naming `field` and returns NULL. Returns the canonical text (malloc'd). */
 char *qd_rules_validate(qd_req *r, json_t *doc, const char *field);
+
+/* A token as the API lists it (never its secret): name, role, created_at, expires_at,
+ * expired. */
+json_t *qd_token_json(const qd_token_info *t, int64_t now_ms);
 
 /* Job JSON as the API shows it (also used by job creation's reply). */
 json_t *qd_job_json(qd_app *app, const qd_job *j);

@@ -9,13 +9,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "defer.h"
 #include "log.h"
 #include "router.h"
@@ -212,6 +215,7 @@ static enum MHD_Result first_call(qd_req *r)
     bool path_known;
     r->route = qd_route_match(r->method, r->url, r, &path_known);
     if (r->route) {
+        if (!qd_auth_request(r)) return MHD_YES;
         enum MHD_Result ret = r->route->precheck ? r->route->precheck(r) : MHD_YES;
         return ret == MHD_YES && !r->replied ? body_begin(r) : ret;
     }
@@ -289,8 +293,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     snprintf(ms, sizeof ms, "%.3f", secs * 1e3);
     qd_log(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? QD_LOG_INFO : QD_LOG_WARN, "request",
            "request_id", r->id, "method", r->method, "path", r->url, "route",
-           r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "end",
-           termination_name(toe), NULL);
+           r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "token",
+           r->who[0] ? r->who : "-", "end", termination_name(toe), NULL);
     req_free(r);
     *con_cls = NULL;
 }
@@ -312,6 +316,21 @@ static qd_status resolve(const qd_config *cfg, struct sockaddr_storage *ss, bool
     memcpy(ss, ai->ai_addr, ai->ai_addrlen);
     *v6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);
+    return QD_OK;
+}
+
+qd_status qd_http_loopback(const qd_config *cfg, bool *loopback, qd_err *err)
+{
+    struct sockaddr_storage ss;
+    bool v6 = false;
+    qd_status st = resolve(cfg, &ss, &v6, err);
+    if (st != QD_OK) return st;
+    if (v6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
+        *loopback = IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    } else {
+        *loopback = (ntohl(((const struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    }
     return QD_OK;
 }
 

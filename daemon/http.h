@@ -27,13 +27,15 @@ typedef struct qd_req {
     const char *url;
     const qd_route *route; /* NULL: no route (the reply is already decided) */
     char params[QD_MAX_PARAMS][QD_MAX_PARAM_LEN];
-    char id[20]; /* request id, also sent as X-Request-Id */
+    char id[20];  /* request id, also sent as X-Request-Id */
+    char who[65]; /* the name of the request's token (logged), "" without one */
     struct timespec t0;
     unsigned status; /* of the queued reply, for the log and metrics */
     bool replied;
     /* a body gathered in memory (JSON, or a statistics post) up to limit bytes */
     char *body;
     size_t body_len, body_cap, limit;
+    uint64_t budget; /* bytes of max_body_memory this request holds (req_limits.c) */
     /* an octet-stream body, streamed into a temporary file */
     bool streaming;
     int upload_fd;
@@ -50,6 +52,8 @@ typedef struct qd_req {
     bool deferred; /* defer_fn has run: the handler is called again to reply */
 } qd_req;
 
+/* Whether the configured listen address is a loopback one (127.0.0.0/8, ::1). */
+qd_status qd_http_loopback(const qd_config *cfg, bool *loopback, qd_err *err);
 /* Starts listening (loopback by default) with libmicrohttpd's thread pool; *port gets the
  * bound port (useful when the configured port is 0). */
 qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err);

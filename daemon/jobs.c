@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "janitor.h"
 #include "jobs.h"
 #include "log.h"
 #include "quant_pipeline.h"
@@ -333,6 +334,7 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         if (done != QD_OK) remove_files(app, j, false);
         if (strcmp(j->source_kind, "upload") == 0) qd_remove_upload(j->source_path);
         qd_log(QD_LOG_INFO, "job finished", "job", id, "state", "succeeded", NULL);
+        qd_janitor_wake(app->janitor); /* keep_outputs may now drop an older job's outputs */
     } else {
         bool cancelled = st == QUANT_CK_ERR_CANCELLED;
         remove_files(app, j, true);

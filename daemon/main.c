@@ -1,5 +1,6 @@
-/* main.c -- quantd's entry point: settings, subcommands (serve, migrate, check-config), the
- * start-up order (store, metrics, statistics, data dir, workers, HTTP), systemd readiness, and
+/* main.c -- quantd's entry point: settings, subcommands (serve, migrate, check-config, token),
+ * the start-up order (store, metrics, statistics, tokens and the exposure rule, data dir,
+ * workers, housekeeping, HTTP), systemd readiness, and
  * signals: SIGTERM and SIGINT stop gracefully (no new connections, running jobs requeued,
  * database closed, exit 0), SIGHUP reloads the log level from the configuration. Signals are
  * taken with sigwait in the main thread; every other thread has them blocked.
@@ -12,13 +13,16 @@
 #include <sys/stat.h>
 
 #include "app.h"
+#include "cmd_token.h"
 #include "config.h"
 #include "fsutil.h"
 #include "http.h"
+#include "janitor.h"
 #include "jobs.h"
 #include "log.h"
 #include "notify.h"
 #include "router.h"
+#include "tokens.h"
 
 static int fail(const char *what, const qd_err *err)
 {
@@ -67,9 +71,38 @@ static int wait_for_stop(int argc, char **argv, const sigset_t *set)
     }
 }
 
+/* Who may use the server: with no token at all it is open, which is fine on loopback only; a
+ * non-loopback address without tokens starts only with --insecure (*insecure: warn hourly). */
+static qd_status exposure(qd_app *app, bool *insecure, qd_err *err)
+{
+    const qd_config *cfg = app->cfg;
+    bool loopback = false, any = false;
+    qd_status st = qd_http_loopback(cfg, &loopback, err);
+    if (st == QD_OK) st = qd_tokens_any(app->tokens, &any, err);
+    if (st != QD_OK) return st;
+    app->open_without_tokens = loopback || cfg->insecure;
+    *insecure = !loopback && !any && cfg->insecure;
+    if (!loopback && !any && !cfg->insecure)
+        return qd_fail(err, QD_INVALID,
+                       "%s is not a loopback address and there are no access tokens: create one "
+                       "first (quantd token create --role operator --name NAME), or give "
+                       "--insecure to let anyone who reaches it do everything",
+                       cfg->listen_host);
+    if (!loopback && !cfg->tls_cert)
+        qd_log(QD_LOG_WARN,
+               "plain HTTP beyond loopback: tokens and data cross the network in clear text "
+               "(give --tls-cert and --tls-key, or put a TLS proxy in front)",
+               "host", cfg->listen_host, NULL);
+    return QD_OK;
+}
+
 static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
 {
     qd_err err;
+    bool insecure = false;
+    if (qd_tokens_open(app->cfg->db_path, &app->tokens, &err) != QD_OK)
+        return fail("cannot open the tokens", &err);
+    if (exposure(app, &insecure, &err) != QD_OK) return fail("refusing to start", &err);
     const char *names[64];
     for (size_t i = 0; i < qd_n_routes && i < 64; i++) names[i] = qd_routes[i].name;
     app->metrics = qd_metrics_new(names, qd_n_routes);
@@ -78,9 +111,14 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
         return fail("cannot open the statistics store", &err);
     if (qd_app_dirs(app, &err) != QD_OK) return fail("data directory", &err);
     if (qd_jobs_start(app, &app->jobs, &err) != QD_OK) return fail("job workers", &err);
+    if (qd_janitor_start(app, insecure, &app->janitor, &err) != QD_OK) {
+        qd_jobs_stop(app->jobs);
+        return fail("housekeeping", &err);
+    }
     qd_http *http = NULL;
     int port = 0;
     if (qd_http_start(app, &http, &port, &err) != QD_OK) {
+        qd_janitor_stop(app->janitor);
         qd_jobs_stop(app->jobs);
         return fail("http", &err);
     }
@@ -96,12 +134,14 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     qd_http_quiesce(http);
     qd_jobs_stop(app->jobs); /* running jobs are interrupted and queued again */
     qd_http_stop(http);
+    qd_janitor_stop(app->janitor);
     qd_log(QD_LOG_INFO, "stopped", NULL);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    if (qd_cmd_is_token(argc, argv)) return qd_cmd_token(argc, argv);
     qd_config cfg;
     qd_command cmd;
     bool exit_now = false;
@@ -135,6 +175,7 @@ int main(int argc, char **argv)
         rc = serve(&app, argc, argv, &set);
     }
     qd_stats_close(app.stats); /* HTTP and jobs are stopped: the last queued posts commit */
+    qd_tokens_close(app.tokens);
     qd_store_close(app.store);
     qd_metrics_free(app.metrics);
     qd_app_dirs_free(&app);

@@ -1,4 +1,5 @@
-/* router.c -- the route table and path matching ("{name}" = one non-empty segment).
+/* router.c -- the route table (handler, body kind, precheck, the roles allowed) and path
+ * matching ("{name}" = one non-empty segment).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdio.h>
@@ -7,33 +8,45 @@
 #include "handlers.h"
 #include "router.h"
 
+/* Who may call each route: QD_PUBLIC (no token), or the roles whose tokens are accepted. The
+ * operator may do everything; a trainer posts and reads statistics; a reader reads jobs, their
+ * reports and outputs. */
+#define ROUTE(method, pattern, handler, body, precheck, roles)                                     \
+    {                                                                                              \
+        method, pattern, handler, body, pattern, precheck, roles                                   \
+    }
+#define OPERATOR QD_R(QD_ROLE_OPERATOR)
+#define TRAINING (QD_R(QD_ROLE_TRAINER) | OPERATOR)
+#define READING  (QD_R(QD_ROLE_READER) | OPERATOR)
+
+/* clang-format off */
 const qd_route qd_routes[] = {
-    {"GET", "/healthz", qd_h_healthz, QD_BODY_NONE, "/healthz", NULL},
-    {"GET", "/readyz", qd_h_readyz, QD_BODY_NONE, "/readyz", NULL},
-    {"GET", "/metrics", qd_h_metrics, QD_BODY_NONE, "/metrics", NULL},
-    {"GET", "/v1/rulesets", qd_h_ruleset_list, QD_BODY_NONE, "/v1/rulesets", NULL},
-    {"PUT", "/v1/rulesets/{name}", qd_h_ruleset_put, QD_BODY_JSON, "/v1/rulesets/{name}", NULL},
-    {"GET", "/v1/rulesets/{name}", qd_h_ruleset_get, QD_BODY_NONE, "/v1/rulesets/{name}", NULL},
-    {"DELETE", "/v1/rulesets/{name}", qd_h_ruleset_delete, QD_BODY_NONE, "/v1/rulesets/{name}", NULL},
-    {"POST", "/v1/jobs", qd_h_job_create, QD_BODY_UPLOAD, "/v1/jobs", NULL},
-    {"GET", "/v1/jobs", qd_h_job_list, QD_BODY_NONE, "/v1/jobs", NULL},
-    {"GET", "/v1/jobs/{id}", qd_h_job_get, QD_BODY_NONE, "/v1/jobs/{id}", NULL},
-    {"DELETE", "/v1/jobs/{id}", qd_h_job_delete, QD_BODY_NONE, "/v1/jobs/{id}", NULL},
-    {"GET", "/v1/jobs/{id}/output", qd_h_job_output, QD_BODY_NONE, "/v1/jobs/{id}/output", NULL},
-    {"GET", "/v1/jobs/{id}/outputs/{name}", qd_h_job_output_named, QD_BODY_NONE,
-     "/v1/jobs/{id}/outputs/{name}", NULL},
-    {"GET", "/v1/jobs/{id}/report", qd_h_job_report, QD_BODY_NONE, "/v1/jobs/{id}/report", NULL},
-    {"GET", "/v1/models", qd_h_model_list, QD_BODY_NONE, "/v1/models", NULL},
-    {"PUT", "/v1/models/{model}", qd_h_model_put, QD_BODY_JSON, "/v1/models/{model}", NULL},
-    {"GET", "/v1/models/{model}", qd_h_model_get, QD_BODY_NONE, "/v1/models/{model}", NULL},
-    {"POST", "/v1/models/{model}/stats", qd_h_stats_post, QD_BODY_STATS,
-     "/v1/models/{model}/stats", qd_h_stats_precheck},
-    {"GET", "/v1/models/{model}/stats", qd_h_stats_get, QD_BODY_NONE, "/v1/models/{model}/stats", NULL},
-    {"DELETE", "/v1/models/{model}/stats", qd_h_stats_delete, QD_BODY_NONE,
-     "/v1/models/{model}/stats", NULL},
-    {"GET", "/v1/models/{model}/scales", qd_h_scales_get, QD_BODY_NONE,
-     "/v1/models/{model}/scales", NULL},
+    ROUTE("GET",    "/healthz",                      qd_h_healthz,          QD_BODY_NONE,   NULL, QD_PUBLIC),
+    ROUTE("GET",    "/readyz",                       qd_h_readyz,           QD_BODY_NONE,   NULL, QD_PUBLIC),
+    ROUTE("GET",    "/metrics",                      qd_h_metrics,          QD_BODY_NONE,   NULL, QD_METRICS),
+    ROUTE("GET",    "/v1/rulesets",                  qd_h_ruleset_list,     QD_BODY_NONE,   NULL, OPERATOR),
+    ROUTE("PUT",    "/v1/rulesets/{name}",           qd_h_ruleset_put,      QD_BODY_JSON,   NULL, OPERATOR),
+    ROUTE("GET",    "/v1/rulesets/{name}",           qd_h_ruleset_get,      QD_BODY_NONE,   NULL, OPERATOR),
+    ROUTE("DELETE", "/v1/rulesets/{name}",           qd_h_ruleset_delete,   QD_BODY_NONE,   NULL, OPERATOR),
+    ROUTE("POST",   "/v1/jobs",                      qd_h_job_create,       QD_BODY_UPLOAD, qd_h_job_precheck, OPERATOR),
+    ROUTE("GET",    "/v1/jobs",                      qd_h_job_list,         QD_BODY_NONE,   NULL, READING),
+    ROUTE("GET",    "/v1/jobs/{id}",                 qd_h_job_get,          QD_BODY_NONE,   NULL, READING),
+    ROUTE("DELETE", "/v1/jobs/{id}",                 qd_h_job_delete,       QD_BODY_NONE,   NULL, OPERATOR),
+    ROUTE("GET",    "/v1/jobs/{id}/output",          qd_h_job_output,       QD_BODY_NONE,   NULL, READING),
+    ROUTE("GET",    "/v1/jobs/{id}/outputs/{name}",  qd_h_job_output_named, QD_BODY_NONE,   NULL, READING),
+    ROUTE("GET",    "/v1/jobs/{id}/report",          qd_h_job_report,       QD_BODY_NONE,   NULL, READING),
+    ROUTE("GET",    "/v1/models",                    qd_h_model_list,       QD_BODY_NONE,   NULL, TRAINING),
+    ROUTE("PUT",    "/v1/models/{model}",            qd_h_model_put,        QD_BODY_JSON,   NULL, OPERATOR),
+    ROUTE("GET",    "/v1/models/{model}",            qd_h_model_get,        QD_BODY_NONE,   NULL, TRAINING),
+    ROUTE("POST",   "/v1/models/{model}/stats",      qd_h_stats_post,       QD_BODY_STATS,  qd_h_stats_precheck, TRAINING),
+    ROUTE("GET",    "/v1/models/{model}/stats",      qd_h_stats_get,        QD_BODY_NONE,   NULL, TRAINING),
+    ROUTE("DELETE", "/v1/models/{model}/stats",      qd_h_stats_delete,     QD_BODY_NONE,   NULL, OPERATOR),
+    ROUTE("GET",    "/v1/models/{model}/scales",     qd_h_scales_get,       QD_BODY_NONE,   NULL, TRAINING),
+    ROUTE("GET",    "/v1/tokens",                    qd_h_token_list,       QD_BODY_NONE,   NULL, OPERATOR),
+    ROUTE("POST",   "/v1/tokens",                    qd_h_token_create,     QD_BODY_JSON,   NULL, OPERATOR),
+    ROUTE("DELETE", "/v1/tokens/{name}",             qd_h_token_delete,     QD_BODY_NONE,   NULL, OPERATOR),
 };
+/* clang-format on */
 const size_t qd_n_routes = sizeof qd_routes / sizeof qd_routes[0];
 
 /* Matches path against pattern; fills params (when not NULL) with the {segments}. */

@@ -10,6 +10,15 @@
 #include <stddef.h>
 
 #include "http.h"
+#include "tokens.h"
+
+/* qd_route.roles: the roles (bits QD_R(role)) whose tokens may call a route. */
+#define QD_R(role)  (1u << (role))
+#define QD_PUBLIC   0u /* no token needed (/healthz, /readyz) */
+#define QD_ANY_ROLE (QD_R(QD_ROLE_TRAINER) | QD_R(QD_ROLE_READER) | QD_R(QD_ROLE_OPERATOR))
+/* Any token, or none when metrics_auth is "open". */
+#define QD_R_METRICS_OPTION (1u << 8)
+#define QD_METRICS          (QD_ANY_ROLE | QD_R_METRICS_OPTION)
 
 typedef enum qd_body_kind {
     QD_BODY_NONE = 0, /* any body is refused with 413 */
@@ -30,6 +39,7 @@ struct qd_route {
      * the URL and headers tell (query arguments, Content-Type, names that must exist) and
      * replies to refuse the request, so a bad request never costs its body. */
     qd_handler precheck;
+    unsigned roles; /* QD_PUBLIC, or the QD_R() bits of the roles allowed */
 };
 
 extern const qd_route qd_routes[];

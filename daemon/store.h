@@ -30,6 +30,9 @@ typedef struct qd_err {
 qd_status qd_fail(qd_err *err, qd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Now as unix ms (CLOCK_REALTIME). */
+int64_t qd_now_ms(void);
+
 typedef struct qd_store qd_store;
 
 /* Job states, as stored and as the API spells them. */
@@ -56,8 +59,9 @@ typedef struct qd_job {
     char *stats_model; /* or NULL */
     int64_t created_ms, started_ms, finished_ms; /* unix ms; 0 = not yet */
     int64_t tensors_done, tensors_total, bytes_done, bytes_total;
-    char *error;  /* or NULL */
-    int attempts; /* times the job was started */
+    char *error;                /* or NULL */
+    int attempts;               /* times the job was started */
+    int64_t outputs_removed_ms; /* when retention removed its outputs; 0 = kept */
 } qd_job;
 
 typedef struct qd_output {
@@ -130,6 +134,15 @@ qd_status qd_store_job_recover(qd_store *s, int max_attempts, int64_t **ids, siz
 qd_status qd_store_job_outputs(qd_store *s, int64_t id, qd_output **out, size_t *n, qd_err *err);
 /* *report is malloc'd JSON text; QD_NOT_FOUND when the job has none. */
 qd_status qd_store_job_report(qd_store *s, int64_t id, char **report, qd_err *err);
+/* Retention: the succeeded jobs whose outputs are still kept and that ended before before_ms
+ * (0: none by age) or are older than the `keep` newest succeeded jobs (0: no cap). */
+qd_status qd_store_jobs_expiring(qd_store *s, int64_t before_ms, int keep, int64_t **ids, size_t *n,
+                                 qd_err *err);
+/* Records that the job's outputs are gone (now); QD_CONFLICT when it is not a succeeded job
+ * that still had them. */
+qd_status qd_store_job_outputs_removed(qd_store *s, int64_t id, qd_err *err);
+/* The jobs whose outputs were removed (their directories must not exist). */
+qd_status qd_store_jobs_removed(qd_store *s, int64_t **ids, size_t *n, qd_err *err);
 /* Number of jobs in each state. */
 qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], qd_err *err);
 

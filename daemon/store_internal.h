@@ -46,6 +46,9 @@ typedef enum qd_query {
     QD_Q_OUTPUTS,
     QD_Q_REPORT,
     QD_Q_COUNTS,
+    QD_Q_JOB_EXPIRING,
+    QD_Q_JOB_OUTPUTS_REMOVED,
+    QD_Q_JOB_REMOVED_IDS,
     QD_Q_COUNT
 } qd_query;
 
@@ -86,7 +89,5 @@ qd_status qd_store_dberr(qd_store *s, qd_err *err, const char *op);
 qd_status qd_store_col_text(qd_store *s, qd_query q, int i, char **out, qd_err *err);
 /* Rows changed by the last statement. */
 int64_t qd_store_changes(qd_store *s);
-/* Now as unix ms (CLOCK_REALTIME). */
-int64_t qd_now_ms(void);
 
 #endif /* QD_STORE_INTERNAL_H */

@@ -15,7 +15,7 @@
 #define JOB_COLS                                                                                   \
     "id, state, ruleset, rules, layout, source_kind, source_path, stats_model, created_ms, "       \
     "started_ms, finished_ms, tensors_done, tensors_total, bytes_done, bytes_total, error, "       \
-    "attempts"
+    "attempts, outputs_removed_ms"
 
 static const qd_query_def job_queries[] = {
     {QD_Q_JOB_INSERT, "INSERT INTO jobs (state, ruleset, rules, layout, source_kind, source_path, "
@@ -58,6 +58,16 @@ static const qd_query_def job_queries[] = {
     {QD_Q_OUTPUTS, "SELECT name, bytes, sha256 FROM outputs WHERE job_id = ?1 ORDER BY name"},
     {QD_Q_REPORT, "SELECT body FROM reports WHERE job_id = ?1"},
     {QD_Q_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state"},
+    /* Retention: succeeded jobs still holding outputs that ended before ?1 (0: none by age),
+     * or that are not among the ?2 newest succeeded ones (-1: no cap). */
+    {QD_Q_JOB_EXPIRING,
+     "SELECT id FROM jobs WHERE state = 'succeeded' AND outputs_removed_ms IS NULL AND "
+     "(finished_ms < ?1 OR id < coalesce((SELECT min(id) FROM (SELECT id FROM jobs "
+     "WHERE state = 'succeeded' ORDER BY id DESC LIMIT ?2)), 0)) ORDER BY id"},
+    {QD_Q_JOB_OUTPUTS_REMOVED, "UPDATE jobs SET outputs_removed_ms = ?2 "
+                               "WHERE id = ?1 AND state = 'succeeded' AND "
+                               "outputs_removed_ms IS NULL"},
+    {QD_Q_JOB_REMOVED_IDS, "SELECT id FROM jobs WHERE outputs_removed_ms IS NOT NULL ORDER BY id"},
 };
 
 qd_status qd_store_prepare_jobs(qd_store *s, qd_err *err)
@@ -125,6 +135,7 @@ static qd_status read_job(qd_store *s, qd_query q, qd_job *j, qd_err *err)
     for (int i = 0; i < 7; i++) *nums[i] = sqlite3_column_int64(st, 8 + i); /* NULL reads 0 */
     if (r == QD_OK) r = qd_store_col_text(s, q, 15, &j->error, err);
     j->attempts = sqlite3_column_int(st, 16);
+    j->outputs_removed_ms = sqlite3_column_int64(st, 17);
     if (r != QD_OK) wipe(j);
     return r;
 }
@@ -521,4 +532,73 @@ qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], q
 {
     for (int i = 0; i < QD_JOB_STATE_COUNT; i++) counts[i] = 0;
     return qd_store_txn(s, false, counts_fn, counts, err);
+}
+
+/* ---- retention --------------------------------------------------------------------------------
+ */
+
+typedef struct ids_ctx {
+    qd_query q;
+    int64_t before_ms, keep;
+    int64_t *ids;
+    size_t n, cap;
+} ids_ctx;
+
+/* Every id the query (0 or 2 parameters) returns. */
+static qd_status ids_fn(qd_store *s, void *p, qd_err *err)
+{
+    ids_ctx *c = p;
+    const char *op = "list jobs for retention";
+    bool row = false;
+    qd_status st = c->q == QD_Q_JOB_EXPIRING
+                       ? qd_store_run(s, c->q, op, err, &row, "ii", c->before_ms, c->keep)
+                       : qd_store_run(s, c->q, op, err, &row, "");
+    while (st == QD_OK && row) {
+        int64_t *more = reserve(c->ids, &c->cap, c->n, sizeof *more);
+        if (!more) return nomem(err);
+        c->ids = more;
+        c->ids[c->n++] = sqlite3_column_int64(s->q[c->q], 0);
+        st = qd_store_next(s, c->q, op, err, &row);
+    }
+    return st;
+}
+
+static qd_status read_ids(qd_store *s, ids_ctx *c, int64_t **ids, size_t *n, qd_err *err)
+{
+    qd_status st = qd_store_txn(s, false, ids_fn, c, err);
+    if (st != QD_OK) {
+        free(c->ids);
+        c->ids = NULL;
+        c->n = 0;
+    }
+    *ids = c->ids;
+    *n = c->n;
+    return st;
+}
+
+qd_status qd_store_jobs_expiring(qd_store *s, int64_t before_ms, int keep, int64_t **ids, size_t *n,
+                                 qd_err *err)
+{
+    ids_ctx c = {.q = QD_Q_JOB_EXPIRING, .before_ms = before_ms, .keep = keep > 0 ? keep : -1};
+    return read_ids(s, &c, ids, n, err);
+}
+
+qd_status qd_store_jobs_removed(qd_store *s, int64_t **ids, size_t *n, qd_err *err)
+{
+    ids_ctx c = {.q = QD_Q_JOB_REMOVED_IDS};
+    return read_ids(s, &c, ids, n, err);
+}
+
+static qd_status removed_fn(qd_store *s, void *p, qd_err *err)
+{
+    int64_t id = *(const int64_t *)p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_OUTPUTS_REMOVED, "record removed outputs", err, NULL,
+                                "ii", id, qd_now_ms());
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "succeeded with outputs", err)
+                                                   : st;
+}
+
+qd_status qd_store_job_outputs_removed(qd_store *s, int64_t id, qd_err *err)
+{
+    return qd_store_txn(s, true, removed_fn, &id, err);
 }

@@ -67,8 +67,7 @@ static void spawn(qdp *d, const char *const *extra)
         if (d->port == 0) sleep_ms(20);
     }
     ck_assert_msg(d->port > 0, "quantd did not listen within 20 s; see %s", log);
-    snprintf(d->base, sizeof d->base, "%s://127.0.0.1:%d", d->ca_file ? "https" : "http",
-             d->port);
+    snprintf(d->base, sizeof d->base, "%s://127.0.0.1:%d", d->ca_file ? "https" : "http", d->port);
     free(port_file);
     free(log);
 }

@@ -408,10 +408,12 @@ START_TEST(test_unknown_names)
                       "2: unknown key 'workers' in [server] (it belongs in [jobs])");
     expect_file_error("listen = 1.2.3.4:5\n",
                       "1: key 'listen' outside a section (it belongs in [server])");
-    expect_file_error("[server]\n[database]\npath = x\n",
-                      "2: unknown section [database] (known: server, tls, limits, storage, jobs, stats, log)");
-    expect_file_error("[Server]\n",
-                      "1: unknown section [Server] (known: server, tls, limits, storage, jobs, stats, log)");
+    expect_file_error(
+        "[server]\n[database]\npath = x\n",
+        "2: unknown section [database] (known: server, tls, limits, storage, jobs, stats, log)");
+    expect_file_error(
+        "[Server]\n",
+        "1: unknown section [Server] (known: server, tls, limits, storage, jobs, stats, log)");
     expect_file_error("[jobs]\nworkers = 2\njunk\n[log]\nlevel = bogus\n",
                       "3: cannot parse (expected [section] or key = value)");
     expect_file_error("[jobs]\nworkers = 0\njunk\n", "2: workers: must be 1..256, got 0");
