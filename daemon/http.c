@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +20,10 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "conns.h"
 #include "defer.h"
 #include "log.h"
+#include "req_limits.h"
 #include "router.h"
 
 /* Bytes of an over-limit body read and dropped before the connection is closed instead. */
@@ -29,10 +32,14 @@
  * the statistics writer takes all of them), whatever the number of HTTP threads. */
 #define QD_WAITERS 64
 
+/* An upload checks the data directory's free space every this many bytes. */
+#define QD_DISK_CHECK_EVERY ((uint64_t)64 << 20)
+
 struct qd_http {
     struct MHD_Daemon *d;
     qd_app *app;
     qd_defer *waiters;
+    qd_conns *guard;
 };
 
 static atomic_uint_fast64_t request_counter;
@@ -54,6 +61,7 @@ static qd_req *req_new(qd_http *h, struct MHD_Connection *conn, const char *meth
     r->method = method;
     r->url = url;
     r->upload_fd = -1;
+    r->guard = qd_conn_of(conn);
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     uint64_t n = atomic_fetch_add(&request_counter, 1) + 1;
     snprintf(r->id, sizeof r->id, "%08x%08" PRIx64, (unsigned)getpid(), n & 0xffffffffu);
@@ -69,6 +77,7 @@ static void req_free(qd_req *r)
     }
     if (r->defer_free) r->defer_free(r->defer_arg);
     free(r->body);
+    qd_budget_release(r);
     free(r);
 }
 
@@ -94,17 +103,21 @@ static size_t body_limit(const qd_req *r)
     }
 }
 
-/* A body gathered in memory whose Content-Length is known gets its buffer at once (one
- * allocation instead of doublings and copies; pages are touched only as bytes arrive). When
- * that fails, body_chunk grows the buffer as usual. */
-static void body_reserve(qd_req *r, unsigned long long n)
+/* A body gathered in memory whose Content-Length is known takes its share of max_body_memory
+ * and gets its buffer at once (one allocation instead of doublings and copies; pages are
+ * touched only as bytes arrive; when the allocation fails, body_chunk grows the buffer as
+ * usual). Replies 503 when the budget cannot take it. */
+static enum MHD_Result body_reserve(qd_req *r, unsigned long long n)
 {
-    if (r->streaming || n == 0) return;
+    if (r->streaming || n == 0) return MHD_YES;
+    if (!qd_budget_take(r, n + 1)) return qd_reply_budget(r, n);
     r->body = malloc((size_t)n + 1);
     if (r->body) r->body_cap = (size_t)n + 1;
+    return MHD_YES;
 }
 
-/* Decides how the body is taken; replies 413 at once when Content-Length is over the limit. */
+/* Decides how the body is taken; replies at once when Content-Length is over the route's limit
+ * (413), over what the memory budget has left (503), or more than the disk can take (507). */
 static enum MHD_Result body_begin(qd_req *r)
 {
     r->streaming = r->route->body == QD_BODY_UPLOAD && is_octet_stream(r);
@@ -118,7 +131,8 @@ static enum MHD_Result body_begin(qd_req *r)
             return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
                                   "body of %llu bytes is over this route's limit of %zu", n,
                                   r->limit);
-        if (errno == 0 && *end == '\0') body_reserve(r, n);
+        if (errno == 0 && *end == '\0' && body_reserve(r, n) != MHD_YES) return MHD_NO;
+        if (r->replied) return MHD_YES;
     }
     if (!r->streaming) return MHD_YES;
     size_t len = strlen(r->app->tmp_dir) + 32;
@@ -147,25 +161,43 @@ static bool write_all(int fd, const char *p, size_t n)
     return true;
 }
 
+/* Why the rest of a body is dropped (libmicrohttpd cannot answer in the middle of a body): it
+ * is answered at its end, or the connection is closed once too much has been thrown away. */
+static enum MHD_Result discard(qd_req *r, qd_refusal why, size_t n)
+{
+    if (r->refused == QD_REFUSE_NONE) r->refused = why;
+    r->discarded += n;
+    return r->discarded > QD_MAX_DISCARD ? MHD_NO : MHD_YES;
+}
+
+/* An upload's bytes to its file; every QD_DISK_CHECK_EVERY bytes the disk must keep its
+ * reserve. */
+static enum MHD_Result upload_chunk(qd_req *r, const char *data, size_t n)
+{
+    uint64_t before = r->upload_bytes;
+    if (!r->upload_failed && !write_all(r->upload_fd, data, n)) r->upload_failed = true;
+    r->upload_bytes += n;
+    qd_metrics_upload(r->app->metrics, n);
+    char why[256];
+    if (before / QD_DISK_CHECK_EVERY != r->upload_bytes / QD_DISK_CHECK_EVERY &&
+        !qd_disk_room(r->app, 0, why, sizeof why)) {
+        r->upload_failed = true; /* the file is dropped at the request's end */
+        return discard(r, QD_REFUSE_DISK, 0);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result body_chunk(qd_req *r, const char *data, size_t n)
 {
+    qd_conn_body_bytes(r->guard, n);
     size_t have = r->streaming ? (size_t)r->upload_bytes : r->body_len;
-    if (r->too_large || n > r->limit - have) {
-        /* libmicrohttpd cannot answer in the middle of a body: drop the rest and answer 413 at
-         * its end, or close the connection once too much has been thrown away */
-        r->too_large = true;
-        r->discarded += n;
-        return r->discarded > QD_MAX_DISCARD ? MHD_NO : MHD_YES;
-    }
-    if (r->streaming) {
-        if (!r->upload_failed && !write_all(r->upload_fd, data, n)) r->upload_failed = true;
-        r->upload_bytes += n;
-        qd_metrics_upload(r->app->metrics, n);
-        return MHD_YES;
-    }
+    if (r->refused != QD_REFUSE_NONE) return discard(r, r->refused, n);
+    if (n > r->limit - have) return discard(r, QD_REFUSE_TOO_LARGE, n);
+    if (r->streaming) return upload_chunk(r, data, n);
     if (r->body_len + n + 1 > r->body_cap) {
         size_t cap = r->body_cap ? r->body_cap : 4096;
         while (cap < r->body_len + n + 1) cap *= 2;
+        if (!qd_budget_take(r, cap - r->body_cap)) return discard(r, QD_REFUSE_BUDGET, n);
         char *b = realloc(r->body, cap);
         if (!b) return MHD_NO;
         r->body = b;
@@ -210,15 +242,33 @@ enum MHD_Result qd_req_defer(qd_req *r, void (*fn)(qd_req *r, void *arg), void *
 /* ---- the access handler -----------------------------------------------------------------------
  */
 
+/* Whether the request announces a body (a Content-Length above 0, or chunked). */
+static bool body_follows(const qd_req *r)
+{
+    const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (cl && strtoull(cl, NULL, 10) > 0) ||
+           qd_req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
+}
+
+/* The route, then who asks (auth.c), then what the headers tell (the route's precheck), then
+ * how the body is taken: anything refused here costs no body. */
+static enum MHD_Result admit(qd_req *r)
+{
+    if (!qd_auth_request(r)) return MHD_YES;
+    enum MHD_Result ret = r->route->precheck ? r->route->precheck(r) : MHD_YES;
+    return ret == MHD_YES && !r->replied ? body_begin(r) : ret;
+}
+
 static enum MHD_Result first_call(qd_req *r)
 {
     bool path_known;
     r->route = qd_route_match(r->method, r->url, r, &path_known);
     if (r->route) {
-        if (!qd_auth_request(r)) return MHD_YES;
-        enum MHD_Result ret = r->route->precheck ? r->route->precheck(r) : MHD_YES;
-        return ret == MHD_YES && !r->replied ? body_begin(r) : ret;
+        enum MHD_Result ret = admit(r);
+        qd_conn_headers_in(r->guard, !r->replied && body_follows(r));
+        return ret;
     }
+    qd_conn_busy(r->guard);
     if (!path_known)
         return qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no route for %s", r->url);
     char allow[64];
@@ -227,6 +277,23 @@ static enum MHD_Result first_call(qd_req *r)
     if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     qd_reply(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
     return MHD_YES;
+}
+
+/* The answer to a body dropped on the way (discard). */
+static enum MHD_Result refuse(qd_req *r)
+{
+    char why[256];
+    switch (r->refused) {
+    case QD_REFUSE_BUDGET:
+        return qd_reply_budget(r, r->body_len + r->discarded);
+    case QD_REFUSE_DISK:
+        if (qd_disk_room(r->app, 0, why, sizeof why)) snprintf(why, sizeof why, "disk full");
+        return qd_reply_limit(r, MHD_HTTP_INSUFFICIENT_STORAGE, "insufficient_storage",
+                              "min_free_disk", 0, "%s", why);
+    default:
+        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
+                              "body is over this route's limit of %zu bytes", r->limit);
+    }
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -247,9 +314,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return r->replied ? MHD_YES : body_chunk(r, data, n);
     }
     if (r->replied) return MHD_YES;
-    if (r->too_large)
-        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
-                              "body is over this route's limit of %zu bytes", r->limit);
+    qd_conn_busy(r->guard); /* the body is in: the server's turn */
+    if (r->refused != QD_REFUSE_NONE) return refuse(r);
     if (r->upload_failed)
         return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
                               "writing the upload failed (disk full?)");
@@ -291,6 +357,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     char st[8], ms[24];
     snprintf(st, sizeof st, "%u", status);
     snprintf(ms, sizeof ms, "%.3f", secs * 1e3);
+    qd_conn_request_done(r->guard);
     qd_log(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? QD_LOG_INFO : QD_LOG_WARN, "request",
            "request_id", r->id, "method", r->method, "path", r->url, "route",
            r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "token",
@@ -317,6 +384,25 @@ static qd_status resolve(const qd_config *cfg, struct sockaddr_storage *ss, bool
     *v6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);
     return QD_OK;
+}
+
+/* Every connection is a descriptor: the soft limit is raised towards max_connections plus room
+ * for the database, uploads and outputs (as far as the hard limit allows; else a warning). */
+static void raise_fd_limit(const qd_config *cfg)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)cfg->max_connections + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < want) {
+        char have[24], need[24];
+        snprintf(have, sizeof have, "%llu", (unsigned long long)rl.rlim_cur);
+        snprintf(need, sizeof need, "%llu", (unsigned long long)want);
+        qd_log(QD_LOG_WARN,
+               "the open-file limit is below max_connections + 256: connections past it fail",
+               "limit", have, "wanted", need, NULL);
+    }
 }
 
 qd_status qd_http_loopback(const qd_config *cfg, bool *loopback, qd_err *err)
@@ -348,17 +434,32 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
         free(h);
         return st;
     }
+    st = qd_conns_start(app->cfg, app->metrics, &h->guard, err);
+    if (st != QD_OK) {
+        qd_defer_free(h->waiters);
+        free(h);
+        return st;
+    }
+    raise_fd_limit(app->cfg);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME |
                      (v6 ? MHD_USE_IPv6 : 0);
     /* CONNECTION_MEMORY_LIMIT: an upload body arrives in pieces of about this pool's size; the
-     * default 32 KiB meant a write(2) per 16 KiB. Pool pages are touched only as they are used. */
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-                            (unsigned)app->cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)app->cfg->idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, h, MHD_OPTION_CONNECTION_LIMIT, 1000u,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)1 << 20, MHD_OPTION_END);
+     * default 32 KiB meant a write(2) per 16 KiB. Pool pages are touched only as they are used.
+     * The guard (conns.c) sees every connection start and end, and may refuse one at accept. */
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_SOCK_ADDR, 0, &ss},
+        {MHD_OPTION_THREAD_POOL_SIZE, app->cfg->http_threads, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, app->cfg->idle_timeout, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)qd_conns_notify, h->guard},
+        {MHD_OPTION_CONNECTION_LIMIT, app->cfg->max_connections, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)1 << 20, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    h->d = MHD_start_daemon(flags, 0, qd_conns_accept, h->guard, on_request, h, MHD_OPTION_ARRAY,
+                            opts, MHD_OPTION_END);
     if (!h->d) {
+        qd_conns_stop(h->guard);
         qd_defer_free(h->waiters);
         free(h);
         return qd_fail(err, QD_IO, "cannot listen on %s:%d (address in use or not permitted)",
@@ -384,6 +485,7 @@ void qd_http_stop(qd_http *h)
      * come meanwhile on open connections run their deferred work on the HTTP thread */
     qd_defer_drain(h->waiters);
     MHD_stop_daemon(h->d);
+    qd_conns_stop(h->guard);
     qd_defer_free(h->waiters);
     free(h);
 }

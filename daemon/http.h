@@ -20,6 +20,16 @@
 typedef struct qd_route qd_route;
 typedef struct qd_http qd_http;
 
+typedef struct qd_conn qd_conn;
+
+/* Why the rest of a body is being dropped (answered once it has ended). */
+typedef enum qd_refusal {
+    QD_REFUSE_NONE = 0,
+    QD_REFUSE_TOO_LARGE, /* 413: over the route's body limit */
+    QD_REFUSE_BUDGET,    /* 503: max_body_memory spent */
+    QD_REFUSE_DISK       /* 507: the disk would go below min_free_disk */
+} qd_refusal;
+
 typedef struct qd_req {
     qd_app *app;
     struct MHD_Connection *conn;
@@ -42,8 +52,9 @@ typedef struct qd_req {
     char *upload_path;
     uint64_t upload_bytes;
     bool upload_failed; /* a write failed: the reply is a 500 once the body is consumed */
-    bool too_large;     /* over the limit mid-way: the reply is a 413 once the body ends */
+    qd_refusal refused; /* refused mid-way: the reply comes once the body ends */
     size_t discarded;   /* bytes dropped since */
+    qd_conn *guard;     /* the connection guard's record (conns.h), or NULL */
     /* work handed to a waiter thread (qd_req_defer) */
     qd_http *http;
     void (*defer_fn)(struct qd_req *r, void *arg);

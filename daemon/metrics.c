@@ -13,8 +13,8 @@
 #include "store.h"
 
 /* Status codes the daemon sends, each with its own counter; anything else counts as "other". */
-static const unsigned statuses[] = {200, 201, 202, 204, 206, 304, 400, 403, 404,
-                                    405, 409, 413, 415, 416, 422, 500, 503, 0};
+static const unsigned statuses[] = {200, 201, 202, 204, 206, 304, 400, 401, 403, 404, 405,
+                                    409, 410, 413, 415, 416, 422, 429, 500, 503, 507, 0};
 #define N_STATUS (sizeof statuses / sizeof statuses[0]) /* last: other (0) */
 static const double bounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define N_BUCKETS (sizeof bounds / sizeof bounds[0])
@@ -34,11 +34,18 @@ struct qd_metrics {
     atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts;
     atomic_uint_fast64_t commit_bucket[N_BUCKETS]; /* non-cumulative */
     atomic_uint_fast64_t commit_sum_us;
+    atomic_uint_fast64_t limit_hits[]; /* by limit_names */
 };
+
+/* The limits that refuse requests or close connections (SECURITY.md), by configuration key. */
+static const char *const limit_names[] = {
+    "header_timeout", "body_min_rate", "max_connections_per_ip", "max_body_memory",
+    "min_free_disk",  "max_queued_jobs", "stats_quota", "retention"};
+#define N_LIMITS (sizeof limit_names / sizeof limit_names[0])
 
 qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes)
 {
-    qd_metrics *m = calloc(1, sizeof *m);
+    qd_metrics *m = calloc(1, sizeof *m + N_LIMITS * sizeof m->limit_hits[0]);
     if (!m) return NULL;
     m->routes = calloc(n_routes + 1, sizeof *m->routes);
     if (!m->routes) {
@@ -106,6 +113,12 @@ void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds)
     add(&m->commits, 1);
     add(&m->commit_posts, posts);
     add(&m->commit_sum_us, (uint64_t)(seconds * 1e6));
+}
+
+void qd_metrics_limit(qd_metrics *m, const char *limit, uint64_t n)
+{
+    for (size_t i = 0; m && i < N_LIMITS; i++)
+        if (strcmp(limit, limit_names[i]) == 0) add(&m->limit_hits[i], n);
 }
 
 /* ---- rendering --------------------------------------------------------------------------------
@@ -235,6 +248,11 @@ char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts)
         "# TYPE quantd_upload_bytes_total counter\nquantd_upload_bytes_total %llu\n",
         (unsigned long long)get(&m->upload_bytes));
     render_stats(m, &b);
+    put(&b, "# HELP quantd_limit_hits_total Requests refused and connections closed, by the "
+            "limit (configuration key) they hit.\n# TYPE quantd_limit_hits_total counter\n");
+    for (size_t i = 0; i < N_LIMITS; i++)
+        put(&b, "quantd_limit_hits_total{limit=\"%s\"} %llu\n", limit_names[i],
+            (unsigned long long)get(&m->limit_hits[i]));
     if (b.failed) {
         free(b.p);
         return NULL;

@@ -25,6 +25,10 @@ void qd_metrics_upload(qd_metrics *m, uint64_t bytes);
 void qd_metrics_stats_post(qd_metrics *m, uint64_t activations);
 void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds);
 
+/* n requests refused or connections closed by `limit` (its configuration key; unknown keys are
+ * not counted). */
+void qd_metrics_limit(qd_metrics *m, const char *limit, uint64_t n);
+
 /* Appends the exposition to a malloc'd string; job counts by state (QD_JOB_STATE_COUNT of them,
  * in qd_job_state order) come from the caller. NULL on allocation failure. */
 char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts);

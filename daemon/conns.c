@@ -1,0 +1,349 @@
+/* conns.c -- the connection guard (see conns.h): one record per connection in a list, the
+ * per-address counts in a small hash table, and a reaper thread that shuts down the sockets of
+ * connections past their phase's deadline. Everything is under one mutex, held only briefly:
+ * phase changes are a few per request, body progress is a relaxed atomic. libmicrohttpd calls
+ * the CLOSED notification before it closes the socket, and the record leaves the list under the
+ * mutex there, so a socket the reaper shuts down is always still the connection's own.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "conns.h"
+#include "log.h"
+
+#define SWEEP_NS  250000000L
+#define N_BUCKETS 1024
+
+typedef enum phase { P_NEW, P_NEXT, P_BODY, P_BUSY } phase;
+
+/* A client address: IPv4 (also IPv4-mapped IPv6) as 4 bytes, IPv6 as 16. */
+typedef struct ip_key {
+    uint8_t len;
+    uint8_t b[16];
+} ip_key;
+
+typedef struct ip_count {
+    ip_key key;
+    unsigned n;
+    struct ip_count *next;
+} ip_count;
+
+struct qd_conn {
+    qd_conn *prev, *next;
+    int fd;
+    ip_key ip;
+    phase ph;
+    double since;           /* monotonic seconds: when the phase began */
+    _Atomic uint64_t bytes; /* body bytes received in P_BODY */
+    bool cut;               /* shut down by the reaper */
+};
+
+struct qd_conns {
+    const qd_config *cfg;
+    qd_metrics *metrics;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC; the reaper's sleep */
+    pthread_t reaper;
+    bool stopping;
+    qd_conn *head;
+    ip_count *buckets[N_BUCKETS];
+    unsigned refused; /* per-address refusals since the last sweep (for one log line) */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- addresses --------------------------------------------------------------------------------
+ */
+
+static bool key_of(const struct sockaddr *sa, ip_key *k)
+{
+    memset(k, 0, sizeof *k);
+    if (sa && sa->sa_family == AF_INET) {
+        k->len = 4;
+        memcpy(k->b, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return true;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        bool mapped = IN6_IS_ADDR_V4MAPPED(a);
+        k->len = mapped ? 4 : 16;
+        memcpy(k->b, mapped ? a->s6_addr + 12 : a->s6_addr, k->len);
+        return true;
+    }
+    return false;
+}
+
+static ip_count **slot(qd_conns *g, const ip_key *k)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (int i = 0; i < k->len; i++) h = (h ^ k->b[i]) * 16777619u;
+    ip_count **p = &g->buckets[h % N_BUCKETS];
+    while (*p && ((*p)->key.len != k->len || memcmp((*p)->key.b, k->b, k->len) != 0))
+        p = &(*p)->next;
+    return p;
+}
+
+static unsigned count_of(qd_conns *g, const ip_key *k)
+{
+    ip_count *e = *slot(g, k);
+    return e ? e->n : 0;
+}
+
+/* +1 or -1 for k; an entry that falls to 0 is freed. */
+static void count_add(qd_conns *g, const ip_key *k, int delta)
+{
+    ip_count **p = slot(g, k);
+    if (!*p && delta > 0 && (*p = calloc(1, sizeof **p))) (*p)->key = *k;
+    if (!*p) return;
+    (*p)->n = (unsigned)((int)(*p)->n + delta);
+    if ((*p)->n == 0) {
+        ip_count *dead = *p;
+        *p = dead->next;
+        free(dead);
+    }
+}
+
+/* ---- libmicrohttpd's callbacks ----------------------------------------------------------------
+ */
+
+enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addrlen;
+    qd_conns *g = cls;
+    unsigned cap = (unsigned)g->cfg->max_conns_per_ip;
+    ip_key k;
+    if (cap == 0 || !key_of(addr, &k)) return MHD_YES;
+    pthread_mutex_lock(&g->mu);
+    bool ok = count_of(g, &k) < cap;
+    if (!ok) g->refused++;
+    pthread_mutex_unlock(&g->mu);
+    return ok ? MHD_YES : MHD_NO;
+}
+
+static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
+{
+    qd_conn *c = calloc(1, sizeof *c);
+    if (!c) return; /* not guarded: only the idle timeout applies to it */
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ad =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    c->fd = fd ? fd->connect_fd : -1;
+    if (ad) key_of(ad->client_addr, &c->ip);
+    c->ph = P_NEW;
+    c->since = now_s();
+    pthread_mutex_lock(&g->mu);
+    c->next = g->head;
+    if (g->head) g->head->prev = c;
+    g->head = c;
+    if (c->ip.len) count_add(g, &c->ip, +1);
+    pthread_mutex_unlock(&g->mu);
+    *ctx = c;
+}
+
+static void conn_closed(qd_conns *g, void **ctx)
+{
+    qd_conn *c = *ctx;
+    if (!c) return;
+    pthread_mutex_lock(&g->mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        g->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (c->ip.len) count_add(g, &c->ip, -1);
+    pthread_mutex_unlock(&g->mu);
+    free(c);
+    *ctx = NULL;
+}
+
+void qd_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code)
+{
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        conn_started(cls, c, socket_context);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        conn_closed(cls, socket_context);
+}
+
+/* ---- phases ----------------------------------------------------------------------------------
+ */
+
+/* The guard itself: the record is only reachable while its connection lives, and its
+ * connection's thread is the only one changing its phase; the reaper reads under the mutex. */
+static qd_conns *the_guard;
+
+qd_conn *qd_conn_of(struct MHD_Connection *mc)
+{
+    if (!the_guard) return NULL;
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
+}
+
+static void set_phase(qd_conn *c, phase ph)
+{
+    if (!c || !the_guard) return;
+    pthread_mutex_lock(&the_guard->mu);
+    c->ph = ph;
+    c->since = now_s();
+    atomic_store_explicit(&c->bytes, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&the_guard->mu);
+}
+
+void qd_conn_headers_in(qd_conn *c, bool body_follows)
+{
+    set_phase(c, body_follows ? P_BODY : P_BUSY);
+}
+
+void qd_conn_body_bytes(qd_conn *c, uint64_t n)
+{
+    if (c) atomic_fetch_add_explicit(&c->bytes, n, memory_order_relaxed);
+}
+
+void qd_conn_busy(qd_conn *c)
+{
+    if (c && c->ph != P_BUSY) set_phase(c, P_BUSY);
+}
+
+void qd_conn_request_done(qd_conn *c)
+{
+    set_phase(c, P_NEXT);
+}
+
+/* ---- the reaper -------------------------------------------------------------------------------
+ */
+
+typedef enum cut_reason { CUT_HEADERS, CUT_BODY, CUT_COUNT } cut_reason;
+
+/* Whether c is past its deadline at time t, and why. */
+static bool overdue(const qd_config *cfg, const qd_conn *c, double t, cut_reason *why)
+{
+    double age = t - c->since;
+    switch (c->ph) {
+    case P_NEW:
+        *why = CUT_HEADERS;
+        return age > cfg->header_timeout;
+    case P_NEXT:
+        *why = CUT_HEADERS;
+        return age > cfg->idle_timeout + cfg->header_timeout;
+    case P_BODY: {
+        double got = (double)atomic_load_explicit(&c->bytes, memory_order_relaxed);
+        *why = CUT_BODY;
+        return age > cfg->body_timeout + got / (double)cfg->body_min_rate;
+    }
+    case P_BUSY:
+        break;
+    }
+    return false;
+}
+
+static void sweep(qd_conns *g)
+{
+    unsigned cut[CUT_COUNT] = {0}, refused;
+    double t = now_s();
+    pthread_mutex_lock(&g->mu);
+    for (qd_conn *c = g->head; c; c = c->next) {
+        cut_reason why;
+        if (c->cut || c->fd < 0 || !overdue(g->cfg, c, t, &why)) continue;
+        shutdown(c->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
+        c->cut = true;
+        cut[why]++;
+    }
+    refused = g->refused;
+    g->refused = 0;
+    pthread_mutex_unlock(&g->mu);
+    static const char *const limit[CUT_COUNT] = {"header_timeout", "body_min_rate"};
+    for (int k = 0; k < CUT_COUNT; k++) {
+        if (!cut[k]) continue;
+        char n[16];
+        snprintf(n, sizeof n, "%u", cut[k]);
+        qd_log(QD_LOG_WARN, "slow connections closed", "count", n, "limit", limit[k], NULL);
+        if (g->metrics) qd_metrics_limit(g->metrics, limit[k], cut[k]);
+    }
+    if (refused) {
+        char n[16];
+        snprintf(n, sizeof n, "%u", refused);
+        qd_log(QD_LOG_WARN, "connections refused", "count", n, "limit", "max_connections_per_ip",
+               NULL);
+        if (g->metrics) qd_metrics_limit(g->metrics, "max_connections_per_ip", refused);
+    }
+}
+
+static void *reaper_main(void *arg)
+{
+    qd_conns *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SWEEP_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&g->cv, &g->mu, &until);
+        if (g->stopping) break;
+        pthread_mutex_unlock(&g->mu);
+        sweep(g);
+        pthread_mutex_lock(&g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+qd_status qd_conns_start(const qd_config *cfg, qd_metrics *metrics, qd_conns **out, qd_err *err)
+{
+    *out = NULL;
+    qd_conns *g = calloc(1, sizeof *g);
+    if (!g) return qd_fail(err, QD_NOMEM, "out of memory");
+    g->cfg = cfg;
+    g->metrics = metrics;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    bool ok = pthread_mutex_init(&g->mu, NULL) == 0 && pthread_cond_init(&g->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (!ok || pthread_create(&g->reaper, NULL, reaper_main, g) != 0) {
+        free(g);
+        return qd_fail(err, QD_NOMEM, "cannot start the connection guard");
+    }
+    the_guard = g;
+    *out = g;
+    return QD_OK;
+}
+
+void qd_conns_stop(qd_conns *g)
+{
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    g->stopping = true;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->reaper, NULL);
+    the_guard = NULL;
+    for (int i = 0; i < N_BUCKETS; i++)
+        while (g->buckets[i]) {
+            ip_count *e = g->buckets[i];
+            g->buckets[i] = e->next;
+            free(e);
+        }
+    while (g->head) { /* none once the server has stopped; whatever is left is freed */
+        qd_conn *c = g->head;
+        g->head = c->next;
+        free(c);
+    }
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
