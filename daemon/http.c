@@ -110,7 +110,7 @@ static size_t body_limit(const qd_req *r)
 static enum MHD_Result body_reserve(qd_req *r, unsigned long long n)
 {
     if (r->streaming || n == 0) return MHD_YES;
-    if (!qd_budget_take(r, n + 1)) return qd_reply_budget(r, n);
+    if (!qd_budget_take(r, n)) return qd_reply_budget(r, n); /* its NUL is not counted */
     r->body = malloc((size_t)n + 1);
     if (r->body) r->body_cap = (size_t)n + 1;
     return MHD_YES;

@@ -15,11 +15,16 @@ Suite *suite_stats_store(void);
 Suite *suite_stats_api(void);
 Suite *suite_srq(void);
 Suite *suite_openapi(void);
+Suite *suite_auth(void);
+Suite *suite_limits(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
 char *qdt_tmpdir(void);
 void qdt_rmtree(const char *path);
 /* dir + "/" + name, malloc'd. */
 char *qdt_join(const char *dir, const char *name);
+/* A safetensors file of n F32 tensors [rows, 4096] named layers.I.proj.weight, zeros, written
+ * sparse (instant): a job on it runs for a while (8 x 8192 rows: 1 GiB). */
+void qdt_make_big(const char *path, int n, long rows);
 
 #endif /* QDTEST_H */

@@ -1,10 +1,11 @@
-/* qdutil.c -- temporary directories for the daemon tests.
+/* qdutil.c -- temporary directories and big sparse checkpoints for the daemon tests.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qdtest.h"
 
@@ -33,4 +34,28 @@ char *qdt_join(const char *dir, const char *name)
     ck_assert_ptr_nonnull(p);
     sprintf(p, "%s/%s", dir, name);
     return p;
+}
+
+/* A safetensors file of n F32 tensors [rows, 4096] holding zeros, written sparse (instant). */
+void qdt_make_big(const char *path, int n, long rows)
+{
+    char header[4096];
+    size_t at = 0;
+    long long off = 0, size = (long long)rows * 4096 * 4;
+    at += (size_t)snprintf(header + at, sizeof header - at, "{");
+    for (int i = 0; i < n; i++, off += size)
+        at += (size_t)snprintf(header + at, sizeof header - at,
+                               "%s\"layers.%d.proj.weight\":{\"dtype\":\"F32\",\"shape\":[%ld,"
+                               "4096],\"data_offsets\":[%lld,%lld]}",
+                               i ? "," : "", i, rows, off, off + size);
+    at += (size_t)snprintf(header + at, sizeof header - at, "}");
+    while (at % 8) header[at++] = ' ';
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    unsigned long long len = at;
+    for (int i = 0; i < 8; i++) fputc((int)((len >> (8 * i)) & 0xff), f);
+    ck_assert_uint_eq(fwrite(header, 1, at, f), at);
+    ck_assert_int_eq(fflush(f), 0);
+    ck_assert_int_eq(ftruncate(fileno(f), (off_t)(8 + at + (size_t)off)), 0);
+    fclose(f);
 }

@@ -390,30 +390,6 @@ END_TEST
 /* ---- jobs on the server's disk -----------------------------------------------------------------
  */
 
-/* A safetensors file of n F32 tensors [rows, 4096] holding zeros, written sparse (instant). */
-static void make_big(const char *path, int n, long rows)
-{
-    char header[4096];
-    size_t at = 0;
-    long long off = 0, size = (long long)rows * 4096 * 4;
-    at += (size_t)snprintf(header + at, sizeof header - at, "{");
-    for (int i = 0; i < n; i++, off += size)
-        at += (size_t)snprintf(header + at, sizeof header - at,
-                               "%s\"layers.%d.proj.weight\":{\"dtype\":\"F32\",\"shape\":[%ld,"
-                               "4096],\"data_offsets\":[%lld,%lld]}",
-                               i ? "," : "", i, rows, off, off + size);
-    at += (size_t)snprintf(header + at, sizeof header - at, "}");
-    while (at % 8) header[at++] = ' ';
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    unsigned long long len = at;
-    for (int i = 0; i < 8; i++) fputc((int)((len >> (8 * i)) & 0xff), f);
-    ck_assert_uint_eq(fwrite(header, 1, at, f), at);
-    ck_assert_int_eq(fflush(f), 0);
-    ck_assert_int_eq(ftruncate(fileno(f), (off_t)(8 + at + (size_t)off)), 0);
-    fclose(f);
-}
-
 static long long post_path_job(qdp *d, const char *body, long status)
 {
     qdp_resp r = qdp_req(d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
@@ -497,7 +473,7 @@ static long long big_job(qdp *d, const char *src, const char *name)
 {
     char file[1024], body[2048];
     snprintf(file, sizeof file, "%s/%s", src, name);
-    if (access(file, F_OK) != 0) make_big(file, 8, 8192);
+    if (access(file, F_OK) != 0) qdt_make_big(file, 8, 8192);
     snprintf(body, sizeof body, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"%s\"}}", file);
     return post_path_job(d, body, 202);
 }

@@ -1,0 +1,505 @@
+/* test_limits.c -- the limits that must hold under abuse, through the real quantd and raw
+ * sockets: slow clients cut off while others are served (header_timeout, body_min_rate), the
+ * per-address connection limit, the in-memory body budget under 16 slow large posts (503 and a
+ * bound on RSS), the queue cap (429), the disk reserve (507), uploads refused from their headers
+ * alone, and retention of finished jobs' outputs (410).
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qdproc.h"
+#include "qdtest.h"
+
+#define SHARD  "tests/data/stories260K-bf16-sharded/model-00001-of-00002.safetensors"
+#define RULES  "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]}"
+#define MIB    (1024L * 1024L)
+#define POST1  "{\"stats\":{\"a\":{\"absmax\":[1]}}}"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- raw HTTP -------------------------------------------------------------------------------- */
+
+static int raw_connect(const qdp *d)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+static bool send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        c += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* What the server sent within ms (NUL-terminated in buf): > 0 bytes, 0 when it closed the
+ * connection, -1 when it sent nothing in time. */
+static ssize_t read_within(int fd, char *buf, size_t len, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    double end = now_s() + ms / 1000.0;
+    size_t at = 0;
+    while (at + 1 < len) {
+        int left = (int)((end - now_s()) * 1000);
+        if (left <= 0 || poll(&p, 1, left) <= 0) break;
+        ssize_t k = recv(fd, buf + at, len - 1 - at, 0);
+        if (k <= 0) {
+            buf[at] = '\0';
+            return at ? (ssize_t)at : 0; /* closed (or reset) */
+        }
+        at += (size_t)k;
+        if (strstr(buf, "\r\n\r\n") && at > 12) break; /* the head of a reply is enough */
+    }
+    buf[at] = '\0';
+    return at ? (ssize_t)at : -1;
+}
+
+/* The status of a reply in buf, 0 if none. */
+static int status_in(const char *buf)
+{
+    int st = 0;
+    return sscanf(buf, "HTTP/1.1 %d", &st) == 1 ? st : 0;
+}
+
+/* Headers of a request with a body of `length` bytes (no body). */
+static int open_request(const qdp *d, const char *method, const char *path, const char *type,
+                        unsigned long long length)
+{
+    int fd = raw_connect(d);
+    char head[1024];
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
+                     "Content-Length: %llu\r\n\r\n",
+                     method, path, type, length);
+    ck_assert(send_all(fd, head, (size_t)n));
+    return fd;
+}
+
+/* ---- slow clients ----------------------------------------------------------------------------- */
+
+/* 40 connections that never finish their headers, one that sends a byte every 200 ms: all cut
+ * after header_timeout (1 s here) while a normal client is served throughout. */
+START_TEST(test_slow_headers)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--header-timeout", "1", "--max-connections-per-ip", "0",
+                                   "--idle-timeout", "2", NULL});
+    enum { N = 40 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(&d);
+        ck_assert(send_all(fds[i], "GET /healthz HTTP/1.1\r\n", 23));
+    }
+    int drip = raw_connect(&d);
+    const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    double t0 = now_s();
+    bool drip_cut = false;
+    for (size_t i = 0; !drip_cut && i < strlen(req) && now_s() - t0 < 6; i++) {
+        drip_cut = !send_all(drip, req + i, 1);
+        qdp_resp r = qdp_req(&d, "GET", "/healthz", NULL, NULL, 0, NULL); /* others served */
+        ck_assert_int_eq(r.status, 200);
+        qdp_resp_free(&r);
+        char buf[64];
+        if (!drip_cut && read_within(drip, buf, sizeof buf, 200) == 0) drip_cut = true;
+    }
+    ck_assert_msg(drip_cut, "a client sending a byte every 200 ms was not cut off");
+    double cut_after = now_s() - t0;
+    ck_assert_msg(cut_after < 3.0, "cut after %.1f s (header_timeout 1)", cut_after);
+    for (int i = 0; i < N; i++) {
+        char buf[64];
+        ck_assert_msg(read_within(fds[i], buf, sizeof buf, 2000) == 0, "slow connection %d open",
+                      i);
+        close(fds[i]);
+    }
+    close(drip);
+    /* kept alive after a request: the next one's headers within idle + header timeouts */
+    int ka = raw_connect(&d);
+    char buf[4096];
+    ck_assert(send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
+    ck_assert(read_within(ka, buf, sizeof buf, 2000) > 0);
+    ck_assert_int_eq(status_in(buf), 200);
+    t0 = now_s();
+    bool cut = false;
+    while (!cut && now_s() - t0 < 8) {
+        cut = !send_all(ka, "G", 1) || read_within(ka, buf, sizeof buf, 500) == 0;
+    }
+    ck_assert_msg(cut && now_s() - t0 < 5, "kept-alive trickler cut after %.1f s", now_s() - t0);
+    close(ka);
+    /* the log and the metrics say which limit */
+    qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
+    const char *key = "quantd_limit_hits_total{limit=\"header_timeout\"} ";
+    const char *at = strstr(r.body, key);
+    ck_assert_msg(at && atol(at + strlen(key)) >= N + 2, "%s", at ? at : r.body);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* A body trickled below body_min_rate after its grace is cut; a normal post is not. */
+START_TEST(test_slow_body)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--body-timeout", "1", "--body-min-rate", "1K", NULL});
+    int fd = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 100000);
+    double t0 = now_s();
+    bool cut = false;
+    char buf[256];
+    while (!cut && now_s() - t0 < 6) {
+        cut = !send_all(fd, " ", 1) || read_within(fd, buf, sizeof buf, 200) == 0;
+        qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json",
+                             POST1, strlen(POST1), NULL);
+        ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+        qdp_resp_free(&r);
+    }
+    ck_assert_msg(cut, "a body at 5 bytes/s was not cut");
+    ck_assert_msg(now_s() - t0 < 3.5, "cut after %.1f s", now_s() - t0);
+    close(fd);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* max_connections_per_ip: the next connection from the address is closed at once; one more is
+ * taken when one ends. */
+START_TEST(test_per_ip_limit)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--max-connections-per-ip", "3", NULL});
+    int held[3];
+    for (int i = 0; i < 3; i++) held[i] = raw_connect(&d);
+    sleep_ms(200);
+    int extra = raw_connect(&d);
+    char buf[256];
+    send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
+    ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0); /* closed, no answer */
+    close(extra);
+    close(held[0]);
+    sleep_ms(300);
+    int again = raw_connect(&d);
+    ck_assert(send_all(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
+    ck_assert(read_within(again, buf, sizeof buf, 2000) > 0);
+    ck_assert_int_eq(status_in(buf), 200);
+    close(again);
+    close(held[1]);
+    close(held[2]);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- memory ----------------------------------------------------------------------------------- */
+
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+/* 16 posts of 32 MiB each send 30 MiB and stall: max_body_memory (64M) admits two, the others
+ * get 503 + Retry-After at once, and quantd's RSS grows by less than the budget + 32 MiB. */
+START_TEST(test_body_budget)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--max-body-memory", "64M", "--max-stats-body", "32M", NULL});
+    sleep_ms(200);
+    long before = rss_kib(d.pid);
+    enum { N = 16 };
+    int fds[N], admitted = 0, busy = 0;
+    char *chunk = malloc(30 * MIB);
+    ck_assert_ptr_nonnull(chunk);
+    memset(chunk, ' ', 30 * MIB);
+    for (int i = 0; i < N; i++) {
+        fds[i] = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 32 * MIB);
+        char buf[1024];
+        ssize_t n = read_within(fds[i], buf, sizeof buf, 300);
+        if (n > 0) {
+            ck_assert_int_eq(status_in(buf), 503);
+            ck_assert_msg(strstr(buf, "Retry-After: 2") || strstr(buf, "retry-after: 2"), "%s",
+                          buf);
+            n = read_within(fds[i], buf, sizeof buf, 1000);
+            busy++;
+            continue;
+        }
+        admitted++;
+        ck_assert(send_all(fds[i], chunk, 30 * MIB));
+    }
+    ck_assert_int_eq(admitted, 2);
+    ck_assert_int_eq(busy, N - 2);
+    sleep_ms(300);
+    long grown = rss_kib(d.pid) - before;
+    ck_assert_msg(grown < (64 + 32) * 1024, "RSS grew by %ld KiB", grown);
+    /* the error names the limit */
+    qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", "{}", 2, NULL);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_msg(strstr(r.body, "\"limit\":\"max_body_memory\""), "%s", r.body);
+    qdp_resp_free(&r);
+    for (int i = 0; i < N; i++) close(fds[i]);
+    sleep_ms(300); /* the stalled requests end: their share comes back */
+    r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json",
+                POST1, strlen(POST1), NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    free(chunk);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* Without Content-Length the budget is taken as the body grows: past it, 503 at its end. */
+START_TEST(test_body_budget_chunked)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--max-body-memory", "1M", "--max-stats-body", "1M",
+                                   "--max-json-body", "1M", NULL});
+    int hold = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 900 * 1024);
+    char buf[512];
+    ck_assert_int_eq(read_within(hold, buf, sizeof buf, 300), -1); /* admitted, waiting */
+    char *file = qdt_join(d.root, "post.bin");
+    FILE *f = fopen(file, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 300 * 1024; i++) fputc(' ', f);
+    fclose(f);
+    qdp_resp r = qdp_upload_mode(&d, "/v1/models/m/stats", file, true);
+    ck_assert_msg(r.status == 503 && strstr(r.body, "max_body_memory"), "%ld %s", r.status,
+                  r.body);
+    qdp_resp_free(&r);
+    close(hold);
+    free(file);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- jobs ------------------------------------------------------------------------------------- */
+
+static void put_rules(qdp *d)
+{
+    qdp_resp r = qdp_req(d, "PUT", "/v1/rulesets/int8", "application/json", RULES, strlen(RULES),
+                         NULL);
+    ck_assert_int_lt(r.status, 300);
+    qdp_resp_free(&r);
+}
+
+/* The reply to an upload's headers alone (the body never sent). */
+static int upload_refused(qdp *d, const char *path_and_query, char *buf, size_t len)
+{
+    int fd = open_request(d, "POST", path_and_query, "application/octet-stream", 256 * MIB);
+    ssize_t n = read_within(fd, buf, len, 3000);
+    close(fd);
+    return n > 0 ? status_in(buf) : 0;
+}
+
+/* An upload is refused from its URL and headers, before any of its 256 MiB is sent. */
+START_TEST(test_upload_refused_early)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    put_rules(&d);
+    char buf[4096];
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=nope", buf, sizeof buf), 422);
+    ck_assert_msg(strstr(buf, "unknown_ruleset"), "%s", buf);
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&layout=gguf", buf, sizeof buf),
+                     400);
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&stats_model=m", buf, sizeof buf),
+                     422);
+    ck_assert_msg(strstr(buf, "unknown_stats_model"), "%s", buf);
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs", buf, sizeof buf), 400);
+    int fd = open_request(&d, "POST", "/v1/models/.bad/stats", "application/json", 256 * MIB);
+    ck_assert(read_within(fd, buf, sizeof buf, 3000) > 0);
+    ck_assert_int_eq(status_in(buf), 400);
+    close(fd);
+    fd = open_request(&d, "POST", "/v1/models/m/stats", "text/csv", 256 * MIB);
+    ck_assert(read_within(fd, buf, sizeof buf, 3000) > 0);
+    ck_assert_int_eq(status_in(buf), 415);
+    close(fd);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* min_free_disk: an upload or a job that would eat into the reserve gets 507 up front. */
+START_TEST(test_disk_reserve)
+{
+    char *src = qdt_tmpdir();
+    qdp d;
+    qdp_start(&d, (const char *[]){"--min-free-disk", "1000T", "--source-root", src, NULL});
+    put_rules(&d);
+    char buf[4096];
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8", buf, sizeof buf), 507);
+    ck_assert_msg(strstr(buf, "\"limit\":\"min_free_disk\""), "%s", buf);
+    char body[2048];
+    snprintf(body, sizeof body, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"%s\"}}", src);
+    qdp_resp r = qdp_req(&d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    ck_assert_msg(r.status == 507, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+    qdt_rmtree(src);
+    free(src);
+}
+END_TEST
+
+static long long post_job(qdp *d, const char *body, long want, qdp_resp *keep)
+{
+    qdp_resp r = qdp_req(d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    ck_assert_msg(r.status == want, "POST /v1/jobs %s: %ld %s", body, r.status, r.body);
+    long long id = 0;
+    if (want == 202) {
+        json_t *j = qdp_json(&r);
+        id = json_integer_value(json_object_get(j, "id"));
+        json_decref(j);
+    }
+    if (keep)
+        *keep = r;
+    else
+        qdp_resp_free(&r);
+    return id;
+}
+
+/* max_queued_jobs: with one job running and one queued, the next gets 429 (uploads before their
+ * body). */
+START_TEST(test_queue_cap)
+{
+    char *src = qdt_tmpdir(), *big = qdt_join(src, "big.safetensors");
+    qdt_make_big(big, 8, 8192);
+    setenv("QUANTD_QUANT_THREADS", "1", 1);
+    qdp d;
+    qdp_start(&d, (const char *[]){"--workers", "1", "--max-queued-jobs", "1", "--source-root",
+                                   src, NULL});
+    unsetenv("QUANTD_QUANT_THREADS");
+    put_rules(&d);
+    char body[2048];
+    snprintf(body, sizeof body, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"%s\"}}", big);
+    long long a = post_job(&d, body, 202, NULL);
+    json_decref(qdp_wait_state(&d, a, "running", 30));
+    long long b = post_job(&d, body, 202, NULL);
+    qdp_resp r;
+    post_job(&d, body, 429, &r);
+    char *after = qdp_header(&r, "retry-after");
+    ck_assert_msg(after && atoi(after) > 0, "Retry-After: %s", after);
+    ck_assert_msg(strstr(r.body, "\"limit\":\"max_queued_jobs\""), "%s", r.body);
+    free(after);
+    qdp_resp_free(&r);
+    char buf[4096];
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8", buf, sizeof buf), 429);
+    char path[64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/v1/jobs/%lld", i ? a : b);
+        qdp_resp c = qdp_req(&d, "DELETE", path, NULL, NULL, 0, NULL);
+        ck_assert_int_lt(c.status, 300);
+        qdp_resp_free(&c);
+    }
+    json_decref(qdp_wait_job(&d, a, 60));
+    qdp_stop(&d);
+    qdt_rmtree(src);
+    free(big);
+    free(src);
+}
+END_TEST
+
+static long long upload_job(qdp *d)
+{
+    qdp_resp r = qdp_upload(d, "/v1/jobs?ruleset=int8", SHARD);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    json_t *j = qdp_json(&r);
+    long long id = json_integer_value(json_object_get(j, "id"));
+    json_decref(j);
+    qdp_resp_free(&r);
+    json_t *done = qdp_wait_job(d, id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(done, "state")), "succeeded");
+    json_decref(done);
+    return id;
+}
+
+static long get_status(qdp *d, long long id, const char *what, const char *has)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%lld%s", id, what);
+    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
+    if (has) ck_assert_msg(strstr(r.body, has), "GET %s: %s lacks %s", path, r.body, has);
+    long st = r.status;
+    qdp_resp_free(&r);
+    return st;
+}
+
+/* job_retention: outputs go after it (410, report and row kept); keep_outputs: the newest N. */
+START_TEST(test_retention)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--job-retention", "2", NULL});
+    put_rules(&d);
+    long long a = upload_job(&d);
+    ck_assert_int_eq(get_status(&d, a, "/output", NULL), 200);
+    ck_assert_int_eq(get_status(&d, a, "", "\"outputs_removed_at\":null"), 200);
+    double t0 = now_s();
+    while (get_status(&d, a, "/output", NULL) == 200 && now_s() - t0 < 10) sleep_ms(200);
+    ck_assert_int_eq(get_status(&d, a, "/output", "\"limit\":\"retention\""), 410);
+    ck_assert_int_eq(get_status(&d, a, "/outputs/model.safetensors", NULL), 410);
+    ck_assert_int_eq(get_status(&d, a, "/report", "\"tensors\""), 200);
+    ck_assert_int_eq(get_status(&d, a, "", "\"outputs_removed_at\":\"20"), 200);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/jobs/%lld", d.data_dir, a);
+    ck_assert_msg(access(dir, F_OK) != 0, "%s is still there", dir);
+    qdp_stop(&d);
+
+    qdp_start(&d, (const char *[]){"--keep-outputs", "1", NULL});
+    put_rules(&d);
+    long long b = upload_job(&d), c = upload_job(&d);
+    t0 = now_s();
+    while (get_status(&d, b, "/output", NULL) == 200 && now_s() - t0 < 10) sleep_ms(100);
+    ck_assert_int_eq(get_status(&d, b, "/output", NULL), 410);
+    ck_assert_int_eq(get_status(&d, c, "/output", NULL), 200);
+    qdp_stop(&d);
+}
+END_TEST
+
+Suite *suite_limits(void)
+{
+    Suite *s = suite_create("limits");
+    TCase *tc = tcase_create("limits");
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_slow_headers);
+    tcase_add_test(tc, test_slow_body);
+    tcase_add_test(tc, test_per_ip_limit);
+    tcase_add_test(tc, test_body_budget);
+    tcase_add_test(tc, test_body_budget_chunked);
+    tcase_add_test(tc, test_upload_refused_early);
+    tcase_add_test(tc, test_disk_reserve);
+    tcase_add_test(tc, test_queue_cap);
+    tcase_add_test(tc, test_retention);
+    suite_add_tcase(s, tc);
+    return s;
+}
