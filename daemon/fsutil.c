@@ -124,3 +124,41 @@ char *qd_path_in_roots(const char *path, char *const *roots, int n_roots, qd_err
     free(real);
     return NULL;
 }
+
+static bool path_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+/* The longest of paths that starts msg and ends there (at a '/' or a character that is not part
+ * of a file name: "/srv/var" is not in "/srv/variant"), or 0. */
+static size_t match_path(const char *msg, const char *const *paths, size_t n, bool *slash)
+{
+    size_t best = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = paths[i] ? strlen(paths[i]) : 0;
+        while (k > 1 && paths[i][k - 1] == '/') k--;
+        if (k == 0 || k <= best || strncmp(msg, paths[i], k) != 0 || path_char(msg[k])) continue;
+        best = k;
+        *slash = msg[k] == '/';
+    }
+    return best;
+}
+
+void qd_scrub_paths(const char *msg, const char *const *paths, size_t n, char *out, size_t len)
+{
+    size_t at = 0;
+    for (const char *p = msg; *p && at + 1 < len;) {
+        bool slash = false;
+        size_t k = match_path(p, paths, n, &slash);
+        if (k == 0) {
+            out[at++] = *p++;
+            continue;
+        }
+        p += k + slash;
+        if (!slash) at += (size_t)snprintf(out + at, len - at, "(server)");
+        if (at >= len) at = len - 1;
+    }
+    out[at] = '\0';
+}

@@ -26,4 +26,9 @@ qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err)
  * NULL with err saying why. malloc'd. */
 char *qd_path_in_roots(const char *path, char *const *roots, int n_roots, qd_err *err);
 
+/* msg with every server path of `paths` (n of them) taken out, into out (len bytes): "P/" is
+ * dropped (what follows names the file relative to P), a bare "P" becomes "(server)"; the
+ * longest path that matches at a position wins. For errors that clients read. */
+void qd_scrub_paths(const char *msg, const char *const *paths, size_t n, char *out, size_t len);
+
 #endif /* QD_FSUTIL_H */

@@ -290,22 +290,28 @@ static void remove_files(qd_app *app, const qd_job *j, bool upload_too)
     if (upload_too && strcmp(j->source_kind, "upload") == 0) qd_remove_upload(j->source_path);
 }
 
-/* The error a client reads: for an upload, the server's directory in front of the upload's
- * file name is dropped ("/srv/var/uploads/ID/model.safetensors: ..." -> "model.safetensors:
- * ..."); the log keeps the whole message. */
-static const char *client_message(const qd_job *j, const char *msg, char *buf, size_t len)
+/* The error a client reads: no server path in it. The job's own directories, quantd's data
+ * directory and the source roots are taken out ("/srv/var/jobs/7/output.partial-x/a.safetensors:
+ * No space left on device" -> "output.partial-x/a.safetensors: No space left on device"); the
+ * log keeps the whole message. */
+static const char *client_message(const qd_app *app, const qd_job *j, const char *msg, char *buf,
+                                  size_t len)
 {
-    const char *base = strrchr(j->source_path, '/');
-    if (strcmp(j->source_kind, "upload") != 0 || !base) return msg;
-    size_t dir = (size_t)(base + 1 - j->source_path), at = 0;
-    for (const char *p = msg; *p && at + 1 < len;) {
-        if (strncmp(p, j->source_path, dir) == 0) {
-            p += dir;
-            continue;
-        }
-        buf[at++] = *p++;
-    }
-    buf[at] = '\0';
+    const qd_config *cfg = app->cfg;
+    const char *paths[QD_MAX_SOURCE_ROOTS + 8];
+    size_t n = 0;
+    char *job_dir = qd_app_job_dir(app, j->id), upload_dir[4096] = "";
+    const char *slash = strrchr(j->source_path, '/');
+    if (strcmp(j->source_kind, "upload") == 0 && slash)
+        snprintf(upload_dir, sizeof upload_dir, "%.*s", (int)(slash - j->source_path),
+                 j->source_path);
+    const char *fixed[] = {upload_dir,   job_dir,        app->uploads_dir, app->jobs_dir,
+                           app->tmp_dir, cfg->data_dir, cfg->db_path};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (fixed[i] && fixed[i][0]) paths[n++] = fixed[i];
+    for (int i = 0; i < cfg->n_source_roots; i++) paths[n++] = cfg->source_roots[i];
+    qd_scrub_paths(msg, paths, n, buf, len);
+    free(job_dir);
     return buf;
 }
 
@@ -341,7 +347,7 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         char shown[QUANT_CK_MESSAGE_MAX];
         done = qd_store_job_finish(app->store, j->id, cancelled ? QD_JOB_CANCELLED : QD_JOB_FAILED,
                                    cancelled ? "cancelled"
-                                             : client_message(j, msg, shown, sizeof shown),
+                                             : client_message(app, j, msg, shown, sizeof shown),
                                    NULL, 0, NULL, &err);
         qd_log(QD_LOG_INFO, "job finished", "job", id, "state", cancelled ? "cancelled" : "failed",
                "error", cancelled ? "" : msg, NULL);

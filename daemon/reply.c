@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsutil.h"
 #include "http.h"
 
 enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp)
@@ -47,6 +48,17 @@ enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body)
     return qd_reply_text(r, status, text, "application/json", NULL, NULL);
 }
 
+/* A safety net under every error message: no path of quantd's data directory reaches a client
+ * ("/srv/var/tmp/upload-x1: fsync: ..." -> "upload-x1: fsync: ..."). */
+static void scrub(const qd_app *app, char *msg, size_t len)
+{
+    const char *paths[] = {app->uploads_dir, app->jobs_dir, app->tmp_dir, app->cfg->data_dir,
+                           app->cfg->db_path};
+    char clean[1024];
+    qd_scrub_paths(msg, paths, sizeof paths / sizeof paths[0], clean, sizeof clean);
+    snprintf(msg, len, "%s", clean);
+}
+
 enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,
                                const char *fmt, ...)
 {
@@ -55,6 +67,7 @@ enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    scrub(r->app, msg, sizeof msg);
     json_t *e = json_pack("{s:{s:s,s:s,s:o}}", "error", "code", code, "message", msg, "field",
                           field ? json_string(field) : json_null());
     return qd_reply_json(r, status, e);

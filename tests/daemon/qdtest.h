@@ -16,6 +16,7 @@ Suite *suite_stats_api(void);
 Suite *suite_srq(void);
 Suite *suite_openapi(void);
 Suite *suite_auth(void);
+Suite *suite_fsutil(void);
 Suite *suite_limits(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
