@@ -6,6 +6,8 @@
 # NAME.part.etag, the ETag its bytes came from); the next run hashes what is there and asks for
 # the rest (Range, with If-Range: that ETag, so another file comes whole). Exit status 0 when
 # every output verified, 1 on a failed job, a mismatch or an HTTP/IO error, 2 on bad usage.
+# A server with tokens needs a reader (or operator) token: --token or $QUANTD_TOKEN; HTTPS with
+# a private CA: --cacert FILE.
 # Python standard library only. Run: python3 examples/serve_fetch.py --help
 # SPDX-License-Identifier: Apache-2.0
 import argparse
@@ -13,6 +15,7 @@ import hashlib
 import http.client
 import json
 import os
+import ssl
 import sys
 import time
 import urllib.parse
@@ -27,19 +30,24 @@ class Failure(Exception):
 class Client:
     """One HTTP/1.1 connection to quantd, reused for every request (keep-alive)."""
 
-    def __init__(self, url, timeout):
+    def __init__(self, url, timeout, token=None, cacert=None):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise Failure("--url must be http://HOST[:PORT] or https://...")
-        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-        self.conn = cls(u.hostname, u.port, timeout=timeout)
+        if u.scheme == "https":
+            ctx = ssl.create_default_context(cafile=cacert)
+            self.conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=timeout,
+                                                    context=ctx)
+        else:
+            self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+        self.auth = {"Authorization": "Bearer " + token} if token else {}
 
     def open(self, method, path, headers=None):
         """Sends the request and returns the response, whose body the caller must read whole
         before the next request. Reconnects once when the server had closed the connection."""
         for attempt in (0, 1):
             try:
-                self.conn.request(method, path, headers=headers or {})
+                self.conn.request(method, path, headers={**self.auth, **(headers or {})})
                 return self.conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self.conn.close()
@@ -235,6 +243,11 @@ def parse_args(argv):
     p.add_argument("job", type=int, help="the job id (POST /v1/jobs answered it)")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="quantd's base URL "
                    "(default %(default)s)")
+    p.add_argument("--token", default=os.environ.get("QUANTD_TOKEN"),
+                   help="a reader or operator token, sent as 'Authorization: Bearer' "
+                   "(default: $QUANTD_TOKEN; none on an open loopback server)")
+    p.add_argument("--cacert", metavar="FILE", help="PEM file of the CA (or self-signed "
+                   "certificate) to trust for an https:// URL")
     p.add_argument("-o", "--out", default=".", help="directory for the outputs, created if "
                    "needed (default: the current one)")
     p.add_argument("--only", action="append", metavar="NAME",
@@ -258,7 +271,7 @@ def parse_args(argv):
 
 
 def run(a):
-    client = Client(a.url, a.timeout)
+    client = Client(a.url, a.timeout, a.token, a.cacert)
     job = wait_job(client, a.job, a.poll, a.wait, a.quiet)
     outputs = job.get("outputs") or []
     if a.only:
