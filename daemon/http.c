@@ -19,6 +19,7 @@
 #include "defer.h"
 #include "log.h"
 #include "router.h"
+#include "tls.h"
 
 /* Bytes of an over-limit body read and dropped before the connection is closed instead. */
 #define QD_MAX_DISCARD ((size_t)64 << 20)
@@ -329,8 +330,9 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
         free(h);
         return st;
     }
+    struct MHD_OptionItem tls_opts[QD_TLS_MHD_OPTIONS]; /* HTTPS when app->tls is set */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME |
-                     (v6 ? MHD_USE_IPv6 : 0);
+                     (v6 ? MHD_USE_IPv6 : 0) | qd_tls_mhd_options(app->tls, tls_opts);
     /* CONNECTION_MEMORY_LIMIT: an upload body arrives in pieces of about this pool's size; the
      * default 32 KiB meant a write(2) per 16 KiB. Pool pages are touched only as they are used. */
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
@@ -338,7 +340,8 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
                             (unsigned)app->cfg->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)app->cfg->idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
                             on_completed, h, MHD_OPTION_CONNECTION_LIMIT, 1000u,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)1 << 20, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)1 << 20, MHD_OPTION_ARRAY,
+                            tls_opts, MHD_OPTION_END);
     if (!h->d) {
         qd_defer_free(h->waiters);
         free(h);

@@ -50,8 +50,8 @@ typedef struct qd_req {
     bool deferred; /* defer_fn has run: the handler is called again to reply */
 } qd_req;
 
-/* Starts listening (loopback by default) with libmicrohttpd's thread pool; *port gets the
- * bound port (useful when the configured port is 0). */
+/* Starts listening (loopback by default) with libmicrohttpd's thread pool, HTTPS when
+ * app->tls is set; *port gets the bound port (useful when the configured port is 0). */
 qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err);
 /* Stops accepting new connections (in-flight requests finish). */
 void qd_http_quiesce(qd_http *h);

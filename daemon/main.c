@@ -1,8 +1,9 @@
 /* main.c -- quantd's entry point: settings, subcommands (serve, migrate, check-config), the
  * start-up order (store, metrics, statistics, data dir, workers, HTTP), systemd readiness, and
  * signals: SIGTERM and SIGINT stop gracefully (no new connections, running jobs requeued,
- * database closed, exit 0), SIGHUP reloads the log level from the configuration. Signals are
- * taken with sigwait in the main thread; every other thread has them blocked.
+ * database closed, exit 0), SIGHUP reloads the log level from the configuration and re-reads
+ * the TLS certificate and key. Signals are taken with sigwait in the main thread; every other
+ * thread has them blocked.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include "log.h"
 #include "notify.h"
 #include "router.h"
+#include "tls.h"
 
 static int fail(const char *what, const qd_err *err)
 {
@@ -52,7 +54,18 @@ static void reload(int argc, char **argv)
     }
 }
 
-static int wait_for_stop(int argc, char **argv, const sigset_t *set)
+/* SIGHUP with HTTPS: the certificate and key files again; on failure the old pair serves on. */
+static void reload_tls(qd_tls *tls)
+{
+    qd_err err;
+    if (qd_tls_reload(tls, &err) == QD_OK)
+        qd_tls_log(tls, "tls certificate reloaded");
+    else
+        qd_log(QD_LOG_WARN, "tls certificate not reloaded (the previous one stays in use)", "error",
+               err.message, NULL);
+}
+
+static int wait_for_stop(qd_tls *tls, int argc, char **argv, const sigset_t *set)
 {
     for (;;) {
         int sig = 0;
@@ -60,6 +73,7 @@ static int wait_for_stop(int argc, char **argv, const sigset_t *set)
         if (sig == SIGHUP) {
             qd_notify("RELOADING=1");
             reload(argc, argv);
+            if (tls) reload_tls(tls);
             qd_notify("READY=1");
             continue;
         }
@@ -70,6 +84,12 @@ static int wait_for_stop(int argc, char **argv, const sigset_t *set)
 static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
 {
     qd_err err;
+    const qd_config *cfg = app->cfg;
+    if (cfg->tls_cert) {
+        if (qd_tls_open(cfg->tls_cert, cfg->tls_key, cfg->tls_priorities, &app->tls, &err) != QD_OK)
+            return fail("cannot set up tls", &err);
+        qd_tls_log(app->tls, "tls certificate loaded");
+    }
     const char *names[64];
     for (size_t i = 0; i < qd_n_routes && i < 64; i++) names[i] = qd_routes[i].name;
     app->metrics = qd_metrics_new(names, qd_n_routes);
@@ -88,9 +108,9 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     snprintf(p, sizeof p, "%d", port);
     if (app->cfg->port_file) write_port_file(app->cfg->port_file, port);
     qd_log(QD_LOG_INFO, "listening", "host", app->cfg->listen_host, "port", p, "data_dir",
-           app->cfg->data_dir, "version", QD_VERSION, NULL);
+           app->cfg->data_dir, "tls", app->tls ? "on" : "off", "version", QD_VERSION, NULL);
     qd_notify("READY=1");
-    int sig = wait_for_stop(argc, argv, set);
+    int sig = wait_for_stop(app->tls, argc, argv, set);
     qd_log(QD_LOG_INFO, "stopping", "signal", strsignal(sig), NULL);
     qd_notify("STOPPING=1");
     qd_http_quiesce(http);
@@ -135,6 +155,7 @@ int main(int argc, char **argv)
         rc = serve(&app, argc, argv, &set);
     }
     qd_stats_close(app.stats); /* HTTP and jobs are stopped: the last queued posts commit */
+    qd_tls_free(app.tls);      /* no handshake can run any more */
     qd_store_close(app.store);
     qd_metrics_free(app.metrics);
     qd_app_dirs_free(&app);
