@@ -16,6 +16,7 @@ int main(void)
     srunner_add_suite(sr, suite_stats_api());
     srunner_add_suite(sr, suite_srq());
     srunner_add_suite(sr, suite_openapi());
+    srunner_add_suite(sr, suite_tls());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -15,6 +15,7 @@ Suite *suite_stats_store(void);
 Suite *suite_stats_api(void);
 Suite *suite_srq(void);
 Suite *suite_openapi(void);
+Suite *suite_tls(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
 char *qdt_tmpdir(void);
