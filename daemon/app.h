@@ -18,6 +18,7 @@
 typedef struct qd_jobs qd_jobs;
 typedef struct qd_tokens qd_tokens;
 typedef struct qd_janitor qd_janitor;
+typedef struct qd_tls qd_tls;
 
 typedef struct qd_app {
     const qd_config *cfg;
@@ -33,6 +34,7 @@ typedef struct qd_app {
     char *uploads_dir; /* DATA/uploads: validated shards waiting for (or used by) their job */
     char *jobs_dir;    /* DATA/jobs/ID/output: a job's published outputs */
     char *tmp_dir;     /* DATA/tmp: uploads while they stream in */
+    qd_tls *tls;       /* HTTPS credentials (tls.h), or NULL: plain HTTP */
 } qd_app;
 
 /* Creates the data directory layout (0700 directories) and fills the paths; removes leftovers

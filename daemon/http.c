@@ -25,6 +25,7 @@
 #include "log.h"
 #include "req_limits.h"
 #include "router.h"
+#include "tls.h"
 
 /* Bytes of an over-limit body read and dropped before the connection is closed instead. */
 #define QD_MAX_DISCARD ((size_t)64 << 20)
@@ -441,8 +442,9 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
         return st;
     }
     raise_fd_limit(app->cfg);
+    struct MHD_OptionItem tls_opts[QD_TLS_MHD_OPTIONS]; /* HTTPS when app->tls is set */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME |
-                     (v6 ? MHD_USE_IPv6 : 0);
+                     (v6 ? MHD_USE_IPv6 : 0) | qd_tls_mhd_options(app->tls, tls_opts);
     /* CONNECTION_MEMORY_LIMIT: an upload body arrives in pieces of about this pool's size; the
      * default 32 KiB meant a write(2) per 16 KiB. Pool pages are touched only as they are used.
      * The guard (conns.c) sees every connection start and end, and may refuse one at accept. */
@@ -454,6 +456,7 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
         {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)qd_conns_notify, h->guard},
         {MHD_OPTION_CONNECTION_LIMIT, app->cfg->max_connections, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)1 << 20, NULL},
+        {MHD_OPTION_ARRAY, 0, tls_opts},
         {MHD_OPTION_END, 0, NULL},
     };
     h->d = MHD_start_daemon(flags, 0, qd_conns_accept, h->guard, on_request, h, MHD_OPTION_ARRAY,

@@ -65,8 +65,8 @@ typedef struct qd_req {
 
 /* Whether the configured listen address is a loopback one (127.0.0.0/8, ::1). */
 qd_status qd_http_loopback(const qd_config *cfg, bool *loopback, qd_err *err);
-/* Starts listening (loopback by default) with libmicrohttpd's thread pool; *port gets the
- * bound port (useful when the configured port is 0). */
+/* Starts listening (loopback by default) with libmicrohttpd's thread pool, HTTPS when
+ * app->tls is set; *port gets the bound port (useful when the configured port is 0). */
 qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err);
 /* Stops accepting new connections (in-flight requests finish). */
 void qd_http_quiesce(qd_http *h);

@@ -2,8 +2,9 @@
  * the start-up order (store, metrics, statistics, tokens and the exposure rule, data dir,
  * workers, housekeeping, HTTP), systemd readiness, and
  * signals: SIGTERM and SIGINT stop gracefully (no new connections, running jobs requeued,
- * database closed, exit 0), SIGHUP reloads the log level from the configuration. Signals are
- * taken with sigwait in the main thread; every other thread has them blocked.
+ * database closed, exit 0), SIGHUP reloads the log level from the configuration and re-reads
+ * the TLS certificate and key. Signals are taken with sigwait in the main thread; every other
+ * thread has them blocked.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "notify.h"
 #include "router.h"
 #include "tokens.h"
+#include "tls.h"
 
 static int fail(const char *what, const qd_err *err)
 {
@@ -56,7 +58,18 @@ static void reload(int argc, char **argv)
     }
 }
 
-static int wait_for_stop(int argc, char **argv, const sigset_t *set)
+/* SIGHUP with HTTPS: the certificate and key files again; on failure the old pair serves on. */
+static void reload_tls(qd_tls *tls)
+{
+    qd_err err;
+    if (qd_tls_reload(tls, &err) == QD_OK)
+        qd_tls_log(tls, "tls certificate reloaded");
+    else
+        qd_log(QD_LOG_WARN, "tls certificate not reloaded (the previous one stays in use)", "error",
+               err.message, NULL);
+}
+
+static int wait_for_stop(qd_tls *tls, int argc, char **argv, const sigset_t *set)
 {
     for (;;) {
         int sig = 0;
@@ -64,6 +77,7 @@ static int wait_for_stop(int argc, char **argv, const sigset_t *set)
         if (sig == SIGHUP) {
             qd_notify("RELOADING=1");
             reload(argc, argv);
+            if (tls) reload_tls(tls);
             qd_notify("READY=1");
             continue;
         }
@@ -99,6 +113,12 @@ static qd_status exposure(qd_app *app, bool *insecure, qd_err *err)
 static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
 {
     qd_err err;
+    const qd_config *cfg = app->cfg;
+    if (cfg->tls_cert) {
+        if (qd_tls_open(cfg->tls_cert, cfg->tls_key, cfg->tls_priorities, &app->tls, &err) != QD_OK)
+            return fail("cannot set up tls", &err);
+        qd_tls_log(app->tls, "tls certificate loaded");
+    }
     bool insecure = false;
     if (qd_tokens_open(app->cfg->db_path, &app->tokens, &err) != QD_OK)
         return fail("cannot open the tokens", &err);
@@ -126,9 +146,9 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     snprintf(p, sizeof p, "%d", port);
     if (app->cfg->port_file) write_port_file(app->cfg->port_file, port);
     qd_log(QD_LOG_INFO, "listening", "host", app->cfg->listen_host, "port", p, "data_dir",
-           app->cfg->data_dir, "version", QD_VERSION, NULL);
+           app->cfg->data_dir, "tls", app->tls ? "on" : "off", "version", QD_VERSION, NULL);
     qd_notify("READY=1");
-    int sig = wait_for_stop(argc, argv, set);
+    int sig = wait_for_stop(app->tls, argc, argv, set);
     qd_log(QD_LOG_INFO, "stopping", "signal", strsignal(sig), NULL);
     qd_notify("STOPPING=1");
     qd_http_quiesce(http);
@@ -176,6 +196,7 @@ int main(int argc, char **argv)
     }
     qd_stats_close(app.stats); /* HTTP and jobs are stopped: the last queued posts commit */
     qd_tokens_close(app.tokens);
+    qd_tls_free(app.tls);      /* no handshake can run any more */
     qd_store_close(app.store);
     qd_metrics_free(app.metrics);
     qd_app_dirs_free(&app);

@@ -336,3 +336,41 @@ json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s
         sleep_ms(5);
     }
 }
+
+/* ---- a start expected to fail -----------------------------------------------------------------
+ */
+
+int qdp_start_fail(qdp *d, const char *const *extra, char **log)
+{
+    memset(d, 0, sizeof *d);
+    d->root = qdt_tmpdir();
+    d->data_dir = qdt_join(d->root, "var");
+    char *port_file = qdt_join(d->root, "port"), *log_path = qdt_join(d->root, "quantd.log");
+    const char *argv[48] = {quantd_bin(),  "--config",    "/dev/null", "--listen",
+                            "127.0.0.1:0", "--data-dir",  d->data_dir, "--port-file",
+                            port_file,     "--log-level", "debug"};
+    int n = 11;
+    for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *f = freopen(log_path, "a", stderr);
+        (void)f;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    double t0 = now_s();
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+        if (now_s() - t0 > 20 || access(port_file, F_OK) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            ck_abort_msg("quantd started, but it should have refused to; see %s", log_path);
+        }
+        sleep_ms(10);
+    }
+    if (log) *log = slurp(log_path);
+    free(port_file);
+    free(log_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}

@@ -67,4 +67,10 @@ json_t *qdp_wait_job(qdp *d, long long id, double timeout_s);
 /* Polls until the job's state equals `state`; returns the job JSON. */
 json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s);
 
+/* Starts quantd like qdp_start, in a fresh root, expecting it to refuse to start: fails the
+ * test if it listens or still runs after 20 s. Returns its exit status (or 128 + signal) and,
+ * when log is not NULL, what it logged (malloc'd). d->pid is 0 after; qdp_stop(d) removes the
+ * root. */
+int qdp_start_fail(qdp *d, const char *const *extra, char **log);
+
 #endif /* QDPROC_H */
