@@ -491,6 +491,7 @@ static void print_help(FILE *out)
     fputs("usage: quantd [serve] [OPTION]...         run the daemon\n"
           "       quantd migrate [OPTION]...         apply the database migrations and exit\n"
           "       quantd check-config [OPTION]...    check the settings, print them as INI\n"
+          "       quantd token create|list|revoke ... access tokens (quantd token --help)\n"
           "       quantd --help | --version\n"
           "\n"
           "Settings come from, each overriding the one before: built-in defaults, the\n"
