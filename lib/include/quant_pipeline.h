@@ -90,9 +90,11 @@ typedef struct quant_pipeline_options {
      * at a time with O_NOFOLLOW as quant_open_beneath() does, and every file the run reads under
      * it (shards, index, config.json, the other files copied, the directory listing) is opened
      * relative to the input directory's descriptor with O_NOFOLLOW: a symbolic link anywhere
-     * fails the run with QUANT_CK_ERR_ACCESS naming it ("in/config.json: a symbolic link ...").
-     * Hard links are not refused (a hard link is the file itself). Messages name inputs as `in`
-     * + "/" + entry, so a root-relative `in` keeps server paths out of them. */
+     * fails the run with QUANT_CK_ERR_ACCESS naming it ("in/config.json: a symbolic link ..."),
+     * the other files being checked before any data is read. Hard links are not refused (a hard
+     * link is the file itself). Either way only regular files are read (a FIFO never blocks):
+     * a shard or the index that is not one is an error, other such entries are skipped. Messages
+     * name inputs as `in` + "/" + entry, so a root-relative `in` keeps server paths out. */
     bool no_symlinks;
 } quant_pipeline_options;
 
@@ -168,7 +170,7 @@ QUANT_API void quant_report_free(quant_report *r);
  *    rewritten index (metadata.total_size, weight_map with the output tensor names), the other
  *    regular files copied (config.json gets a quantization_config in the compressed-tensors
  *    layout). Shards are processed one after another, tensors in file order.
- `in` is resolved under opts->input_dir_fd; with opts->no_symlinks no input is read through a
+ * `in` is resolved under opts->input_dir_fd; with opts->no_symlinks no input is read through a
  * symbolic link (see the options). `out` is a path as given (the caller's own directory).
  * `*report` (when `report` is not NULL) receives the per-tensor report, also on failure (then it
  * holds the tensors done so far), to free with quant_report_free().

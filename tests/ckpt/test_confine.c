@@ -128,12 +128,21 @@ static quant_ck_status run_confined(const fixture *f, const char *in, quant_layo
     return ck_quantize(rules, in, f->out, &o, NULL, err);
 }
 
-/* The run fails with `status`, its message holds `needle`, and nothing is left in outs. */
+/* Descriptors open in this process (-1 where /proc/self/fd is not there): a run leaks none. */
+static int open_fds(void)
+{
+    return ck_count_entries("/proc/self/fd");
+}
+
+/* The run fails with `status`, its message holds `needle`, nothing is left in outs and no
+ * descriptor stays open. */
 static void expect_refused_as(const fixture *f, const char *in, quant_layout layout,
                               quant_ck_status status, const char *needle)
 {
     quant_ck_error err = {0};
+    int fds = open_fds();
     quant_ck_status st = run_confined(f, in, layout, &err);
+    ck_assert_int_eq(open_fds(), fds);
     ck_assert_msg(st == status, "in '%s': status %d (%s), want %d", in, (int)st, err.message,
                   (int)status);
     ck_assert_msg(strstr(err.message, needle) != NULL, "in '%s': message '%s' lacks '%s'", in,
@@ -186,8 +195,10 @@ START_TEST(test_plain_copy_same_output)
         confined_options(&f, &o);
         o.map_input = map;
         quant_report *rep = NULL;
+        int fds = open_fds();
         ck_assert_msg(ck_quantize(rules, "model", f.out, &o, &rep, &err) == QUANT_CK_OK, "%s",
                       err.message);
+        ck_assert_int_eq(open_fds(), fds);
         ck_assert_uint_gt(quant_report_count(rep), 0);
         ck_assert_str_eq(quant_report_entry_at(rep, 0)->shard, SHARD1);
         quant_report_free(rep);
@@ -420,7 +431,7 @@ START_TEST(test_fifo_extra)
 END_TEST
 
 /* A FIFO named like a shard (no index: every *.safetensors is one) fails at once, confined or
- * not. */
+ * not; so does a FIFO in place of the index. */
 START_TEST(test_fifo_shard)
 {
     fixture f = fx_new();
@@ -433,6 +444,10 @@ START_TEST(test_fifo_shard)
     ck_assert_int_eq(ck_quantize(rules, f.model, f.out, NULL, NULL, &err), QUANT_CK_ERR_IO);
     ck_assert_msg(strstr(err.message, "zz.safetensors: not a regular file"), "%s", err.message);
     ck_assert_int_eq(ck_count_entries(f.outs), 0);
+    ck_assert_int_eq(unlink(fifo), 0);
+    ck_assert_int_eq(mkfifo(index, 0644), 0); /* the index a FIFO: an error too */
+    expect_refused_as(&f, "model", QUANT_LAYOUT_NATIVE, QUANT_CK_ERR_IO,
+                      "model/" INDEX ": not a regular file");
     free(index);
     free(fifo);
     fx_free(&f);
@@ -525,6 +540,18 @@ START_TEST(test_beneath_opens)
     struct stat sb;
     ck_assert(fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode));
     close(fd);
+    char *d1 = fx_path(&f, "model/d1");
+    ck_assert_int_eq(mkdir(d1, 0755), 0);
+    write_text(&f, "model/d1/f", "x");
+    int fds = open_fds();
+    fd = quant_open_beneath(f.root_fd, "model/d1/f", O_RDONLY, &err);
+    ck_assert_msg(fd >= 0, "%s", err.message);
+    ck_assert_int_eq(open_fds(), fds + 1); /* the intermediate directories are closed */
+    close(fd);
+    beneath_fails(f.root_fd, "model/d1/f/g", O_RDONLY, QUANT_CK_ERR_IO,
+                  "model/d1/f: Not a directory");
+    ck_assert_int_eq(open_fds(), fds);
+    free(d1);
     beneath_fails(f.root_fd, "model", O_RDONLY, QUANT_CK_ERR_IO, "model: not a regular file");
     beneath_fails(f.root_fd, "model/config.json", O_RDONLY | O_DIRECTORY, QUANT_CK_ERR_IO,
                   "model/config.json: Not a directory");
@@ -556,8 +583,13 @@ START_TEST(test_beneath_refuses)
                   "model/: " NOTPLAIN);
     char *fifo = fx_path(&f, "model/fifo");
     ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    int fds = open_fds();
     beneath_fails(f.root_fd, "model/fifo", O_RDONLY, QUANT_CK_ERR_IO,
                   "model/fifo: not a regular file");
+    beneath_fails(f.root_fd, "model/config.json/x", O_RDONLY, QUANT_CK_ERR_IO,
+                  "model/config.json: Not a directory");
+    beneath_fails(f.root_fd, "llama/config.json", O_RDONLY, QUANT_CK_ERR_ACCESS, "llama: " LINK);
+    ck_assert_int_eq(open_fds(), fds);
     quant_ck_error err;
     ck_assert_int_eq(quant_open_beneath(f.root_fd, "model/x", O_WRONLY | O_CREAT, &err), -1);
     ck_assert_int_eq(err.status, QUANT_CK_ERR_ARG);
