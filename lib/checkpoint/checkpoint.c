@@ -4,6 +4,7 @@
  * before any data is read), run the shards one after another, publish the output.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <fcntl.h>
 #include <float.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -14,7 +15,8 @@
 
 #include "ck_internal.h"
 
-#define CK_MIN_CHUNK (64u << 10)
+#define CK_MIN_CHUNK  (64u << 10)
+#define CK_CONFIG_MAX (64u << 20)
 
 static const char *const layout_names[] = {
     [QUANT_LAYOUT_NATIVE] = "native",
@@ -44,6 +46,8 @@ void quant_pipeline_options_init(quant_pipeline_options *o)
     o->quality = true;
     o->chunk_bytes = 16u << 20;
     o->buffers = 3;
+    o->input_dir_fd = AT_FDCWD;
+    o->no_symlinks = false;
 }
 
 static quant_ck_status check_options(const quant_pipeline_options *o, quant_ck_error *err)
@@ -197,6 +201,7 @@ typedef struct ck_job {
     ck_shards shards;
     ck_shard_plan *plans;
     ck_ct_config *ct;
+    char *config; /* compressed-tensors, a directory: the output's config.json */
     ck_outdir dir;
     size_t *act_shard;                 /* the shard of each static activation */
     const quant_static_act **act_list; /* scratch: one shard's static activations */
@@ -248,7 +253,22 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
     return st;
 }
 
-static quant_ck_status run_dir(ck_job *j, const char *in, const char *out, quant_ck_error *err)
+/* compressed-tensors: config.json of the input directory (read under it; none makes a new one)
+ * with the run's quantization_config, into j->config. */
+static quant_ck_status ct_config_text(ck_job *j, quant_ck_error *err)
+{
+    char *text = NULL;
+    struct stat sb;
+    quant_ck_status st = QUANT_CK_OK;
+    if (ck_stat_in(&j->shards.dir, "config.json", &sb))
+        st = ck_read_small_in(&j->shards.dir, "config.json", CK_CONFIG_MAX, &text, NULL, err);
+    if (st == QUANT_CK_OK && !(j->config = ck_ct_config_apply(j->ct, text, err)))
+        st = err ? err->status : QUANT_CK_ERR_NOMEM;
+    free(text);
+    return st;
+}
+
+static quant_ck_status run_dir(ck_job *j, const char *out, quant_ck_error *err)
 {
     quant_ck_status st = ck_outdir_begin(out, &j->dir, err);
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
@@ -259,26 +279,7 @@ static quant_ck_status run_dir(ck_job *j, const char *in, const char *out, quant
         free(path);
         if (st == QUANT_CK_OK) st = ck_outdir_add_shard(&j->dir, sp->base, sp->out, sp->n_out, err);
     }
-    char *config = NULL;
-    if (st == QUANT_CK_OK && j->ct) {
-        char *path = NULL, *text = NULL;
-        size_t n = strlen(in) + 16;
-        path = malloc(n);
-        if (path) snprintf(path, n, "%s/config.json", in);
-        struct stat sb;
-        if (!path)
-            st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-        else if (stat(path, &sb) == 0) /* else no config.json: one with quantization_config */
-            st = ck_read_small_file(path, 64u << 20, &text, NULL, err);
-        if (st == QUANT_CK_OK) {
-            config = ck_ct_config_apply(j->ct, text, err);
-            if (!config) st = err ? err->status : QUANT_CK_ERR_NOMEM;
-        }
-        free(path);
-        free(text);
-    }
-    if (st == QUANT_CK_OK) st = ck_outdir_finish(&j->dir, in, &j->shards, config, out, err);
-    free(config);
+    if (st == QUANT_CK_OK) st = ck_outdir_finish(&j->dir, &j->shards, j->config, out, err);
     return st;
 }
 
@@ -287,6 +288,7 @@ static void job_free(ck_job *j)
     for (size_t s = 0; j->plans && s < j->shards.n; s++) ck_plan_free(&j->plans[s]);
     free(j->plans);
     ck_ct_config_free(j->ct);
+    free(j->config);
     free(j->act_shard);
     free(j->act_list);
     ck_shards_close(&j->shards);
@@ -294,15 +296,21 @@ static void job_free(ck_job *j)
     quant_ctx_free(j->run.ctx);
 }
 
+/* Opens, validates and plans everything before any data is read: the shards, and for a
+ * directory config.json (compressed-tensors) and the other files to copy. */
 static quant_ck_status job_start(ck_job *j, const quant_ruleset *rules, const char *in,
                                  const char *out, quant_ck_error *err)
 {
-    quant_ck_status st = ck_shards_open(in, &j->shards, err);
+    const quant_pipeline_options *o = j->run.opts;
+    ck_dir base = {.fd = o->input_dir_fd, .shown = NULL, .nofollow = o->no_symlinks};
+    quant_ck_status st = ck_shards_open(&base, in, &j->shards, err);
     if (st == QUANT_CK_OK) st = ck_check_output(out, j->shards.is_dir, err);
-    if (st == QUANT_CK_OK && j->run.opts->layout == QUANT_LAYOUT_CTENSORS &&
-        !(j->ct = ck_ct_config_new()))
+    if (st == QUANT_CK_OK && o->layout == QUANT_LAYOUT_CTENSORS && !(j->ct = ck_ct_config_new()))
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (st == QUANT_CK_OK) st = plan_all(j, rules, err);
+    if (st == QUANT_CK_OK && j->shards.is_dir && j->ct) st = ct_config_text(j, err);
+    if (st == QUANT_CK_OK && j->shards.is_dir)
+        st = ck_outdir_check_others(&j->shards, j->config != NULL, err);
     if (st != QUANT_CK_OK) return st;
     quant_ctx_options co = {.threads = j->run.opts->threads, .isa = QUANT_ISA_AUTO};
     quant_error qe;
@@ -330,8 +338,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     if (!j.run.report) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     st = job_start(&j, rules, in, out, err);
     if (st == QUANT_CK_OK)
-        st = j.shards.is_dir ? run_dir(&j, in, out, err)
-                             : ck_run_shard(&j.run, &j.plans[0], out, err);
+        st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);
     job_free(&j);
     ck_buf_trim(); /* an idle process (a daemon between jobs) keeps no chunk buffers */
     if (report)

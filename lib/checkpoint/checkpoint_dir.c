@@ -1,7 +1,7 @@
-/* checkpoint_dir.c -- sharded checkpoints: finding and validating the shards of an input
- * directory (model.safetensors.index.json, or every *.safetensors), and building an output
- * directory under a temporary name (shards, rewritten index, the other files copied) that is
- * renamed into place only when complete.
+/* checkpoint_dir.c -- sharded checkpoints: opening the input (a file or a directory, under the
+ * caller's directory descriptor), finding and validating the shards of an input directory
+ * (model.safetensors.index.json, or every *.safetensors), each opened under the directory's
+ * descriptor, and checking that the output name is free.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -18,14 +18,6 @@
 
 #define CK_INDEX_MAX (64u << 20)
 
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *s = malloc(n);
-    if (s) snprintf(s, n, "%s/%s", dir, name);
-    return s;
-}
-
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -38,12 +30,12 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Shard names in the index, unique, in order of first appearance; validated weight_map. */
-static quant_ck_status index_shards(const char *dir, json_t **map, char ***names, size_t *n,
+static quant_ck_status index_shards(const ck_dir *dir, json_t **map, char ***names, size_t *n,
                                     quant_ck_error *err)
 {
-    char *path = join(dir, CK_INDEX_NAME), *text = NULL;
-    quant_ck_status st =
-        path ? ck_read_small_file(path, CK_INDEX_MAX, &text, NULL, err) : QUANT_CK_ERR_NOMEM;
+    char *path = ck_shown_name(dir, CK_INDEX_NAME), *text = NULL;
+    quant_ck_status st = path ? ck_read_small_in(dir, CK_INDEX_NAME, CK_INDEX_MAX, &text, NULL, err)
+                              : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     json_error_t je;
     json_t *root = st == QUANT_CK_OK ? json_loads(text, JSON_REJECT_DUPLICATES, &je) : NULL;
     free(text);
@@ -83,11 +75,12 @@ static quant_ck_status index_shards(const char *dir, json_t **map, char ***names
     return st;
 }
 
-/* Every *.safetensors file of `dir`, sorted by name. */
-static quant_ck_status glob_shards(const char *dir, char ***names, size_t *n, quant_ck_error *err)
+/* Every *.safetensors name of `dir`'s listing, sorted (opened as shards later: a link or a
+ * non-regular file among them fails then). */
+static quant_ck_status glob_shards(const ck_dir *dir, char ***names, size_t *n, quant_ck_error *err)
 {
-    DIR *d = opendir(dir);
-    if (!d) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", dir, strerror(errno));
+    DIR *d = ck_opendir_fd(dir->fd);
+    if (!d) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", dir->shown, strerror(errno));
     struct dirent *e;
     *names = NULL;
     *n = 0;
@@ -103,8 +96,8 @@ static quant_ck_status glob_shards(const char *dir, char ***names, size_t *n, qu
     closedir(d);
     if (!complete) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (*n == 0)
-        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: no *.safetensors files and no %s", dir,
-                             CK_INDEX_NAME);
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: no *.safetensors files and no %s",
+                             dir->shown, CK_INDEX_NAME);
     qsort(*names, *n, sizeof **names, cmp_str);
     return QUANT_CK_OK;
 }
@@ -134,25 +127,35 @@ static quant_ck_status check_index(const ck_shards *s, char **names, json_t *map
     return QUANT_CK_OK;
 }
 
-static quant_ck_status open_dir(const char *in, ck_shards *s, quant_ck_error *err)
+/* Shard `name` of the directory, opened under it. */
+static quant_ck_status open_shard(const ck_dir *dir, const char *name, quant_st_file **f,
+                                  quant_ck_error *err)
 {
-    char *ipath = join(in, CK_INDEX_NAME);
-    struct stat sb;
-    s->had_index = ipath && stat(ipath, &sb) == 0;
-    free(ipath);
+    char *shown = ck_shown_name(dir, name);
+    if (!shown) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    int fd;
+    quant_ck_status st = ck_open_in(dir, name, CK_KIND_REG, &fd, NULL, err);
+    if (st == QUANT_CK_OK) st = quant_st_open_fd(fd, shown, f, err);
+    free(shown);
+    return st;
+}
+
+static quant_ck_status open_dir(ck_shards *s, quant_ck_error *err)
+{
+    struct stat sb; /* the index, when present, is read (a link to it refused then) */
+    s->had_index = ck_stat_in(&s->dir, CK_INDEX_NAME, &sb);
     json_t *map = NULL;
     char **names = NULL;
     size_t n = 0;
-    quant_ck_status st =
-        s->had_index ? index_shards(in, &map, &names, &n, err) : glob_shards(in, &names, &n, err);
+    quant_ck_status st = s->had_index ? index_shards(&s->dir, &map, &names, &n, err)
+                                      : glob_shards(&s->dir, &names, &n, err);
     if (st == QUANT_CK_OK && n == 0)
-        st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s/%s: empty weight_map", in, CK_INDEX_NAME);
+        st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s/%s: empty weight_map", s->dir.shown,
+                           CK_INDEX_NAME);
     s->f = st == QUANT_CK_OK ? calloc(n, sizeof *s->f) : NULL;
     if (st == QUANT_CK_OK && !s->f) st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == QUANT_CK_OK && i < n; i++) {
-        char *path = join(in, names[i]);
-        st = path ? quant_st_open(path, &s->f[i], err) : QUANT_CK_ERR_NOMEM;
-        free(path);
+        st = open_shard(&s->dir, names[i], &s->f[i], err);
         if (st == QUANT_CK_OK) s->n++;
     }
     if (st == QUANT_CK_OK && map) st = check_index(s, names, map, err);
@@ -162,19 +165,23 @@ static quant_ck_status open_dir(const char *in, ck_shards *s, quant_ck_error *er
     return st;
 }
 
-quant_ck_status ck_shards_open(const char *in, ck_shards *s, quant_ck_error *err)
+quant_ck_status ck_shards_open(const ck_dir *base, const char *in, ck_shards *s,
+                               quant_ck_error *err)
 {
     memset(s, 0, sizeof *s);
+    s->dir.fd = -1;
+    int fd;
     struct stat sb;
-    if (stat(in, &sb) != 0)
-        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", in, strerror(errno));
+    quant_ck_status st = ck_open_in(base, in, CK_KIND_ANY, &fd, &sb, err);
+    if (st != QUANT_CK_OK) return st;
     s->is_dir = S_ISDIR(sb.st_mode);
-    quant_ck_status st;
     if (s->is_dir) {
-        st = open_dir(in, s, err);
+        s->dir = (ck_dir){.fd = fd, .shown = in, .nofollow = base->nofollow};
+        st = open_dir(s, err);
     } else {
         s->f = calloc(1, sizeof *s->f);
-        st = s->f ? quant_st_open(in, &s->f[0], err)
+        if (!s->f) close(fd);
+        st = s->f ? quant_st_open_fd(fd, in, &s->f[0], err)
                   : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
         if (st == QUANT_CK_OK) s->n = 1;
     }
@@ -186,7 +193,9 @@ void ck_shards_close(ck_shards *s)
 {
     for (size_t i = 0; i < s->n; i++) quant_st_close(s->f[i]);
     free(s->f);
+    if (s->is_dir && s->dir.fd >= 0) close(s->dir.fd);
     memset(s, 0, sizeof *s);
+    s->dir.fd = -1;
 }
 
 quant_ck_status ck_check_output(const char *out, bool dir, quant_ck_error *err)

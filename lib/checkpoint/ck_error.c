@@ -16,6 +16,7 @@ static const char *const status_names[] = {
     [QUANT_CK_ERR_CANCELLED] = "cancelled",
     [QUANT_CK_ERR_UNSUPPORTED] = "unsupported",
     [QUANT_CK_ERR_ARG] = "invalid argument",
+    [QUANT_CK_ERR_ACCESS] = "access refused",
 };
 
 const char *quant_ck_status_str(quant_ck_status status)

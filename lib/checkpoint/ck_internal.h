@@ -6,7 +6,9 @@
 #ifndef QUANT_CK_INTERNAL_H
 #define QUANT_CK_INTERNAL_H
 
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include "quant_pipeline.h"
 
@@ -216,17 +218,51 @@ typedef struct ck_run {
 quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
                              quant_ck_error *err);
 
+/* ---- opening inputs under a directory descriptor (beneath.c) ---------------------------------
+ */
+
+/* A directory the run's inputs are opened under. */
+typedef struct ck_dir {
+    int fd;            /* a directory descriptor, or AT_FDCWD */
+    const char *shown; /* its name in messages ("shown/name"); NULL: names are shown as given */
+    bool nofollow;     /* no_symlinks: plain components only, opened with O_NOFOLLOW */
+} ck_dir;
+
+/* What an open may return: a regular file, a directory, or either. */
+typedef enum ck_kind { CK_KIND_REG = 1, CK_KIND_DIR = 2, CK_KIND_ANY = 3 } ck_kind;
+
+#define CK_LINK_REFUSED "a symbolic link (quantd does not follow links)"
+
+/* Opens `rel` under `d` read-only (O_CLOEXEC; O_NONBLOCK while opening, so a FIFO never blocks,
+ * then cleared): with d->nofollow one plain component at a time with O_NOFOLLOW (the walker of
+ * quant_open_beneath), else one openat() that follows links (`rel` may then be absolute). The
+ * opened descriptor must be of `kind` (fstat on it); `*sb` (when not NULL) gets that fstat.
+ * @return : QUANT_CK_OK with `*fd`; QUANT_CK_ERR_ACCESS (a link, a path that is not plain),
+ *           QUANT_CK_ERR_IO (errno text, or the wrong kind) naming "shown/rel-so-far". */
+quant_ck_status ck_open_in(const ck_dir *d, const char *rel, ck_kind kind, int *fd, struct stat *sb,
+                           quant_ck_error *err);
+/* fstatat of `name` under `d`, not following a link when d->nofollow; false when it fails. */
+bool ck_stat_in(const ck_dir *d, const char *name, struct stat *sb);
+/* Fills `err` with "shown/name: what" and returns `status`. */
+quant_ck_status ck_fail_in(quant_ck_error *err, quant_ck_status status, const ck_dir *d,
+                           const char *name, const char *what);
+/* "shown/name" (or `name`), malloc'd; NULL on OOM. */
+char *ck_shown_name(const ck_dir *d, const char *name);
+
 /* ---- files ------------------------------------------------------------------------------------
  */
 
-/* Reads a whole small file (config, index) up to `max` bytes; malloc'd and NUL-terminated. */
-quant_ck_status ck_read_small_file(const char *path, size_t max, char **out, size_t *len,
-                                   quant_ck_error *err);
+/* Reads a whole small regular file (config, index) under `d`, up to `max` bytes; malloc'd and
+ * NUL-terminated. */
+quant_ck_status ck_read_small_in(const ck_dir *d, const char *name, size_t max, char **out,
+                                 size_t *len, quant_ck_error *err);
+/* Copies the regular file `name` under `d` (contents and mode) to the new file `to`. */
+quant_ck_status ck_copy_in(const ck_dir *d, const char *name, const char *to, quant_ck_error *err);
+/* A directory stream over a duplicate of `fd` (close-on-exec), rewound; NULL with errno set. */
+DIR *ck_opendir_fd(int fd);
 /* Writes `len` bytes to `path` through a temporary file, fsync and rename. */
 quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t len,
                                      quant_ck_error *err);
-/* Copies a regular file (contents and mode). */
-quant_ck_status ck_copy_file(const char *from, const char *to, quant_ck_error *err);
 /* fsyncs the directory holding `path` (best effort), after a rename into it. */
 void ck_fsync_parent(const char *path);
 /* Removes a directory tree we created (best effort). */
@@ -244,12 +280,15 @@ typedef struct ck_shards {
     size_t n;
     quant_st_file **f;
     bool is_dir, had_index;
+    ck_dir dir; /* is_dir: the input directory (descriptor owned, name `in`); fd -1 otherwise */
 } ck_shards;
 
-/* Opens and validates every shard of `in` (a file or a checkpoint directory) before any work:
- * the index must name existing shards in `in` (no path separators) and agree with their
- * headers. */
-quant_ck_status ck_shards_open(const char *in, ck_shards *s, quant_ck_error *err);
+/* Opens `in` under `base` and validates every shard of it (a file or a checkpoint directory)
+ * before any work: the index must name existing shards in `in` (no path separators) and agree
+ * with their headers. Every file is opened under the directory's descriptor (ck_open_in), with
+ * base->nofollow carried to the directory. */
+quant_ck_status ck_shards_open(const ck_dir *base, const char *in, ck_shards *s,
+                               quant_ck_error *err);
 void ck_shards_close(ck_shards *s);
 
 /* An output name that must not exist yet (or, for directories, be an empty directory). */
@@ -268,11 +307,17 @@ char *ck_outdir_path(const ck_outdir *d, const char *name);
 /* Records the tensors of one written shard for the index. */
 quant_ck_status ck_outdir_add_shard(ck_outdir *d, const char *shard, const quant_st_out_tensor *t,
                                     size_t n, quant_ck_error *err);
-/* Copies the other regular files of `in_dir` (config.json replaced by `config_text` when not
- * NULL), writes the index when the input had one or has several shards, and renames the
+/* Checks, before any work, the other files of the input directory that ck_outdir_finish will copy
+ * (config.json excluded when `config_replaced`): a symbolic link among them is refused when the
+ * input does not follow links. The copy checks again as it opens each file. */
+quant_ck_status ck_outdir_check_others(const ck_shards *s, bool config_replaced,
+                                       quant_ck_error *err);
+/* Copies the other regular files of the input directory (config.json replaced by `config_text`
+ * when not NULL; non-regular entries skipped, a link refused when the input does not follow
+ * links), writes the index when the input had one or has several shards, and renames the
  * directory to `out`. */
-quant_ck_status ck_outdir_finish(ck_outdir *d, const char *in_dir, const ck_shards *s,
-                                 const char *config_text, const char *out, quant_ck_error *err);
+quant_ck_status ck_outdir_finish(ck_outdir *d, const ck_shards *s, const char *config_text,
+                                 const char *out, quant_ck_error *err);
 /* Removes the temporary directory (after a failure) and frees `d`. */
 void ck_outdir_free(ck_outdir *d);
 

@@ -4,6 +4,7 @@
  * follows the largest tensor, not the checkpoint); files and directories appear by rename only.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,7 +324,8 @@ quant_ck_status quant_dequantize_path(const char *in, const char *out, quant_st_
     if (!ctx) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "libquant: %s", qe.message);
     ck_shards shards;
     ck_outdir dir = {0};
-    quant_ck_status st = ck_shards_open(in, &shards, err);
+    ck_dir cwd = {.fd = AT_FDCWD, .shown = NULL, .nofollow = false};
+    quant_ck_status st = ck_shards_open(&cwd, in, &shards, err);
     if (st == QUANT_CK_OK) st = ck_check_output(out, shards.is_dir, err);
     if (st == QUANT_CK_OK && shards.is_dir) st = ck_outdir_begin(out, &dir, err);
     for (size_t i = 0; st == QUANT_CK_OK && i < shards.n; i++) {
@@ -335,8 +337,7 @@ quant_ck_status quant_dequantize_path(const char *in, const char *out, quant_st_
                                   shards.is_dir ? &dir : NULL, err);
         free(path);
     }
-    if (st == QUANT_CK_OK && shards.is_dir)
-        st = ck_outdir_finish(&dir, in, &shards, NULL, out, err);
+    if (st == QUANT_CK_OK && shards.is_dir) st = ck_outdir_finish(&dir, &shards, NULL, out, err);
     if (dir.tmp || dir.weight_map) ck_outdir_free(&dir);
     ck_shards_close(&shards);
     quant_ctx_free(ctx);

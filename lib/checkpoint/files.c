@@ -1,6 +1,7 @@
-/* files.c -- small-file helpers of the checkpoint driver: whole reads of bounded size, atomic
- * writes (temporary file, fsync, rename, fsync of the directory), file copies and removal of a
- * directory tree this process created.
+/* files.c -- small-file helpers of the checkpoint driver: whole reads of bounded size and copies
+ * of input files (opened under the input directory by ck_open_in), directory streams over a
+ * descriptor, atomic writes (temporary file, fsync, rename, fsync of the directory) and removal
+ * of a directory tree this process created.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -26,16 +27,18 @@ static quant_ck_status io_fail(quant_ck_error *err, const char *what, const char
     return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s: %s", path, what, strerror(errno));
 }
 
-quant_ck_status ck_read_small_file(const char *path, size_t max, char **out, size_t *len,
-                                   quant_ck_error *err)
+quant_ck_status ck_read_small_in(const ck_dir *d, const char *name, size_t max, char **out,
+                                 size_t *len, quant_ck_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return io_fail(err, "cannot open", path);
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
+    quant_ck_status st = ck_open_in(d, name, CK_KIND_REG, &fd, &sb, err);
+    if (st != QUANT_CK_OK) return st;
+    if ((uint64_t)sb.st_size > max) {
         close(fd);
-        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
-                             "%s: not a regular file of at most %zu bytes", path, max);
+        char what[64];
+        snprintf(what, sizeof what, "larger than %zu bytes", max);
+        return ck_fail_in(err, QUANT_CK_ERR_FORMAT, d, name, what);
     }
     size_t n = (size_t)sb.st_size, got = 0;
     char *buf = malloc(n + 1);
@@ -49,12 +52,25 @@ quant_ck_status ck_read_small_file(const char *path, size_t max, char **out, siz
     if (!buf) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (got != n) {
         free(buf);
-        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: short read", path);
+        return ck_fail_in(err, QUANT_CK_ERR_IO, d, name, "short read");
     }
     buf[n] = '\0';
     *out = buf;
     if (len) *len = n;
     return QUANT_CK_OK;
+}
+
+DIR *ck_opendir_fd(int fd)
+{
+    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d && dup_fd >= 0) {
+        int e = errno;
+        close(dup_fd);
+        errno = e;
+    }
+    if (d) rewinddir(d); /* the duplicate shares its offset with `fd` */
+    return d;
 }
 
 static bool write_all(int fd, const char *p, size_t n)
@@ -109,14 +125,13 @@ quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t 
     return st;
 }
 
-quant_ck_status ck_copy_file(const char *from, const char *to, quant_ck_error *err)
+quant_ck_status ck_copy_in(const ck_dir *d, const char *name, const char *to, quant_ck_error *err)
 {
-    int in = open(from, O_RDONLY | O_CLOEXEC);
-    if (in < 0) return io_fail(err, "cannot open", from);
+    int in;
     struct stat sb;
-    int out = fstat(in, &sb) == 0
-                  ? open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, sb.st_mode & 0777)
-                  : -1;
+    quant_ck_status st = ck_open_in(d, name, CK_KIND_REG, &in, &sb, err);
+    if (st != QUANT_CK_OK) return st;
+    int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, sb.st_mode & 0777);
     if (out < 0) {
         close(in);
         return io_fail(err, "cannot create", to);

@@ -1,6 +1,7 @@
 /* outdir.c -- an output checkpoint directory built under a temporary name beside its final
  * name: shards written into it, the index rewritten for the output tensor names, the input's
- * other files copied, then one rename publishes it.
+ * other files copied (checked beforehand: no link among them when the input refuses links),
+ * then one rename publishes it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -67,31 +68,58 @@ static bool is_shard(const ck_shards *s, const char *name)
     return false;
 }
 
-/* Regular files of the input other than shards and the index; config.json maybe replaced. */
-static quant_ck_status copy_others(ck_outdir *d, const char *in_dir, const ck_shards *s,
-                                   const char *config_text, quant_ck_error *err)
+/* Whether entry `name` of the input directory is one of the other files to copy: not hidden,
+ * not a shard, the index, the report or a replaced config.json, and a regular file (followed
+ * when the input follows links). A link is refused when it does not; anything else that is not
+ * a regular file (a directory, a FIFO, a socket, a device) is skipped unopened. The copy itself
+ * opens the file under the directory and checks its type again on the descriptor. */
+static quant_ck_status other_file(const ck_shards *s, const char *name, bool config_replaced,
+                                  bool *copy, quant_ck_error *err)
 {
-    DIR *dir = opendir(in_dir);
-    if (!dir) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", in_dir, strerror(errno));
+    *copy = false;
+    if (name[0] == '.' || is_shard(s, name) || strcmp(name, CK_INDEX_NAME) == 0) return QUANT_CK_OK;
+    if (config_replaced && strcmp(name, "config.json") == 0) return QUANT_CK_OK;
+    if (strcmp(name, "quant-report.json") == 0) return QUANT_CK_OK; /* describes its own run */
+    struct stat sb;
+    if (!ck_stat_in(&s->dir, name, &sb)) return QUANT_CK_OK; /* gone, or a dangling link */
+    if (S_ISLNK(sb.st_mode))
+        return ck_fail_in(err, QUANT_CK_ERR_ACCESS, &s->dir, name, CK_LINK_REFUSED);
+    *copy = S_ISREG(sb.st_mode);
+    return QUANT_CK_OK;
+}
+
+/* Goes over the other files of the input directory; copies them into `d` (NULL: checks only). */
+static quant_ck_status each_other(ck_outdir *d, const ck_shards *s, bool config_replaced,
+                                  quant_ck_error *err)
+{
+    DIR *dir = ck_opendir_fd(s->dir.fd);
+    if (!dir) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", s->dir.shown, strerror(errno));
     quant_ck_status st = QUANT_CK_OK;
     struct dirent *e;
     while (st == QUANT_CK_OK && (e = readdir(dir)) != NULL) {
-        const char *name = e->d_name;
-        if (name[0] == '.' || is_shard(s, name) || strcmp(name, CK_INDEX_NAME) == 0) continue;
-        if (config_text && strcmp(name, "config.json") == 0) continue;
-        if (strcmp(name, "quant-report.json") == 0) continue; /* describes the run that wrote it */
-        size_t n = strlen(in_dir) + strlen(name) + 2;
-        char *from = malloc(n), *to = ck_outdir_path(d, name);
-        struct stat sb;
-        if (from) snprintf(from, n, "%s/%s", in_dir, name);
-        if (!from || !to)
-            st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-        else if (stat(from, &sb) == 0 && S_ISREG(sb.st_mode))
-            st = ck_copy_file(from, to, err);
-        free(from);
+        bool copy;
+        st = other_file(s, e->d_name, config_replaced, &copy, err);
+        if (st != QUANT_CK_OK || !copy || !d) continue;
+        char *to = ck_outdir_path(d, e->d_name);
+        st = to ? ck_copy_in(&s->dir, e->d_name, to, err)
+                : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
         free(to);
     }
     closedir(dir);
+    return st;
+}
+
+quant_ck_status ck_outdir_check_others(const ck_shards *s, bool config_replaced,
+                                       quant_ck_error *err)
+{
+    return each_other(NULL, s, config_replaced, err);
+}
+
+/* The other files copied; config.json written from `config_text` when not NULL. */
+static quant_ck_status copy_others(ck_outdir *d, const ck_shards *s, const char *config_text,
+                                   quant_ck_error *err)
+{
+    quant_ck_status st = each_other(d, s, config_text != NULL, err);
     if (st == QUANT_CK_OK && config_text) {
         char *to = ck_outdir_path(d, "config.json");
         st = to ? ck_write_file_atomic(to, config_text, strlen(config_text), err)
@@ -115,10 +143,10 @@ static quant_ck_status write_index(ck_outdir *d, quant_ck_error *err)
     return st;
 }
 
-quant_ck_status ck_outdir_finish(ck_outdir *d, const char *in_dir, const ck_shards *s,
-                                 const char *config_text, const char *out, quant_ck_error *err)
+quant_ck_status ck_outdir_finish(ck_outdir *d, const ck_shards *s, const char *config_text,
+                                 const char *out, quant_ck_error *err)
 {
-    quant_ck_status st = copy_others(d, in_dir, s, config_text, err);
+    quant_ck_status st = copy_others(d, s, config_text, err);
     if (st == QUANT_CK_OK && (s->had_index || s->n > 1)) st = write_index(d, err);
     if (st != QUANT_CK_OK) return st;
     rmdir(out); /* ck_check_output allowed only a missing or empty directory */

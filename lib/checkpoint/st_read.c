@@ -1,7 +1,7 @@
-/* st_read.c -- the safetensors reader: opens a file (or takes a buffer already in memory),
- * validates its header as the reference parser does (length, UTF-8, JSON, dtypes, shapes, sizes,
- * contiguous offsets, metadata), keeps the tensors in data order with a name index, and reads
- * tensor bytes on demand with pread (or memcpy from the buffer).
+/* st_read.c -- the safetensors reader: opens a file (or takes an open descriptor, or a buffer
+ * already in memory), validates its header as the reference parser does (length, UTF-8, JSON,
+ * dtypes, shapes, sizes, contiguous offsets, metadata), keeps the tensors in data order with a
+ * name index, and reads tensor bytes on demand with pread (or memcpy from the buffer).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -107,13 +107,17 @@ static int read_at(const st_file *sf, void *buf, size_t n, uint64_t off)
 
 /* ---- the length prefix and the header text --------------------------------------------------- */
 
-static quant_ck_status open_file(quant_st_file *f, quant_ck_error *err)
+/* The descriptor's size; it must be a regular file (O_NONBLOCK, if it was opened with it, is
+ * cleared). */
+static quant_ck_status stat_file(quant_st_file *f, quant_ck_error *err)
 {
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (f->fd < 0 || fstat(f->fd, &sb) != 0)
-        return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot open: %s", strerror(errno));
+    if (fstat(f->fd, &sb) != 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot stat: %s", strerror(errno));
     if (!S_ISREG(sb.st_mode)) return quant_ck_fail(err, QUANT_CK_ERR_IO, "not a regular file");
+    int fl = fcntl(f->fd, F_GETFL);
+    if (fl < 0 || ((fl & O_NONBLOCK) && fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
+        return quant_ck_fail(err, QUANT_CK_ERR_IO, "fcntl: %s", strerror(errno));
     f->file_size = (uint64_t)sb.st_size;
     return QUANT_CK_OK;
 }
@@ -448,7 +452,7 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
 {
     quant_st_file *f = &sf->pub;
     json_t *root = NULL;
-    quant_ck_status st = sf->mem ? QUANT_CK_OK : open_file(f, err);
+    quant_ck_status st = sf->mem ? QUANT_CK_OK : stat_file(f, err);
     if (st == QUANT_CK_OK) st = read_length(sf, err);
     if (st == QUANT_CK_OK) st = load_header(sf, &root, err);
     if (st == QUANT_CK_OK) st = parse_entries(f, root, err);
@@ -458,17 +462,19 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
     return st;
 }
 
-/* Allocates the reader for `name`, validates it (from the file, or from mem when not NULL) and
- * hands it out; on failure frees it and prefixes the message with the name. */
-static quant_ck_status open_common(const char *name, const void *mem, size_t len,
+/* Allocates the reader for `name`, validates it (from the descriptor `fd`, or from mem when not
+ * NULL) and hands it out; on failure frees it (closing `fd`) and prefixes the message with the
+ * name. */
+static quant_ck_status open_common(const char *name, int fd, const void *mem, size_t len,
                                    quant_st_file **out, quant_ck_error *err)
 {
     st_file *sf = calloc(1, sizeof *sf);
     if (!sf || !(sf->pub.path = strdup(name))) {
         free(sf);
+        if (fd >= 0) close(fd);
         return no_memory(err);
     }
-    sf->pub.fd = -1;
+    sf->pub.fd = fd;
     sf->mem = mem;
     if (mem) sf->pub.file_size = (uint64_t)len;
     quant_ck_status st = validate(sf, err);
@@ -485,7 +491,21 @@ quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_er
 {
     if (out) *out = NULL;
     if (!path || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open: NULL argument");
-    return open_common(path, NULL, 0, out, err);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
+    if (fd < 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return open_common(path, fd, NULL, 0, out, err);
+}
+
+quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out, quant_ck_error *err)
+{
+    if (out) *out = NULL;
+    if (fd < 0 || !name || !out) {
+        if (fd >= 0) close(fd);
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_fd: %s",
+                             fd < 0 ? "negative descriptor" : "NULL argument");
+    }
+    return open_common(name, fd, NULL, 0, out, err);
 }
 
 quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *name,
@@ -494,7 +514,7 @@ quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *na
     if (out) *out = NULL;
     if (!buf || !name || !out)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_buffer: NULL argument");
-    return open_common(name, buf, len, out, err);
+    return open_common(name, -1, buf, len, out, err);
 }
 
 void quant_st_close(quant_st_file *f)

@@ -81,6 +81,21 @@ typedef struct quant_pipeline_options {
     bool allow_static_acts;
     const quant_static_act *static_acts;
     size_t n_static_acts;
+    /* The directory `in` is resolved under (openat semantics; default AT_FDCWD). Borrowed: the
+     * run neither closes nor moves it. Without no_symlinks an absolute `in` ignores it. */
+    int input_dir_fd;
+    /* Confinement for a server (default false: links are followed, as the CLI needs for Hugging
+     * Face cache snapshots). When true, `in` must be plain components relative to input_dir_fd
+     * (no leading '/', no empty, "." or ".." component, no trailing '/'), opened one component
+     * at a time with O_NOFOLLOW as quant_open_beneath() does, and every file the run reads under
+     * it (shards, index, config.json, the other files copied, the directory listing) is opened
+     * relative to the input directory's descriptor with O_NOFOLLOW: a symbolic link anywhere
+     * fails the run with QUANT_CK_ERR_ACCESS naming it ("in/config.json: a symbolic link ..."),
+     * the other files being checked before any data is read. Hard links are not refused (a hard
+     * link is the file itself). Either way only regular files are read (a FIFO never blocks):
+     * a shard or the index that is not one is an error, other such entries are skipped. Messages
+     * name inputs as `in` + "/" + entry, so a root-relative `in` keeps server paths out. */
+    bool no_symlinks;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */
@@ -155,12 +170,30 @@ QUANT_API void quant_report_free(quant_report *r);
  *    rewritten index (metadata.total_size, weight_map with the output tensor names), the other
  *    regular files copied (config.json gets a quantization_config in the compressed-tensors
  *    layout). Shards are processed one after another, tensors in file order.
+ * `in` is resolved under opts->input_dir_fd; with opts->no_symlinks no input is read through a
+ * symbolic link (see the options). `out` is a path as given (the caller's own directory).
  * `*report` (when `report` is not NULL) receives the per-tensor report, also on failure (then it
  * holds the tensors done so far), to free with quant_report_free().
- * @return : QUANT_CK_OK, or an error naming the file, tensor or rule; nothing is left at `out`. */
+ * @return : QUANT_CK_OK, or an error naming the file, tensor or rule (QUANT_CK_ERR_ACCESS: a link
+ *           or a path the confinement refuses); nothing is left at `out`. */
 QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in,
                                               const char *out, const quant_pipeline_options *opts,
                                               quant_report **report, quant_ck_error *err);
+
+/*! quant_open_beneath() :
+ * Opens `rel` under the directory `dir_fd` (AT_FDCWD allowed) without ever following a symbolic
+ * link: `rel` must be plain components (no leading '/', no empty, "." or ".." component, no
+ * trailing '/'); each is opened under the one before with O_NOFOLLOW|O_CLOEXEC (O_DIRECTORY for
+ * the intermediate ones), the last with `flags` | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, then
+ * O_NONBLOCK is cleared (a FIFO never blocks the call). `flags` is O_RDONLY (the result must be
+ * a regular file) or O_RDONLY|O_DIRECTORY (a directory); anything else is refused. The type is
+ * checked with fstat on the opened descriptor. Thread-safe; for a server validating a request.
+ * @return : the descriptor (the caller closes it), or -1 with `err` filled naming the component
+ *           reached: QUANT_CK_ERR_ACCESS ("a/b: a symbolic link (quantd does not follow links)",
+ *           "../x: not a plain relative path ..."), QUANT_CK_ERR_IO ("a/b: No such file or
+ *           directory", "a/b: not a regular file"), QUANT_CK_ERR_ARG (NULL `rel`, bad flags),
+ *           QUANT_CK_ERR_NOMEM. Hard links are not detected (they are the file itself). */
+QUANT_API int quant_open_beneath(int dir_fd, const char *rel, int flags, quant_ck_error *err);
 
 /*! quant_dequantize_path() :
  * The inverse for the native layout: every NAME.qvalue (+ .scale, + .zero_point) in `in` becomes

@@ -78,7 +78,8 @@ typedef struct quant_st_tensor {
 /* An open, validated safetensors file. Tensors are in data order (ascending `begin`), which is
  * the order the pipeline processes them in. Metadata pairs are in header order. */
 typedef struct quant_st_file {
-    char *path;
+    char *path; /* the name it was opened by: quant_st_open's path, or the `name` given to
+                   quant_st_open_fd / quant_st_open_buffer (messages and reports use it) */
     int fd;
     uint64_t file_size;
     uint64_t header_len; /* N */
@@ -99,6 +100,19 @@ typedef struct quant_st_file {
  * @return : QUANT_CK_OK with `*out` to release with quant_st_close(), or QUANT_CK_ERR_FORMAT /
  *           QUANT_CK_ERR_IO with a message naming the file, the tensor and the fault. */
 QUANT_API quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_error *err);
+
+/*! quant_st_open_fd() :
+ * The same as quant_st_open() over `fd`, a descriptor already open for reading (a checkpoint's
+ * shard opened under its directory, say). `fd` always passes to the reader: quant_st_close()
+ * closes it, and on any failure (a bad argument too) it is closed before the call returns.
+ * `name` is the file's name in messages and becomes `path` (it is copied); the descriptor must
+ * be a regular file (O_NONBLOCK, if set, is cleared). quant_st_read() and the pipeline's
+ * map_input work on it as on an opened path.
+ * @return : QUANT_CK_OK with `*out` to release with quant_st_close(), QUANT_CK_ERR_FORMAT /
+ *           QUANT_CK_ERR_IO with a message naming `name`, or QUANT_CK_ERR_ARG (negative `fd`,
+ *           NULL `name` or `out`). */
+QUANT_API quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out,
+                                           quant_ck_error *err);
 
 /*! quant_st_open_buffer() :
  * The same validation as quant_st_open() on `len` bytes already in memory (a request body, say):

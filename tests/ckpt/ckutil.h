@@ -64,5 +64,6 @@ Suite *suite_ctensors(void);
 Suite *suite_cli(void);
 Suite *suite_e2e(void);
 Suite *suite_srq_ckpt(void);
+Suite *suite_confine(void);
 
 #endif

@@ -2,7 +2,7 @@
  * fork/exec (stdout and stderr captured to files, or stderr on a pseudo-terminal) on generated
  * files: help texts, exit statuses 0/1/2 with one-line "quant: " errors, nothing left at OUT on
  * failure, quantize -> inspect (table and JSON) -> dequantize, the report, the progress bar on a
- * terminal only.
+ * terminal only, links followed (a Hugging Face cache snapshot).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -621,6 +621,61 @@ START_TEST(test_directory)
 }
 END_TEST
 
+/* Links are followed by the command: a Hugging Face cache snapshot, every file a link into
+ * ../../blobs, quantizes (and dequantizes) into real files. */
+START_TEST(test_hf_cache_links)
+{
+    char *dir = ck_tmpdir();
+    char *repo = ck_join(dir, "models--tiny"), *blobs = ck_join(repo, "blobs");
+    char *snaps = ck_join(repo, "snapshots"), *snap = ck_join(snaps, "0123abcd");
+    char *out = ck_join(dir, "q"), *dq = ck_join(dir, "dq"), *rules = ck_join(dir, "rules.json");
+    ck_assert_int_eq(mkdir(repo, 0700), 0);
+    ck_assert_int_eq(mkdir(blobs, 0700), 0);
+    ck_assert_int_eq(mkdir(snaps, 0700), 0);
+    ck_assert_int_eq(mkdir(snap, 0700), 0);
+    char *b1 = ck_join(blobs, "5f1e0a"), *b2 = ck_join(blobs, "9c3d7b");
+    free(make_model(b1, 4));
+    ck_write_file(b2, "{\"model_type\":\"llama\"}", 22);
+    ck_write_file(rules, int8_rules, strlen(int8_rules));
+    char *l1 = ck_join(snap, "model.safetensors"), *l2 = ck_join(snap, "config.json");
+    ck_assert_int_eq(symlink("../../blobs/5f1e0a", l1), 0);
+    ck_assert_int_eq(symlink("../../blobs/9c3d7b", l2), 0);
+
+    run_result r = RUN(dir, "quantize", "--quiet", "--rules", rules, snap, out);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    result_free(&r);
+    char *q1 = ck_join(out, "model.safetensors"), *qc = ck_join(out, "config.json");
+    struct stat sb;
+    ck_assert(lstat(q1, &sb) == 0 && S_ISREG(sb.st_mode));
+    ck_assert(lstat(qc, &sb) == 0 && S_ISREG(sb.st_mode));
+    quant_st_file *f = NULL;
+    ck_assert_int_eq(quant_st_open(q1, &f, NULL), QUANT_CK_OK);
+    ck_assert_ptr_nonnull(quant_st_find(f, "m.w.weight.qvalue"));
+    quant_st_close(f);
+    char *cfg = slurp(qc);
+    ck_assert_str_eq(cfg, "{\"model_type\":\"llama\"}");
+    free(cfg);
+    r = RUN(dir, "dequantize", snap, dq);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    result_free(&r);
+    free(q1);
+    free(qc);
+    free(l1);
+    free(l2);
+    free(b1);
+    free(b2);
+    free(repo);
+    free(blobs);
+    free(snaps);
+    free(snap);
+    free(out);
+    free(dq);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* The bar is drawn on a terminal ('\r' redraws) and not with --quiet. */
 START_TEST(test_progress_tty)
 {
@@ -662,6 +717,7 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_flags);
     tcase_add_test(tc, test_directory);
+    tcase_add_test(tc, test_hf_cache_links);
     tcase_add_test(tc, test_progress_tty);
     suite_add_tcase(s, tc);
     return s;

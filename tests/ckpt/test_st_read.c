@@ -1,15 +1,20 @@
 /* test_st_read.c -- the safetensors reader: the dtype table, valid files (every kind of dtype,
  * rank 0, zero-size tensors, metadata, leading whitespace, tensors listed out of data order),
- * lookups and ranged reads, the same over a buffer in memory (quant_st_open_buffer), and the
- * malformed corpus in tests/data/bad (each file, from disk and from memory, must fail as a
- * format error whose message names the file or buffer and contains the case's .expect text).
+ * lookups and ranged reads, the same over an open descriptor (quant_st_open_fd: the name shown,
+ * the descriptor owned and closed, also on failure) and over a buffer in memory
+ * (quant_st_open_buffer), and the malformed corpus in tests/data/bad (each file, from disk and
+ * from memory, must fail as a format error whose message names the file or buffer and contains
+ * the case's .expect text).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckutil.h"
@@ -229,6 +234,71 @@ START_TEST(test_open_errors)
 }
 END_TEST
 
+/* A descriptor is closed by now (quant_st_open_fd took it). */
+static void assert_closed(int fd)
+{
+    errno = 0;
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1);
+    ck_assert_int_eq(errno, EBADF);
+}
+
+/* quant_st_open_fd reads as quant_st_open does, under the name given; it owns the descriptor
+ * (closed by quant_st_close, and on every failure); a FIFO fails at once. */
+START_TEST(test_open_fd)
+{
+    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    unsigned char *data = pattern(24, 3);
+    ck_gen_tensor t[1] = {{"w", "F32", 2, {2, 3}, data, 24}};
+    ck_gen_file(path, t, 1, NULL);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    ck_assert_int_ge(fd, 0);
+    quant_st_file *f = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_st_open_fd(fd, "llama/m.safetensors", &f, &err), QUANT_CK_OK);
+    ck_assert_int_eq(f->fd, fd);
+    ck_assert_int_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    ck_assert_str_eq(f->path, "llama/m.safetensors");
+    unsigned char got[24];
+    ck_assert_int_eq(quant_st_read(f, quant_st_find(f, "w"), 0, got, 24, &err), QUANT_CK_OK);
+    ck_assert_int_eq(memcmp(got, data, 24), 0);
+    ck_assert_int_eq(quant_st_read(f, quant_st_find(f, "w"), 1, got, 24, &err), QUANT_CK_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "llama/m.safetensors: tensor 'w'"));
+    quant_st_close(f);
+    assert_closed(fd);
+    /* a malformed file: the message names it, the descriptor is closed */
+    char *bad = ck_join(dir, "bad.safetensors");
+    ck_write_file(bad, "1234", 4);
+    fd = open(bad, O_RDONLY);
+    ck_assert_int_eq(quant_st_open_fd(fd, "llama/bad.safetensors", &f, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_ptr_null(f);
+    ck_assert_ptr_nonnull(strstr(err.message, "llama/bad.safetensors: "));
+    assert_closed(fd);
+    /* not a regular file: a directory, a FIFO (never blocks) */
+    fd = open(dir, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_eq(quant_st_open_fd(fd, "llama", &f, &err), QUANT_CK_ERR_IO);
+    ck_assert_str_eq(err.message, "llama: not a regular file");
+    assert_closed(fd);
+    char *fifo = ck_join(dir, "fifo.safetensors");
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    ck_assert_int_eq(quant_st_open(fifo, &f, &err), QUANT_CK_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, "not a regular file"));
+    /* bad arguments: the descriptor is still consumed */
+    fd = open(path, O_RDONLY);
+    ck_assert_int_eq(quant_st_open_fd(fd, NULL, &f, &err), QUANT_CK_ERR_ARG);
+    assert_closed(fd);
+    fd = open(path, O_RDONLY);
+    ck_assert_int_eq(quant_st_open_fd(fd, "x", NULL, NULL), QUANT_CK_ERR_ARG);
+    assert_closed(fd);
+    ck_assert_int_eq(quant_st_open_fd(-1, "x", &f, &err), QUANT_CK_ERR_ARG);
+    free(fifo);
+    free(bad);
+    free(data);
+    ck_rmtree(dir);
+    free(path);
+    free(dir);
+}
+END_TEST
+
 /* A file read into memory and opened with quant_st_open_buffer reads the same as from disk:
  * tensors, metadata, ranged reads and their range checks; the buffer is not copied. */
 START_TEST(test_open_buffer)
@@ -378,6 +448,7 @@ Suite *suite_st_read(void)
     tcase_add_test(tc, test_header_forms);
     tcase_add_test(tc, test_many_tensors);
     tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_open_fd);
     tcase_add_test(tc, test_open_buffer);
     tcase_add_test(tc, test_bad_corpus);
     suite_add_tcase(s, tc);
