@@ -155,6 +155,6 @@ int quant_open_beneath(int dir_fd, const char *rel, int flags, quant_ck_error *e
     }
     ck_dir d = {.fd = dir_fd, .shown = NULL, .nofollow = true};
     int fd;
-    ck_kind kind = (flags & O_DIRECTORY) ? CK_KIND_DIR : CK_KIND_REG;
+    ck_kind kind = (flags & O_DIRECTORY) ? CK_KIND_DIR : CK_KIND_ANY;
     return ck_open_in(&d, rel, kind, &fd, NULL, err) == QUANT_CK_OK ? fd : -1;
 }

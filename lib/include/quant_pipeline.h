@@ -186,12 +186,13 @@ QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const 
  * trailing '/'); each is opened under the one before with O_NOFOLLOW|O_CLOEXEC (O_DIRECTORY for
  * the intermediate ones), the last with `flags` | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, then
  * O_NONBLOCK is cleared (a FIFO never blocks the call). `flags` is O_RDONLY (the result must be
- * a regular file) or O_RDONLY|O_DIRECTORY (a directory); anything else is refused. The type is
- * checked with fstat on the opened descriptor. Thread-safe; for a server validating a request.
+ * a regular file or a directory: what quant_quantize_path() takes as `in`) or
+ * O_RDONLY|O_DIRECTORY (a directory); anything else is refused. The type is checked with fstat on
+ * the opened descriptor. Thread-safe; for a server validating a request.
  * @return : the descriptor (the caller closes it), or -1 with `err` filled naming the component
  *           reached: QUANT_CK_ERR_ACCESS ("a/b: a symbolic link (quantd does not follow links)",
  *           "../x: not a plain relative path ..."), QUANT_CK_ERR_IO ("a/b: No such file or
- *           directory", "a/b: not a regular file"), QUANT_CK_ERR_ARG (NULL `rel`, bad flags),
+ *           directory", "a/b: not a regular file or a directory"), QUANT_CK_ERR_ARG (NULL `rel`, bad flags),
  *           QUANT_CK_ERR_NOMEM. Hard links are not detected (they are the file itself). */
 QUANT_API int quant_open_beneath(int dir_fd, const char *rel, int flags, quant_ck_error *err);
 

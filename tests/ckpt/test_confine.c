@@ -540,6 +540,10 @@ START_TEST(test_beneath_opens)
     struct stat sb;
     ck_assert(fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode));
     close(fd);
+    fd = quant_open_beneath(f.root_fd, "model", O_RDONLY, &err); /* a file or a directory */
+    ck_assert_msg(fd >= 0, "%s", err.message);
+    ck_assert(fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode));
+    close(fd);
     char *d1 = fx_path(&f, "model/d1");
     ck_assert_int_eq(mkdir(d1, 0755), 0);
     write_text(&f, "model/d1/f", "x");
@@ -552,7 +556,6 @@ START_TEST(test_beneath_opens)
                   "model/d1/f: Not a directory");
     ck_assert_int_eq(open_fds(), fds);
     free(d1);
-    beneath_fails(f.root_fd, "model", O_RDONLY, QUANT_CK_ERR_IO, "model: not a regular file");
     beneath_fails(f.root_fd, "model/config.json", O_RDONLY | O_DIRECTORY, QUANT_CK_ERR_IO,
                   "model/config.json: Not a directory");
     beneath_fails(f.root_fd, "model/config.json/x", O_RDONLY, QUANT_CK_ERR_IO,
@@ -585,7 +588,9 @@ START_TEST(test_beneath_refuses)
     ck_assert_int_eq(mkfifo(fifo, 0644), 0);
     int fds = open_fds();
     beneath_fails(f.root_fd, "model/fifo", O_RDONLY, QUANT_CK_ERR_IO,
-                  "model/fifo: not a regular file");
+                  "model/fifo: not a regular file or a directory");
+    beneath_fails(f.root_fd, "model/fifo", O_RDONLY | O_DIRECTORY, QUANT_CK_ERR_IO,
+                  "model/fifo: Not a directory");
     beneath_fails(f.root_fd, "model/config.json/x", O_RDONLY, QUANT_CK_ERR_IO,
                   "model/config.json: Not a directory");
     beneath_fails(f.root_fd, "llama/config.json", O_RDONLY, QUANT_CK_ERR_ACCESS, "llama: " LINK);
