@@ -135,7 +135,8 @@ static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
 {
     qd_conn *c = calloc(1, sizeof *c);
     if (!c) return; /* not guarded: only the idle timeout applies to it */
-    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ad =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     c->fd = fd ? fd->connect_fd : -1;

@@ -42,8 +42,8 @@ void qd_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 qd_conn *qd_conn_of(struct MHD_Connection *c);
 /* Phase changes, from the HTTP thread serving the connection. NULL is a no-op. */
 void qd_conn_headers_in(qd_conn *c, bool body_follows); /* body, or busy */
-void qd_conn_body_bytes(qd_conn *c, uint64_t n);         /* progress of the body */
-void qd_conn_busy(qd_conn *c);                           /* the body is in, or a reply queued */
-void qd_conn_request_done(qd_conn *c);                   /* next */
+void qd_conn_body_bytes(qd_conn *c, uint64_t n);        /* progress of the body */
+void qd_conn_busy(qd_conn *c);                          /* the body is in, or a reply queued */
+void qd_conn_request_done(qd_conn *c);                  /* next */
 
 #endif /* QD_CONNS_H */

@@ -1,6 +1,7 @@
 /* fsutil.c -- recursive removal (nftw), directories, SHA-256 of files (nettle), publishing a
- * file by fsync + rename, and source-root containment (realpath, then a prefix ending at a path
- * separator).
+ * file by fsync + rename, where a server-side source path lies under the source roots (checked
+ * on the text, component by component, before the file system is touched), and server paths
+ * taken out of client messages.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -103,32 +104,102 @@ qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err)
     return QD_OK;
 }
 
-char *qd_path_in_roots(const char *path, char *const *roots, int n_roots, qd_err *err)
+/* path without its trailing slashes, checked to be absolute plain components; malloc'd. */
+static char *plain_absolute(const char *path, qd_err *err)
 {
-    if (n_roots == 0) {
-        qd_fail(err, QD_INVALID, "this server has no source roots configured (--source-root)");
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    if (path[0] != '/') {
+        qd_fail(err, QD_INVALID, "source.path must be an absolute path");
         return NULL;
     }
-    char *real = realpath(path, NULL);
-    if (!real) {
-        qd_fail(err, QD_INVALID, "%s: %s", path, strerror(errno));
-        return NULL;
+    for (const char *c = path + 1; c < path + n;) {
+        size_t k = strcspn(c, "/");
+        if (c + k > path + n) k = (size_t)(path + n - c);
+        if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.')) {
+            qd_fail(err, QD_INVALID,
+                    "source.path must be made of plain components (no '.', '..' or '//')");
+            return NULL;
+        }
+        c += k + 1;
     }
-    for (int i = 0; i < n_roots; i++) {
-        size_t n = strlen(roots[i]);
-        bool root_is_slash = n == 1 && roots[i][0] == '/';
-        if (strncmp(real, roots[i], n) == 0 && (root_is_slash || real[n] == '/' || real[n] == '\0'))
-            return real;
+    char *p = strndup(path, n);
+    if (!p) qd_fail(err, QD_NOMEM, "out of memory");
+    return p;
+}
+
+/* The root path lies under (or is): the part of path after root, "" when equal; NULL when not
+ * under it. */
+static const char *under_root(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/') return path + 1;
+    if (strncmp(path, root, n) != 0 || (path[n] != '/' && path[n] != '\0')) return NULL;
+    return path[n] == '/' ? path + n + 1 : path + n;
+}
+
+qd_status qd_source_locate(const char *path, char *const *roots, int n_roots, int *dir_fd,
+                           char **rel, char **norm, qd_err *err)
+{
+    *dir_fd = -1;
+    *rel = NULL;
+    if (norm) *norm = NULL;
+    if (n_roots == 0)
+        return qd_fail(err, QD_INVALID,
+                       "this server reads no checkpoints from its disk (no "
+                       "source roots are configured)");
+    qd_err why;
+    char *p = plain_absolute(path, &why);
+    if (!p) {
+        if (err) *err = why;
+        return strstr(why.message, "memory") ? QD_NOMEM : QD_INVALID;
     }
-    qd_fail(err, QD_INVALID, "%s is outside the configured source roots", path);
-    free(real);
-    return NULL;
+    const char *root = NULL, *below = NULL;
+    for (int i = 0; i < n_roots && !root; i++)
+        if ((below = under_root(p, roots[i]))) root = roots[i];
+    if (!root) {
+        free(p);
+        return qd_fail(err, QD_INVALID, "source.path is not under a source root of this server");
+    }
+    bool slash_root = strcmp(root, "/") == 0;
+    const char *base = strrchr(root, '/') + 1; /* the root's own name */
+    size_t parent_len = slash_root || base == root + 1 ? 1 : (size_t)(base - 1 - root);
+    char *parent = strndup(root, parent_len);
+    size_t len = strlen(base) + strlen(below) + 2;
+    *rel = malloc(len);
+    if (!parent || !*rel) {
+        free(parent);
+        free(*rel);
+        *rel = NULL;
+        free(p);
+        return qd_fail(err, QD_NOMEM, "out of memory");
+    }
+    snprintf(*rel, len, "%s%s%s", slash_root ? "" : base, slash_root || !*below ? "" : "/", below);
+    *dir_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(parent);
+    if (*dir_fd < 0 || !**rel) {
+        qd_status st = qd_fail(err, QD_INVALID,
+                               *dir_fd < 0 ? "the source root cannot be opened: %s"
+                                           : "source.path names the root directory itself%s",
+                               *dir_fd < 0 ? strerror(errno) : "");
+        if (*dir_fd >= 0) close(*dir_fd);
+        *dir_fd = -1;
+        free(*rel);
+        *rel = NULL;
+        free(p);
+        return st;
+    }
+    if (norm)
+        *norm = p;
+    else
+        free(p);
+    return QD_OK;
 }
 
 static bool path_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 /* The longest of paths that starts msg and ends there (at a '/' or a character that is not part

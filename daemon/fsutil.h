@@ -22,9 +22,16 @@ qd_status qd_sha256_file(const char *path, char hex[65], int64_t *size, qd_err *
 void qd_remove_upload(const char *path);
 /* fsyncs the file, renames it to `to`, fsyncs to's directory. */
 qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err);
-/* The canonical (realpath) form of path if it lies inside one of roots (given canonical), else
- * NULL with err saying why. malloc'd. */
-char *qd_path_in_roots(const char *path, char *const *roots, int n_roots, qd_err *err);
+/* Where a server-side checkpoint path is, without touching the file system: `path` must be
+ * absolute and made of plain components (no "", ".", ".." components; a trailing '/' is
+ * dropped) and lie, component for component, under one of roots (canonical, as the settings
+ * hold them). On success *dir_fd is an open descriptor of that root's parent directory (of "/"
+ * for the root "/") and *rel (malloc'd) the path below it, starting with the root's own name:
+ * what quant_open_beneath() and the pipeline's input_dir_fd take, so that nothing on the way is
+ * a symbolic link. *norm (malloc'd, may be NULL) gets the normalized absolute path. A path
+ * outside every root is QD_INVALID with the same message whether it exists or not. */
+qd_status qd_source_locate(const char *path, char *const *roots, int n_roots, int *dir_fd,
+                           char **rel, char **norm, qd_err *err);
 
 /* msg with every server path of `paths` (n of them) taken out, into out (len bytes): "P/" is
  * dropped (what follows names the file relative to P), a bare "P" becomes "(server)"; the

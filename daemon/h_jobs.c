@@ -272,31 +272,42 @@ static bool known_field(const char *key)
     return false;
 }
 
-/* source.path, canonical and inside a source root; replies on error. */
+/* source.path: an absolute path of plain components under a source root (403 otherwise, the
+ * same answer whether it exists or not: the text alone decides), then opened below the root one
+ * component at a time without following a link (422 naming the component that is missing, a
+ * link or not a file or directory). Returns the normalized path; replies on error. */
 static char *source_path(qd_req *r, json_t *source)
 {
     const qd_config *cfg = r->app->cfg;
-    const char *path = json_string_value(json_object_get(source, "path"));
-    if (!json_is_object(source) || !path || json_object_size(source) != 1) {
+    json_t *jp = json_object_get(source, "path");
+    const char *path = json_string_value(jp);
+    if (!json_is_object(source) || !path || json_object_size(source) != 1 ||
+        strlen(path) != json_string_length(jp)) {
         qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "source",
                        "source must be {\"path\": FILE_OR_DIR}");
         return NULL;
     }
-    if (cfg->n_source_roots == 0) {
-        qd_reply_error(r, MHD_HTTP_FORBIDDEN, "forbidden", "source.path",
-                       "this server reads no checkpoints from its disk (no --source-root)");
-        return NULL;
-    }
-    char *real = realpath(path, NULL);
-    if (!real) {
-        qd_reply_error(r, 422, "bad_source", "source.path", "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    free(real);
+    int dir_fd = -1;
+    char *rel = NULL, *norm = NULL;
     qd_err err;
-    real = qd_path_in_roots(path, cfg->source_roots, cfg->n_source_roots, &err);
-    if (!real) qd_reply_error(r, MHD_HTTP_FORBIDDEN, "forbidden", "source.path", "%s", err.message);
-    return real;
+    qd_status st =
+        qd_source_locate(path, cfg->source_roots, cfg->n_source_roots, &dir_fd, &rel, &norm, &err);
+    if (st != QD_OK) {
+        qd_reply_error(r, st == QD_NOMEM ? 500 : MHD_HTTP_FORBIDDEN,
+                       st == QD_NOMEM ? "internal" : "forbidden", "source.path", "%s", err.message);
+        return NULL;
+    }
+    quant_ck_error ck;
+    int fd = quant_open_beneath(dir_fd, rel, O_RDONLY, &ck);
+    close(dir_fd);
+    free(rel);
+    if (fd < 0) {
+        free(norm);
+        qd_reply_error(r, 422, "bad_source", "source.path", "%s", ck.message);
+        return NULL;
+    }
+    close(fd);
+    return norm;
 }
 
 static enum MHD_Result create_from_json(qd_req *r)

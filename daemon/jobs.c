@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "fsutil.h"
 #include "janitor.h"
 #include "jobs.h"
+#include "req_limits.h"
 #include "log.h"
 #include "quant_pipeline.h"
 #include "stats.h"
@@ -234,9 +236,17 @@ static char *srq_report(char *text, const srq_input *in)
 /* ---- one job's run ----------------------------------------------------------------------------
  */
 
-/* Runs the pipeline; on success *report_json is set. Returns the pipeline's status. */
-static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const char *out,
-                                    char **report_json, quant_ck_error *ck)
+/* What a job reads: `in` relative to dir_fd (AT_FDCWD: as it is), confined or not. */
+typedef struct job_source {
+    int dir_fd;
+    char *in;
+    bool confined; /* no link is followed anywhere under it */
+    bool is_dir;
+} job_source;
+
+/* Runs the pipeline on src; on success *report_json is set. Returns the pipeline's status. */
+static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const job_source *src,
+                                    const char *out, char **report_json, quant_ck_error *ck)
 {
     quant_ruleset *rs = NULL;
     quant_ck_status st = quant_ruleset_parse(j->rules, strlen(j->rules), "job rules", &rs, ck);
@@ -262,11 +272,13 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     o.cancel = &s->cancel;
     /* an upload lives in quantd's own data directory: nobody truncates it under the mapping */
     o.map_input = strcmp(j->source_kind, "upload") == 0;
+    o.input_dir_fd = src->dir_fd;
+    o.no_symlinks = src->confined;
     o.allow_static_acts = j->stats_model != NULL;
     o.static_acts = srq.acts;
     o.n_static_acts = srq.n;
     quant_report *rep = NULL;
-    st = quant_quantize_path(rs, j->source_path, out, &o, &rep, ck);
+    st = quant_quantize_path(rs, src->in, out, &o, &rep, ck);
     if (st == QUANT_CK_OK) {
         count_quantized(app, rep);
         *report_json = quant_report_json(rep);
@@ -305,7 +317,7 @@ static const char *client_message(const qd_app *app, const qd_job *j, const char
     if (strcmp(j->source_kind, "upload") == 0 && slash)
         snprintf(upload_dir, sizeof upload_dir, "%.*s", (int)(slash - j->source_path),
                  j->source_path);
-    const char *fixed[] = {upload_dir,   job_dir,        app->uploads_dir, app->jobs_dir,
+    const char *fixed[] = {upload_dir,   job_dir,       app->uploads_dir, app->jobs_dir,
                            app->tmp_dir, cfg->data_dir, cfg->db_path};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (fixed[i] && fixed[i][0]) paths[n++] = fixed[i];
@@ -356,23 +368,61 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         qd_log(QD_LOG_ERROR, "job end not stored", "job", id, "error", err.message, NULL);
 }
 
+/* Where a job reads from: an upload in quantd's own data directory as it is; a server-side
+ * path below its source root's parent, opened without following any link (also what the
+ * pipeline then does for every file under it), so that a link swapped in after the job was
+ * accepted leads nowhere. */
+static quant_ck_status open_source(qd_app *app, const qd_job *j, job_source *src,
+                                   quant_ck_error *ck)
+{
+    const qd_config *cfg = app->cfg;
+    struct stat sb;
+    qd_err err;
+    *src = (job_source){.dir_fd = AT_FDCWD, .in = NULL, .confined = false};
+    if (strcmp(j->source_kind, "upload") == 0) {
+        if (stat(j->source_path, &sb) != 0)
+            return quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s: %s", j->source_path, strerror(errno));
+        src->in = strdup(j->source_path);
+        src->is_dir = S_ISDIR(sb.st_mode);
+        return src->in ? QUANT_CK_OK : quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
+    }
+    if (qd_source_locate(j->source_path, cfg->source_roots, cfg->n_source_roots, &src->dir_fd,
+                         &src->in, NULL, &err) != QD_OK) {
+        src->dir_fd = AT_FDCWD;
+        return quant_ck_fail(ck, QUANT_CK_ERR_ACCESS, "%s", err.message);
+    }
+    src->confined = true;
+    int fd = quant_open_beneath(src->dir_fd, src->in, O_RDONLY, ck);
+    if (fd < 0) return ck->status;
+    bool ok = fstat(fd, &sb) == 0;
+    close(fd);
+    src->is_dir = ok && S_ISDIR(sb.st_mode);
+    return ok ? QUANT_CK_OK
+              : quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s: %s", src->in, strerror(errno));
+}
+
+static void close_source(job_source *src)
+{
+    if (src->dir_fd >= 0) close(src->dir_fd);
+    free(src->in);
+}
+
 static void run_job(qd_app *app, slot *s, const qd_job *j)
 {
     char id[24];
     snprintf(id, sizeof id, "%lld", (long long)j->id);
     qd_log(QD_LOG_INFO, "job started", "job", id, "source", j->source_path, NULL);
-    struct stat sb;
     quant_ck_error ck = {0};
-    quant_ck_status st;
-    char *report = NULL;
+    char *report = NULL, *out = NULL, why[256];
     qd_err err;
-    char *out = NULL;
-    if (stat(j->source_path, &sb) != 0)
-        st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s: %s", j->source_path, strerror(errno));
-    else if (!(out = output_target(app, j, S_ISDIR(sb.st_mode), &err)))
+    job_source src;
+    quant_ck_status st = open_source(app, j, &src, &ck);
+    if (st == QUANT_CK_OK && !qd_disk_room(app, 0, why, sizeof why))
+        st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "not started: %s", why);
+    if (st == QUANT_CK_OK && !(out = output_target(app, j, src.is_dir, &err)))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s", err.message);
-    else
-        st = run_pipeline(app, s, j, out, &report, &ck);
+    if (st == QUANT_CK_OK) st = run_pipeline(app, s, j, &src, out, &report, &ck);
+    close_source(&src);
     finish(app, s, j, st, ck.message, report);
     free(report);
     free(out);

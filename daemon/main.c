@@ -196,7 +196,7 @@ int main(int argc, char **argv)
     }
     qd_stats_close(app.stats); /* HTTP and jobs are stopped: the last queued posts commit */
     qd_tokens_close(app.tokens);
-    qd_tls_free(app.tls);      /* no handshake can run any more */
+    qd_tls_free(app.tls); /* no handshake can run any more */
     qd_store_close(app.store);
     qd_metrics_free(app.metrics);
     qd_app_dirs_free(&app);

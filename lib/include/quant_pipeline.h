@@ -192,8 +192,8 @@ QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const 
  * @return : the descriptor (the caller closes it), or -1 with `err` filled naming the component
  *           reached: QUANT_CK_ERR_ACCESS ("a/b: a symbolic link (quantd does not follow links)",
  *           "../x: not a plain relative path ..."), QUANT_CK_ERR_IO ("a/b: No such file or
- *           directory", "a/b: not a regular file or a directory"), QUANT_CK_ERR_ARG (NULL `rel`, bad flags),
- *           QUANT_CK_ERR_NOMEM. Hard links are not detected (they are the file itself). */
+ *           directory", "a/b: not a regular file or a directory"), QUANT_CK_ERR_ARG (NULL `rel`,
+ * bad flags), QUANT_CK_ERR_NOMEM. Hard links are not detected (they are the file itself). */
 QUANT_API int quant_open_beneath(int dir_fd, const char *rel, int flags, quant_ck_error *err);
 
 /*! quant_dequantize_path() :

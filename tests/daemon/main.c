@@ -19,6 +19,7 @@ int main(void)
     srunner_add_suite(sr, suite_fsutil());
     srunner_add_suite(sr, suite_auth());
     srunner_add_suite(sr, suite_limits());
+    srunner_add_suite(sr, suite_sources());
     srunner_add_suite(sr, suite_tls());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

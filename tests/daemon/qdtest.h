@@ -18,6 +18,7 @@ Suite *suite_openapi(void);
 Suite *suite_auth(void);
 Suite *suite_fsutil(void);
 Suite *suite_limits(void);
+Suite *suite_sources(void);
 Suite *suite_tls(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */

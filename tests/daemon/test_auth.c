@@ -50,7 +50,8 @@ static void fill(const char *pattern, char *out, size_t len)
     for (const char *p = pattern; *p && at + 2 < len;) {
         if (*p == '{') {
             const char *close = strchr(p, '}');
-            at += (size_t)snprintf(out + at, len - at, "%s", strncmp(p, "{id}", 4) == 0 ? "1" : "x");
+            at +=
+                (size_t)snprintf(out + at, len - at, "%s", strncmp(p, "{id}", 4) == 0 ? "1" : "x");
             p = close + 1;
         } else {
             out[at++] = *p++;
@@ -235,8 +236,7 @@ START_TEST(test_exposure)
     char *out = NULL, *err = NULL;
     int rc = qdp_run(&d, &out, &err, (const char *[]){"--listen", "0.0.0.0:0", NULL});
     ck_assert_int_eq(rc, 1);
-    ck_assert_msg(strstr(err, "not a loopback address and there are no access tokens"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "not a loopback address and there are no access tokens"), "%s", err);
     ck_assert_msg(strstr(err, "--insecure"), "%s", err);
     free(out);
     free(err);
@@ -344,8 +344,9 @@ START_TEST(test_token_cli)
     run_ok(&d, (const char *[]){"token", NULL}, 2);
     run_ok(&d, (const char *[]){"token", "create", "--name", "a", NULL}, 2);
     run_ok(&d, (const char *[]){"token", "create", "--role", "x", "--name", "a", NULL}, 2);
-    run_ok(&d, (const char *[]){"token", "create", "--role", "reader", "--name", "a", "--expires",
-                                "0", NULL},
+    run_ok(&d,
+           (const char *[]){"token", "create", "--role", "reader", "--name", "a", "--expires", "0",
+                            NULL},
            2);
     run_ok(&d, (const char *[]){"token", "list", "--nope", NULL}, 2);
     run_ok(&d, (const char *[]){"token", "revoke", NULL}, 2);

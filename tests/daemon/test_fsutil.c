@@ -22,8 +22,7 @@ START_TEST(test_scrub)
     scrubbed("/srv/var/tmp/upload-1: fsync: EIO", "tmp/upload-1: fsync: EIO");
     scrubbed("cannot open /srv/var", "cannot open (server)");
     scrubbed("/srv/variant/x", "/srv/variant/x"); /* not a path of the list: a prefix only */
-    scrubbed("./rel/dir/q.db and /models/llama/config.json",
-             "q.db and llama/config.json");
+    scrubbed("./rel/dir/q.db and /models/llama/config.json", "q.db and llama/config.json");
     scrubbed("no paths here", "no paths here");
     char tiny[8];
     const char *p[] = {"/a"};

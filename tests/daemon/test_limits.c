@@ -21,10 +21,10 @@
 #include "qdproc.h"
 #include "qdtest.h"
 
-#define SHARD  "tests/data/stories260K-bf16-sharded/model-00001-of-00002.safetensors"
-#define RULES  "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]}"
-#define MIB    (1024L * 1024L)
-#define POST1  "{\"stats\":{\"a\":{\"absmax\":[1]}}}"
+#define SHARD "tests/data/stories260K-bf16-sharded/model-00001-of-00002.safetensors"
+#define RULES "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]}"
+#define MIB   (1024L * 1024L)
+#define POST1 "{\"stats\":{\"a\":{\"absmax\":[1]}}}"
 
 static void sleep_ms(int ms)
 {
@@ -107,7 +107,8 @@ static int open_request(const qdp *d, const char *method, const char *path, cons
     return fd;
 }
 
-/* ---- slow clients ----------------------------------------------------------------------------- */
+/* ---- slow clients -----------------------------------------------------------------------------
+ */
 
 /* 40 connections that never finish their headers, one that sends a byte every 200 ms: all cut
  * after header_timeout (1 s here) while a normal client is served throughout. */
@@ -178,8 +179,8 @@ START_TEST(test_slow_body)
     char buf[256];
     while (!cut && now_s() - t0 < 6) {
         cut = !send_all(fd, " ", 1) || read_within(fd, buf, sizeof buf, 200) == 0;
-        qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json",
-                             POST1, strlen(POST1), NULL);
+        qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1,
+                             strlen(POST1), NULL);
         ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
         qdp_resp_free(&r);
     }
@@ -217,7 +218,8 @@ START_TEST(test_per_ip_limit)
 }
 END_TEST
 
-/* ---- memory ----------------------------------------------------------------------------------- */
+/* ---- memory -----------------------------------------------------------------------------------
+ */
 
 static long rss_kib(pid_t pid)
 {
@@ -272,8 +274,7 @@ START_TEST(test_body_budget)
     qdp_resp_free(&r);
     for (int i = 0; i < N; i++) close(fds[i]);
     sleep_ms(300); /* the stalled requests end: their share comes back */
-    r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json",
-                POST1, strlen(POST1), NULL);
+    r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1, strlen(POST1), NULL);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
     free(chunk);
@@ -296,8 +297,7 @@ START_TEST(test_body_budget_chunked)
     for (int i = 0; i < 300 * 1024; i++) fputc(' ', f);
     fclose(f);
     qdp_resp r = qdp_upload_mode(&d, "/v1/models/m/stats", file, true);
-    ck_assert_msg(r.status == 503 && strstr(r.body, "max_body_memory"), "%ld %s", r.status,
-                  r.body);
+    ck_assert_msg(r.status == 503 && strstr(r.body, "max_body_memory"), "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
     close(hold);
     free(file);
@@ -305,12 +305,13 @@ START_TEST(test_body_budget_chunked)
 }
 END_TEST
 
-/* ---- jobs ------------------------------------------------------------------------------------- */
+/* ---- jobs -------------------------------------------------------------------------------------
+ */
 
 static void put_rules(qdp *d)
 {
-    qdp_resp r = qdp_req(d, "PUT", "/v1/rulesets/int8", "application/json", RULES, strlen(RULES),
-                         NULL);
+    qdp_resp r =
+        qdp_req(d, "PUT", "/v1/rulesets/int8", "application/json", RULES, strlen(RULES), NULL);
     ck_assert_int_lt(r.status, 300);
     qdp_resp_free(&r);
 }
@@ -333,8 +334,7 @@ START_TEST(test_upload_refused_early)
     char buf[4096];
     ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=nope", buf, sizeof buf), 422);
     ck_assert_msg(strstr(buf, "unknown_ruleset"), "%s", buf);
-    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&layout=gguf", buf, sizeof buf),
-                     400);
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&layout=gguf", buf, sizeof buf), 400);
     ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&stats_model=m", buf, sizeof buf),
                      422);
     ck_assert_msg(strstr(buf, "unknown_stats_model"), "%s", buf);
@@ -397,8 +397,8 @@ START_TEST(test_queue_cap)
     qdt_make_big(big, 8, 8192);
     setenv("QUANTD_QUANT_THREADS", "1", 1);
     qdp d;
-    qdp_start(&d, (const char *[]){"--workers", "1", "--max-queued-jobs", "1", "--source-root",
-                                   src, NULL});
+    qdp_start(&d, (const char *[]){"--workers", "1", "--max-queued-jobs", "1", "--source-root", src,
+                                   NULL});
     unsetenv("QUANTD_QUANT_THREADS");
     put_rules(&d);
     char body[2048];
