@@ -173,6 +173,21 @@ int bench_quantd_start(const char *quantd, const char *const extra[], const char
     return wait_for_port(port_file);
 }
 
+const char *bench_quantd_token(const char *quantd, const char *role, const char *name)
+{
+    static char token[128];
+    char cmd[4800];
+    snprintf(cmd, sizeof cmd,
+             "'%s' token create --role %s --name %s --config /dev/null --data-dir '%s/var'", quantd,
+             role, name, g.root);
+    FILE *p = popen(cmd, "r");
+    if (!p) bench_die("popen");
+    int got = fgets(token, sizeof token, p) != NULL;
+    if (pclose(p) != 0 || !got) bench_fail("%s: failed", cmd);
+    token[strcspn(token, "\n")] = '\0';
+    return token;
+}
+
 pid_t bench_quantd_pid(void)
 {
     return g.daemon;

@@ -49,6 +49,9 @@ int bench_quantd_start(const char *quantd, const char *const extra[], const char
 void bench_quantd_alive(const char *when);
 
 pid_t bench_quantd_pid(void);
+/* `quantd token create --role ROLE --name NAME` on the bench's data directory (quantd may be
+ * running); the token, in a static buffer. */
+const char *bench_quantd_token(const char *quantd, const char *role, const char *name);
 
 /* quantd's peak resident set (VmHWM) in KiB. */
 long bench_quantd_hwm_kib(void);
