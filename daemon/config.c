@@ -97,11 +97,11 @@ const cfg_setting cfg_settings[] = {
      F(max_attempts), "2", NULL, "runs of a job cut short by a crash before it fails (1..100)", NULL},
     {"jobs", "retention", "QUANTD_JOB_RETENTION", "--job-retention", "DURATION", CFG_DURATION, 0,
      3650 * (int64_t)DAY, F(job_retention), "7d", NULL,
-     "a finished job's outputs are removed this long after it ended (its row and report stay); "
+     "a succeeded job's output files are removed this long after it ended (its row and report stay); "
      "0 = never", NULL},
     {"jobs", "keep_outputs", "QUANTD_KEEP_OUTPUTS", "--keep-outputs", "N", CFG_INT, 0, 1000000,
      F(keep_outputs), "0", NULL,
-     "finished jobs that keep their outputs, newest first; older ones lose them; 0 = no cap", NULL},
+     "succeeded jobs that keep their output files, newest first; older ones lose them; 0 = no cap", NULL},
     {"jobs", "source_root", "QUANTD_SOURCE_ROOTS", "--source-root", "DIR", CFG_ROOTS, 0, 0,
      F(source_roots), NULL, "none",
      "a directory jobs may read checkpoints from; repeatable, at most 16", NULL},

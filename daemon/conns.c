@@ -53,7 +53,9 @@ struct qd_conns {
     bool stopping;
     qd_conn *head;
     ip_count *buckets[N_BUCKETS];
-    unsigned refused; /* per-address refusals since the last sweep (for one log line) */
+    unsigned open;        /* connections now */
+    unsigned refused_ip;  /* refusals since the last sweep (one log line each): per address */
+    unsigned refused_all; /* ... and for max_connections */
 };
 
 static double now_s(void)
@@ -123,12 +125,14 @@ enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_
     qd_conns *g = cls;
     unsigned cap = (unsigned)g->cfg->max_conns_per_ip;
     ip_key k;
-    if (cap == 0 || !key_of(addr, &k)) return MHD_YES;
+    bool keyed = cap > 0 && key_of(addr, &k);
     pthread_mutex_lock(&g->mu);
-    bool ok = count_of(g, &k) < cap;
-    if (!ok) g->refused++;
+    bool all_ok = g->open < (unsigned)g->cfg->max_connections;
+    bool ip_ok = !keyed || count_of(g, &k) < cap;
+    g->refused_all += !all_ok;
+    g->refused_ip += all_ok && !ip_ok;
     pthread_mutex_unlock(&g->mu);
-    return ok ? MHD_YES : MHD_NO;
+    return all_ok && ip_ok ? MHD_YES : MHD_NO;
 }
 
 static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
@@ -148,6 +152,7 @@ static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
     if (g->head) g->head->prev = c;
     g->head = c;
     if (c->ip.len) count_add(g, &c->ip, +1);
+    g->open++;
     pthread_mutex_unlock(&g->mu);
     *ctx = c;
 }
@@ -163,6 +168,7 @@ static void conn_closed(qd_conns *g, void **ctx)
         g->head = c->next;
     if (c->next) c->next->prev = c->prev;
     if (c->ip.len) count_add(g, &c->ip, -1);
+    g->open--;
     pthread_mutex_unlock(&g->mu);
     free(c);
     *ctx = NULL;
@@ -251,7 +257,7 @@ static bool overdue(const qd_config *cfg, const qd_conn *c, double t, cut_reason
 
 static void sweep(qd_conns *g)
 {
-    unsigned cut[CUT_COUNT] = {0}, refused;
+    unsigned cut[CUT_COUNT] = {0}, refused[2];
     double t = now_s();
     pthread_mutex_lock(&g->mu);
     for (qd_conn *c = g->head; c; c = c->next) {
@@ -261,8 +267,9 @@ static void sweep(qd_conns *g)
         c->cut = true;
         cut[why]++;
     }
-    refused = g->refused;
-    g->refused = 0;
+    refused[0] = g->refused_ip;
+    refused[1] = g->refused_all;
+    g->refused_ip = g->refused_all = 0;
     pthread_mutex_unlock(&g->mu);
     static const char *const limit[CUT_COUNT] = {"header_timeout", "body_min_rate"};
     for (int k = 0; k < CUT_COUNT; k++) {
@@ -272,12 +279,13 @@ static void sweep(qd_conns *g)
         qd_log(QD_LOG_WARN, "slow connections closed", "count", n, "limit", limit[k], NULL);
         if (g->metrics) qd_metrics_limit(g->metrics, limit[k], cut[k]);
     }
-    if (refused) {
+    static const char *const refusal[2] = {"max_connections_per_ip", "max_connections"};
+    for (int k = 0; k < 2; k++) {
+        if (!refused[k]) continue;
         char n[16];
-        snprintf(n, sizeof n, "%u", refused);
-        qd_log(QD_LOG_WARN, "connections refused", "count", n, "limit", "max_connections_per_ip",
-               NULL);
-        if (g->metrics) qd_metrics_limit(g->metrics, "max_connections_per_ip", refused);
+        snprintf(n, sizeof n, "%u", refused[k]);
+        qd_log(QD_LOG_WARN, "connections refused", "count", n, "limit", refusal[k], NULL);
+        if (g->metrics) qd_metrics_limit(g->metrics, refusal[k], refused[k]);
     }
 }
 

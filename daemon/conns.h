@@ -8,8 +8,9 @@
  *              average since the headers;
  *   busy       the server's turn (the handler, a deferred wait, the reply): no deadline here
  *              (libmicrohttpd's idle timeout covers a client that stops reading).
- * It also refuses a connection from an address that holds max_connections_per_ip already
- * (at accept: closed without an answer, since no request has been read yet).
+ * It also refuses a connection beyond max_connections, or from an address that holds
+ * max_connections_per_ip already (at accept: closed without an answer, since no request has
+ * been read yet; logged and counted once per sweep).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_CONNS_H

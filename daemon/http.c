@@ -91,6 +91,34 @@ static bool is_octet_stream(const qd_req *r)
     return ct && strncmp(ct, "application/octet-stream", 24) == 0;
 }
 
+/* The setting that limits this request's body (QD_BODY_NONE: a route that takes none). */
+static const char *body_limit_key(const qd_req *r)
+{
+    switch (r->route->body) {
+    case QD_BODY_NONE:
+        return "no_body";
+    case QD_BODY_STATS:
+        return "max_stats_body";
+    default:
+        return r->streaming ? "max_upload" : "max_json_body";
+    }
+}
+
+/* 413, naming the setting (a route without a body: "takes no body"). */
+static enum MHD_Result reply_too_large(qd_req *r, unsigned long long n)
+{
+    if (r->route->body == QD_BODY_NONE)
+        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
+                              "%s %s takes no request body", r->method, r->route->pattern);
+    if (n)
+        return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", body_limit_key(r), 0,
+                              "body of %llu bytes is over this route's limit of %zu bytes (%s)",
+                              n, r->limit, body_limit_key(r));
+    return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", body_limit_key(r), 0,
+                          "body is over this route's limit of %zu bytes (%s)", r->limit,
+                          body_limit_key(r));
+}
+
 static size_t body_limit(const qd_req *r)
 {
     const qd_config *cfg = r->app->cfg;
@@ -128,10 +156,7 @@ static enum MHD_Result body_begin(qd_req *r)
         char *end;
         errno = 0;
         unsigned long long n = strtoull(cl, &end, 10);
-        if (errno == 0 && *end == '\0' && n > r->limit)
-            return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
-                                  "body of %llu bytes is over this route's limit of %zu", n,
-                                  r->limit);
+        if (errno == 0 && *end == '\0' && n > r->limit) return reply_too_large(r, n);
         if (errno == 0 && *end == '\0' && body_reserve(r, n) != MHD_YES) return MHD_NO;
         if (r->replied) return MHD_YES;
     }
@@ -292,8 +317,7 @@ static enum MHD_Result refuse(qd_req *r)
         return qd_reply_limit(r, MHD_HTTP_INSUFFICIENT_STORAGE, "insufficient_storage",
                               "min_free_disk", 0, "%s", why);
     default:
-        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
-                              "body is over this route's limit of %zu bytes", r->limit);
+        return reply_too_large(r, 0);
     }
 }
 
@@ -362,7 +386,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     qd_log(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? QD_LOG_INFO : QD_LOG_WARN, "request",
            "request_id", r->id, "method", r->method, "path", r->url, "route",
            r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "token",
-           r->who[0] ? r->who : "-", "end", termination_name(toe), NULL);
+           r->who[0] ? r->who : "-", "end", termination_name(toe),
+           r->limit_hit ? "limit" : NULL, r->limit_hit, NULL);
     req_free(r);
     *con_cls = NULL;
 }
@@ -454,7 +479,10 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
         {MHD_OPTION_CONNECTION_TIMEOUT, app->cfg->idle_timeout, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
         {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)qd_conns_notify, h->guard},
-        {MHD_OPTION_CONNECTION_LIMIT, app->cfg->max_connections, NULL},
+        /* the guard enforces max_connections over all threads; libmicrohttpd's own limit is
+         * split between its threads, so it gets room enough never to refuse first */
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)app->cfg->max_connections * app->cfg->http_threads,
+         NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)1 << 20, NULL},
         {MHD_OPTION_ARRAY, 0, tls_opts},
         {MHD_OPTION_END, 0, NULL},

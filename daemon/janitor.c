@@ -1,9 +1,10 @@
-/* janitor.c -- the housekeeping thread: retention removes the output files of succeeded jobs
+/* janitor.c -- the housekeeping thread. Retention removes the output files of succeeded jobs
  * that ended more than job_retention ago or are older than the keep_outputs newest (the job's
- * row, report and outputs list stay; its files answer 410 from then on), and a server started
- * --insecure on a non-loopback address says so in the log every hour. The store records the
+ * row, report and outputs list stay; its files answer 410 from then on). The store records the
  * removal before the files go, so nothing is served half-removed; a crash in between leaves a
- * directory that the first pass after start-up removes.
+ * directory that the first pass after start-up removes. A server started --insecure on a
+ * non-loopback address warns whenever it is open to all: at start without tokens, as soon as a
+ * pass sees its last token gone, and every hour it stays so.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <pthread.h>
@@ -92,19 +93,21 @@ static void *janitor_main(void *arg)
 {
     qd_janitor *j = arg;
     remove_leftovers(j->app);
-    double last_warn = mono_s();
+    double last_warn = 0;
+    bool was_open = false;
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
         pthread_mutex_unlock(&j->mu);
         qd_janitor_sweep(j->app);
-        bool insecure_now = j->insecure;
+        /* open to all: when it starts so, when its last token goes, and every hour it stays so */
         bool any = true;
         qd_err err;
-        if (insecure_now && qd_tokens_any(j->app->tokens, &any, &err) == QD_OK && !any &&
-            mono_s() - last_warn >= WARN_EVERY_S) {
+        bool open = j->insecure && qd_tokens_any(j->app->tokens, &any, &err) == QD_OK && !any;
+        if (open && (!was_open || mono_s() - last_warn >= WARN_EVERY_S)) {
             warn_insecure(j->app);
             last_warn = mono_s();
         }
+        was_open = open;
         pthread_mutex_lock(&j->mu);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
@@ -131,7 +134,6 @@ qd_status qd_janitor_start(qd_app *app, bool insecure, qd_janitor **out, qd_err 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     bool ok = pthread_mutex_init(&j->mu, NULL) == 0 && pthread_cond_init(&j->cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
-    if (insecure) warn_insecure(app);
     if (!ok || pthread_create(&j->thread, NULL, janitor_main, j) != 0) {
         free(j);
         return qd_fail(err, QD_NOMEM, "cannot start the housekeeping thread");

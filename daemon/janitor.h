@@ -11,8 +11,8 @@ typedef struct qd_janitor qd_janitor;
 
 /* Starts the thread: a first pass at once (outputs past retention, directories of jobs whose
  * outputs were removed), then one every minute, or every half of job_retention when that is
- * shorter, and whenever woken. `insecure` asks for a warning in the log now and every hour (a
- * non-loopback server without tokens, started --insecure). */
+ * shorter, and whenever woken. `insecure`: a non-loopback server started --insecure, which logs
+ * a warning whenever it has no token (open to all): at once, and every hour it stays so. */
 qd_status qd_janitor_start(qd_app *app, bool insecure, qd_janitor **out, qd_err *err);
 /* Asks for a pass soon (a job has just succeeded: keep_outputs may now drop an older one). */
 void qd_janitor_wake(qd_janitor *j); /* NULL is a no-op */

@@ -86,7 +86,8 @@ static int wait_for_stop(qd_tls *tls, int argc, char **argv, const sigset_t *set
 }
 
 /* Who may use the server: with no token at all it is open, which is fine on loopback only; a
- * non-loopback address without tokens starts only with --insecure (*insecure: warn hourly). */
+ * non-loopback address without tokens starts only with --insecure (*insecure: then the
+ * housekeeping thread warns whenever it has no token). */
 static qd_status exposure(qd_app *app, bool *insecure, qd_err *err)
 {
     const qd_config *cfg = app->cfg;
@@ -95,7 +96,7 @@ static qd_status exposure(qd_app *app, bool *insecure, qd_err *err)
     if (st == QD_OK) st = qd_tokens_any(app->tokens, &any, err);
     if (st != QD_OK) return st;
     app->open_without_tokens = loopback || cfg->insecure;
-    *insecure = !loopback && !any && cfg->insecure;
+    *insecure = !loopback && cfg->insecure; /* warned whenever it has no token */
     if (!loopback && !any && !cfg->insecure)
         return qd_fail(err, QD_INVALID,
                        "%s is not a loopback address and there are no access tokens: create one "

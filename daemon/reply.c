@@ -82,6 +82,7 @@ enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, con
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     qd_metrics_limit(r->app->metrics, limit, 1);
+    r->limit_hit = limit;
     json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "code", code, "message", msg, "field",
                           "limit", limit);
     char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qdproc.h"
 #include "qdtest.h"
@@ -226,6 +227,18 @@ START_TEST(test_lock_revoke_expire)
 }
 END_TEST
 
+/* Lines of the file at path that contain `what`. */
+static int count_lines(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
+    fclose(f);
+    return n;
+}
+
 /* A non-loopback address: refused without tokens, started with --insecure (and warned), or with
  * a token (which it then requires). */
 START_TEST(test_exposure)
@@ -243,14 +256,10 @@ START_TEST(test_exposure)
     qdp_restart(&d, (const char *[]){"--listen", "0.0.0.0:0", "--insecure", NULL});
     expect_status(&d, "/v1/jobs", NULL, 200, NULL);
     char *log = qdt_join(d.root, "quantd.log");
-    FILE *f = fopen(log, "r");
-    ck_assert_ptr_nonnull(f);
-    char line[2048];
-    bool warned = false;
-    while (fgets(line, sizeof line, f))
-        warned = warned || (strstr(line, "level=warn") && strstr(line, "msg=\"insecure:"));
-    fclose(f);
-    ck_assert_msg(warned, "no insecure warning in %s", log);
+    for (int i = 0; i < 50 && count_lines(log, "level=warn msg=\"insecure:") == 0; i++)
+        usleep(100000); /* the housekeeping thread's first pass */
+    ck_assert_msg(count_lines(log, "level=warn msg=\"insecure:") == 1, "no insecure warning in %s",
+                  log);
     ck_assert_int_eq(qdp_signal(&d, SIGTERM), 0);
     char *op = create_token(&d, "operator", "op");
     qdp_restart(&d, (const char *[]){"--listen", "0.0.0.0:0", NULL});
@@ -260,6 +269,20 @@ START_TEST(test_exposure)
     /* the last token revoked while it runs: locked, not open (it is not on loopback) */
     run_ok(&d, (const char *[]){"token", "revoke", "op", NULL}, 0);
     expect_status(&d, "/v1/jobs", NULL, 401, "no access tokens");
+    /* started --insecure with a token: no warning; its last token revoked: open, and warned
+     * (the housekeeping pass runs every second with a 2 s retention) */
+    ck_assert_int_eq(qdp_signal(&d, SIGTERM), 0);
+    free(op);
+    op = create_token(&d, "operator", "op");
+    int before = count_lines(log, "msg=\"insecure:");
+    qdp_restart(&d, (const char *[]){"--listen", "0.0.0.0:0", "--insecure", "--job-retention", "2",
+                                     NULL});
+    expect_status(&d, "/v1/jobs", NULL, 401, NULL);
+    ck_assert_int_eq(count_lines(log, "msg=\"insecure:"), before);
+    run_ok(&d, (const char *[]){"token", "revoke", "op", NULL}, 0);
+    expect_status(&d, "/v1/jobs", NULL, 200, NULL);
+    for (int i = 0; i < 50 && count_lines(log, "msg=\"insecure:") == before; i++) usleep(100000);
+    ck_assert_int_eq(count_lines(log, "msg=\"insecure:"), before + 1);
     free(op);
     free(log);
     qdp_stop(&d);

@@ -215,6 +215,23 @@ START_TEST(test_per_ip_limit)
     close(held[1]);
     close(held[2]);
     qdp_stop(&d);
+    /* max_connections: all addresses together */
+    qdp_start(&d, (const char *[]){"--max-connections", "4", "--max-connections-per-ip", "0",
+                                   NULL});
+    int all[4];
+    for (int i = 0; i < 4; i++) all[i] = raw_connect(&d);
+    sleep_ms(200);
+    extra = raw_connect(&d);
+    send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
+    ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0);
+    close(extra);
+    for (int i = 0; i < 4; i++) close(all[i]);
+    sleep_ms(600); /* the guard's sweep logs and counts the refusal */
+    qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
+    ck_assert_msg(strstr(r.body, "quantd_limit_hits_total{limit=\"max_connections\"} 1"), "%s",
+                  strstr(r.body, "quantd_limit_hits_total"));
+    qdp_resp_free(&r);
+    qdp_stop(&d);
 }
 END_TEST
 
@@ -347,6 +364,23 @@ START_TEST(test_upload_refused_early)
     ck_assert(read_within(fd, buf, sizeof buf, 3000) > 0);
     ck_assert_int_eq(status_in(buf), 415);
     close(fd);
+    /* over the route's body limit: 413 naming the setting, in the reply and the log */
+    fd = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 65 * MIB);
+    ck_assert(read_within(fd, buf, sizeof buf, 3000) > 0);
+    ck_assert_int_eq(status_in(buf), 413);
+    close(fd);
+    char *log = qdt_join(d.root, "quantd.log");
+    bool logged = false;
+    for (int tries = 0; !logged && tries < 40; tries++, sleep_ms(50)) { /* logged at its end */
+        FILE *lf = fopen(log, "r");
+        ck_assert_ptr_nonnull(lf);
+        char line[4096];
+        while (fgets(line, sizeof line, lf))
+            logged = logged || (strstr(line, "status=413") && strstr(line, "limit=max_stats_body"));
+        fclose(lf);
+    }
+    ck_assert_msg(logged, "no request line with status=413 limit=max_stats_body in %s", log);
+    free(log);
     qdp_stop(&d);
 }
 END_TEST
