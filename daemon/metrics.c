@@ -13,8 +13,8 @@
 #include "store.h"
 
 /* Status codes the daemon sends, each with its own counter; anything else counts as "other". */
-static const unsigned statuses[] = {200, 201, 202, 204, 206, 304, 400, 403, 404,
-                                    405, 409, 413, 415, 416, 422, 500, 503, 0};
+static const unsigned statuses[] = {200, 201, 202, 204, 206, 304, 400, 403, 404, 405,
+                                    409, 413, 415, 416, 422, 500, 503, 507, 0};
 #define N_STATUS (sizeof statuses / sizeof statuses[0]) /* last: other (0) */
 static const double bounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define N_BUCKETS (sizeof bounds / sizeof bounds[0])
@@ -31,7 +31,7 @@ struct qd_metrics {
     size_t n_routes;
     route_counters *routes; /* n_routes + 1: the last for unmatched requests */
     atomic_uint_fast64_t bytes_quantized, tensors_quantized, upload_bytes;
-    atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts;
+    atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts, stats_replays;
     atomic_uint_fast64_t commit_bucket[N_BUCKETS]; /* non-cumulative */
     atomic_uint_fast64_t commit_sum_us;
 };
@@ -96,6 +96,11 @@ void qd_metrics_stats_post(qd_metrics *m, uint64_t activations)
 {
     add(&m->stats_posts, 1);
     add(&m->stats_activations, activations);
+}
+
+void qd_metrics_stats_replay(qd_metrics *m)
+{
+    add(&m->stats_replays, 1);
 }
 
 void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds)
@@ -190,6 +195,11 @@ static void render_stats(qd_metrics *m, sbuf *b)
         "# HELP quantd_stats_activations_total Activations updated by stored posts.\n"
         "# TYPE quantd_stats_activations_total counter\nquantd_stats_activations_total %llu\n",
         (unsigned long long)get(&m->stats_activations));
+    put(b,
+        "# HELP quantd_stats_replays_total Posts answered as replays of an earlier post with "
+        "their Idempotency-Key (nothing stored).\n"
+        "# TYPE quantd_stats_replays_total counter\nquantd_stats_replays_total %llu\n",
+        (unsigned long long)get(&m->stats_replays));
     put(b,
         "# HELP quantd_stats_commit_posts_total Posts carried by the stats writer's commits.\n"
         "# TYPE quantd_stats_commit_posts_total counter\nquantd_stats_commit_posts_total %llu\n",
