@@ -163,18 +163,14 @@ static enum MHD_Result reply_posted(qd_req *r, const post_job *job)
     return qd_reply_store_error(r, job->st, &job->err);
 }
 
-/* A retry whose key the reader already holds with this fingerprint: answered at once, its body
- * never parsed. Anything else (a key not known yet, another fingerprint, a read failure) goes
- * on to the writer, which decides. */
-static bool replayed_early(qd_req *r, const char *key, const uint8_t *fp)
+/* Is this a retry whose key the reader already holds with this fingerprint? Then it is answered
+ * at once from *ans, its body never parsed. Anything else (a key not known yet, another
+ * fingerprint, a read failure) goes on to the writer, which decides. */
+static bool known_replay(qd_req *r, const char *key, const uint8_t *fp, qd_stat_answer *ans)
 {
-    qd_stat_answer ans;
     qd_err err;
-    if (qd_stats_key_peek(r->app->stats, r->params[0], key, fp, &ans, &err) != QD_OK ||
-        ans.outcome != QD_POST_REPLAYED)
-        return false;
-    reply_answer(r, &ans);
-    return true;
+    return qd_stats_key_peek(r->app->stats, r->params[0], key, fp, ans, &err) == QD_OK &&
+           ans->outcome == QD_POST_REPLAYED;
 }
 
 /* The key (and the request's fingerprint) into the parsed post. */
@@ -217,11 +213,12 @@ enum MHD_Result qd_h_stats_post(qd_req *r)
     int64_t step;
     if (!query_merge(r, &merge) || !query_step(r, &step)) return MHD_YES;
     const char *key = qd_req_header(r, KEY_HEADER); /* the precheck found it valid */
-    uint8_t fp[QD_FINGERPRINT_LEN];
+    uint8_t fp[QD_FINGERPRINT_LEN] = {0};
+    qd_stat_answer early;
     if (key) {
         qd_stats_fingerprint(merge, step, has_type(r, "application/octet-stream"), r->body,
                              r->body_len, fp);
-        if (replayed_early(r, key, fp)) return MHD_YES;
+        if (known_replay(r, key, fp, &early)) return reply_answer(r, &early);
     }
     post_job *job = calloc(1, sizeof *job);
     if (!job) return MHD_NO;
