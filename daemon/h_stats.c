@@ -1,8 +1,10 @@
 /* h_stats.c -- POST, GET and DELETE /v1/models/{model}/stats: a training job's statistics post
  * (JSON, a safetensors body, or a Qwix quant_stats dump with ?mode=merge) parsed and validated
  * whole on the HTTP thread, then stored as one transaction by the stats writer while a waiter
- * thread waits for the commit (the answer comes after it); a model's statistics and
- * calibrations read back; a reset.
+ * thread waits for the commit (the answer comes after it); a post's Idempotency-Key (a retry of
+ * an answered post is a replay: its first answer again, with Idempotent-Replayed: true, nothing
+ * counted twice; the writer decides, the reader answers a known replay before parsing); the
+ * quota's refusal (507); a model's statistics and calibrations read back; a reset.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -12,6 +14,9 @@
 
 /* ---- POST -------------------------------------------------------------------------------------
  */
+
+#define KEY_HEADER      "Idempotency-Key"
+#define REPLAYED_HEADER "Idempotent-Replayed"
 
 static bool has_type(const qd_req *r, const char *type)
 {
@@ -84,9 +89,22 @@ static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
     return st == QD_OK;
 }
 
+/* The Idempotency-Key header: absent, or valid; replies 400 otherwise. */
+static bool key_ok(qd_req *r)
+{
+    const char *key = qd_req_header(r, KEY_HEADER);
+    if (!key || qd_stat_key_valid(key)) return true;
+    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", KEY_HEADER,
+                   "an Idempotency-Key is 1-%d bytes of visible ASCII (0x21-0x7e: no spaces, no "
+                   "control characters)",
+                   QD_KEY_MAX);
+    return false;
+}
+
 /* A parsed post on its way to the store, owned by the request (qd_req_defer). */
 typedef struct post_job {
     qd_stat_post post;
+    qd_stat_answer ans;
     qd_status st;
     qd_err err;
 } post_job;
@@ -102,21 +120,65 @@ static void post_job_free(void *arg)
 static void commit_post(qd_req *r, void *arg)
 {
     post_job *job = arg;
-    job->st = qd_stats_post(r->app->stats, &job->post, &job->err);
+    job->st = qd_stats_post_answer(r->app->stats, &job->post, &job->ans, &job->err);
 }
+
+/* 200 {"model","activations","step"}: a stored post's answer, or a replay's (the first answer
+ * again, with Idempotent-Replayed: true). */
+static enum MHD_Result reply_answer(qd_req *r, const qd_stat_answer *a)
+{
+    bool replayed = a->outcome == QD_POST_REPLAYED;
+    if (replayed) qd_metrics_stats_replay(r->app->metrics);
+    json_t *body =
+        json_pack("{s:s,s:I,s:o}", "model", r->params[0], "activations", (json_int_t)a->activations,
+                  "step", a->step >= 0 ? json_integer(a->step) : json_null());
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return qd_reply_text(r, MHD_HTTP_OK, text, "application/json",
+                         replayed ? REPLAYED_HEADER : NULL, "true");
+}
+
+/* How the writer's refusals beyond the body are answered, by outcome. */
+static const struct refusal {
+    unsigned status;
+    const char *code;
+    const char *field; /* qd_reply_error's */
+    const char *limit; /* or qd_reply_limit's: the configuration key */
+} refusals[] = {
+    [QD_POST_KEY_CONFLICT] = {MHD_HTTP_CONFLICT, "idempotency_conflict", KEY_HEADER, NULL},
+    [QD_POST_OVER_QUOTA] = {MHD_HTTP_INSUFFICIENT_STORAGE, "quota_exceeded", NULL, "stats_quota"},
+};
 
 /* The handler's second call, after commit_post. */
 static enum MHD_Result reply_posted(qd_req *r, const post_job *job)
 {
-    const qd_stat_post *p = &job->post;
-    if (job->st == QD_OK)
-        return qd_reply_json(r, MHD_HTTP_OK,
-                             json_pack("{s:s,s:I,s:o}", "model", p->model, "activations",
-                                       (json_int_t)p->n, "step",
-                                       p->step >= 0 ? json_integer(p->step) : json_null()));
+    if (job->st == QD_OK) return reply_answer(r, &job->ans);
+    const char *msg = job->err.message;
+    size_t k = (size_t)job->ans.outcome;
+    const struct refusal *f = k < sizeof refusals / sizeof refusals[0] ? &refusals[k] : NULL;
+    if (f && f->limit) return qd_reply_limit(r, f->status, f->code, f->limit, 0, "%s", msg);
+    if (f && f->status) return qd_reply_error(r, f->status, f->code, f->field, "%s", msg);
     if (job->st == QD_INVALID) /* does not fit what is stored: kind or shape */
-        return qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", "stats", "%s", job->err.message);
+        return qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", "stats", "%s", msg);
     return qd_reply_store_error(r, job->st, &job->err);
+}
+
+/* Is this a retry whose key the reader already holds with this fingerprint? Then it is answered
+ * at once from *ans, its body never parsed. Anything else (a key not known yet, another
+ * fingerprint, a read failure) goes on to the writer, which decides. */
+static bool known_replay(qd_req *r, const char *key, const uint8_t *fp, qd_stat_answer *ans)
+{
+    qd_err err;
+    return qd_stats_key_peek(r->app->stats, r->params[0], key, fp, ans, &err) == QD_OK &&
+           ans->outcome == QD_POST_REPLAYED;
+}
+
+/* The key (and the request's fingerprint) into the parsed post. */
+static bool set_key(qd_stat_post *post, const char *key, const uint8_t *fp)
+{
+    if (!key) return true;
+    memcpy(post->fingerprint, fp, QD_FINGERPRINT_LEN);
+    return (post->key = strdup(key)) != NULL;
 }
 
 /* The step of the query (-1: none) into the parsed post; false when both give one. */
@@ -128,13 +190,15 @@ static bool set_step(qd_stat_post *post, int64_t query_step)
     return true;
 }
 
-/* POST /v1/models/{model}/stats, before the body: the model name, the query and the
- * Content-Type are checked first, so a post that can only fail does not cost its body. */
+/* POST /v1/models/{model}/stats, before the body: the model name, the query, the Content-Type
+ * and the Idempotency-Key are checked first, so a post that can only fail does not cost its
+ * body. */
 enum MHD_Result qd_h_stats_precheck(qd_req *r)
 {
     bool merge;
     int64_t step;
-    if (qd_model_param(r) && query_merge(r, &merge) && query_step(r, &step)) type_ok(r, merge);
+    if (qd_model_param(r) && query_merge(r, &merge) && query_step(r, &step) && type_ok(r, merge))
+        key_ok(r);
     return MHD_YES;
 }
 
@@ -148,6 +212,14 @@ enum MHD_Result qd_h_stats_post(qd_req *r)
     bool merge;
     int64_t step;
     if (!query_merge(r, &merge) || !query_step(r, &step)) return MHD_YES;
+    const char *key = qd_req_header(r, KEY_HEADER); /* the precheck found it valid */
+    uint8_t fp[QD_FINGERPRINT_LEN] = {0};
+    qd_stat_answer early;
+    if (key) {
+        qd_stats_fingerprint(merge, step, has_type(r, "application/octet-stream"), r->body,
+                             r->body_len, fp);
+        if (known_replay(r, key, fp, &early)) return reply_answer(r, &early);
+    }
     post_job *job = calloc(1, sizeof *job);
     if (!job) return MHD_NO;
     if (!parse_body(r, merge, &job->post)) {
@@ -159,7 +231,7 @@ enum MHD_Result qd_h_stats_post(qd_req *r)
         return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step",
                               "the step comes both in the query and in the body");
     }
-    if (!(job->post.model = strdup(model))) {
+    if (!(job->post.model = strdup(model)) || !set_key(&job->post, key, fp)) {
         post_job_free(job);
         return MHD_NO;
     }

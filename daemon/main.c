@@ -130,6 +130,7 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     if (!app->metrics) return fail("out of memory", &err);
     if (qd_stats_open(app->cfg->db_path, app->metrics, &app->stats, &err) != QD_OK)
         return fail("cannot open the statistics store", &err);
+    qd_stats_configure(app->stats, app->cfg->stats_quota, app->cfg->idempotency_window);
     if (qd_app_dirs(app, &err) != QD_OK) return fail("data directory", &err);
     if (qd_jobs_start(app, &app->jobs, &err) != QD_OK) return fail("job workers", &err);
     if (qd_janitor_start(app, insecure, &app->janitor, &err) != QD_OK) {

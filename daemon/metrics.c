@@ -31,7 +31,7 @@ struct qd_metrics {
     size_t n_routes;
     route_counters *routes; /* n_routes + 1: the last for unmatched requests */
     atomic_uint_fast64_t bytes_quantized, tensors_quantized, upload_bytes;
-    atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts;
+    atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts, stats_replays;
     atomic_uint_fast64_t commit_bucket[N_BUCKETS]; /* non-cumulative */
     atomic_uint_fast64_t commit_sum_us;
     atomic_uint_fast64_t limit_hits[]; /* by limit_names */
@@ -104,6 +104,11 @@ void qd_metrics_stats_post(qd_metrics *m, uint64_t activations)
 {
     add(&m->stats_posts, 1);
     add(&m->stats_activations, activations);
+}
+
+void qd_metrics_stats_replay(qd_metrics *m)
+{
+    add(&m->stats_replays, 1);
 }
 
 void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds)
@@ -204,6 +209,11 @@ static void render_stats(qd_metrics *m, sbuf *b)
         "# HELP quantd_stats_activations_total Activations updated by stored posts.\n"
         "# TYPE quantd_stats_activations_total counter\nquantd_stats_activations_total %llu\n",
         (unsigned long long)get(&m->stats_activations));
+    put(b,
+        "# HELP quantd_stats_replays_total Posts answered as replays of an earlier post with "
+        "their Idempotency-Key (nothing stored).\n"
+        "# TYPE quantd_stats_replays_total counter\nquantd_stats_replays_total %llu\n",
+        (unsigned long long)get(&m->stats_replays));
     put(b,
         "# HELP quantd_stats_commit_posts_total Posts carried by the stats writer's commits.\n"
         "# TYPE quantd_stats_commit_posts_total counter\nquantd_stats_commit_posts_total %llu\n",

@@ -1,6 +1,7 @@
 /* metrics.h -- the counters and histograms behind GET /metrics (Prometheus text format 0.0.4):
  * requests by route and status, request latency, bytes and tensors quantized, upload bytes,
- * statistics posts, activations updated and the stats writer's commit latency. Job
+ * statistics posts, activations updated, replays of posts by Idempotency-Key and the stats
+ * writer's commit latency. Job
  * states and queue depth are read from the store at scrape time. Lock-free updates.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -24,6 +25,8 @@ void qd_metrics_upload(qd_metrics *m, uint64_t bytes);
  * how long the transaction took). */
 void qd_metrics_stats_post(qd_metrics *m, uint64_t activations);
 void qd_metrics_stats_commit(qd_metrics *m, uint64_t posts, double seconds);
+/* A stats post answered as a replay of an earlier one with its Idempotency-Key. */
+void qd_metrics_stats_replay(qd_metrics *m);
 
 /* n requests refused or connections closed by `limit` (its configuration key; unknown keys are
  * not counted). */

@@ -36,15 +36,32 @@ typedef struct qd_stat_entry {
     int64_t count; /* 1 for an update; the dump's count (>= 1) in a merge */
 } qd_stat_entry;
 
+/* The SHA-256 of a post as it came (qd_stats_fingerprint). */
+#define QD_FINGERPRINT_LEN 32
+/* An Idempotency-Key: 1-255 bytes of visible ASCII (0x21-0x7e). */
+#define QD_KEY_MAX 255
+
 typedef struct qd_stat_post {
     char *model;
     bool merge;   /* ?mode=merge: a Qwix quant_stats dump (counts and sums) */
     int64_t step; /* the training step, -1 when absent */
     qd_stat_entry *e;
     size_t n;
+    /* The post's Idempotency-Key (malloc'd, freed by qd_stat_post_clear) or NULL, and the
+     * fingerprint of the request it came in (only read when key is set). */
+    char *key;
+    uint8_t fingerprint[QD_FINGERPRINT_LEN];
 } qd_stat_post;
 
 void qd_stat_post_clear(qd_stat_post *p);
+
+/* Is key a valid Idempotency-Key (QD_KEY_MAX)? */
+bool qd_stat_key_valid(const char *key);
+/* What tells two posts apart for an Idempotency-Key: SHA-256 over the mode, the ?step= value
+ * (step -1: none), the media type (binary: application/octet-stream, else JSON) and the body
+ * bytes, each framed so that no two different requests hash the same input. */
+void qd_stats_fingerprint(bool merge, int64_t step, bool binary, const void *body, size_t len,
+                          uint8_t out[QD_FINGERPRINT_LEN]);
 
 /* Parsers (each validates everything and names the activation in its error; QD_INVALID). */
 qd_status qd_stats_parse_json(const char *body, size_t len, bool merge, qd_stat_post *out,
@@ -72,8 +89,12 @@ typedef struct qd_stats qd_stats;
 
 /* Opens its own SQLite connections on db_path (a writer for the writer thread, a reader), the
  * schema having been migrated by qd_store_open, and starts the writer thread. metrics may be
- * NULL. */
+ * NULL. Until qd_stats_configure: a quota of 1 GiB, a window of 1 day. */
 qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err);
+/* The limits (config stats_quota, idempotency_window), from the writer's next group on:
+ * quota_bytes of sums a model may hold (8 bytes per value of sum_a and sum_b), and how many
+ * seconds an Idempotency-Key is remembered. Values below 1 keep the current setting. */
+void qd_stats_configure(qd_stats *s, int64_t quota_bytes, int64_t idempotency_window_s);
 /* Finishes the queued writes, stops the writer, closes. NULL is a no-op. */
 void qd_stats_close(qd_stats *s);
 
@@ -83,6 +104,40 @@ void qd_stats_close(qd_stats *s);
  * differs from what is stored) leaves nothing of it stored, whatever the other posts of the
  * group do. An unknown model is created with the default settings by its first post. */
 qd_status qd_stats_post(qd_stats *s, const qd_stat_post *p, qd_err *err);
+
+/* What the writer did with a post. */
+typedef enum qd_stat_outcome {
+    QD_POST_NONE = 0,     /* nothing (a failure: the status says which; or a key not known) */
+    QD_POST_STORED,       /* QD_OK: applied, and its key (if any) recorded with the answer */
+    QD_POST_REPLAYED,     /* QD_OK: its key came with the same post before: nothing applied */
+    QD_POST_KEY_CONFLICT, /* QD_CONFLICT: its key came with a different post (within the window) */
+    QD_POST_OVER_QUOTA    /* QD_CONFLICT: its new activations would take the model over its quota */
+} qd_stat_outcome;
+
+typedef struct qd_stat_answer {
+    qd_stat_outcome outcome;
+    int64_t activations; /* STORED: the post's; REPLAYED: the first post's answer */
+    int64_t step;        /* likewise (-1: none) */
+    int64_t first_ms;    /* REPLAYED, KEY_CONFLICT: when the key was recorded */
+    int64_t stats_bytes; /* STORED: what the model holds now; OVER_QUOTA: what it would hold */
+} qd_stat_answer;
+
+/* qd_stats_post with an Idempotency-Key (p->key, p->fingerprint) and the answer in *ans (may be
+ * NULL). The key is looked up inside the post's group transaction, which also sees the keys of
+ * the posts before it in the group: the same fingerprint is a replay (nothing applied, the first
+ * answer returned), another one is a conflict (the message names the key and when it was used);
+ * a key unknown or older than the window is applied and recorded in that same transaction, so
+ * an answered post's key survives kill -9. A post whose new activations would take the model
+ * over its quota is refused whole (QD_CONFLICT, outcome QD_POST_OVER_QUOTA, message naming
+ * stats_quota). A failed post records nothing. */
+qd_status qd_stats_post_answer(qd_stats *s, const qd_stat_post *p, qd_stat_answer *ans,
+                               qd_err *err);
+/* The reader's look at a key, never waiting for the writer (the HTTP fast path, before the body
+ * is parsed): ans->outcome QD_POST_REPLAYED with the first answer when model's key is
+ * remembered with this fingerprint, else QD_POST_NONE (the writer decides). */
+qd_status qd_stats_key_peek(qd_stats *s, const char *model, const char *key,
+                            const uint8_t fingerprint[QD_FINGERPRINT_LEN], qd_stat_answer *ans,
+                            qd_err *err);
 /* Deletes a model's statistics (its settings stay). QD_NOT_FOUND for an unknown model. */
 qd_status qd_stats_reset(qd_stats *s, const char *model, qd_err *err);
 /* Creates or replaces a model's settings; *created tells which. */
@@ -90,8 +145,9 @@ qd_status qd_stats_put_model(qd_stats *s, const char *model, const qd_model_conf
                              qd_err *err);
 
 /* Reads. */
-/* [{"name","averaging","ema_constant","bootstrap_steps","activations","posts","updated_at"}]
- * by name ("posts": updates and merges stored; "updated_at": ISO-8601 or null). */
+/* [{"name","averaging","ema_constant","bootstrap_steps","activations","posts","updated_at",
+ * "stats_bytes"}] by name ("posts": updates and merges stored; "updated_at": ISO-8601 or null;
+ * "stats_bytes": the sums it holds, what the quota counts). */
 qd_status qd_stats_models(qd_stats *s, json_t **out, qd_err *err);
 qd_status qd_stats_model_conf(qd_stats *s, const char *model, qd_model_conf *c, qd_err *err);
 

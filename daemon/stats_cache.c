@@ -1,7 +1,8 @@
-/* stats_cache.c -- the stats writer's cache: models by name and activations by (model, name),
- * each loaded from SQLite on first use and decoded once, then updated in memory and written by
- * the group. It outlives the group (the writer is the only one that changes these tables),
- * within a memory budget, least recently used rows leaving first.
+/* stats_cache.c -- the stats writer's cache: models by name (with the bytes of sums each
+ * holds, what the quota counts) and activations by (model, name), each loaded from SQLite on
+ * first use and decoded once, then updated in memory and written by the group. It outlives the
+ * group (the writer is the only one that changes these tables), within a memory budget, least
+ * recently used rows leaving first.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -32,6 +33,19 @@ static bool parse_averaging(const unsigned char *t, qd_averaging *out)
     return true;
 }
 
+/* The bytes of sums m holds as stored (its rows are not in the cache yet: a model is loaded
+ * before any of them). */
+static qd_status model_bytes_load(stats_group *g, model_row *m)
+{
+    sqlite3_stmt *st = qd_group_stmt(g, G_MODEL_BYTES);
+    if (sqlite3_bind_int64(st, 1, m->id) != SQLITE_OK) return qd_group_fail(g, "read model size");
+    int rc = qd_group_step(g, st, "read model size");
+    if (rc < 0) return g->fail_st;
+    m->stats_bytes = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return QD_OK;
+}
+
 /* Fills m from the database when the model is stored (live then). */
 static qd_status model_load(stats_group *g, model_row *m, qd_err *err)
 {
@@ -51,7 +65,8 @@ static qd_status model_load(stats_group *g, model_row *m, qd_err *err)
     m->updated_ms = sqlite3_column_int64(st, 7);
     if (!parse_averaging(sqlite3_column_text(st, 1), &m->conf.averaging))
         return qd_fail(err, QD_DB, "model %s: unreadable averaging", m->name);
-    return QD_OK;
+    sqlite3_reset(st);
+    return model_bytes_load(g, m);
 }
 
 qd_status qd_cache_model(stats_group *g, const char *name, model_row **out, qd_err *err)

@@ -1,11 +1,16 @@
 /* stats_group.c -- one group of the statistics writer: every queued request in one
  * BEGIN IMMEDIATE ... COMMIT on the writer's connection. Each post is checked whole against the
  * cache (stats_cache.c: what is stored plus what earlier posts of the group changed) before any
- * of it is applied (stats_apply.c), and each changed row is written once when the group ends. A
+ * of it is applied (stats_apply.c): its Idempotency-Key first (stats_idem.c: a replay or a
+ * conflict applies nothing), then every activation, then the model's quota on stored sums (the
+ * bytes its new activations add, on top of what earlier posts of the group added). Each changed
+ * row is written once when the group ends; a key is recorded as soon as its post is applied. A
  * post that fails its check changes nothing and the others still commit; an SQL failure fails
  * them all and empties the cache, since the database went back to what it was.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +38,13 @@ static const char *const group_sql[G_COUNT] = {
     [G_ROW_UPDATE] = "UPDATE stats SET count = ?2, updated_ms = ?3, sum_a = ?4, last_a = ?5, "
                      "ema_a = ?6, sum_b = ?7, last_b = ?8, ema_b = ?9 WHERE id = ?1",
     [G_ROWS_DELETE] = "DELETE FROM stats WHERE model_id = ?1",
+    [G_MODEL_BYTES] = "SELECT coalesce(sum(length(sum_a) + coalesce(length(sum_b), 0)), 0) "
+                      "FROM stats WHERE model_id = ?1",
+    [G_KEY_GET] = "SELECT fingerprint, activations, step, created_ms FROM stat_post_keys "
+                  "WHERE model_id = ?1 AND key = ?2 AND created_ms >= ?3",
+    [G_KEY_PUT] = "INSERT OR REPLACE INTO stat_post_keys (model_id, key, fingerprint, activations, "
+                  "step, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [G_KEY_PURGE] = "DELETE FROM stat_post_keys WHERE created_ms < ?1",
 };
 
 /* ---- set-up ----------------------------------------------------------------------------------
@@ -121,16 +133,72 @@ void *qd_group_reserve(void *arr, size_t *cap, size_t want, size_t elem)
     return p;
 }
 
+/* ---- the quota --------------------------------------------------------------------------------
+ */
+
+/* The bytes the post's new activations (rows without statistics yet) add to its model. */
+static int64_t post_growth(const qd_stat_post *p, stat_row *const *rows)
+{
+    int64_t bytes = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (rows[i]->count == 0) bytes += qd_stat_sum_bytes(p->e[i].kind, p->e[i].n);
+    return bytes;
+}
+
+/* A size as the configuration writes it: "1G", "512K", or bytes. */
+static void format_size(int64_t v, char *buf, size_t len)
+{
+    static const char units[] = "TGMK";
+    for (int i = 0; i < 4 && v != 0; i++) {
+        int64_t unit = (int64_t)1 << (40 - 10 * i);
+        if (v % unit == 0) {
+            snprintf(buf, len, "%" PRId64 "%c", v / unit, units[i]);
+            return;
+        }
+    }
+    snprintf(buf, len, "%" PRId64, v);
+}
+
+/* Growth only comes from new activations: a post that adds none always fits. */
+static qd_status check_quota(stats_group *g, const model_row *m, int64_t growth,
+                             qd_stat_answer *ans, qd_err *err)
+{
+    int64_t total = m->stats_bytes + growth;
+    if (growth == 0 || total <= g->set.quota_bytes) return QD_OK;
+    char quota[32];
+    format_size(g->set.quota_bytes, quota, sizeof quota);
+    ans->outcome = QD_POST_OVER_QUOTA;
+    ans->stats_bytes = total;
+    return qd_fail(err, QD_CONFLICT,
+                   "model '%s' would hold %" PRId64 " bytes of statistics, over stats_quota (%s); "
+                   "delete its statistics or raise stats_quota",
+                   m->name, total, quota);
+}
+
 /* ---- the requests -----------------------------------------------------------------------------
  */
 
-/* QD_OK: stored (in the group); QD_INVALID/QD_NOMEM/QD_DB: nothing of it is; a group failure
- * is also recorded in g. */
-static qd_status run_post(stats_group *g, const qd_stat_post *p, qd_err *err)
+static bool flush_model(stats_group *g, model_row *m);
+
+/* Records the post's key; a model new in this group is inserted first, for its id. */
+static bool record_key(stats_group *g, model_row *m, const qd_stat_post *p)
 {
+    if (!m->id && !flush_model(g, m)) return false;
+    return qd_idem_record(g, m, p);
+}
+
+/* QD_OK: stored (in the group) or replayed (r->ans says which); QD_INVALID/QD_CONFLICT/
+ * QD_NOMEM/QD_DB: nothing of it is; a group failure is also recorded in g. */
+static qd_status run_post(stats_group *g, stats_req *r, qd_err *err)
+{
+    const qd_stat_post *p = r->post;
     model_row *m = NULL;
     qd_status st = qd_cache_model(g, p->model, &m, err);
     if (st != QD_OK) return st;
+    if (p->key) {
+        st = qd_idem_check(g, m, p, &r->ans, err);
+        if (st != QD_OK || r->ans.outcome == QD_POST_REPLAYED) return st;
+    }
     stat_row **rows = qd_group_reserve(g->post_rows, &g->cap_post_rows, p->n, sizeof *rows);
     if (!rows) return nomem(err);
     g->post_rows = rows;
@@ -140,13 +208,22 @@ static qd_status run_post(stats_group *g, const qd_stat_post *p, qd_err *err)
         if (st == QD_OK) st = qd_stat_check(g, rows[i], &p->e[i], err);
         if (st != QD_OK) return st;
     }
+    int64_t growth = post_growth(p, rows);
+    st = check_quota(g, m, growth, &r->ans, err);
+    if (st != QD_OK) return st;
     if (m->live && m->posts == INT64_MAX)
         return qd_fail(err, QD_INVALID, "model %s: its post count would overflow", m->name);
     if (!m->live) qd_cache_model_create(g, m);
     for (size_t i = 0; i < p->n; i++) qd_stat_apply(g, rows[i], &p->e[i], &m->conf);
+    m->stats_bytes += growth;
     m->posts++;
     m->last_ms = g->now_ms;
     m->dirty = true;
+    if (p->key && !record_key(g, m, p)) return g->fail_st;
+    r->ans = (qd_stat_answer){.outcome = QD_POST_STORED,
+                              .activations = (int64_t)p->n,
+                              .step = p->step,
+                              .stats_bytes = m->stats_bytes};
     return QD_OK;
 }
 
@@ -170,8 +247,9 @@ static qd_status run_reset(stats_group *g, const char *model, qd_err *err)
     }
     m->posts = 0;
     m->last_ms = 0;
+    m->stats_bytes = 0;
     m->dirty = true;
-    return QD_OK;
+    return QD_OK; /* its Idempotency-Keys stay: those posts did happen */
 }
 
 static qd_status run_put_model(stats_group *g, stats_req *r, qd_err *err)
@@ -298,7 +376,7 @@ static void run_one(stats_group *g, stats_req *r)
 {
     switch (r->kind) {
     case QD_REQ_POST:
-        r->st = run_post(g, r->post, &r->err);
+        r->st = run_post(g, r, &r->err);
         break;
     case QD_REQ_RESET:
         r->st = run_reset(g, r->model, &r->err);
@@ -309,14 +387,15 @@ static void run_one(stats_group *g, stats_req *r)
     }
 }
 
-size_t qd_stats_group_run(stats_group *g, stats_req *list, size_t cache_budget, qd_metrics *m)
+size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings *set, qd_metrics *m)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     g->failed = false;
     g->now_ms = now_ms();
+    g->set = *set;
     qd_write_gate_enter(); /* fair turns with the job store's writes */
-    if (run_simple(g, G_BEGIN, "begin the statistics transaction")) {
+    if (run_simple(g, G_BEGIN, "begin the statistics transaction") && qd_idem_purge(g)) {
         for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
         if (!g->failed && flush_all(g)) run_simple(g, G_COMMIT, "commit the statistics");
         if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
@@ -325,14 +404,15 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, size_t cache_budget, 
     if (g->failed)
         qd_cache_forget(g); /* the database went back: so does the cache */
     else
-        qd_cache_trim(g, cache_budget);
+        qd_cache_trim(g, set->cache_budget);
     g->groups++;
     size_t posts = 0;
     for (stats_req *r = list; r; r = r->next) {
         if (g->failed) {
             r->st = g->fail_st;
             r->err = g->fail_err;
-        } else if (r->kind == QD_REQ_POST && r->st == QD_OK) {
+            r->ans = (qd_stat_answer){.outcome = QD_POST_NONE};
+        } else if (r->kind == QD_REQ_POST && r->ans.outcome == QD_POST_STORED) {
             posts++;
             if (m) qd_metrics_stats_post(m, r->post->n);
         }

@@ -1,6 +1,7 @@
 /* stats_group.h -- what the writer's group files share and nobody else sees: the group
- * (stats_group.c: its connection, statements and transaction), its cache of models and
- * activations (stats_cache.c), and the checks and arithmetic of one update (stats_apply.c).
+ * (stats_group.c: its connection, statements and transaction, the quota), its cache of models
+ * and activations (stats_cache.c), the checks and arithmetic of one update (stats_apply.c), and
+ * the posts' Idempotency-Keys (stats_idem.c).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STATS_GROUP_H
@@ -16,8 +17,9 @@ typedef struct model_row {
     bool dirty; /* its row is to be written */
     bool kept;  /* some cached activation of it survives the trim */
     qd_model_conf conf;
-    int64_t posts;   /* posts stored since created or reset */
-    int64_t last_ms; /* stats_updated_ms, 0 for NULL */
+    int64_t posts;       /* posts stored since created or reset */
+    int64_t last_ms;     /* stats_updated_ms, 0 for NULL */
+    int64_t stats_bytes; /* what the quota counts: 8 bytes per value of its sum_a and sum_b */
     int64_t created_ms, updated_ms;
 } model_row;
 
@@ -59,6 +61,10 @@ typedef enum group_stmt {
     G_ROW_INSERT,
     G_ROW_UPDATE,
     G_ROWS_DELETE,
+    G_MODEL_BYTES,
+    G_KEY_GET,
+    G_KEY_PUT,
+    G_KEY_PURGE,
     G_COUNT
 } group_stmt;
 
@@ -73,9 +79,11 @@ struct stats_group {
     size_t n_slots;
     stat_row **post_rows; /* the rows of the post being run, by entry */
     size_t cap_post_rows;
-    uint64_t seq;    /* posts run so far: stat_row.seen */
-    uint64_t groups; /* groups run so far: stat_row.used */
-    int64_t now_ms;  /* the group's time */
+    uint64_t seq;          /* posts run so far: stat_row.seen */
+    uint64_t groups;       /* groups run so far: stat_row.used */
+    int64_t now_ms;        /* the group's time */
+    stats_settings set;    /* the limits it runs with */
+    int64_t last_purge_ms; /* when expired keys were last deleted (0: never) */
     /* the group's SQL failure: every request gets it */
     bool failed;
     qd_status fail_st;
@@ -112,6 +120,23 @@ void qd_cache_trim(stats_group *g, size_t budget);
 /* Empties the cache (after a failed group, and at the end). */
 void qd_cache_forget(stats_group *g);
 
+/* ---- stats_idem.c: the posts' Idempotency-Keys, inside the group transaction -----------------
+ */
+
+/* Looks up p's key for m in SQL (which sees the keys recorded earlier in the group): QD_OK with
+ * ans->outcome QD_POST_REPLAYED and the first answer (same fingerprint), or QD_POST_NONE (not
+ * known, or older than the window: the post is to be applied); QD_CONFLICT with outcome
+ * QD_POST_KEY_CONFLICT and a message naming the key and when it was used (another fingerprint);
+ * QD_DB after a group failure. */
+qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *p,
+                        qd_stat_answer *ans, qd_err *err);
+/* Records p's key for m (stored: m->id known) with its answer, replacing an expired row. False
+ * after recording a group failure. */
+bool qd_idem_record(stats_group *g, const model_row *m, const qd_stat_post *p);
+/* Deletes the keys older than the window, at most once a minute (or when the settings say
+ * purge_now). False after recording a group failure. */
+bool qd_idem_purge(stats_group *g);
+
 /* ---- stats_apply.c: one entry of a post against one activation --------------------------------
  */
 
@@ -123,6 +148,13 @@ void qd_stat_apply(stats_group *g, stat_row *r, const qd_stat_entry *e, const qd
 
 /* ---- the arrays of a row ------------------------------------------------------------------------
  */
+
+/* What an activation of n values of kind k adds to its model's quota: its sums, 8 bytes a value
+ * (sum_a, and sum_b for MINMAX). */
+static inline int64_t qd_stat_sum_bytes(qd_stat_kind k, int64_t n)
+{
+    return 8 * n * (k == QD_STAT_MINMAX ? 2 : 1);
+}
 
 static inline size_t qd_stat_arrays(qd_stat_kind k)
 {

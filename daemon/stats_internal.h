@@ -28,6 +28,7 @@ typedef enum stats_req_kind { QD_REQ_POST, QD_REQ_RESET, QD_REQ_PUT_MODEL } stat
 typedef struct stats_req {
     stats_req_kind kind;
     const qd_stat_post *post;  /* QD_REQ_POST */
+    qd_stat_answer ans;        /* QD_REQ_POST: the answer */
     const char *model;         /* QD_REQ_RESET, QD_REQ_PUT_MODEL */
     const qd_model_conf *conf; /* QD_REQ_PUT_MODEL */
     bool created;              /* QD_REQ_PUT_MODEL: the answer */
@@ -40,19 +41,27 @@ typedef struct stats_req {
 
 typedef struct stats_group stats_group; /* stats_group.c */
 
+/* What the writer takes with each group (under the queue mutex). */
+typedef struct stats_settings {
+    size_t cache_budget; /* bytes the writer's row cache keeps between groups */
+    int64_t quota_bytes; /* sums a model may hold (config stats_quota) */
+    int64_t window_ms;   /* how long an Idempotency-Key is remembered (idempotency_window) */
+    bool purge_now;      /* test hook: purge expired keys in the next group, whenever the last */
+} stats_settings;
+
 struct qd_stats {
     qd_metrics *metrics; /* may be NULL */
     /* reads (stats_store.c): one connection behind a mutex, never waiting for the writer */
     sqlite3 *rdb;
     pthread_mutex_t rmu;
-    sqlite3_stmt *r_models, *r_conf, *r_rows;
+    sqlite3_stmt *r_models, *r_conf, *r_rows, *r_key;
     /* the writer (stats_writer.c): its connection lives in the group */
     stats_group *group;
     pthread_mutex_t qmu;
     pthread_cond_t work_cv;
     stats_req *head, *tail;
     size_t queued;
-    size_t cache_budget; /* bytes the writer's row cache keeps between groups */
+    stats_settings set;
     bool stopping, paused, started;
     pthread_t thread;
 };
@@ -76,9 +85,9 @@ bool qd_shape_parse(const char *text, int *rank, int64_t *shape, int64_t *n);
 /* n doubles from a little-endian float64 blob (false when its length is not 8 * n). */
 bool qd_blob_to_doubles(const void *blob, int bytes, double *dst, int64_t n);
 const char *qd_stat_kind_name(qd_stat_kind k);
-/* Checks a post before it is queued: model and names present, shapes and element counts
- * consistent, the arrays of the kind present, values finite, counts >= 1. QD_INVALID naming
- * the activation. */
+/* Checks a post before it is queued: model and names present, a valid Idempotency-Key if any,
+ * shapes and element counts consistent, the arrays of the kind present, values finite,
+ * counts >= 1. QD_INVALID naming the activation. */
 qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err);
 
 /* ---- the writer (stats_writer.c) and its groups (stats_group.c) -------------------------------
@@ -90,18 +99,26 @@ void qd_stats_writer_stop(qd_stats *s);
 
 /* The writer's row cache keeps at most this many bytes between groups. */
 #define QD_STATS_CACHE_BYTES ((size_t)64 << 20)
+/* The limits before qd_stats_configure: config's defaults of stats_quota, idempotency_window. */
+#define QD_STATS_QUOTA_BYTES ((int64_t)1 << 30)
+#define QD_STATS_WINDOW_S    ((int64_t)86400)
 
 qd_status qd_stats_group_new(const char *path, stats_group **out, qd_err *err);
 void qd_stats_group_free(stats_group *g);
-/* Runs the requests of list (linked by next) in one transaction and fills each one's st/err;
- * returns the number of posts stored. */
-size_t qd_stats_group_run(stats_group *g, stats_req *list, size_t cache_budget, qd_metrics *m);
+/* Runs the requests of list (linked by next) in one transaction and fills each one's st/err
+ * (and a post's answer); returns the number of posts stored (replays are not). */
+size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings *set,
+                          qd_metrics *m);
+/* The settings a group is run with, under the queue mutex. */
+stats_settings qd_stats_settings(qd_stats *s);
 
 /* Test hooks: a paused writer takes nothing from the queue (so a test can build a group);
  * qd_stats_queued tells how many requests wait; the cache budget applies from the next group
- * (0: nothing is kept between groups). */
+ * (0: nothing is kept between groups); qd_stats_purge_next makes the next group delete the
+ * expired Idempotency-Keys however recently the last one did. */
 void qd_stats_pause(qd_stats *s, bool paused);
 size_t qd_stats_queued(qd_stats *s);
 void qd_stats_cache_budget(qd_stats *s, size_t bytes);
+void qd_stats_purge_next(qd_stats *s);
 
 #endif /* QD_STATS_INTERNAL_H */

@@ -1,7 +1,7 @@
 /* stats_read.c -- the statistics' reads on their own connection (WAL: never waiting for the
- * writer): the models with their counters, one model's settings, and a model's activations with
- * the calibration its averaging gives (sum / count, the EMA, or the last post while
- * bootstrapping), optionally filtered by a PCRE2 full match on the name.
+ * writer): the models with their counters and the bytes of sums each holds, one model's settings,
+ * and a model's activations with the calibration its averaging gives (sum / count, the EMA, or the
+ * last post while bootstrapping), optionally filtered by a PCRE2 full match on the name.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -14,19 +14,27 @@
 
 static const char *const sql_models =
     "SELECT m.name, m.averaging, m.ema_constant, m.bootstrap_steps, m.posts, m.stats_updated_ms, "
-    "(SELECT count(*) FROM stats s WHERE s.model_id = m.id) FROM stat_models m ORDER BY m.name";
+    "(SELECT count(*) FROM stats s WHERE s.model_id = m.id), "
+    "(SELECT coalesce(sum(length(s.sum_a) + coalesce(length(s.sum_b), 0)), 0) FROM stats s "
+    "WHERE s.model_id = m.id) FROM stat_models m ORDER BY m.name";
 static const char *const sql_conf =
     "SELECT id, averaging, ema_constant, bootstrap_steps FROM stat_models WHERE name = ?1";
 /* The column order read_row expects. */
 static const char *const sql_rows =
     "SELECT name, kind, shape, count, updated_ms, sum_a, sum_b, last_a, last_b, ema_a, ema_b "
     "FROM stats WHERE model_id = ?1 ORDER BY name";
+/* An Idempotency-Key of a model, remembered since ?3 (stats_idem.c reads the row). */
+static const char *const sql_key =
+    "SELECT k.fingerprint, k.activations, k.step, k.created_ms FROM stat_post_keys k "
+    "JOIN stat_models m ON m.id = k.model_id WHERE m.name = ?1 AND k.key = ?2 "
+    "AND k.created_ms >= ?3";
 
 qd_status qd_stats_prepare_reads(qd_stats *s, qd_err *err)
 {
     qd_status st = qd_stats_prepare(s->rdb, sql_models, &s->r_models, err);
     if (st == QD_OK) st = qd_stats_prepare(s->rdb, sql_conf, &s->r_conf, err);
     if (st == QD_OK) st = qd_stats_prepare(s->rdb, sql_rows, &s->r_rows, err);
+    if (st == QD_OK) st = qd_stats_prepare(s->rdb, sql_key, &s->r_key, err);
     return st;
 }
 
@@ -93,12 +101,12 @@ static json_t *model_json(sqlite3_stmt *st)
                           ? json_null()
                           : json_string(qd_iso8601(sqlite3_column_int64(st, 5), when));
     const unsigned char *name = sqlite3_column_text(st, 0), *avg = sqlite3_column_text(st, 1);
-    return json_pack("{s:s,s:s,s:f,s:I,s:I,s:I,s:o}", "name", name ? (const char *)name : "",
-                     "averaging", avg ? (const char *)avg : "simple", "ema_constant",
-                     sqlite3_column_double(st, 2), "bootstrap_steps",
-                     (json_int_t)sqlite3_column_int64(st, 3), "activations",
-                     (json_int_t)sqlite3_column_int64(st, 6), "posts",
-                     (json_int_t)sqlite3_column_int64(st, 4), "updated_at", updated);
+    return json_pack(
+        "{s:s,s:s,s:f,s:I,s:I,s:I,s:o,s:I}", "name", name ? (const char *)name : "", "averaging",
+        avg ? (const char *)avg : "simple", "ema_constant", sqlite3_column_double(st, 2),
+        "bootstrap_steps", (json_int_t)sqlite3_column_int64(st, 3), "activations",
+        (json_int_t)sqlite3_column_int64(st, 6), "posts", (json_int_t)sqlite3_column_int64(st, 4),
+        "updated_at", updated, "stats_bytes", (json_int_t)sqlite3_column_int64(st, 7));
 }
 
 static qd_status models_fn(qd_stats *s, void *ctx, qd_err *err)

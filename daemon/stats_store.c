@@ -30,6 +30,7 @@ void qd_stat_post_clear(qd_stat_post *p)
     }
     free(p->e);
     free(p->model);
+    free(p->key);
     memset(p, 0, sizeof *p);
     p->step = -1;
 }
@@ -151,6 +152,9 @@ static qd_status check_entry(const qd_stat_entry *e, qd_err *err)
 qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err)
 {
     if (!p || !p->model || !*p->model) return qd_fail(err, QD_INVALID, "a post without a model");
+    if (p->key && !qd_stat_key_valid(p->key))
+        return qd_fail(err, QD_INVALID, "an Idempotency-Key is 1-%d bytes of visible ASCII",
+                       QD_KEY_MAX);
     if (p->n > 0 && !p->e) return qd_fail(err, QD_INVALID, "a post without its activations");
     for (size_t i = 0; i < p->n; i++) {
         qd_status st = check_entry(&p->e[i], err);
@@ -238,6 +242,7 @@ static void close_reader(qd_stats *s)
     sqlite3_finalize(s->r_models);
     sqlite3_finalize(s->r_conf);
     sqlite3_finalize(s->r_rows);
+    sqlite3_finalize(s->r_key);
     sqlite3_close(s->rdb);
 }
 

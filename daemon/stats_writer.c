@@ -2,7 +2,9 @@
  * settings) and wait on their own condition; the writer thread takes every request queued at
  * that moment into one transaction (stats_group.c), and answers each caller only after that
  * transaction committed (or failed). The fsync of a commit is thus shared by every post that
- * arrived while the previous group was being written (group commit).
+ * arrived while the previous group was being written (group commit). Each group runs with the
+ * settings of the moment it was taken: the cache budget, the quota and the Idempotency-Key window
+ * (qd_stats_configure).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -10,15 +12,17 @@
 
 #include "stats_internal.h"
 
-/* Everything queued now, or NULL when stopping with an empty queue; *budget: the cache's. */
-static stats_req *take_all(qd_stats *s, size_t *budget)
+/* Everything queued now, or NULL when stopping with an empty queue; *set: the settings to run
+ * it with (a purge asked for is handed over once). */
+static stats_req *take_all(qd_stats *s, stats_settings *set)
 {
     pthread_mutex_lock(&s->qmu);
     while ((!s->head || s->paused) && !s->stopping) pthread_cond_wait(&s->work_cv, &s->qmu);
     stats_req *list = s->head;
     s->head = s->tail = NULL;
     s->queued = 0;
-    *budget = s->cache_budget;
+    *set = s->set;
+    if (list) s->set.purge_now = false;
     pthread_mutex_unlock(&s->qmu);
     return list;
 }
@@ -39,9 +43,9 @@ static void *writer_main(void *arg)
 {
     qd_stats *s = arg;
     stats_req *list;
-    size_t budget = 0;
-    while ((list = take_all(s, &budget)) != NULL) {
-        qd_stats_group_run(s->group, list, budget, s->metrics);
+    stats_settings set;
+    while ((list = take_all(s, &set)) != NULL) {
+        qd_stats_group_run(s->group, list, &set, s->metrics);
         answer_all(s, list);
     }
     return NULL;
@@ -49,7 +53,9 @@ static void *writer_main(void *arg)
 
 qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err)
 {
-    s->cache_budget = QD_STATS_CACHE_BYTES;
+    s->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
+                              .quota_bytes = QD_STATS_QUOTA_BYTES,
+                              .window_ms = QD_STATS_WINDOW_S * 1000};
     qd_status st = qd_stats_group_new(path, &s->group, err);
     if (st != QD_OK) return st;
     if (pthread_mutex_init(&s->qmu, NULL) != 0) {
@@ -101,8 +107,32 @@ void qd_stats_pause(qd_stats *s, bool paused)
 void qd_stats_cache_budget(qd_stats *s, size_t bytes)
 {
     pthread_mutex_lock(&s->qmu);
-    s->cache_budget = bytes;
+    s->set.cache_budget = bytes;
     pthread_mutex_unlock(&s->qmu);
+}
+
+void qd_stats_purge_next(qd_stats *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->set.purge_now = true;
+    pthread_mutex_unlock(&s->qmu);
+}
+
+void qd_stats_configure(qd_stats *s, int64_t quota_bytes, int64_t idempotency_window_s)
+{
+    pthread_mutex_lock(&s->qmu);
+    if (quota_bytes > 0) s->set.quota_bytes = quota_bytes;
+    if (idempotency_window_s > 0 && idempotency_window_s <= INT64_MAX / 1000)
+        s->set.window_ms = idempotency_window_s * 1000;
+    pthread_mutex_unlock(&s->qmu);
+}
+
+stats_settings qd_stats_settings(qd_stats *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    stats_settings set = s->set;
+    pthread_mutex_unlock(&s->qmu);
+    return set;
 }
 
 size_t qd_stats_queued(qd_stats *s)
@@ -142,12 +172,20 @@ static qd_status submit(qd_stats *s, stats_req *r, qd_err *err)
     return r->st;
 }
 
-qd_status qd_stats_post(qd_stats *s, const qd_stat_post *p, qd_err *err)
+qd_status qd_stats_post_answer(qd_stats *s, const qd_stat_post *p, qd_stat_answer *ans, qd_err *err)
 {
+    if (ans) *ans = (qd_stat_answer){.outcome = QD_POST_NONE};
     qd_status st = qd_stat_post_check(p, err);
     if (st != QD_OK) return st;
     stats_req r = {.kind = QD_REQ_POST, .post = p};
-    return submit(s, &r, err);
+    st = submit(s, &r, err);
+    if (ans) *ans = r.ans;
+    return st;
+}
+
+qd_status qd_stats_post(qd_stats *s, const qd_stat_post *p, qd_err *err)
+{
+    return qd_stats_post_answer(s, p, NULL, err);
 }
 
 qd_status qd_stats_reset(qd_stats *s, const char *model, qd_err *err)

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 # train_stats.py -- owns the "training job" example of issue 5: posts per-step activation
 # statistics to quantd (POST /v1/models/{model}/stats) in a loop, as JSON or as a safetensors
-# body built by hand, over one keep-alive connection, and prints posts/s. With --merge it instead
-# keeps the sums locally, as a Qwix host keeps its quant_stats, and posts one dump at the end
-# (?mode=merge). Python standard library only.
+# body built by hand, over one keep-alive connection, and prints posts/s. Each post carries an
+# Idempotency-Key (RUN_ID-STEP), so a post whose answer was lost (connection error, timeout,
+# 5xx) is retried safely, with exponential backoff or the server's Retry-After: quantd answers a
+# retry of a post it already stored as a replay instead of counting it twice. With --merge it
+# instead keeps the sums locally, as a Qwix host keeps its quant_stats, and posts one dump at the
+# end (?mode=merge). Python standard library only.
 # Run: python3 examples/train_stats.py --help
 # SPDX-License-Identifier: Apache-2.0
 import argparse
 import array
+import email.utils
 import http.client
 import json
 import random
+import secrets
 import struct
 import sys
 import time
@@ -27,18 +32,30 @@ class Client:
         cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
         self.conn = cls(u.hostname, u.port, timeout=timeout)
 
-    def request(self, method, path, body=None, content_type=None):
-        """Returns (status, body bytes); reconnects once if the server closed the connection."""
-        headers = {"Content-Type": content_type} if content_type else {}
+    def request(self, method, path, body=None, headers=None):
+        """Returns (status, response headers, body bytes); reconnects once if the server had
+        closed the kept-alive connection. Other failures (refused, timed out, cut) raise: the
+        connection is closed first, so the next request opens a new one."""
         for attempt in (0, 1):
             try:
-                self.conn.request(method, path, body=body, headers=headers)
+                self.conn.request(method, path, body=body, headers=headers or {})
                 resp = self.conn.getresponse()
-                return resp.status, resp.read()
+                return resp.status, resp.headers, resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self.conn.close()
                 if attempt:
                     raise
+            except (OSError, http.client.HTTPException):
+                self.conn.close()
+                raise
+
+    def send_only(self, method, path, body, headers):
+        """Sends a request and drops the connection without reading the answer (--drop-answers:
+        what a timeout looks like to the client)."""
+        try:
+            self.conn.request(method, path, body=body, headers=headers)
+        finally:
+            self.conn.close()
 
     def close(self):
         self.conn.close()
@@ -129,28 +146,90 @@ def accumulate(sums, stats):
                 acc[key] = list(values)
 
 
-def post(client, path, body, content_type):
-    """POSTs the body; returns the seconds until the answer. Exits 1 unless it is 2xx."""
-    t0 = time.monotonic()
-    status, reply = client.request("POST", path, body, content_type)
-    if status // 100 != 2:
-        sys.exit("train_stats: POST %s: HTTP %d: %s" % (path, status,
-                                                        reply.decode("utf-8", "replace")))
-    return time.monotonic() - t0
+# 5xx answers not worth a retry: the same post would get them again (507: the model's
+# stats_quota, or the server's disk, wants an operator; 501, 505: never going to work).
+PERMANENT_5XX = (501, 505, 507)
+
+
+def retry_after(headers):
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def backoff(attempt, base=0.25, cap=30.0):
+    """Exponential backoff with full jitter: up to base * 2^attempt seconds, at most cap."""
+    return random.uniform(0, min(cap, base * (2 ** attempt)))
+
+
+class Poster:
+    """Posts with an Idempotency-Key each and retries what may not have been stored: connection
+    errors, timeouts and 5xx answers (503 with Retry-After: after that long), at most `retries`
+    times. Safe because of the key: a retry of a post quantd already stored is answered as a
+    replay (Idempotent-Replayed: true) and counted once. Any other answer ends the run."""
+
+    def __init__(self, client, retries, drop_every=0):
+        self.client = client
+        self.retries = retries
+        self.drop_every = drop_every
+        self.posts = self.retried = self.replays = 0
+
+    def post(self, path, body, content_type, key):
+        """POSTs the body; returns the seconds until the answer. Exits 1 unless it is 2xx."""
+        headers = {"Content-Type": content_type, "Idempotency-Key": key}
+        t0 = time.monotonic()
+        self.posts += 1
+        if self.drop_every and self.posts % self.drop_every == 0:
+            self.client.send_only("POST", path, body, headers)  # its answer is "lost"
+            self.retried += 1
+        attempt = 0
+        while True:
+            try:
+                status, resp_headers, reply = self.client.request("POST", path, body, headers)
+            except (OSError, http.client.HTTPException) as e:
+                why, status, resp_headers, reply = str(e) or type(e).__name__, None, None, b""
+            else:
+                why = "HTTP %d" % status
+            if status is not None and status // 100 == 2:
+                if resp_headers.get("Idempotent-Replayed", "").lower() == "true":
+                    self.replays += 1
+                return time.monotonic() - t0
+            transient = status is None or (status // 100 == 5 and status not in PERMANENT_5XX)
+            if not transient or attempt >= self.retries:
+                tail = (": " + reply.decode("utf-8", "replace")) if reply else ""
+                sys.exit("train_stats: POST %s (Idempotency-Key %s): %s%s%s" % (
+                    path, key, why, " after %d retries" % attempt if attempt else "", tail))
+            wait = retry_after(resp_headers)
+            wait = backoff(attempt) if wait is None else min(wait, 300.0)
+            print("train_stats: POST %s: %s; retry %d of %d in %.2f s" % (
+                path, why, attempt + 1, self.retries, wait), file=sys.stderr)
+            time.sleep(wait)
+            attempt += 1
+            self.retried += 1
 
 
 def show_model(client, model):
     """Prints the server's view of the model (GET /v1/models)."""
-    status, reply = client.request("GET", "/v1/models")
+    status, _, reply = client.request("GET", "/v1/models")
     if status != 200:
         return
     doc = json.loads(reply)
     rows = doc.get("models", doc) if isinstance(doc, dict) else doc
     for row in rows:
         if isinstance(row, dict) and row.get("name") == model:
-            print("server: model %s: %s activations, %s posts, averaging %s, updated %s"
-                  % (model, row.get("activations"), row.get("posts"), row.get("averaging"),
-                     row.get("updated_at")))
+            print("server: model %s: %s activations, %s posts, averaging %s, updated %s, "
+                  "%s bytes of sums" % (model, row.get("activations"), row.get("posts"),
+                                        row.get("averaging"), row.get("updated_at"),
+                                        row.get("stats_bytes")))
 
 
 def parse_args(argv):
@@ -183,6 +262,16 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated statistics")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request "
                    "(default %(default)s)")
+    p.add_argument("--run-id", default=None,
+                   help="this run's name in the Idempotency-Keys RUN_ID-STEP (RUN_ID-merge for "
+                   "--merge); default: 12 random hex digits, new each run. Give the run's id "
+                   "again when a restarted job re-posts steps it may have posted already")
+    p.add_argument("--retries", type=int, default=5,
+                   help="retries of a post after a connection error, a timeout or a 5xx answer "
+                   "(default %(default)s)")
+    p.add_argument("--drop-answers", type=int, default=0, metavar="N",
+                   help="demo: every Nth post, drop the connection before the answer (as a "
+                   "timeout would) and retry it; quantd answers the retry as a replay")
     a = p.parse_args(argv)
     for name in ("steps", "activations", "size"):
         if getattr(a, name) < 1:
@@ -191,11 +280,19 @@ def parse_args(argv):
         p.error("--name-format needs {i} when --activations is more than 1")
     if a.merge and a.format != "json":
         p.error("--merge posts a JSON dump; leave --format at json")
+    if a.retries < 0 or a.drop_answers < 0:
+        p.error("--retries and --drop-answers must be 0 or more")
+    if a.run_id is None:
+        a.run_id = secrets.token_hex(6)
+    elif not a.run_id or len(a.run_id) > 200 or any(not 0x21 <= ord(c) <= 0x7e
+                                                     for c in a.run_id):
+        p.error("--run-id must be 1-200 visible ASCII characters (it goes into a header)")
     return a
 
 
 def run(a):
     client = Client(a.url, a.timeout)
+    poster = Poster(client, a.retries, a.drop_answers)
     path = "/v1/models/%s/stats" % urllib.parse.quote(a.model, safe="")
     acts = Activations(act_names(a.name_format, a.activations), a.size, a.seed)
     make, ctype = ((json_body, "application/json") if a.format == "json"
@@ -210,12 +307,13 @@ def run(a):
             accumulate(sums, stats)
             continue
         body = make(step, stats)
-        waited += post(client, path, body, ctype)
+        waited += poster.post(path, body, ctype, "%s-%d" % (a.run_id, step))
         posts += 1
         sent += len(body)
     if a.merge:
         body = merge_body(sums, a.steps)
-        waited += post(client, path + "?mode=merge", body, "application/json")
+        waited += poster.post(path + "?mode=merge", body, "application/json",
+                              "%s-merge" % a.run_id)
         posts, sent = 1, len(body)
     dt = max(time.monotonic() - t0, 1e-9)
     shape = "%d activations, %d value%s each, %s, %s" % (
@@ -226,6 +324,8 @@ def run(a):
     else:
         print("%d posts (%s) in %.2f s (%.2f s waiting for quantd): %.1f posts/s, "
               "%.2f MB/s of body" % (posts, shape, dt, waited, posts / dt, sent / dt / 1e6))
+    print("run %s: %d retries, %d replays (retried posts quantd had already stored, not counted "
+          "again)" % (a.run_id, poster.retried, poster.replays))
     show_model(client, a.model)
     client.close()
 

@@ -5,8 +5,10 @@
  * and kind conflicts (409) leaving counts unchanged, unknown models, the ?name= filter, EMA and
  * bootstrap settings against hand-computed values, SRQ scales and zero points per SPEC section 4
  * (?qtype= and ?ruleset=), concurrent posters ending with the exact count, durability across
- * kill -9, resets, and body limits. The parsers' own test case (test_stats_parse.c) runs here
- * too.
+ * kill -9, resets, and body limits; Idempotency-Keys (replays answered alike with
+ * Idempotent-Replayed, conflicts, the window, racing retries, kill -9, bad keys answered before
+ * the body, failed posts not recorded) and the per-model quota (507, stats_bytes). The parsers'
+ * own test case (test_stats_parse.c) runs here too.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -17,8 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <sqlite3.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "qdproc.h"
@@ -940,6 +947,409 @@ START_TEST(test_body_limits)
 }
 END_TEST
 
+/* ---- Idempotency-Keys -------------------------------------------------------------------------
+ */
+
+/* A post with the header line `header` (e.g. "Idempotency-Key: K"). */
+static qdp_resp post_with(qdp *d, const char *model, const char *query, const char *ctype,
+                          const void *body, size_t len, const char *header)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/models/%s/stats%s", model, query ? query : "");
+    return qdp_req(d, "POST", path, ctype, body, len, header);
+}
+
+/* A JSON post with Idempotency-Key: key. */
+static qdp_resp post_key(qdp *d, const char *model, const char *query, const char *body,
+                         const char *key)
+{
+    char h[512];
+    snprintf(h, sizeof h, "Idempotency-Key: %s", key);
+    return post_with(d, model, query, "application/json", body, strlen(body), h);
+}
+
+static bool was_replayed(const qdp_resp *r)
+{
+    char *v = qdp_header(r, "idempotent-replayed");
+    bool yes = v && strcmp(v, "true") == 0;
+    free(v);
+    return yes;
+}
+
+/* Posts with the key, expects 200 and whether it was a replay; returns the body (malloc'd). */
+static char *post_key_ok(qdp *d, const char *model, const char *query, const char *body,
+                         const char *key, bool replay)
+{
+    qdp_resp r = post_key(d, model, query, body, key);
+    ck_assert_msg(r.status == 200, "POST %s key %s: %ld %s", model, key, r.status, r.body);
+    ck_assert_msg(was_replayed(&r) == replay, "key %s: replayed %d, wanted %d", key,
+                  was_replayed(&r), replay);
+    char *text = strdup(r.body);
+    qdp_resp_free(&r);
+    return text;
+}
+
+static long long model_int(qdp *d, const char *model, const char *field)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/models/%s", model);
+    json_t *doc = get_json(d, path);
+    long long v = (long long)json_integer_value(json_object_get(doc, field));
+    json_decref(doc);
+    return v;
+}
+
+/* Runs sql on quantd's database (another writer: it waits its turn). */
+static void db_exec(qdp *d, const char *sql)
+{
+    char *path = qdt_join(d->data_dir, "quantd.db");
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    char *msg = NULL;
+    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql, msg);
+    sqlite3_close(db);
+    free(path);
+}
+
+/* The same key and body again: the first answer, byte for byte, with Idempotent-Replayed, and
+ * nothing counted twice (JSON, safetensors and merges alike); keys are per model. */
+START_TEST(test_idem_replay)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *body = "{\"step\":12,\"stats\":{\"a\":{\"absmax\":[1,2]},\"b\":{\"absmax\":3}}}";
+    char *first = post_key_ok(&d, "m", NULL, body, "run-7-12", false);
+    char *again = post_key_ok(&d, "m", NULL, body, "run-7-12", true);
+    ck_assert_str_eq(again, first);
+    ck_assert_str_eq(first, "{\"model\":\"m\",\"activations\":2,\"step\":12}");
+    free(again);
+    free(first);
+    ck_assert_int_eq(count_of(&d, "m", "a"), 1);
+    ck_assert_int_eq(model_int(&d, "m", "posts"), 1);
+    /* a new key is a new post; the same key on another model too */
+    free(post_key_ok(&d, "m", NULL, body, "run-7-13", false));
+    free(post_key_ok(&d, "other", NULL, body, "run-7-12", false));
+    ck_assert_int_eq(count_of(&d, "m", "a"), 2);
+    /* the step from the query is part of the answer kept */
+    const char *nostep = "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}";
+    first = post_key_ok(&d, "m", "?step=5", nostep, "q5", false);
+    again = post_key_ok(&d, "m", "?step=5", nostep, "q5", true);
+    ck_assert_str_eq(again, "{\"model\":\"m\",\"activations\":1,\"step\":5}");
+    ck_assert_str_eq(again, first);
+    free(again);
+    free(first);
+    /* a merge, and a safetensors post */
+    const char *dump = "{\"stats\":{\"a\":{\"count\":2,\"sum_of_absmax\":[2,4]}}}";
+    free(post_key_ok(&d, "m", "?mode=merge", dump, "merge-1", false));
+    free(post_key_ok(&d, "m", "?mode=merge", dump, "merge-1", true));
+    ck_assert_int_eq(count_of(&d, "m", "a"), 5);
+    static const float v[2] = {1, 2};
+    stt_tensor t = {"a/absmax", "F32", 1, {2}, v, 8};
+    size_t len;
+    unsigned char *bin = stt_build(&t, 1, "{\"step\":\"9\"}", &len);
+    for (int k = 0; k < 2; k++) {
+        qdp_resp r =
+            post_with(&d, "m", NULL, "application/octet-stream", bin, len, "Idempotency-Key: st-9");
+        ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+        ck_assert_int_eq(was_replayed(&r), k == 1);
+        ck_assert_str_eq(r.body, "{\"model\":\"m\",\"activations\":1,\"step\":9}");
+        qdp_resp_free(&r);
+    }
+    free(bin);
+    ck_assert_int_eq(count_of(&d, "m", "a"), 6);
+    ck_assert_int_eq(model_int(&d, "m", "posts"), 5);
+    /* /metrics counts the replays */
+    qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
+    ck_assert_ptr_nonnull(strstr(r.body, "\nquantd_stats_replays_total 4\n"));
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* The key of a post with another post (body, step, mode or media type): 409 naming the key,
+ * nothing stored. */
+START_TEST(test_idem_conflict)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *body = "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}";
+    free(post_key_ok(&d, "m", NULL, body, "k-1", false));
+    qdp_resp r = post_key(&d, "m", NULL, "{\"stats\":{\"a\":{\"absmax\":[1,3]}}}", "k-1");
+    ck_assert_msg(r.status == 409, "%ld %s", r.status, r.body);
+    json_t *doc = qdp_json(&r);
+    json_t *e = json_object_get(doc, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "field")), "Idempotency-Key");
+    ck_assert_msg(!was_replayed(&r), "a conflict is no replay");
+    json_decref(doc);
+    assert_error(&r, 409, "idempotency_conflict", "Idempotency-Key 'k-1' was used");
+    r = post_key(&d, "m", "?step=3", body, "k-1");
+    assert_error(&r, 409, "idempotency_conflict", "for a different post at 20");
+    r = post_key(&d, "m", "?mode=merge",
+                 "{\"stats\":{\"a\":{\"count\":1,\"sum_of_absmax\":[1,2]}}}", "k-1");
+    assert_error(&r, 409, "idempotency_conflict", "k-1");
+    /* a valid safetensors post under a key a JSON post took */
+    static const float v[2] = {1, 2};
+    stt_tensor t = {"a/absmax", "F32", 1, {2}, v, 8};
+    size_t len;
+    unsigned char *bin = stt_build(&t, 1, NULL, &len);
+    r = post_with(&d, "m", NULL, "application/octet-stream", bin, len, "Idempotency-Key: k-1");
+    assert_error(&r, 409, "idempotency_conflict", "k-1");
+    free(bin);
+    ck_assert_int_eq(count_of(&d, "m", "a"), 1);
+    ck_assert_int_eq(model_int(&d, "m", "posts"), 1);
+    /* the original post is still a replay */
+    free(post_key_ok(&d, "m", NULL, body, "k-1", true));
+    qdp_stop(&d);
+}
+END_TEST
+
+/* A key is remembered for --idempotency-window (60 s here): 59 s later a retry is a replay, 61 s
+ * later the key is free again (the row's age is changed in the database, not waited for). */
+START_TEST(test_idem_window)
+{
+    qdp d;
+    const char *extra[] = {"--idempotency-window", "60", NULL};
+    qdp_start(&d, extra);
+    const char *body = "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}";
+    free(post_key_ok(&d, "w", NULL, body, "k", false));
+    db_exec(&d, "UPDATE stat_post_keys SET created_ms = created_ms - 59000");
+    free(post_key_ok(&d, "w", NULL, body, "k", true));
+    db_exec(&d, "UPDATE stat_post_keys SET created_ms = created_ms - 2000");
+    free(post_key_ok(&d, "w", NULL, body, "k", false));
+    ck_assert_int_eq(count_of(&d, "w", "a"), 2);
+    /* the key now stands for the second post */
+    free(post_key_ok(&d, "w", NULL, body, "k", true));
+    ck_assert_int_eq(count_of(&d, "w", "a"), 2);
+    qdp_stop(&d);
+}
+END_TEST
+
+typedef struct key_poster {
+    qdp *d;
+    pthread_barrier_t *go;
+    int rounds;
+    atomic_int *stored; /* per round: posts answered as stored (not replayed) */
+    int failures;
+} key_poster;
+
+static void *key_poster_thread(void *arg)
+{
+    key_poster *p = arg;
+    const char *body = "{\"stats\":{\"a\":{\"absmax\":[1,2]},\"b\":{\"min\":-1,\"max\":1}}}";
+    for (int i = 0; i < p->rounds; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "round-%d", i);
+        pthread_barrier_wait(p->go);
+        qdp_resp r = post_key(p->d, "conc", NULL, body, key);
+        if (r.status != 200 || !strstr(r.body, "\"activations\":2"))
+            p->failures++;
+        else if (!was_replayed(&r))
+            atomic_fetch_add(&p->stored[i], 1);
+        qdp_resp_free(&r);
+    }
+    return NULL;
+}
+
+/* Posts with one key sent at once by several threads (a retry racing its original): each key
+ * counts once, every answer is 200, all but one of them replays. */
+START_TEST(test_idem_concurrent)
+{
+    enum { THREADS = 8, ROUNDS = 10 };
+    qdp d;
+    qdp_start(&d, NULL);
+    pthread_barrier_t go;
+    ck_assert_int_eq(pthread_barrier_init(&go, NULL, THREADS), 0);
+    atomic_int stored[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) atomic_init(&stored[i], 0);
+    pthread_t t[THREADS];
+    key_poster p[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        p[i] = (key_poster){&d, &go, ROUNDS, stored, 0};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, key_poster_thread, &p[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(p[i].failures, 0);
+    }
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < ROUNDS; i++)
+        ck_assert_msg(atomic_load(&stored[i]) == 1, "round %d stored %d times", i,
+                      atomic_load(&stored[i]));
+    ck_assert_int_eq(count_of(&d, "conc", "a"), ROUNDS);
+    ck_assert_int_eq(count_of(&d, "conc", "b"), ROUNDS);
+    ck_assert_int_eq(model_int(&d, "conc", "posts"), ROUNDS);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* A post answered, then kill -9: its key was committed with it, so the retry after the restart
+ * is a replay and the post counts once. */
+START_TEST(test_idem_kill9)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *body = "{\"step\":3,\"stats\":{\"a\":{\"absmax\":[1,2]}}}";
+    char *first = post_key_ok(&d, "k9", NULL, body, "job-1-3", false);
+    ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
+    qdp_restart(&d, NULL);
+    char *again = post_key_ok(&d, "k9", NULL, body, "job-1-3", true);
+    ck_assert_str_eq(again, first);
+    free(first);
+    free(again);
+    ck_assert_int_eq(count_of(&d, "k9", "a"), 1);
+    free(post_key_ok(&d, "k9", NULL, body, "job-1-4", false));
+    ck_assert_int_eq(count_of(&d, "k9", "a"), 2);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* A raw request whose headers announce a body never sent: the answer must come before it. */
+static char *answer_without_body(qdp *d, const char *key)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/models/m/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 1000000000\r\n"
+                     "Idempotency-Key: %s\r\n\r\n",
+                     key);
+    ck_assert_int_eq(write(fd, req, (size_t)n), n);
+    char *buf = calloc(1, 8192);
+    size_t have = 0;
+    ssize_t got;
+    while (have < 8191 && (got = read(fd, buf + have, 8191 - have)) > 0) {
+        have += (size_t)got;
+        if (strstr(buf, "\r\n\r\n") && strchr(strstr(buf, "\r\n\r\n"), '}')) break;
+    }
+    close(fd);
+    return buf;
+}
+
+/* Bad keys are 400 before the body is read; a 255-byte key is fine. */
+START_TEST(test_idem_bad_keys)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *body = "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}";
+    char long_key[300], header[320];
+    memset(long_key, 'k', sizeof long_key);
+    long_key[256] = '\0';
+    snprintf(header, sizeof header, "Idempotency-Key: %s", long_key);
+    const char *bad[] = {"Idempotency-Key;", /* curl's way of sending an empty value */
+                         header, "Idempotency-Key: a b", "Idempotency-Key: a\x01z",
+                         "Idempotency-Key: caf\xc3\xa9"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qdp_resp r = post_with(&d, "m", NULL, "application/json", body, strlen(body), bad[i]);
+        ck_assert_msg(r.status == 400, "key %zu: %ld %s", i, r.status, r.body);
+        json_t *doc = qdp_json(&r);
+        json_t *e = json_object_get(doc, "error");
+        ck_assert_str_eq(json_string_value(json_object_get(e, "field")), "Idempotency-Key");
+        json_decref(doc);
+        assert_error(&r, 400, "invalid", "Idempotency-Key");
+    }
+    expect(&d, "GET", "/v1/models/m", 404, "not_found");
+    long_key[255] = '\0';
+    free(post_key_ok(&d, "m", NULL, body, long_key, false));
+    free(post_key_ok(&d, "m", NULL, body, long_key, true));
+    /* answered from the headers: the gigabyte announced is never read */
+    char *answer = answer_without_body(&d, "a\"b c");
+    ck_assert_msg(strncmp(answer, "HTTP/1.1 400", 12) == 0 &&
+                      strstr(answer, "\"field\":\"Idempotency-Key\""),
+                  "%.400s", answer);
+    free(answer);
+    ck_assert_int_eq(count_of(&d, "m", "a"), 1);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* A post that fails (malformed: 400; not fitting what is stored: 409) records nothing: the
+ * retry with a good body and the same key is applied. */
+START_TEST(test_idem_failed_post_not_recorded)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    qdp_resp r = post_key(&d, "f", NULL, "{\"stats\":{\"a\":{\"absmax\":[1,\"x\"]}}}", "k");
+    assert_error(&r, 400, "invalid_stats", "activation 'a'");
+    const char *good = "{\"stats\":{\"a\":{\"absmax\":[1,2]}}}";
+    free(post_key_ok(&d, "f", NULL, good, "k", false));
+    free(post_key_ok(&d, "f", NULL, good, "k", true));
+    r = post_key(&d, "f", NULL, "{\"stats\":{\"a\":{\"absmax\":[1,2,3]}}}", "k2");
+    assert_error(&r, 409, "conflict", "activation a");
+    free(post_key_ok(&d, "f", NULL, "{\"stats\":{\"a\":{\"absmax\":[3,4]}}}", "k2", false));
+    ck_assert_int_eq(count_of(&d, "f", "a"), 2);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- the quota on stored statistics -----------------------------------------------------------
+ */
+
+/* {"stats":{NAME:{"absmax":[n values]}, ...}} for the names given (NULL-terminated). */
+static char *absmax_body(int n, const char *const *names)
+{
+    char *b = malloc(64 + 8 * (size_t)n * 4);
+    size_t at = (size_t)sprintf(b, "{\"stats\":{");
+    for (int k = 0; names[k]; k++) {
+        at += (size_t)sprintf(b + at, "%s\"%s\":{\"absmax\":[", k ? "," : "", names[k]);
+        for (int i = 0; i < n; i++) at += (size_t)sprintf(b + at, "%s%d", i ? "," : "", i % 10);
+        at += (size_t)sprintf(b + at, "]}");
+    }
+    strcpy(b + at, "}}");
+    return b;
+}
+
+/* --stats-quota 1K: a and b of 64 values fill it; a post adding c is 507 naming stats_quota and
+ * stores nothing of itself (nor records its key); updates go on; a reset frees the quota. */
+START_TEST(test_quota)
+{
+    qdp d;
+    const char *extra[] = {"--stats-quota", "1K", NULL};
+    qdp_start(&d, extra);
+    const char *ab[] = {"a", "b", NULL}, *ac[] = {"a", "c", NULL}, *a[] = {"a", NULL};
+    char *both = absmax_body(64, ab), *with_c = absmax_body(64, ac), *only_a = absmax_body(64, a);
+    post_ok_quiet(&d, "q", both);
+    ck_assert_int_eq(model_int(&d, "q", "stats_bytes"), 1024);
+    json_t *list = get_json(&d, "/v1/models");
+    json_t *m = json_array_get(json_object_get(list, "models"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "stats_bytes")), 1024);
+    json_decref(list);
+    qdp_resp r = post_key(&d, "q", NULL, with_c, "over");
+    ck_assert_msg(r.status == 507, "%ld %s", r.status, r.body);
+    json_t *doc = qdp_json(&r);
+    json_t *e = json_object_get(doc, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "limit")), "stats_quota");
+    ck_assert(json_is_null(json_object_get(e, "field")));
+    json_decref(doc);
+    assert_error(&r, 507, "quota_exceeded",
+                 "model 'q' would hold 1536 bytes of statistics, over stats_quota (1K); delete "
+                 "its statistics or raise stats_quota");
+    ck_assert_int_eq(count_of(&d, "q", "a"), 1);
+    ck_assert_int_eq(count_of(&d, "q", "c"), 0);
+    /* updates of what is stored keep its size */
+    post_ok_quiet(&d, "q", only_a);
+    post_ok_quiet(&d, "q", both);
+    ck_assert_int_eq(count_of(&d, "q", "a"), 3);
+    ck_assert_int_eq(model_int(&d, "q", "stats_bytes"), 1024);
+    /* a reset frees it; the refused post's key was not recorded */
+    expect(&d, "DELETE", "/v1/models/q/stats", 204, NULL);
+    ck_assert_int_eq(model_int(&d, "q", "stats_bytes"), 0);
+    free(post_key_ok(&d, "q", NULL, with_c, "over", false));
+    ck_assert_int_eq(model_int(&d, "q", "stats_bytes"), 1024);
+    ck_assert_int_eq(count_of(&d, "q", "c"), 1);
+    free(both);
+    free(with_c);
+    free(only_a);
+    qdp_stop(&d);
+}
+END_TEST
+
 Suite *suite_stats_api(void)
 {
     Suite *s = suite_create("stats_api");
@@ -961,5 +1371,16 @@ Suite *suite_stats_api(void)
     tcase_add_test(tc, test_stop_while_posting);
     tcase_add_test(tc, test_body_limits);
     suite_add_tcase(s, tc);
+    TCase *keys = tcase_create("keys and quota");
+    tcase_set_timeout(keys, 300);
+    tcase_add_test(keys, test_idem_replay);
+    tcase_add_test(keys, test_idem_conflict);
+    tcase_add_test(keys, test_idem_window);
+    tcase_add_test(keys, test_idem_concurrent);
+    tcase_add_test(keys, test_idem_kill9);
+    tcase_add_test(keys, test_idem_bad_keys);
+    tcase_add_test(keys, test_idem_failed_post_not_recorded);
+    tcase_add_test(keys, test_quota);
+    suite_add_tcase(s, keys);
     return s;
 }

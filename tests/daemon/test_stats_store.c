@@ -390,6 +390,7 @@ typedef struct poster {
     const char *reset, *put;
     qd_model_conf conf;
     qd_status st;
+    qd_stat_answer ans;
     qd_err err;
     pthread_t t;
 } poster;
@@ -402,7 +403,7 @@ static void *poster_main(void *arg)
     else if (q->put)
         q->st = qd_stats_put_model(g_s, q->put, &q->conf, NULL, &q->err);
     else
-        q->st = qd_stats_post(g_s, &q->p, &q->err);
+        q->st = qd_stats_post_answer(g_s, &q->p, &q->ans, &q->err);
     return NULL;
 }
 
@@ -671,7 +672,9 @@ START_TEST(test_models_listing)
     ck_assert_int_eq(json_integer_value(json_object_get(z, "activations")), 0);
     ck_assert_int_eq(json_integer_value(json_object_get(z, "posts")), 0);
     ck_assert(json_is_null(json_object_get(z, "updated_at")));
-    ck_assert_uint_eq(json_object_size(a), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "stats_bytes")), 16); /* x, y */
+    ck_assert_int_eq(json_integer_value(json_object_get(z, "stats_bytes")), 0);
+    ck_assert_uint_eq(json_object_size(a), 8);
     json_decref(list);
 }
 END_TEST
@@ -776,6 +779,17 @@ static long long raw_int(const char *sql)
     sqlite3_finalize(st);
     sqlite3_close(db);
     return v;
+}
+
+/* Runs sql on a plain connection (another writer than the store's: it waits its turn). */
+static void raw_exec(const char *sql)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    char *msg = NULL;
+    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql, msg);
+    sqlite3_close(db);
 }
 
 /* A model with the default settings stores only its sums. */
@@ -901,6 +915,326 @@ START_TEST(test_small_cache)
 }
 END_TEST
 
+/* ---- Idempotency-Keys ---------------------------------------------------------------------------
+ */
+
+/* A post of one scalar activation `name` = v with an Idempotency-Key and the fingerprint of
+ * `request` (any text standing for the HTTP request it came in). */
+static qd_stat_post keyed_post(const char *model, const char *name, double v, const char *key,
+                               const char *request)
+{
+    qd_stat_post p = post_new(model);
+    post_add(&p, name, 0, NULL, &v, NULL, 1);
+    p.key = strdup(key);
+    qd_stats_fingerprint(false, -1, false, request, strlen(request), p.fingerprint);
+    return p;
+}
+
+/* Posts it; returns the status, the answer in *ans. */
+static qd_status post_keyed(const char *model, const char *name, double v, const char *key,
+                            const char *request, qd_stat_answer *ans, qd_err *err)
+{
+    qd_stat_post p = keyed_post(model, name, v, key, request);
+    p.step = 7;
+    qd_status st = qd_stats_post_answer(g_s, &p, ans, err);
+    qd_stat_post_clear(&p);
+    return st;
+}
+
+static int64_t model_field(const char *model, const char *field)
+{
+    json_t *list = NULL;
+    ck_assert_int_eq(qd_stats_models(g_s, &list, NULL), QD_OK);
+    size_t i;
+    json_t *m;
+    int64_t v = -1;
+    json_array_foreach(list, i, m)
+    {
+        if (strcmp(json_string_value(json_object_get(m, "name")), model) == 0)
+            v = json_integer_value(json_object_get(m, field));
+    }
+    json_decref(list);
+    return v;
+}
+
+START_TEST(test_fingerprint_and_keys)
+{
+    uint8_t a[QD_FINGERPRINT_LEN], b[QD_FINGERPRINT_LEN];
+    const char *body = "{\"stats\":{\"a\":{\"absmax\":1}}}";
+    size_t n = strlen(body);
+    qd_stats_fingerprint(false, -1, false, body, n, a);
+    qd_stats_fingerprint(false, -1, false, body, n, b);
+    ck_assert(memcmp(a, b, sizeof a) == 0);
+    /* each of mode, step (absent, 0, 1), media type and body tells posts apart */
+    qd_stats_fingerprint(true, -1, false, body, n, b);
+    ck_assert(memcmp(a, b, sizeof a) != 0);
+    qd_stats_fingerprint(false, 0, false, body, n, b);
+    ck_assert(memcmp(a, b, sizeof a) != 0);
+    uint8_t c[QD_FINGERPRINT_LEN];
+    qd_stats_fingerprint(false, 1, false, body, n, c);
+    ck_assert(memcmp(b, c, sizeof b) != 0);
+    qd_stats_fingerprint(false, -1, true, body, n, b);
+    ck_assert(memcmp(a, b, sizeof a) != 0);
+    qd_stats_fingerprint(false, -1, false, body, n - 1, b);
+    ck_assert(memcmp(a, b, sizeof a) != 0);
+    qd_stats_fingerprint(false, -1, false, NULL, 0, b);
+    ck_assert(memcmp(a, b, sizeof a) != 0);
+    /* keys: 1-255 bytes of 0x21-0x7e */
+    char k[300];
+    memset(k, 'k', sizeof k);
+    k[255] = '\0';
+    ck_assert(qd_stat_key_valid(k));
+    k[255] = 'k';
+    k[256] = '\0';
+    ck_assert(!qd_stat_key_valid(k));
+    ck_assert(qd_stat_key_valid("!~run-1/step:12"));
+    static const char *const bad[] = {"", "a b", "a\tb", "a\x01", "\x7f", "caf\xc3\xa9"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(!qd_stat_key_valid(bad[i]), "key %zu accepted", i);
+    /* the store refuses a post with a bad key */
+    qd_stat_post p = keyed_post("m", "x", 1, "a b", "r");
+    qd_err err = {{0}};
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "Idempotency-Key"), "%s", err.message);
+    qd_stat_post_clear(&p);
+}
+END_TEST
+
+/* The same key and fingerprint again: the first answer, nothing applied; another fingerprint:
+ * a conflict naming the key; keys belong to one model; the reader sees what the writer does. */
+START_TEST(test_key_replay_and_conflict)
+{
+    qd_stat_answer ans;
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_keyed("m", "x", 1, "run-1", "A", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_STORED);
+    ck_assert_int_eq(ans.activations, 1);
+    ck_assert_int_eq(ans.step, 7);
+    ck_assert_int_eq(post_keyed("m", "x", 1, "run-1", "A", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    ck_assert_int_eq(ans.activations, 1);
+    ck_assert_int_eq(ans.step, 7);
+    ck_assert_int_gt(ans.first_ms, 0);
+    expect_avg("m", "x", 1, 1.0, false);
+    ck_assert_int_eq(model_field("m", "posts"), 1);
+    ck_assert_int_eq(post_keyed("m", "x", 5, "run-1", "B", &ans, &err), QD_CONFLICT);
+    ck_assert_int_eq(ans.outcome, QD_POST_KEY_CONFLICT);
+    ck_assert_msg(strstr(err.message, "Idempotency-Key 'run-1'") &&
+                      strstr(err.message, "different post at 20"),
+                  "%s", err.message);
+    expect_avg("m", "x", 1, 1.0, false);
+    /* another model has keys of its own; a keyless post is always applied */
+    ck_assert_int_eq(post_keyed("other", "x", 5, "run-1", "B", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_STORED);
+    ck_assert_int_eq(qd_stats_post_answer(g_s, &(qd_stat_post){0}, &ans, &err), QD_INVALID);
+    post_scalar_ok("m", "x", 3);
+    expect_avg("m", "x", 2, 2.0, false);
+    /* the reader's look */
+    uint8_t fa[QD_FINGERPRINT_LEN], fb[QD_FINGERPRINT_LEN];
+    qd_stats_fingerprint(false, -1, false, "A", 1, fa);
+    qd_stats_fingerprint(false, -1, false, "B", 1, fb);
+    ck_assert_int_eq(qd_stats_key_peek(g_s, "m", "run-1", fa, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    ck_assert_int_eq(ans.step, 7);
+    ck_assert_int_eq(qd_stats_key_peek(g_s, "m", "run-1", fb, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_NONE);
+    ck_assert_int_eq(qd_stats_key_peek(g_s, "m", "run-2", fa, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_NONE);
+    ck_assert_int_eq(qd_stats_key_peek(g_s, "nope", "run-1", fa, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_NONE);
+}
+END_TEST
+
+/* In one group: a key recorded by an earlier post of the group (on a model the group creates)
+ * is seen by the later ones; a post that fails records nothing, so its key stays free. */
+START_TEST(test_keys_in_one_group)
+{
+    double v[3] = {1, 2, 3};
+    int64_t two[1] = {2};
+    poster ps[6] = {
+        {.p = keyed_post("g", "x", 1, "k", "A")},  {.p = keyed_post("g", "x", 1, "k", "A")},
+        {.p = keyed_post("g", "x", 1, "k", "B")},  {.p = keyed_post("g", "x", 9, "k2", "C")},
+        {.p = keyed_post("g", "x", 2, "k2", "D")}, {.p = post_new("g")}};
+    post_add(&ps[3].p, "x", 1, two, v, NULL, 1); /* x twice: refused whole */
+    post_add(&ps[5].p, "y", 1, two, v, NULL, 1);
+    run_group(ps, 6);
+    ck_assert_int_eq(ps[0].st, QD_OK);
+    ck_assert_int_eq(ps[0].ans.outcome, QD_POST_STORED);
+    ck_assert_int_eq(ps[1].st, QD_OK);
+    ck_assert_int_eq(ps[1].ans.outcome, QD_POST_REPLAYED);
+    ck_assert_int_eq(ps[2].st, QD_CONFLICT);
+    ck_assert_int_eq(ps[2].ans.outcome, QD_POST_KEY_CONFLICT);
+    ck_assert_int_eq(ps[3].st, QD_INVALID);
+    ck_assert_int_eq(ps[3].ans.outcome, QD_POST_NONE);
+    ck_assert_int_eq(ps[4].st, QD_OK);
+    ck_assert_int_eq(ps[4].ans.outcome, QD_POST_STORED);
+    ck_assert_int_eq(ps[5].st, QD_OK);
+    expect_avg("g", "x", 2, 1.5, false);
+    ck_assert_int_eq(model_field("g", "posts"), 3);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stat_post_keys"), 2);
+}
+END_TEST
+
+/* A key older than the window is unknown: a post under it is applied and replaces it. Expired
+ * keys are deleted by the writer at most once a minute (here: when the test hook asks). */
+START_TEST(test_key_window_and_purge)
+{
+    qd_stats_configure(g_s, 0, 60);
+    qd_stat_answer ans;
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_keyed("m", "x", 1, "old", "A", &ans, &err), QD_OK);
+    raw_exec("UPDATE stat_post_keys SET created_ms = created_ms - 59000");
+    ck_assert_int_eq(post_keyed("m", "x", 1, "old", "A", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED); /* 59 s: still known */
+    raw_exec("UPDATE stat_post_keys SET created_ms = created_ms - 2000");
+    ck_assert_int_eq(post_keyed("m", "x", 3, "old", "B", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_STORED); /* 61 s: forgotten, B takes it */
+    expect_avg("m", "x", 2, 2.0, false);
+    ck_assert_int_eq(post_keyed("m", "x", 3, "old", "B", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    ck_assert_int_eq(post_keyed("m", "x", 1, "old", "A", &ans, &err), QD_CONFLICT);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stat_post_keys"), 1);
+    /* the reader forgets it too */
+    uint8_t fb[QD_FINGERPRINT_LEN];
+    qd_stats_fingerprint(false, -1, false, "B", 1, fb);
+    ck_assert_int_eq(qd_stats_key_peek(g_s, "m", "old", fb, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    raw_exec("UPDATE stat_post_keys SET created_ms = created_ms - 61000");
+    ck_assert_int_eq(qd_stats_key_peek(g_s, "m", "old", fb, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_NONE);
+    /* purging: not within a minute of the last purge, then when asked */
+    ck_assert_int_eq(post_keyed("m", "x", 1, "fresh", "F", &ans, &err), QD_OK);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stat_post_keys"), 2);
+    qd_stats_purge_next(g_s);
+    post_scalar_ok("m", "x", 1);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stat_post_keys WHERE key = 'old'"), 0);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stat_post_keys WHERE key = 'fresh'"), 1);
+}
+END_TEST
+
+/* A reset keeps the model's keys (those posts did happen): a retry after it stores nothing. */
+START_TEST(test_keys_survive_reset_and_reopen)
+{
+    qd_stat_answer ans;
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_keyed("m", "x", 1, "k", "A", &ans, &err), QD_OK);
+    ck_assert_int_eq(qd_stats_reset(g_s, "m", &err), QD_OK);
+    ck_assert_int_eq(post_keyed("m", "x", 1, "k", "A", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    ck_assert_int_eq(count_of("m", "x"), 0);
+    close_all();
+    open_all();
+    ck_assert_int_eq(post_keyed("m", "x", 1, "k", "A", &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    ck_assert_int_eq(count_of("m", "x"), 0);
+}
+END_TEST
+
+/* ---- the quota on stored sums -------------------------------------------------------------------
+ */
+
+/* A post of one new 1-D activation of n values (min/max when minmax). */
+static qd_status post_new_act(const char *model, const char *name, int64_t n, bool minmax,
+                              qd_stat_answer *ans, qd_err *err)
+{
+    double *v = calloc((size_t)n, sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    qd_stat_post p = post_new(model);
+    int64_t shape[1] = {n};
+    post_add(&p, name, 1, shape, v, minmax ? v : NULL, 1);
+    qd_status st = qd_stats_post_answer(g_s, &p, ans, err);
+    qd_stat_post_clear(&p);
+    free(v);
+    return st;
+}
+
+/* 1K: 64 + 64 values fill it; a post adding a new activation then fails whole, updates go on,
+ * min/max count twice, a reset frees it, and the usage is read back after reopening. */
+START_TEST(test_quota)
+{
+    qd_stats_configure(g_s, 1024, 0);
+    qd_stat_answer ans;
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_new_act("m", "a", 64, false, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.stats_bytes, 512);
+    ck_assert_int_eq(post_new_act("m", "b", 32, true, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.stats_bytes, 1024);
+    ck_assert_int_eq(model_field("m", "stats_bytes"), 1024);
+    /* an update of a and a new c in one post: refused whole */
+    double v[64] = {0}, one = 1;
+    int64_t shape[1] = {64};
+    qd_stat_post p = post_new("m");
+    post_add(&p, "a", 1, shape, v, NULL, 1);
+    post_add(&p, "c", 0, NULL, &one, NULL, 1);
+    ck_assert_int_eq(qd_stats_post_answer(g_s, &p, &ans, &err), QD_CONFLICT);
+    ck_assert_int_eq(ans.outcome, QD_POST_OVER_QUOTA);
+    ck_assert_int_eq(ans.stats_bytes, 1032);
+    ck_assert_msg(strstr(err.message, "model 'm' would hold 1032 bytes") &&
+                      strstr(err.message, "stats_quota (1K)"),
+                  "%s", err.message);
+    qd_stat_post_clear(&p);
+    ck_assert_int_eq(count_of("m", "a"), 1);
+    ck_assert_int_eq(count_of("m", "c"), 0);
+    ck_assert_int_eq(model_field("m", "posts"), 2);
+    /* updates keep their size; a merge that adds an activation is held to the quota too */
+    ck_assert_int_eq(post_absmax("m", "a", v, 64, &err), QD_OK);
+    p = post_new("m");
+    p.merge = true;
+    post_add(&p, "d", 0, NULL, &one, NULL, 3);
+    ck_assert_int_eq(qd_stats_post_answer(g_s, &p, &ans, &err), QD_CONFLICT);
+    ck_assert_int_eq(ans.outcome, QD_POST_OVER_QUOTA);
+    qd_stat_post_clear(&p);
+    /* the writer reads the usage back from the database */
+    close_all();
+    open_all();
+    qd_stats_configure(g_s, 1024, 0);
+    ck_assert_int_eq(post_new_act("m", "c", 1, false, &ans, &err), QD_CONFLICT);
+    ck_assert_int_eq(post_absmax("m", "a", v, 64, &err), QD_OK);
+    expect_avg("m", "a", 3, 0.0, false);
+    /* a reset frees it */
+    ck_assert_int_eq(qd_stats_reset(g_s, "m", &err), QD_OK);
+    ck_assert_int_eq(model_field("m", "stats_bytes"), 0);
+    ck_assert_int_eq(post_new_act("m", "c", 1, false, &ans, &err), QD_OK);
+    ck_assert_int_eq(ans.stats_bytes, 8);
+    ck_assert_int_eq(model_field("m", "stats_bytes"), 8);
+    /* a raised quota applies from the next group */
+    ck_assert_int_eq(post_new_act("m", "big", 200, false, &ans, &err), QD_CONFLICT);
+    qd_stats_configure(g_s, 4096, 0);
+    ck_assert_int_eq(post_new_act("m", "big", 200, false, &ans, &err), QD_OK);
+    ck_assert_int_eq(model_field("m", "stats_bytes"), 1608);
+}
+END_TEST
+
+/* The posts of one group see each other's growth, and a reset's. */
+START_TEST(test_quota_in_one_group)
+{
+    qd_stats_configure(g_s, 1024, 0);
+    double v[64] = {0};
+    int64_t shape[1] = {64};
+    poster ps[5] = {{.p = post_new("q")},
+                    {.p = post_new("q")},
+                    {.p = post_new("q")},
+                    {.reset = "q"},
+                    {.p = post_new("q")}};
+    post_add(&ps[0].p, "a", 1, shape, v, NULL, 1);
+    post_add(&ps[1].p, "b", 1, shape, v, NULL, 1);
+    post_add(&ps[2].p, "c", 1, shape, v, NULL, 1); /* 1536 > 1024 */
+    post_add(&ps[4].p, "c", 1, shape, v, NULL, 1); /* after the reset: 512 */
+    run_group(ps, 5);
+    ck_assert_int_eq(ps[0].st, QD_OK);
+    ck_assert_int_eq(ps[1].st, QD_OK);
+    ck_assert_int_eq(ps[1].ans.stats_bytes, 1024);
+    ck_assert_int_eq(ps[2].st, QD_CONFLICT);
+    ck_assert_int_eq(ps[2].ans.outcome, QD_POST_OVER_QUOTA);
+    ck_assert_int_eq(ps[3].st, QD_OK);
+    ck_assert_int_eq(ps[4].st, QD_OK);
+    ck_assert_int_eq(ps[4].ans.stats_bytes, 512);
+    ck_assert_int_eq(model_field("q", "stats_bytes"), 512);
+    ck_assert_int_eq(count_of("q", "c"), 1);
+    ck_assert_int_eq(count_of("q", "a"), 0);
+}
+END_TEST
+
 /* ---- throughput (printed, not asserted) -------------------------------------------------------
  */
 
@@ -1003,6 +1337,17 @@ Suite *suite_stats_store(void)
     tcase_add_test(api, test_minmax_ema_without_cache);
     tcase_add_test(api, test_small_cache);
     suite_add_tcase(s, api);
+    TCase *keys = tcase_create("keys and quota");
+    tcase_add_checked_fixture(keys, setup, teardown);
+    tcase_set_timeout(keys, 60);
+    tcase_add_test(keys, test_fingerprint_and_keys);
+    tcase_add_test(keys, test_key_replay_and_conflict);
+    tcase_add_test(keys, test_keys_in_one_group);
+    tcase_add_test(keys, test_key_window_and_purge);
+    tcase_add_test(keys, test_keys_survive_reset_and_reopen);
+    tcase_add_test(keys, test_quota);
+    tcase_add_test(keys, test_quota_in_one_group);
+    suite_add_tcase(s, keys);
     TCase *perf = tcase_create("throughput");
     tcase_add_checked_fixture(perf, setup, teardown);
     tcase_set_timeout(perf, 120);

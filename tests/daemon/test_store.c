@@ -172,7 +172,8 @@ START_TEST(test_schema_fresh)
     expect_text(db,
                 "SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                 "WHERE type = 'table' ORDER BY name)",
-                "jobs,outputs,reports,rulesets,sqlite_sequence,stat_models,stats,tokens");
+                "jobs,outputs,reports,rulesets,sqlite_sequence,stat_models,stat_post_keys,stats,"
+                "tokens");
     expect_columns(db, "rulesets",
                    "name TEXT 1 1,body TEXT 1 0,created_ms INTEGER 1 0,updated_ms INTEGER 1 0");
     expect_columns(db, "jobs",
@@ -190,7 +191,7 @@ START_TEST(test_schema_fresh)
                 "WHERE type = 'index' ORDER BY name)",
                 "jobs_state_id,sqlite_autoindex_outputs_1,sqlite_autoindex_rulesets_1,"
                 "sqlite_autoindex_stat_models_1,sqlite_autoindex_stats_1,"
-                "sqlite_autoindex_tokens_1,sqlite_autoindex_tokens_2");
+                "sqlite_autoindex_tokens_1,sqlite_autoindex_tokens_2,stat_post_keys_created");
     expect_text(
         db,
         "SELECT group_concat(name) FROM (SELECT name FROM pragma_index_info('jobs_state_id') "
