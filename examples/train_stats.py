@@ -14,8 +14,10 @@ import array
 import email.utils
 import http.client
 import json
+import os
 import random
 import secrets
+import ssl
 import struct
 import sys
 import time
@@ -25,12 +27,17 @@ import urllib.parse
 class Client:
     """One HTTP/1.1 connection to quantd, reused for every request (keep-alive)."""
 
-    def __init__(self, url, timeout):
+    def __init__(self, url, timeout, token=None, cacert=None):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise SystemExit("train_stats: --url must be http://HOST[:PORT] or https://...")
-        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-        self.conn = cls(u.hostname, u.port, timeout=timeout)
+        if u.scheme == "https":
+            ctx = ssl.create_default_context(cafile=cacert)
+            self.conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=timeout,
+                                                    context=ctx)
+        else:
+            self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+        self.auth = {"Authorization": "Bearer " + token} if token else {}
 
     def request(self, method, path, body=None, headers=None):
         """Returns (status, response headers, body bytes); reconnects once if the server had
@@ -38,7 +45,7 @@ class Client:
         connection is closed first, so the next request opens a new one."""
         for attempt in (0, 1):
             try:
-                self.conn.request(method, path, body=body, headers=headers or {})
+                self.conn.request(method, path, body=body, headers={**self.auth, **(headers or {})})
                 resp = self.conn.getresponse()
                 return resp.status, resp.headers, resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
@@ -53,7 +60,7 @@ class Client:
         """Sends a request and drops the connection without reading the answer (--drop-answers:
         what a timeout looks like to the client)."""
         try:
-            self.conn.request(method, path, body=body, headers=headers)
+            self.conn.request(method, path, body=body, headers={**self.auth, **headers})
         finally:
             self.conn.close()
 
@@ -236,6 +243,11 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description="Act as a training job: post activation statistics to quantd every step "
                     "(POST /v1/models/MODEL/stats) and report posts/s.")
+    p.add_argument("--token", default=os.environ.get("QUANTD_TOKEN"),
+                   help="a trainer (or operator) token, sent as 'Authorization: Bearer' "
+                   "(default: $QUANTD_TOKEN; none on an open loopback server)")
+    p.add_argument("--cacert", metavar="FILE", help="PEM file of the CA (or self-signed "
+                   "certificate) to trust for an https:// URL")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="quantd's base URL "
                    "(default %(default)s)")
     p.add_argument("--model", default="demo", help="model name (default %(default)s)")
@@ -291,7 +303,7 @@ def parse_args(argv):
 
 
 def run(a):
-    client = Client(a.url, a.timeout)
+    client = Client(a.url, a.timeout, a.token, a.cacert)
     poster = Poster(client, a.retries, a.drop_answers)
     path = "/v1/models/%s/stats" % urllib.parse.quote(a.model, safe="")
     acts = Activations(act_names(a.name_format, a.activations), a.size, a.seed)
