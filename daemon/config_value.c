@@ -70,21 +70,26 @@ static int64_t size_unit(const char *u)
     return *rest == '\0' ? (int64_t)1 << shift : 0;
 }
 
-bool cfg_parse_size(const char *s, int64_t min, int64_t max, int64_t *out, char *why, size_t whylen)
+/* A number with a unit suffix: how its suffix scales it, how it is printed, what it looks
+ * like (for the message). */
+typedef struct scaled_kind {
+    int64_t (*unit)(const char *suffix); /* the multiplier, or 0 for an unknown suffix */
+    void (*format)(int64_t v, char *buf, size_t len);
+    const char *looks_like;
+} scaled_kind;
+
+static bool parse_scaled(const scaled_kind *k, const char *s, int64_t min, int64_t max,
+                         int64_t *out, char *why, size_t whylen)
 {
     char lo[32], hi[32];
-    cfg_format_size(min, lo, sizeof lo);
-    cfg_format_size(max, hi, sizeof hi);
-    int64_t v;
+    k->format(min, lo, sizeof lo);
+    k->format(max, hi, sizeof hi);
+    int64_t v, unit = 0;
     const char *end;
     bool overflow;
-    int64_t unit = 0;
-    if (digits(s, &v, &end, &overflow)) unit = size_unit(end);
+    if (digits(s, &v, &end, &overflow)) unit = k->unit(end);
     if (unit == 0) {
-        snprintf(why, whylen,
-                 "must be a size like 4096, 512K or 16G (K, M, G, T: powers of 1024), "
-                 "got '%s'",
-                 s);
+        snprintf(why, whylen, "must be %s, got '%s'", k->looks_like, s);
         return false;
     }
     if (overflow || v > INT64_MAX / unit || v * unit < min || v * unit > max) {
@@ -93,6 +98,14 @@ bool cfg_parse_size(const char *s, int64_t min, int64_t max, int64_t *out, char 
     }
     *out = v * unit;
     return true;
+}
+
+static const scaled_kind size_kind = {size_unit, cfg_format_size,
+                                      "a size like 4096, 512K or 16G (K, M, G, T: powers of 1024)"};
+
+bool cfg_parse_size(const char *s, int64_t min, int64_t max, int64_t *out, char *why, size_t whylen)
+{
+    return parse_scaled(&size_kind, s, min, max, out, why, whylen);
 }
 
 void cfg_format_size(int64_t v, char *buf, size_t len)
@@ -126,33 +139,23 @@ static const struct {
     int64_t seconds;
 } duration_units[] = {{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}};
 
+/* Seconds per duration suffix ("" = seconds), or 0 when unknown. */
+static int64_t duration_unit(const char *u)
+{
+    if (*u == '\0') return 1;
+    for (size_t i = 0; i < sizeof duration_units / sizeof duration_units[0]; i++)
+        if (u[0] == duration_units[i].suffix && u[1] == '\0') return duration_units[i].seconds;
+    return 0;
+}
+
+static const scaled_kind duration_kind = {
+    duration_unit, cfg_format_duration,
+    "a duration like 30, 90s, 15m, 24h or 7d (seconds when bare)"};
+
 bool cfg_parse_duration(const char *s, int64_t min, int64_t max, int64_t *out, char *why,
                         size_t whylen)
 {
-    char lo[32], hi[32];
-    cfg_format_duration(min, lo, sizeof lo);
-    cfg_format_duration(max, hi, sizeof hi);
-    int64_t v, unit = 0;
-    const char *end;
-    bool overflow;
-    if (digits(s, &v, &end, &overflow)) {
-        if (*end == '\0') unit = 1;
-        for (size_t i = 0; !unit && i < sizeof duration_units / sizeof duration_units[0]; i++)
-            if (end[0] == duration_units[i].suffix && end[1] == '\0')
-                unit = duration_units[i].seconds;
-    }
-    if (unit == 0) {
-        snprintf(why, whylen,
-                 "must be a duration like 30, 90s, 15m, 24h or 7d (seconds when bare), got '%s'",
-                 s);
-        return false;
-    }
-    if (overflow || v > INT64_MAX / unit || v * unit < min || v * unit > max) {
-        snprintf(why, whylen, "must be %s..%s, got %s", lo, hi, s);
-        return false;
-    }
-    *out = v * unit;
-    return true;
+    return parse_scaled(&duration_kind, s, min, max, out, why, whylen);
 }
 
 void cfg_format_duration(int64_t seconds, char *buf, size_t len)

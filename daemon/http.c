@@ -112,8 +112,8 @@ static enum MHD_Result reply_too_large(qd_req *r, unsigned long long n)
                               "%s %s takes no request body", r->method, r->route->pattern);
     if (n)
         return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", body_limit_key(r), 0,
-                              "body of %llu bytes is over this route's limit of %zu bytes (%s)",
-                              n, r->limit, body_limit_key(r));
+                              "body of %llu bytes is over this route's limit of %zu bytes (%s)", n,
+                              r->limit, body_limit_key(r));
     return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", body_limit_key(r), 0,
                           "body is over this route's limit of %zu bytes (%s)", r->limit,
                           body_limit_key(r));
@@ -386,8 +386,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     qd_log(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? QD_LOG_INFO : QD_LOG_WARN, "request",
            "request_id", r->id, "method", r->method, "path", r->url, "route",
            r->route ? r->route->name : "-", "status", st, "duration_ms", ms, "token",
-           r->who[0] ? r->who : "-", "end", termination_name(toe),
-           r->limit_hit ? "limit" : NULL, r->limit_hit, NULL);
+           r->who[0] ? r->who : "-", "end", termination_name(toe), r->limit_hit ? "limit" : NULL,
+           r->limit_hit, NULL);
     req_free(r);
     *con_cls = NULL;
 }

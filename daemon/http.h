@@ -37,8 +37,8 @@ typedef struct qd_req {
     const char *url;
     const qd_route *route; /* NULL: no route (the reply is already decided) */
     char params[QD_MAX_PARAMS][QD_MAX_PARAM_LEN];
-    char id[20];  /* request id, also sent as X-Request-Id */
-    char who[65]; /* the name of the request's token (logged), "" without one */
+    char id[20];           /* request id, also sent as X-Request-Id */
+    char who[65];          /* the name of the request's token (logged), "" without one */
     const char *limit_hit; /* the setting that refused the request (logged), or NULL */
     struct timespec t0;
     unsigned status; /* of the queued reply, for the log and metrics */

@@ -39,9 +39,9 @@ struct qd_metrics {
 
 /* The limits that refuse requests or close connections (SECURITY.md), by configuration key. */
 static const char *const limit_names[] = {
-    "header_timeout", "body_min_rate",  "max_connections", "max_connections_per_ip",
-    "max_json_body",  "max_stats_body", "max_upload",      "max_body_memory",
-    "min_free_disk",  "max_queued_jobs", "stats_quota",    "retention"};
+    "header_timeout", "body_min_rate",   "max_connections", "max_connections_per_ip",
+    "max_json_body",  "max_stats_body",  "max_upload",      "max_body_memory",
+    "min_free_disk",  "max_queued_jobs", "stats_quota",     "retention"};
 #define N_LIMITS (sizeof limit_names / sizeof limit_names[0])
 
 qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes)

@@ -388,25 +388,42 @@ qd_status qd_store_job_delete(qd_store *s, int64_t id, qd_err *err)
     return qd_store_txn(s, true, delete_fn, &id, err);
 }
 
-typedef struct recover_ctx {
-    int64_t max_attempts;
+typedef struct ids_ctx {
+    qd_query q;
+    int64_t before_ms, keep;
     int64_t *ids;
     size_t n, cap;
+} ids_ctx;
+
+/* Every id the query (0 or 2 parameters) returns, appended to c->ids. */
+static qd_status ids_fn(qd_store *s, void *p, qd_err *err)
+{
+    ids_ctx *c = p;
+    const char *op = "list job ids";
+    bool row = false;
+    qd_status st = c->q == QD_Q_JOB_EXPIRING
+                       ? qd_store_run(s, c->q, op, err, &row, "ii", c->before_ms, c->keep)
+                       : qd_store_run(s, c->q, op, err, &row, "");
+    while (st == QD_OK && row) {
+        int64_t *more = reserve(c->ids, &c->cap, c->n, sizeof *more);
+        if (!more) return nomem(err);
+        c->ids = more;
+        c->ids[c->n++] = sqlite3_column_int64(s->q[c->q], 0);
+        st = qd_store_next(s, c->q, op, err, &row);
+    }
+    return st;
+}
+
+typedef struct recover_ctx {
+    int64_t max_attempts;
+    ids_ctx running;
 } recover_ctx;
 
 static qd_status recover_fn(qd_store *s, void *p, qd_err *err)
 {
     recover_ctx *c = p;
     const char *op = "recover jobs";
-    bool row = false;
-    qd_status st = qd_store_run(s, QD_Q_JOB_RUNNING_IDS, op, err, &row, "");
-    while (st == QD_OK && row) {
-        int64_t *more = reserve(c->ids, &c->cap, c->n, sizeof *more);
-        if (!more) return nomem(err);
-        c->ids = more;
-        c->ids[c->n++] = sqlite3_column_int64(s->q[QD_Q_JOB_RUNNING_IDS], 0);
-        st = qd_store_next(s, QD_Q_JOB_RUNNING_IDS, op, err, &row);
-    }
+    qd_status st = ids_fn(s, &c->running, err);
     /* Retry first; whatever is still running has used up its attempts. */
     if (st == QD_OK) st = qd_store_run(s, QD_Q_JOB_REQUEUE, op, err, NULL, "i", c->max_attempts);
     if (st == QD_OK) st = qd_store_run(s, QD_Q_JOB_INTERRUPT, op, err, NULL, "i", qd_now_ms());
@@ -418,14 +435,14 @@ qd_status qd_store_job_recover(qd_store *s, int max_attempts, int64_t **ids, siz
     *ids = NULL;
     *n = 0;
     if (max_attempts < 0) return qd_fail(err, QD_INVALID, "max_attempts is negative");
-    recover_ctx c = {max_attempts, NULL, 0, 0};
+    recover_ctx c = {max_attempts, {.q = QD_Q_JOB_RUNNING_IDS}};
     qd_status st = qd_store_txn(s, true, recover_fn, &c, err);
     if (st != QD_OK) {
-        free(c.ids);
+        free(c.running.ids);
         return st;
     }
-    *ids = c.ids;
-    *n = c.n;
+    *ids = c.running.ids;
+    *n = c.running.n;
     return QD_OK;
 }
 
@@ -536,32 +553,6 @@ qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], q
 
 /* ---- retention --------------------------------------------------------------------------------
  */
-
-typedef struct ids_ctx {
-    qd_query q;
-    int64_t before_ms, keep;
-    int64_t *ids;
-    size_t n, cap;
-} ids_ctx;
-
-/* Every id the query (0 or 2 parameters) returns. */
-static qd_status ids_fn(qd_store *s, void *p, qd_err *err)
-{
-    ids_ctx *c = p;
-    const char *op = "list jobs for retention";
-    bool row = false;
-    qd_status st = c->q == QD_Q_JOB_EXPIRING
-                       ? qd_store_run(s, c->q, op, err, &row, "ii", c->before_ms, c->keep)
-                       : qd_store_run(s, c->q, op, err, &row, "");
-    while (st == QD_OK && row) {
-        int64_t *more = reserve(c->ids, &c->cap, c->n, sizeof *more);
-        if (!more) return nomem(err);
-        c->ids = more;
-        c->ids[c->n++] = sqlite3_column_int64(s->q[c->q], 0);
-        st = qd_store_next(s, c->q, op, err, &row);
-    }
-    return st;
-}
 
 static qd_status read_ids(qd_store *s, ids_ctx *c, int64_t **ids, size_t *n, qd_err *err)
 {

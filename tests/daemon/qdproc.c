@@ -16,19 +16,6 @@
 #include "qdproc.h"
 #include "qdtest.h"
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static const char *quantd_bin(void)
 {
     return getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd";
@@ -53,9 +40,9 @@ static void spawn(qdp *d, const char *const *extra)
         execv(bin, (char *const *)argv);
         _exit(127);
     }
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     d->port = 0;
-    while (d->port == 0 && now_s() - t0 < 20) {
+    while (d->port == 0 && qdt_now_s() - t0 < 20) {
         FILE *f = fopen(port_file, "r");
         if (f) {
             if (fscanf(f, "%d", &d->port) != 1) d->port = 0;
@@ -64,7 +51,7 @@ static void spawn(qdp *d, const char *const *extra)
         int status;
         if (d->port == 0 && waitpid(d->pid, &status, WNOHANG) == d->pid)
             ck_abort_msg("quantd exited at start (status %d); see %s", status, log);
-        if (d->port == 0) sleep_ms(20);
+        if (d->port == 0) qdt_sleep_ms(20);
     }
     ck_assert_msg(d->port > 0, "quantd did not listen within 20 s; see %s", log);
     snprintf(d->base, sizeof d->base, "%s://127.0.0.1:%d", d->ca_file ? "https" : "http", d->port);
@@ -98,10 +85,10 @@ int qdp_signal(qdp *d, int sig)
 {
     ck_assert_int_eq(kill(d->pid, sig), 0);
     int status = 0;
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     while (waitpid(d->pid, &status, WNOHANG) != d->pid) {
-        ck_assert_msg(now_s() - t0 < 30, "quantd did not exit within 30 s of signal %d", sig);
-        sleep_ms(10);
+        ck_assert_msg(qdt_now_s() - t0 < 30, "quantd did not exit within 30 s of signal %d", sig);
+        qdt_sleep_ms(10);
     }
     d->pid = 0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -313,27 +300,28 @@ static json_t *get_job(qdp *d, long long id)
 
 json_t *qdp_wait_job(qdp *d, long long id, double timeout_s)
 {
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     for (;;) {
         json_t *j = get_job(d, id);
         const char *st = json_string_value(json_object_get(j, "state"));
-        if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) || now_s() - t0 > timeout_s)
+        if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) ||
+            qdt_now_s() - t0 > timeout_s)
             return j;
         json_decref(j);
-        sleep_ms(20);
+        qdt_sleep_ms(20);
     }
 }
 
 json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s)
 {
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     for (;;) {
         json_t *j = get_job(d, id);
         if (strcmp(json_string_value(json_object_get(j, "state")), state) == 0) return j;
-        ck_assert_msg(now_s() - t0 < timeout_s, "job %lld: still %s after %.0f s, wanted %s", id,
-                      json_string_value(json_object_get(j, "state")), timeout_s, state);
+        ck_assert_msg(qdt_now_s() - t0 < timeout_s, "job %lld: still %s after %.0f s, wanted %s",
+                      id, json_string_value(json_object_get(j, "state")), timeout_s, state);
         json_decref(j);
-        sleep_ms(5);
+        qdt_sleep_ms(5);
     }
 }
 
@@ -360,14 +348,14 @@ int qdp_start_fail(qdp *d, const char *const *extra, char **log)
         _exit(127);
     }
     int status = 0;
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     while (waitpid(pid, &status, WNOHANG) != pid) {
-        if (now_s() - t0 > 20 || access(port_file, F_OK) == 0) {
+        if (qdt_now_s() - t0 > 20 || access(port_file, F_OK) == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             ck_abort_msg("quantd started, but it should have refused to; see %s", log_path);
         }
-        sleep_ms(10);
+        qdt_sleep_ms(10);
     }
     if (log) *log = slurp(log_path);
     free(port_file);

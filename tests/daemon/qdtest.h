@@ -29,5 +29,8 @@ char *qdt_join(const char *dir, const char *name);
 /* A safetensors file of n F32 tensors [rows, 4096] named layers.I.proj.weight, zeros, written
  * sparse (instant): a job on it runs for a while (8 x 8192 rows: 1 GiB). */
 void qdt_make_big(const char *path, int n, long rows);
+/* Sleeps ms milliseconds; seconds on the monotonic clock. */
+void qdt_sleep_ms(int ms);
+double qdt_now_s(void);
 
 #endif /* QDTEST_H */

@@ -1,10 +1,11 @@
-/* qdutil.c -- temporary directories and big sparse checkpoints for the daemon tests.
+/* qdutil.c -- temporary directories, big sparse checkpoints and the clock for the daemon tests.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qdtest.h"
@@ -58,4 +59,17 @@ void qdt_make_big(const char *path, int n, long rows)
     ck_assert_int_eq(fflush(f), 0);
     ck_assert_int_eq(ftruncate(fileno(f), (off_t)(8 + at + (size_t)off)), 0);
     fclose(f);
+}
+
+void qdt_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+double qdt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

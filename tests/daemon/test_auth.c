@@ -275,8 +275,8 @@ START_TEST(test_exposure)
     free(op);
     op = create_token(&d, "operator", "op");
     int before = count_lines(log, "msg=\"insecure:");
-    qdp_restart(&d, (const char *[]){"--listen", "0.0.0.0:0", "--insecure", "--job-retention", "2",
-                                     NULL});
+    qdp_restart(
+        &d, (const char *[]){"--listen", "0.0.0.0:0", "--insecure", "--job-retention", "2", NULL});
     expect_status(&d, "/v1/jobs", NULL, 401, NULL);
     ck_assert_int_eq(count_lines(log, "msg=\"insecure:"), before);
     run_ok(&d, (const char *[]){"token", "revoke", "op", NULL}, 0);

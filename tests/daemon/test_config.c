@@ -504,6 +504,65 @@ START_TEST(test_sizes)
 }
 END_TEST
 
+/* Durations (retention, the idempotency window), booleans, choices and the settings that must
+ * agree with each other (issue 9). */
+START_TEST(test_security_settings)
+{
+    static const struct {
+        const char *text;
+        int64_t seconds;
+    } good[] = {{"0", 0},
+                {"45", 45},
+                {"90s", 90},
+                {"15m", 900},
+                {"36h", 129600},
+                {"7d", 604800},
+                {"3650d", 3650 * 86400LL}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        loaded r;
+        ck_assert_msg(LOAD(&r, "--job-retention", good[i].text), "%s: %s", good[i].text, r.msg);
+        ck_assert_msg(r.cfg.job_retention == good[i].seconds, "%s", good[i].text);
+        done(&r);
+    }
+    static const char *const bad[] = {"", "d", "1w", "1.5h", "-1", "1 d", "1dd", "1D"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char want[200];
+        snprintf(want, sizeof want,
+                 "--job-retention: must be a duration like 30, 90s, 15m, 24h or 7d (seconds when "
+                 "bare), got '%s'",
+                 bad[i]);
+        expect_error((const char *[]){"--job-retention", bad[i], NULL}, want);
+    }
+    EXPECT_ERROR("--job-retention: must be 0..3650d, got 3651d", "--job-retention", "3651d");
+    EXPECT_ERROR("--idempotency-window: must be 1m..365d, got 59", "--idempotency-window", "59");
+    /* a bare --insecure takes no value from the next argument */
+    loaded r;
+    ck_assert_msg(LOAD(&r, "--insecure", "migrate"), "%s", r.msg);
+    ck_assert(r.cfg.insecure);
+    done(&r);
+    ck_assert_msg(LOAD(&r, "--insecure=no", "--metrics-auth", "token"), "%s", r.msg);
+    ck_assert(!r.cfg.insecure);
+    ck_assert_int_eq(r.cfg.metrics_auth, QD_METRICS_TOKEN);
+    done(&r);
+    EXPECT_ERROR("--insecure: must be true or false (yes/no, on/off, 1/0), got 'maybe'",
+                 "--insecure=maybe");
+    EXPECT_ERROR("--metrics-auth: must be open or token, got 'all'", "--metrics-auth", "all");
+    EXPECT_ERROR("--tls-cert and --tls-key go together ([tls] cert and key): the key is missing",
+                 "--tls-cert", "/c.pem");
+    EXPECT_ERROR("--tls-cert and --tls-key go together ([tls] cert and key): the certificate is "
+                 "missing",
+                 "--tls-key", "/k.pem");
+    EXPECT_ERROR("max_body_memory (64M) is below the largest body held in memory (max_stats_body "
+                 "or max_json_body, 128M): such a body could never be taken",
+                 "--max-body-memory", "64M", "--max-stats-body", "128M");
+    /* the flag-arity helper `quantd token` uses to leave settings to the loader */
+    ck_assert_int_eq(qd_config_flag_arity("--data-dir"), 1);
+    ck_assert_int_eq(qd_config_flag_arity("--data-dir=/x"), 0);
+    ck_assert_int_eq(qd_config_flag_arity("--insecure"), 0);
+    ck_assert_int_eq(qd_config_flag_arity("--role"), -1);
+}
+END_TEST
+
 /* ---- listen -----------------------------------------------------------------------------------
  */
 
@@ -1015,6 +1074,7 @@ Suite *suite_config(void)
     tcase_add_test(tc, test_unknown_names);
     tcase_add_test(tc, test_file_syntax);
     tcase_add_test(tc, test_sizes);
+    tcase_add_test(tc, test_security_settings);
     tcase_add_test(tc, test_listen);
     tcase_add_test(tc, test_commands);
     tcase_add_test(tc, test_version);

@@ -26,19 +26,6 @@
 #define MIB   (1024L * 1024L)
 #define POST1 "{\"stats\":{\"a\":{\"absmax\":[1]}}}"
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- raw HTTP -------------------------------------------------------------------------------- */
 
 static int raw_connect(const qdp *d)
@@ -69,10 +56,10 @@ static bool send_all(int fd, const void *p, size_t n)
 static ssize_t read_within(int fd, char *buf, size_t len, int ms)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    double end = now_s() + ms / 1000.0;
+    double end = qdt_now_s() + ms / 1000.0;
     size_t at = 0;
     while (at + 1 < len) {
-        int left = (int)((end - now_s()) * 1000);
+        int left = (int)((end - qdt_now_s()) * 1000);
         if (left <= 0 || poll(&p, 1, left) <= 0) break;
         ssize_t k = recv(fd, buf + at, len - 1 - at, 0);
         if (k <= 0) {
@@ -125,9 +112,9 @@ START_TEST(test_slow_headers)
     }
     int drip = raw_connect(&d);
     const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     bool drip_cut = false;
-    for (size_t i = 0; !drip_cut && i < strlen(req) && now_s() - t0 < 6; i++) {
+    for (size_t i = 0; !drip_cut && i < strlen(req) && qdt_now_s() - t0 < 6; i++) {
         drip_cut = !send_all(drip, req + i, 1);
         qdp_resp r = qdp_req(&d, "GET", "/healthz", NULL, NULL, 0, NULL); /* others served */
         ck_assert_int_eq(r.status, 200);
@@ -136,7 +123,7 @@ START_TEST(test_slow_headers)
         if (!drip_cut && read_within(drip, buf, sizeof buf, 200) == 0) drip_cut = true;
     }
     ck_assert_msg(drip_cut, "a client sending a byte every 200 ms was not cut off");
-    double cut_after = now_s() - t0;
+    double cut_after = qdt_now_s() - t0;
     ck_assert_msg(cut_after < 3.0, "cut after %.1f s (header_timeout 1)", cut_after);
     for (int i = 0; i < N; i++) {
         char buf[64];
@@ -151,12 +138,13 @@ START_TEST(test_slow_headers)
     ck_assert(send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
     ck_assert(read_within(ka, buf, sizeof buf, 2000) > 0);
     ck_assert_int_eq(status_in(buf), 200);
-    t0 = now_s();
+    t0 = qdt_now_s();
     bool cut = false;
-    while (!cut && now_s() - t0 < 8) {
+    while (!cut && qdt_now_s() - t0 < 8) {
         cut = !send_all(ka, "G", 1) || read_within(ka, buf, sizeof buf, 500) == 0;
     }
-    ck_assert_msg(cut && now_s() - t0 < 5, "kept-alive trickler cut after %.1f s", now_s() - t0);
+    ck_assert_msg(cut && qdt_now_s() - t0 < 5, "kept-alive trickler cut after %.1f s",
+                  qdt_now_s() - t0);
     close(ka);
     /* the log and the metrics say which limit */
     qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
@@ -174,10 +162,10 @@ START_TEST(test_slow_body)
     qdp d;
     qdp_start(&d, (const char *[]){"--body-timeout", "1", "--body-min-rate", "1K", NULL});
     int fd = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 100000);
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     bool cut = false;
     char buf[256];
-    while (!cut && now_s() - t0 < 6) {
+    while (!cut && qdt_now_s() - t0 < 6) {
         cut = !send_all(fd, " ", 1) || read_within(fd, buf, sizeof buf, 200) == 0;
         qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1,
                              strlen(POST1), NULL);
@@ -185,7 +173,7 @@ START_TEST(test_slow_body)
         qdp_resp_free(&r);
     }
     ck_assert_msg(cut, "a body at 5 bytes/s was not cut");
-    ck_assert_msg(now_s() - t0 < 3.5, "cut after %.1f s", now_s() - t0);
+    ck_assert_msg(qdt_now_s() - t0 < 3.5, "cut after %.1f s", qdt_now_s() - t0);
     close(fd);
     qdp_stop(&d);
 }
@@ -199,14 +187,14 @@ START_TEST(test_per_ip_limit)
     qdp_start(&d, (const char *[]){"--max-connections-per-ip", "3", NULL});
     int held[3];
     for (int i = 0; i < 3; i++) held[i] = raw_connect(&d);
-    sleep_ms(200);
+    qdt_sleep_ms(200);
     int extra = raw_connect(&d);
     char buf[256];
     send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
     ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0); /* closed, no answer */
     close(extra);
     close(held[0]);
-    sleep_ms(300);
+    qdt_sleep_ms(300);
     int again = raw_connect(&d);
     ck_assert(send_all(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
     ck_assert(read_within(again, buf, sizeof buf, 2000) > 0);
@@ -216,17 +204,17 @@ START_TEST(test_per_ip_limit)
     close(held[2]);
     qdp_stop(&d);
     /* max_connections: all addresses together */
-    qdp_start(&d, (const char *[]){"--max-connections", "4", "--max-connections-per-ip", "0",
-                                   NULL});
+    qdp_start(&d,
+              (const char *[]){"--max-connections", "4", "--max-connections-per-ip", "0", NULL});
     int all[4];
     for (int i = 0; i < 4; i++) all[i] = raw_connect(&d);
-    sleep_ms(200);
+    qdt_sleep_ms(200);
     extra = raw_connect(&d);
     send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
     ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0);
     close(extra);
     for (int i = 0; i < 4; i++) close(all[i]);
-    sleep_ms(600); /* the guard's sweep logs and counts the refusal */
+    qdt_sleep_ms(600); /* the guard's sweep logs and counts the refusal */
     qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
     ck_assert_msg(strstr(r.body, "quantd_limit_hits_total{limit=\"max_connections\"} 1"), "%s",
                   strstr(r.body, "quantd_limit_hits_total"));
@@ -257,7 +245,7 @@ START_TEST(test_body_budget)
 {
     qdp d;
     qdp_start(&d, (const char *[]){"--max-body-memory", "64M", "--max-stats-body", "32M", NULL});
-    sleep_ms(200);
+    qdt_sleep_ms(200);
     long before = rss_kib(d.pid);
     enum { N = 16 };
     int fds[N], admitted = 0, busy = 0;
@@ -281,7 +269,7 @@ START_TEST(test_body_budget)
     }
     ck_assert_int_eq(admitted, 2);
     ck_assert_int_eq(busy, N - 2);
-    sleep_ms(300);
+    qdt_sleep_ms(300);
     long grown = rss_kib(d.pid) - before;
     ck_assert_msg(grown < (64 + 32) * 1024, "RSS grew by %ld KiB", grown);
     /* the error names the limit */
@@ -290,7 +278,7 @@ START_TEST(test_body_budget)
     ck_assert_msg(strstr(r.body, "\"limit\":\"max_body_memory\""), "%s", r.body);
     qdp_resp_free(&r);
     for (int i = 0; i < N; i++) close(fds[i]);
-    sleep_ms(300); /* the stalled requests end: their share comes back */
+    qdt_sleep_ms(300); /* the stalled requests end: their share comes back */
     r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1, strlen(POST1), NULL);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
@@ -371,7 +359,7 @@ START_TEST(test_upload_refused_early)
     close(fd);
     char *log = qdt_join(d.root, "quantd.log");
     bool logged = false;
-    for (int tries = 0; !logged && tries < 40; tries++, sleep_ms(50)) { /* logged at its end */
+    for (int tries = 0; !logged && tries < 40; tries++, qdt_sleep_ms(50)) { /* logged at its end */
         FILE *lf = fopen(log, "r");
         ck_assert_ptr_nonnull(lf);
         char line[4096];
@@ -498,8 +486,8 @@ START_TEST(test_retention)
     long long a = upload_job(&d);
     ck_assert_int_eq(get_status(&d, a, "/output", NULL), 200);
     ck_assert_int_eq(get_status(&d, a, "", "\"outputs_removed_at\":null"), 200);
-    double t0 = now_s();
-    while (get_status(&d, a, "/output", NULL) == 200 && now_s() - t0 < 10) sleep_ms(200);
+    double t0 = qdt_now_s();
+    while (get_status(&d, a, "/output", NULL) == 200 && qdt_now_s() - t0 < 10) qdt_sleep_ms(200);
     ck_assert_int_eq(get_status(&d, a, "/output", "\"limit\":\"retention\""), 410);
     ck_assert_int_eq(get_status(&d, a, "/outputs/model.safetensors", NULL), 410);
     ck_assert_int_eq(get_status(&d, a, "/report", "\"tensors\""), 200);
@@ -512,8 +500,8 @@ START_TEST(test_retention)
     qdp_start(&d, (const char *[]){"--keep-outputs", "1", NULL});
     put_rules(&d);
     long long b = upload_job(&d), c = upload_job(&d);
-    t0 = now_s();
-    while (get_status(&d, b, "/output", NULL) == 200 && now_s() - t0 < 10) sleep_ms(100);
+    t0 = qdt_now_s();
+    while (get_status(&d, b, "/output", NULL) == 200 && qdt_now_s() - t0 < 10) qdt_sleep_ms(100);
     ck_assert_int_eq(get_status(&d, b, "/output", NULL), 410);
     ck_assert_int_eq(get_status(&d, c, "/output", NULL), 200);
     qdp_stop(&d);

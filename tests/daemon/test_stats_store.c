@@ -1267,26 +1267,19 @@ static void *load_main(void *arg)
     return NULL;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* threads posters (one model each when own_models), each posts posts of acts x elems. */
 static void throughput(const char *what, int threads, int posts, int acts, int64_t elems)
 {
     pthread_t t[64];
     load l[64];
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     for (int i = 0; i < threads; i++) {
         l[i] = (load){.posts = posts, .acts = acts, .elems = elems};
         snprintf(l[i].model, sizeof l[i].model, "%.8s%d", what, i % 4);
         ck_assert_int_eq(pthread_create(&t[i], NULL, load_main, &l[i]), 0);
     }
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
-    double s = now_s() - t0, n = (double)threads * posts;
+    double s = qdt_now_s() - t0, n = (double)threads * posts;
     printf("stats_store throughput, %s: %.0f posts/s, %.1f MB/s of float32 payload (%d threads, "
            "%.2f s)\n",
            what, n / s, n * acts * (double)elems * 4 / s / 1e6, threads, s);

@@ -356,13 +356,6 @@ static void *commit_later(void *p)
     return NULL;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* busy_timeout: a write waits for another connection's transaction instead of failing. Foreign
  * keys on the store's connection are seen in test_job_delete (the cascade). */
 START_TEST(test_busy_timeout)
@@ -371,11 +364,11 @@ START_TEST(test_busy_timeout)
     raw_exec(db, "BEGIN IMMEDIATE");
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, commit_later, db), 0);
-    double t0 = now_s();
+    double t0 = qdt_now_s();
     qd_err err;
     bool created = false;
     qd_status st = qd_store_ruleset_put(g_s, "waited", "{}", &created, &err);
-    double waited = now_s() - t0;
+    double waited = qdt_now_s() - t0;
     pthread_join(t, NULL);
     sqlite3_close(db);
     expect_status(st, QD_OK, &err);
