@@ -47,8 +47,8 @@ static const char *const tok_sql[T_COUNT] = {
     [T_CHECK] = "SELECT name, role, created_ms, expires_ms, hash FROM tokens WHERE hash = ?1",
     [T_ANY] = "SELECT EXISTS (SELECT 1 FROM tokens)",
     [T_LIST] = "SELECT name, role, created_ms, expires_ms FROM tokens ORDER BY name",
-    [T_INSERT] = "INSERT INTO tokens (name, role, hash, created_ms, expires_ms) "
-                 "VALUES (?1, ?2, ?3, ?4, ?5)",
+    [T_INSERT] = ("INSERT INTO tokens (name, role, hash, created_ms, expires_ms) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5)"),
     [T_DELETE] = "DELETE FROM tokens WHERE name = ?1",
 };
 
