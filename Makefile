@@ -274,7 +274,7 @@ bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN)
 	$(Q)$(STATS_BENCH) $(QUANTD_BIN)
 
 # `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var).
-run: deps $(QUANTD_BIN)
+run: deps all
 	$(Q)$(QUANTD_BIN)
 
 demo: lib $(DEMO_BIN)
