@@ -16,6 +16,7 @@
 #include "app.h"
 #include "cmd_token.h"
 #include "config.h"
+#include "datalock.h"
 #include "fsutil.h"
 #include "http.h"
 #include "janitor.h"
@@ -188,8 +189,11 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     qd_app app = {.cfg = &cfg};
     qd_err err;
+    int lock_fd = -1; /* held until exit */
     if (qd_mkdir(cfg.data_dir, 0700, &err) != QD_OK ||
-        qd_store_open(cfg.db_path, &app.store, &err) != QD_OK) {
+        qd_data_lock(cfg.data_dir, &lock_fd, &err) != QD_OK) {
+        rc = fail("refusing to start", &err);
+    } else if (qd_store_open(cfg.db_path, &app.store, &err) != QD_OK) {
         rc = fail("cannot open the store", &err);
     } else if (cmd == QD_CMD_MIGRATE) {
         printf("%s: schema version %d\n", cfg.db_path, qd_store_schema_version(app.store));
@@ -203,5 +207,6 @@ int main(int argc, char **argv)
     qd_metrics_free(app.metrics);
     qd_app_dirs_free(&app);
     qd_config_free(&cfg);
+    if (lock_fd >= 0) close(lock_fd);
     return rc;
 }

@@ -508,6 +508,38 @@ START_TEST(test_retention)
 }
 END_TEST
 
+/* One quantd per data directory: a second one on it refuses to start naming the first's PID
+ * (so it cannot take the first's running jobs for interrupted ones), and starts once the first
+ * has gone, however it went. */
+START_TEST(test_one_process_per_data_dir)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    char *out = NULL, *err = NULL;
+    int rc = qdp_run(&d, &out, &err, (const char *[]){"--listen", "127.0.0.1:0", NULL});
+    ck_assert_int_eq(rc, 1);
+    char want[64];
+    snprintf(want, sizeof want, "in use by another quantd (pid %d)", (int)d.pid);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    free(out);
+    free(err);
+    rc = qdp_run(&d, &out, &err, (const char *[]){"migrate", NULL});
+    ck_assert_int_eq(rc, 1); /* no schema change under a running server */
+    free(out);
+    free(err);
+    rc = qdp_run(&d, &out, &err, (const char *[]){"token", "list", NULL});
+    ck_assert_int_eq(rc, 0); /* tokens are managed while it runs */
+    free(out);
+    free(err);
+    ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
+    qdp_restart(&d, NULL); /* the kernel dropped the dead one's lock */
+    qdp_resp r = qdp_req(&d, "GET", "/healthz", NULL, NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
 Suite *suite_limits(void)
 {
     Suite *s = suite_create("limits");
@@ -522,6 +554,7 @@ Suite *suite_limits(void)
     tcase_add_test(tc, test_disk_reserve);
     tcase_add_test(tc, test_queue_cap);
     tcase_add_test(tc, test_retention);
+    tcase_add_test(tc, test_one_process_per_data_dir);
     suite_add_tcase(s, tc);
     return s;
 }
