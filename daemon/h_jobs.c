@@ -16,6 +16,7 @@
 
 #include "fsutil.h"
 #include "handlers.h"
+#include "job_source.h"
 #include "jobs.h"
 #include "req_limits.h"
 #include "quant_pipeline.h"
@@ -125,8 +126,30 @@ static bool stats_model_ok(qd_req *r, const char *model)
     return st == QD_OK;
 }
 
+/* The 422 code of a job that cannot be planned, by the pipeline's status. */
+static const char *plan_error_code(quant_ck_status st)
+{
+    switch (st) {
+    case QUANT_CK_ERR_ACCESS:
+    case QUANT_CK_ERR_IO:
+        return "bad_source";
+    case QUANT_CK_ERR_FORMAT:
+        return "bad_checkpoint";
+    default:
+        return "invalid_job"; /* a rule the checkpoint or the layout cannot take */
+    }
+}
+
+/* Plans the job (every shard header read, every tensor planned, nothing of the data read), then
+ * queues it: a job that would fail before its first tensor is refused now with 422, naming the
+ * file, tensor or rule. */
 static enum MHD_Result queue_job(qd_req *r, qd_job *j)
 {
+    quant_ck_error ck;
+    quant_ck_status planned = qd_job_check(r->app, j, &ck);
+    if (planned == QUANT_CK_ERR_NOMEM) return MHD_NO;
+    if (planned != QUANT_CK_OK)
+        return qd_reply_error(r, 422, plan_error_code(planned), NULL, "%s", ck.message);
     qd_err err;
     qd_status st = qd_store_job_insert(r->app->store, j, &err);
     if (st != QD_OK) return qd_reply_store_error(r, st, &err);

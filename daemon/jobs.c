@@ -21,6 +21,7 @@
 
 #include "fsutil.h"
 #include "janitor.h"
+#include "job_source.h"
 #include "jobs.h"
 #include "req_limits.h"
 #include "log.h"
@@ -236,16 +237,8 @@ static char *srq_report(char *text, const srq_input *in)
 /* ---- one job's run ----------------------------------------------------------------------------
  */
 
-/* What a job reads: `in` relative to dir_fd (AT_FDCWD: as it is), confined or not. */
-typedef struct job_source {
-    int dir_fd;
-    char *in;
-    bool confined; /* no link is followed anywhere under it */
-    bool is_dir;
-} job_source;
-
 /* Runs the pipeline on src; on success *report_json is set. Returns the pipeline's status. */
-static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const job_source *src,
+static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const qd_job_source *src,
                                     const char *out, char **report_json, quant_ck_error *ck)
 {
     quant_ruleset *rs = NULL;
@@ -259,22 +252,11 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
         return st;
     }
     quant_pipeline_options o;
-    quant_pipeline_options_init(&o);
-    quant_layout_parse(j->layout, &o.layout);
-    o.threads = app->cfg->quant_threads;
-    if (o.threads == 0) { /* the CPUs shared between the workers */
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        o.threads = cpus > app->cfg->workers ? (int)(cpus / app->cfg->workers) : 1;
-    }
+    qd_job_options(app, j, src, &o);
     void *ctx[2] = {app, s};
     o.progress = on_progress;
     o.progress_user = ctx;
     o.cancel = &s->cancel;
-    /* an upload lives in quantd's own data directory: nobody truncates it under the mapping */
-    o.map_input = strcmp(j->source_kind, "upload") == 0;
-    o.input_dir_fd = src->dir_fd;
-    o.no_symlinks = src->confined;
-    o.allow_static_acts = j->stats_model != NULL;
     o.static_acts = srq.acts;
     o.n_static_acts = srq.n;
     quant_report *rep = NULL;
@@ -368,45 +350,6 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         qd_log(QD_LOG_ERROR, "job end not stored", "job", id, "error", err.message, NULL);
 }
 
-/* Where a job reads from: an upload in quantd's own data directory as it is; a server-side
- * path below its source root's parent, opened without following any link (also what the
- * pipeline then does for every file under it), so that a link swapped in after the job was
- * accepted leads nowhere. */
-static quant_ck_status open_source(qd_app *app, const qd_job *j, job_source *src,
-                                   quant_ck_error *ck)
-{
-    const qd_config *cfg = app->cfg;
-    struct stat sb;
-    qd_err err;
-    *src = (job_source){.dir_fd = AT_FDCWD, .in = NULL, .confined = false};
-    if (strcmp(j->source_kind, "upload") == 0) {
-        if (stat(j->source_path, &sb) != 0)
-            return quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s: %s", j->source_path, strerror(errno));
-        src->in = strdup(j->source_path);
-        src->is_dir = S_ISDIR(sb.st_mode);
-        return src->in ? QUANT_CK_OK : quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
-    }
-    if (qd_source_locate(j->source_path, cfg->source_roots, cfg->n_source_roots, &src->dir_fd,
-                         &src->in, NULL, &err) != QD_OK) {
-        src->dir_fd = AT_FDCWD;
-        return quant_ck_fail(ck, QUANT_CK_ERR_ACCESS, "%s", err.message);
-    }
-    src->confined = true;
-    int fd = quant_open_beneath(src->dir_fd, src->in, O_RDONLY, ck);
-    if (fd < 0) return ck->status;
-    bool ok = fstat(fd, &sb) == 0;
-    close(fd);
-    src->is_dir = ok && S_ISDIR(sb.st_mode);
-    return ok ? QUANT_CK_OK
-              : quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s: %s", src->in, strerror(errno));
-}
-
-static void close_source(job_source *src)
-{
-    if (src->dir_fd >= 0) close(src->dir_fd);
-    free(src->in);
-}
-
 static void run_job(qd_app *app, slot *s, const qd_job *j)
 {
     char id[24];
@@ -415,14 +358,14 @@ static void run_job(qd_app *app, slot *s, const qd_job *j)
     quant_ck_error ck = {0};
     char *report = NULL, *out = NULL, why[256];
     qd_err err;
-    job_source src;
-    quant_ck_status st = open_source(app, j, &src, &ck);
+    qd_job_source src;
+    quant_ck_status st = qd_job_source_open(app, j, &src, &ck);
     if (st == QUANT_CK_OK && !qd_disk_room(app, 0, why, sizeof why))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "not started: %s", why);
     if (st == QUANT_CK_OK && !(out = output_target(app, j, src.is_dir, &err)))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s", err.message);
     if (st == QUANT_CK_OK) st = run_pipeline(app, s, j, &src, out, &report, &ck);
-    close_source(&src);
+    qd_job_source_close(&src);
     finish(app, s, j, st, ck.message, report);
     free(report);
     free(out);

@@ -298,25 +298,58 @@ static void job_free(ck_job *j)
 
 /* Opens, validates and plans everything before any data is read: the shards, and for a
  * directory config.json (compressed-tensors) and the other files to copy. */
+/* Everything before the first tensor is read: the shards opened and validated, the output
+ * checked (unless out is NULL: a check only), every tensor planned, the other files looked at;
+ * then (with out) the libquant context. */
 static quant_ck_status job_start(ck_job *j, const quant_ruleset *rules, const char *in,
                                  const char *out, quant_ck_error *err)
 {
     const quant_pipeline_options *o = j->run.opts;
     ck_dir base = {.fd = o->input_dir_fd, .shown = NULL, .nofollow = o->no_symlinks};
     quant_ck_status st = ck_shards_open(&base, in, &j->shards, err);
-    if (st == QUANT_CK_OK) st = ck_check_output(out, j->shards.is_dir, err);
+    if (st == QUANT_CK_OK && out) st = ck_check_output(out, j->shards.is_dir, err);
     if (st == QUANT_CK_OK && o->layout == QUANT_LAYOUT_CTENSORS && !(j->ct = ck_ct_config_new()))
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (st == QUANT_CK_OK) st = plan_all(j, rules, err);
     if (st == QUANT_CK_OK && j->shards.is_dir && j->ct) st = ct_config_text(j, err);
     if (st == QUANT_CK_OK && j->shards.is_dir)
         st = ck_outdir_check_others(&j->shards, j->config != NULL, err);
-    if (st != QUANT_CK_OK) return st;
+    if (st != QUANT_CK_OK || !out) return st;
     quant_ctx_options co = {.threads = j->run.opts->threads, .isa = QUANT_ISA_AUTO};
     quant_error qe;
     j->run.ctx = quant_ctx_new(&co, &qe);
     if (!j->run.ctx) return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "libquant: %s", qe.message);
     return QUANT_CK_OK;
+}
+
+/* The options and static activations checked, and the job's report made. */
+static quant_ck_status job_new(ck_job *j, const quant_ruleset *rules,
+                               const quant_pipeline_options *opts, quant_ck_error *err)
+{
+    quant_ck_status st = check_options(opts, err);
+    if (st == QUANT_CK_OK) st = check_static_acts(opts, rules, err);
+    if (st != QUANT_CK_OK) return st;
+    bool static_acts = opts->allow_static_acts || opts->n_static_acts > 0;
+    *j = (ck_job){.run = {.opts = opts, .report = ck_report_new(opts->layout, static_acts)}};
+    return j->run.report ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+}
+
+quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
+                                 const quant_pipeline_options *opts, quant_ck_error *err)
+{
+    quant_pipeline_options defaults;
+    if (!opts) {
+        quant_pipeline_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!rules || !in) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    ck_job j;
+    quant_ck_status st = job_new(&j, rules, opts, err);
+    if (st != QUANT_CK_OK) return st;
+    st = job_start(&j, rules, in, NULL, err);
+    job_free(&j);
+    quant_report_free(j.run.report);
+    return st;
 }
 
 quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, const char *out,
@@ -330,12 +363,9 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     }
     if (report) *report = NULL;
     if (!rules || !in || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
-    quant_ck_status st = check_options(opts, err);
-    if (st == QUANT_CK_OK) st = check_static_acts(opts, rules, err);
+    ck_job j;
+    quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
-    bool static_acts = opts->allow_static_acts || opts->n_static_acts > 0;
-    ck_job j = {.run = {.opts = opts, .report = ck_report_new(opts->layout, static_acts)}};
-    if (!j.run.report) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     st = job_start(&j, rules, in, out, err);
     if (st == QUANT_CK_OK)
         st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);

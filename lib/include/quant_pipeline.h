@@ -180,6 +180,18 @@ QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const 
                                               const char *out, const quant_pipeline_options *opts,
                                               quant_report **report, quant_ck_error *err);
 
+/*! quant_check_path() :
+ * Everything quant_quantize_path() does before it reads tensor data, and nothing else: the
+ * shards (or the file) opened and validated, every tensor planned by `rules` for `opts`'s layout
+ * (a rule the layout cannot express, a tile that does not divide its dimension, an
+ * act_static_scale rule without allow_static_acts), the index and the other files looked at,
+ * under `opts`'s input_dir_fd / no_symlinks. Reads headers only; writes nothing. For a server
+ * that must refuse a job when it is asked for it, not when it runs.
+ * @return : QUANT_CK_OK, or the error quant_quantize_path() would have failed with first. */
+QUANT_API quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
+                                           const quant_pipeline_options *opts,
+                                           quant_ck_error *err);
+
 /*! quant_open_beneath() :
  * Opens `rel` under the directory `dir_fd` (AT_FDCWD allowed) without ever following a symbolic
  * link: `rel` must be plain components (no leading '/', no empty, "." or ".." component, no

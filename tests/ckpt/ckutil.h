@@ -65,5 +65,6 @@ Suite *suite_cli(void);
 Suite *suite_e2e(void);
 Suite *suite_srq_ckpt(void);
 Suite *suite_confine(void);
+Suite *suite_check(void);
 
 #endif

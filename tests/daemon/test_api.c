@@ -364,22 +364,30 @@ START_TEST(test_bad_uploads)
     char *up = qdt_join(d.data_dir, "uploads"), *tmp = qdt_join(d.data_dir, "tmp");
     ck_assert_int_eq(count_entries(up), 0);
     ck_assert_int_eq(count_entries(tmp), 0);
-    /* a job that fails in the pipeline: failed with the error, nothing served */
+    /* a job its rules cannot plan: refused when asked for (422 naming the upload's tensor and
+     * rule), not accepted to fail later; nothing kept, no job */
     put_rules(&d, "tile5",
               "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\","
               "\"tile_size\":5}]}");
-    long long id = upload_job(&d, "tile5", SHARDED "/model-00002-of-00002.safetensors");
-    json_t *j = qdp_wait_job(&d, id, 60);
-    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
-    const char *jerr = json_string_value(json_object_get(j, "error"));
-    ck_assert_ptr_nonnull(strstr(jerr, "tiled"));
-    ck_assert_msg(strncmp(jerr, "model.safetensors: ", 19) == 0 && !strstr(jerr, d.data_dir),
-                  "the error names the upload, not where the server keeps it: %s", jerr);
-    json_decref(j);
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/%lld/output", id);
-    expect(&d, "GET", path, NULL, 409, "not_ready");
+    qdp_resp r5 =
+        qdp_upload(&d, "/v1/jobs?ruleset=tile5", SHARDED "/model-00002-of-00002.safetensors");
+    ck_assert_msg(r5.status == 422 && strstr(r5.body, "\"invalid_job\"") &&
+                      strstr(r5.body, "\"model.safetensors: tensor ") && strstr(r5.body, "tiled") &&
+                      !strstr(r5.body, d.data_dir),
+                  "%ld %s", r5.status, r5.body);
+    qdp_resp_free(&r5);
+    /* a rule the layout cannot express (int16 in compressed-tensors): refused, not failed later */
+    put_rules(&d, "i16", "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int16\"}]}");
+    r5 = qdp_upload(&d, "/v1/jobs?ruleset=i16&layout=compressed-tensors",
+                    SHARDED "/model-00002-of-00002.safetensors");
+    ck_assert_msg(r5.status == 422 && strstr(r5.body, "\"invalid_job\"") &&
+                      strstr(r5.body, "compressed-tensors"),
+                  "%ld %s", r5.status, r5.body);
+    qdp_resp_free(&r5);
     ck_assert_int_eq(count_entries(up), 0);
+    r5 = qdp_req(&d, "GET", "/v1/jobs", NULL, NULL, 0, NULL);
+    ck_assert_msg(strstr(r5.body, "\"jobs\":[]"), "%s", r5.body);
+    qdp_resp_free(&r5);
     free(up);
     free(tmp);
     free(bad);

@@ -1,9 +1,9 @@
 /* test_sources.c -- server-side checkpoints stay under their source root, through the real
  * quantd: links in a source directory (to a file, a directory, /proc/self/environ, quantd's own
- * database) fail the job naming the entry and publish nothing; a link as the path itself or on
- * the way to it is refused at request time; paths outside the roots get one answer whether
- * they exist or not; a link swapped in after the job was accepted is refused too; no error
- * shows a server path.
+ * database) refuse the job (422, planned before it is accepted) naming the entry; a link as the
+ * path itself or on the way to it is refused at request time; paths outside the roots get one answer whether
+ * they exist or not; a link swapped in after the job was accepted fails the job naming it and
+ * publishes nothing; no error shows a server path.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -90,6 +90,19 @@ static void fails_naming(src_fixture *f, long long id, const char *entry)
     ck_assert_msg(access(dir, F_OK) != 0, "%s left behind", dir);
 }
 
+/* A job on rel is refused at once (422 bad_source) naming `entry`, with no server path. */
+static void refused_naming(src_fixture *f, const char *rel, const char *entry)
+{
+    qdp_resp r = post(f, rel, true);
+    char want[512];
+    snprintf(want, sizeof want, "%s: %s", entry, LINKMSG);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "\"bad_source\"") && strstr(r.body, want),
+                  "%s: %ld %s (wanted 422 naming %s)", rel, r.status, r.body, entry);
+    ck_assert_msg(!strstr(r.body, f->src) && !strstr(r.body, f->d.data_dir), "server path: %s",
+                  r.body);
+    qdp_resp_free(&r);
+}
+
 START_TEST(test_links_in_source_dir)
 {
     src_fixture f;
@@ -108,7 +121,7 @@ START_TEST(test_links_in_source_dir)
         ck_assert_int_eq(symlink(links[i].target ? links[i].target : db, link), 0);
         char entry[128];
         snprintf(entry, sizeof entry, "stories/%s", links[i].name);
-        fails_naming(&f, accepted(&f, "stories"), entry);
+        refused_naming(&f, "stories", entry); /* planned before it is accepted */
         ck_assert_int_eq(unlink(link), 0);
         free(db);
         free(link);
@@ -119,7 +132,7 @@ START_TEST(test_links_in_source_dir)
     char *moved = qdt_join(f.src, "elsewhere.safetensors");
     ck_assert_int_eq(rename(shard, moved), 0);
     ck_assert_int_eq(symlink(moved, shard), 0);
-    fails_naming(&f, accepted(&f, "stories"), "stories/model-00002-of-00002.safetensors");
+    refused_naming(&f, "stories", "stories/model-00002-of-00002.safetensors");
     /* and the plain directory still works once the link is gone */
     ck_assert_int_eq(unlink(shard), 0);
     ck_assert_int_eq(rename(moved, shard), 0);

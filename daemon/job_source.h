@@ -1,0 +1,40 @@
+/* job_source.h -- what a job reads and how the pipeline is set up for it (job_source.c): shared
+ * by the workers (jobs.c), which run jobs, and by job creation (h_jobs.c), which plans a job
+ * before accepting it.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_JOB_SOURCE_H
+#define QD_JOB_SOURCE_H
+
+#include <stdbool.h>
+
+#include "app.h"
+#include "quant_pipeline.h"
+
+/* What a job reads: `in` relative to dir_fd (AT_FDCWD: as it is), confined or not. */
+typedef struct qd_job_source {
+    int dir_fd;
+    char *in;
+    bool confined; /* no link is followed anywhere under it */
+    bool is_dir;
+} qd_job_source;
+
+/* An upload from its own directory in DATA/uploads (named model.safetensors); a server-side
+ * path below its source root's parent, opened without following any link (as the pipeline then
+ * does for every file under it), so that a link swapped in after the job was accepted leads
+ * nowhere. */
+quant_ck_status qd_job_source_open(const qd_app *app, const qd_job *j, qd_job_source *src,
+                                   quant_ck_error *ck);
+void qd_job_source_close(qd_job_source *src);
+
+/* The pipeline options of job j on src: layout, threads (quant_threads, or the CPUs shared
+ * between the workers), the input's confinement, mapping of uploads, static activation scales
+ * allowed with a stats_model. The caller adds progress, cancel and the scales themselves. */
+void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src,
+                    quant_pipeline_options *o);
+
+/* Job j planned without reading tensor data (quant_check_path): the error it would fail with
+ * before its first tensor, so that it is refused when asked for rather than when it runs. */
+quant_ck_status qd_job_check(const qd_app *app, const qd_job *j, quant_ck_error *ck);
+
+#endif /* QD_JOB_SOURCE_H */
