@@ -280,7 +280,9 @@ run: deps all
 demo: lib $(DEMO_BIN)
 	$(Q)$(DEMO_BIN)
 
-SYSCONFDIR       ?= /etc
+# /etc for the system prefixes, else under the prefix (PREFIX=/opt/quantd: /opt/quantd/etc); the
+# unit names the file it installs with --config, whatever the directory.
+SYSCONFDIR       ?= $(if $(filter /usr /usr/local,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
@@ -294,7 +296,7 @@ install: all
 	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/quantd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 644 $(MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/
-	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	sed -e '/^#/!s|@BINDIR@|$(PREFIX)/bin|g' -e '/^#/!s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/quantd.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
 	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
 	test -e $(DESTDIR)$(SYSCONFDIR)/quantd/quantd.conf || \
