@@ -272,6 +272,13 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
 {
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     bool upload = ct && strncmp(ct, "application/octet-stream", 24) == 0;
+    if (!upload && (!ct || strncmp(ct, "application/json", 16) != 0))
+        return qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
+                              "POST /v1/jobs takes a shard as application/octet-stream (curl -X "
+                              "POST -H 'Content-Type: application/octet-stream' -T FILE "
+                              "'URL?ruleset=NAME'), or a job on a server-side checkpoint as "
+                              "application/json; the Content-Type was %s",
+                              ct ? ct : "missing");
     if (!queue_has_room(r)) return MHD_YES;
     if (!upload) return qd_limit_disk(r, 0), MHD_YES; /* JSON: a path job, checked whole later */
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";

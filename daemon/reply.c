@@ -9,6 +9,7 @@
 
 #include "fsutil.h"
 #include "http.h"
+#include "router.h"
 
 enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp)
 {
@@ -127,6 +128,22 @@ const char *qd_req_query(const qd_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+/* What a route's body looks like, for a client that sent a bare list. */
+static const char *object_hint(const qd_req *r)
+{
+    static const struct {
+        const char *prefix, *hint;
+    } hints[] = {
+        {"/v1/rulesets/", ", not a list: a rule set is {\"rules\": [...]} (wrap the list)"},
+        {"/v1/jobs", ", not a list: a job is {\"ruleset\": NAME or \"rules\": [...], "
+                     "\"source\": {\"path\": ...}}"},
+    };
+    for (size_t i = 0; r->route && i < sizeof hints / sizeof hints[0]; i++)
+        if (strncmp(r->route->pattern, hints[i].prefix, strlen(hints[i].prefix)) == 0)
+            return hints[i].hint;
+    return ", not a list";
+}
+
 json_t *qd_req_json(qd_req *r)
 {
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -143,8 +160,10 @@ json_t *qd_req_json(qd_req *r)
         return NULL;
     }
     if (!json_is_object(doc)) {
+        bool list = json_is_array(doc);
         json_decref(doc);
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "bad_json", NULL, "body must be a JSON object");
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "bad_json", NULL, "body must be a JSON object%s",
+                       list ? object_hint(r) : "");
         return NULL;
     }
     return doc;

@@ -128,6 +128,19 @@ START_TEST(test_rulesets)
     r = qdp_req(&d, "PUT", "/v1/rulesets/int8", "application/json", RULES, strlen(RULES), NULL);
     ck_assert_int_eq(r.status, 200);
     qdp_resp_free(&r);
+    /* a bare list of rules: told to wrap it */
+    const char *bare = "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]";
+    r = qdp_req(&d, "PUT", "/v1/rulesets/bare", "application/json", bare, strlen(bare), NULL);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "{\\\"rules\\\": [...]} (wrap the list)"), "%s",
+                  r.body);
+    qdp_resp_free(&r);
+    /* a job in another Content-Type (curl's default form type here): told which two it
+     * takes, before any body */
+    r = qdp_req(&d, "POST", "/v1/jobs?ruleset=int8", NULL, "x", 1, NULL);
+    ck_assert_msg(r.status == 415 && strstr(r.body, "-T FILE") &&
+                      strstr(r.body, "was application/x-www-form-urlencoded"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
     put_rules(&d, "b-2", "{\"rules\":[]}");
     r = qdp_req(&d, "GET", "/v1/rulesets", NULL, NULL, 0, NULL);
     ck_assert_int_eq(r.status, 200);
