@@ -89,7 +89,7 @@ START_TEST(test_health_and_routing)
     qdp_resp r = qdp_req(&d, "PATCH", "/v1/jobs", NULL, NULL, 0, NULL);
     ck_assert_int_eq(r.status, 405);
     char *allow = qdp_header(&r, "allow");
-    ck_assert_str_eq(allow, "POST, GET");
+    ck_assert_str_eq(allow, "POST, GET, HEAD");
     free(allow);
     char *rid = qdp_header(&r, "x-request-id");
     ck_assert_ptr_nonnull(rid);
