@@ -378,7 +378,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     double secs = elapsed(&r->t0);
     size_t route = r->route ? qd_route_index(r->route) : qd_n_routes;
     unsigned status = r->replied ? r->status : 0;
-    qd_metrics_request(app->metrics, route, status, secs);
+    qd_metrics_request(app->metrics, route, r->method, status, secs);
     char st[8], ms[24];
     snprintf(st, sizeof st, "%u", status);
     snprintf(ms, sizeof ms, "%.3f", secs * 1e3);
