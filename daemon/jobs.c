@@ -244,6 +244,14 @@ typedef struct job_source {
     bool is_dir;
 } job_source;
 
+int qd_jobs_threads(int quant_threads, long online_cpus, int workers)
+{
+    long n = quant_threads;
+    if (n == 0) /* the CPUs shared between the workers */
+        n = workers > 0 && online_cpus > workers ? online_cpus / workers : 1;
+    return n > QUANT_MAX_THREADS ? QUANT_MAX_THREADS : (int)n;
+}
+
 /* Runs the pipeline on src; on success *report_json is set. Returns the pipeline's status. */
 static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const job_source *src,
                                     const char *out, char **report_json, quant_ck_error *ck)
@@ -261,11 +269,8 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     quant_layout_parse(j->layout, &o.layout);
-    o.threads = app->cfg->quant_threads;
-    if (o.threads == 0) { /* the CPUs shared between the workers */
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        o.threads = cpus > app->cfg->workers ? (int)(cpus / app->cfg->workers) : 1;
-    }
+    o.threads =
+        qd_jobs_threads(app->cfg->quant_threads, sysconf(_SC_NPROCESSORS_ONLN), app->cfg->workers);
     void *ctx[2] = {app, s};
     o.progress = on_progress;
     o.progress_user = ctx;
