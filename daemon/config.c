@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "config_impl.h"
+#include "quant.h" /* QUANT_MAX_THREADS */
 
 #ifndef QD_VERSION
 #error "QD_VERSION must be defined (the Makefile passes -DQD_VERSION=...)"
@@ -25,6 +26,8 @@
 #define GIB      ((int64_t)1 << 30)
 #define TIB      ((int64_t)1 << 40)
 #define F(field) offsetof(qd_config, field)
+#define STR_(x)  #x
+#define STR(x)   STR_(x) /* a number macro as a string literal, for the help texts */
 
 /* clang-format off */
 static const char *const metrics_auth_words[] = {[QD_METRICS_OPEN] = "open",
@@ -91,8 +94,12 @@ const cfg_setting cfg_settings[] = {
      "DATA_DIR/quantd.db", "the SQLite database", NULL},
     {"jobs", "workers", "QUANTD_WORKERS", "--workers", "N", CFG_INT, 1, 256, F(workers), "1",
      NULL, "jobs run at the same time (1..256)", NULL},
-    {"jobs", "quant_threads", "QUANTD_QUANT_THREADS", "--quant-threads", "N", CFG_INT, 0, 1024,
-     F(quant_threads), "0", NULL, "threads per job; 0 = online CPUs / workers (0..1024)", NULL},
+    /* the pipeline's own limit (quant_pipeline_options.threads): refused here, at start, naming
+     * the flag, and not by every job */
+    {"jobs", "quant_threads", "QUANTD_QUANT_THREADS", "--quant-threads", "N", CFG_INT, 0,
+     QUANT_MAX_THREADS, F(quant_threads), "0", NULL,
+     ("threads per job; 0 = online CPUs / workers, at most " STR(QUANT_MAX_THREADS)
+      " (0.." STR(QUANT_MAX_THREADS) ")"), NULL},
     {"jobs", "max_attempts", "QUANTD_MAX_ATTEMPTS", "--max-attempts", "N", CFG_INT, 1, 100,
      F(max_attempts), "2", NULL, "runs of a job cut short by a crash before it fails (1..100)", NULL},
     {"jobs", "retention", "QUANTD_JOB_RETENTION", "--job-retention", "DURATION", CFG_DURATION, 0,

@@ -1,7 +1,9 @@
 /* h_job_files.c -- a succeeded job's files: GET /v1/jobs/{id}/output (the one safetensors
  * output), GET /v1/jobs/{id}/outputs/{name} (any output, by the name the store lists; never a
  * path from the request), served from the file with Content-Length, ETag (its SHA-256),
- * If-None-Match, single byte ranges and If-Range; GET /v1/jobs/{id}/report.
+ * If-None-Match (etag.c: lists, weak comparison), one byte range (range.c: several satisfiable
+ * ranges and invalid Range headers get the whole file) and If-Range; GET /v1/jobs/{id}/report.
+ * HEAD is answered by the same handlers (router.c); libmicrohttpd leaves the body out.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -14,7 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "etag.h"
 #include "handlers.h"
+#include "range.h"
 #include "timefmt.h"
 
 /* The job, which must have succeeded (and, for its files, still have them); replies 404, 409
@@ -51,39 +55,63 @@ static bool succeeded_job(qd_req *r, int64_t *id, bool files)
     return ok;
 }
 
-/* Parses "bytes=A-B", "bytes=A-", "bytes=-N" against size; false when unsatisfiable or not a
- * single range (the caller then answers 416). */
-static bool parse_range(const char *h, uint64_t size, uint64_t *from, uint64_t *to)
+/* 304: If-None-Match matched; the reply carries the ETag and no body. */
+static enum MHD_Result not_modified(qd_req *r, const char *etag)
 {
-    if (strncmp(h, "bytes=", 6) != 0 || strchr(h, ',')) return false;
-    h += 6;
-    char *end;
-    if (*h == '-') {
-        uint64_t n = strtoull(h + 1, &end, 10);
-        if (*end || end == h + 1 || n == 0 || size == 0) return false;
-        *from = n >= size ? 0 : size - n;
-        *to = size - 1;
-        return true;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    return qd_reply(r, MHD_HTTP_NOT_MODIFIED, resp);
+}
+
+/* 416 with Content-Range: bytes STAR/SIZE (RFC 9110 15.5.17). */
+static enum MHD_Result not_satisfiable(qd_req *r, uint64_t size)
+{
+    char cr[48];
+    snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+    return qd_reply(r, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
+}
+
+/* The Range header to honour: none when If-Range names another representation (the client's
+ * copy is of another file: it gets the whole of this one). If-Range takes the strong
+ * comparison: only this exact ETag (a date or a weak tag never matches). */
+static const char *wanted_range(const qd_req *r, const char *etag)
+{
+    const char *range = qd_req_header(r, MHD_HTTP_HEADER_RANGE);
+    const char *if_range = qd_req_header(r, MHD_HTTP_HEADER_IF_RANGE);
+    return range && if_range && strcmp(if_range, etag) != 0 ? NULL : range;
+}
+
+/* The file's bytes from..to (206 when partial, else 200) from fd, which the response takes. */
+static enum MHD_Result send_bytes(qd_req *r, int fd, const qd_output *o, const char *etag,
+                                  uint64_t size, uint64_t from, uint64_t to, bool partial)
+{
+    uint64_t len = size ? to - from + 1 : 0;
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, from);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
     }
-    *from = strtoull(h, &end, 10);
-    if (end == h || *end != '-') return false;
-    const char *b = end + 1;
-    *to = *b ? strtoull(b, &end, 10) : size - 1;
-    if (*b && *end) return false;
-    if (*to >= size) *to = size - 1;
-    return *from < size && *from <= *to;
+    char disp[320], cr[96];
+    snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", o->name);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+    if (partial) {
+        snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, from, to, size);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+    }
+    return qd_reply(r, partial ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp);
 }
 
 static enum MHD_Result serve_file(qd_req *r, const char *path, const qd_output *o)
 {
     char etag[70];
     snprintf(etag, sizeof etag, "\"%s\"", o->sha256);
-    const char *inm = qd_req_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    if (inm && (strcmp(inm, etag) == 0 || strcmp(inm, "*") == 0)) {
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
-        return qd_reply(r, MHD_HTTP_NOT_MODIFIED, resp);
-    }
+    if (qd_etag_none_match(qd_req_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH), etag))
+        return not_modified(r, etag);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != (uint64_t)o->bytes) {
@@ -92,37 +120,14 @@ static enum MHD_Result serve_file(qd_req *r, const char *path, const qd_output *
                               "output %s is missing or changed on disk", o->name);
     }
     uint64_t size = (uint64_t)sb.st_size, from = 0, to = size ? size - 1 : 0;
-    const char *range = qd_req_header(r, MHD_HTTP_HEADER_RANGE);
-    const char *if_range = qd_req_header(r, MHD_HTTP_HEADER_IF_RANGE);
-    if (range && if_range && strcmp(if_range, etag) != 0)
-        range = NULL; /* the client's copy is of another file: send the whole of this one */
-    char cr[96];
-    unsigned status = MHD_HTTP_OK;
-    if (range && !parse_range(range, size, &from, &to)) {
+    /* from and to change only for one range; no header, an invalid one and several ranges
+     * (QD_RANGE_MULTI: we send no multipart/byteranges) get the whole file */
+    qd_range_result range = qd_range_parse(wanted_range(r, etag), size, &from, &to);
+    if (range == QD_RANGE_UNSATISFIABLE) {
         close(fd);
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
-        if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
-        return qd_reply(r, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
+        return not_satisfiable(r, size);
     }
-    if (range) {
-        status = MHD_HTTP_PARTIAL_CONTENT;
-        snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, from, to, size);
-    }
-    uint64_t len = size ? to - from + 1 : 0;
-    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, from);
-    if (!resp) {
-        close(fd);
-        return MHD_NO;
-    }
-    char disp[320];
-    snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", o->name);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
-    if (range) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
-    return qd_reply(r, status, resp);
+    return send_bytes(r, fd, o, etag, size, from, to, range == QD_RANGE_SINGLE);
 }
 
 /* Serves output `name` (or the single safetensors output when name is NULL). */

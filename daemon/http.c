@@ -1,4 +1,5 @@
-/* http.c -- the libmicrohttpd server: listening socket, thread pool with epoll, the access
+/* http.c -- the libmicrohttpd server: listening socket, thread pool with epoll, the URL's
+ * escapes decoded without losing a %00 (and control characters in the URL refused), the access
  * handler that routes a request, enforces its body limit (413) and gathers the body in memory
  * (JSON, statistics posts; in one allocation when Content-Length is known) or streams it,
  * work that blocks handed to waiter threads with the connection suspended (qd_req_defer), and
@@ -265,6 +266,55 @@ enum MHD_Result qd_req_defer(qd_req *r, void (*fn)(qd_req *r, void *arg), void *
     return MHD_YES;
 }
 
+/* ---- the URL ----------------------------------------------------------------------------------
+ *
+ * libmicrohttpd decodes the %HH escapes of the path, and of each query argument's name and
+ * value, in place before the access handler sees them; a decoded %00 then ends the string, so
+ * "/v1/jobs/7%00/output" reached the router as "/v1/jobs/7". quantd decodes them itself
+ * (MHD_OPTION_UNESCAPE_CALLBACK, called for the path and for every argument's name and value)
+ * with libmicrohttpd's own decoder, then turns every NUL it produced into URL_NUL, a control
+ * character, so nothing is cut. Before routing, a request whose path or arguments hold any
+ * control character (0x00-0x1F, 0x7F: decoded, or sent raw if libmicrohttpd lets one through)
+ * is refused with 400 invalid. The marker is the decoded text itself: no per-connection state
+ * to keep in step with the request, and whatever put a control character there, it is refused.
+ */
+
+#define URL_NUL '\x1a' /* SUB, ASCII's substitute character: what a decoded %00 becomes */
+
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    size_t n = MHD_http_unescape(s); /* the decoded length, NULs it decoded included */
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\0') s[i] = URL_NUL;
+    return n;
+}
+
+static bool has_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return true;
+    return false;
+}
+
+static enum MHD_Result arg_has_control(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    (void)kind;
+    bool *found = cls;
+    *found = has_control(key) || (value && has_control(value));
+    return *found ? MHD_NO : MHD_YES;
+}
+
+/* Whether the request's path or one of its query arguments holds a control character. */
+static bool url_has_control(const qd_req *r)
+{
+    bool found = has_control(r->url);
+    if (!found) MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, arg_has_control, &found);
+    return found;
+}
+
 /* ---- the access handler -----------------------------------------------------------------------
  */
 
@@ -287,6 +337,12 @@ static enum MHD_Result admit(qd_req *r)
 
 static enum MHD_Result first_call(qd_req *r)
 {
+    if (url_has_control(r)) {
+        qd_conn_busy(r->guard);
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", NULL,
+                              "the URL holds a control character (an escape such as %%00 or "
+                              "%%0A in the path or a query argument)");
+    }
     bool path_known;
     r->route = qd_route_match(r->method, r->url, r, &path_known);
     if (r->route) {
@@ -378,7 +434,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     double secs = elapsed(&r->t0);
     size_t route = r->route ? qd_route_index(r->route) : qd_n_routes;
     unsigned status = r->replied ? r->status : 0;
-    qd_metrics_request(app->metrics, route, status, secs);
+    qd_metrics_request(app->metrics, route, r->method, status, secs);
     char st[8], ms[24];
     snprintf(st, sizeof st, "%u", status);
     snprintf(ms, sizeof ms, "%.3f", secs * 1e3);
@@ -484,6 +540,7 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
         {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)app->cfg->max_connections * app->cfg->http_threads,
          NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)1 << 20, NULL},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape, NULL},
         {MHD_OPTION_ARRAY, 0, tls_opts},
         {MHD_OPTION_END, 0, NULL},
     };

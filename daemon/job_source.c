@@ -14,6 +14,7 @@
 
 #include "fsutil.h"
 #include "job_source.h"
+#include "jobs.h"
 
 quant_ck_status qd_job_source_open(const qd_app *app, const qd_job *j, qd_job_source *src,
                                    quant_ck_error *ck)
@@ -66,11 +67,8 @@ void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src
 {
     quant_pipeline_options_init(o);
     quant_layout_parse(j->layout, &o->layout);
-    o->threads = app->cfg->quant_threads;
-    if (o->threads == 0) { /* the CPUs shared between the workers */
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        o->threads = cpus > app->cfg->workers ? (int)(cpus / app->cfg->workers) : 1;
-    }
+    o->threads = qd_jobs_threads(app->cfg->quant_threads, sysconf(_SC_NPROCESSORS_ONLN),
+                                 app->cfg->workers);
     /* an upload lives in quantd's own data directory: nobody truncates it under the mapping */
     o->map_input = strcmp(j->source_kind, "upload") == 0;
     o->input_dir_fd = src->dir_fd;

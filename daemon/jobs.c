@@ -237,6 +237,14 @@ static char *srq_report(char *text, const srq_input *in)
 /* ---- one job's run ----------------------------------------------------------------------------
  */
 
+int qd_jobs_threads(int quant_threads, long online_cpus, int workers)
+{
+    long n = quant_threads;
+    if (n == 0) /* the CPUs shared between the workers */
+        n = workers > 0 && online_cpus > workers ? online_cpus / workers : 1;
+    return n > QUANT_MAX_THREADS ? QUANT_MAX_THREADS : (int)n;
+}
+
 /* Runs the pipeline on src; on success *report_json is set. Returns the pipeline's status. */
 static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const qd_job_source *src,
                                     const char *out, char **report_json, quant_ck_error *ck)

@@ -9,6 +9,9 @@
 
 #include "app.h"
 
+/* The threads of one job: quant_threads when it is not 0, else the online CPUs shared between
+ * the workers (at least 1); never more than QUANT_MAX_THREADS, the pipeline's limit. */
+int qd_jobs_threads(int quant_threads, long online_cpus, int workers);
 /* Recovers interrupted jobs (their partial files removed), then starts the workers. */
 qd_status qd_jobs_start(qd_app *app, qd_jobs **out, qd_err *err);
 /* A job was queued: wake a worker. */

@@ -125,9 +125,13 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     if (qd_tokens_open(app->cfg->db_path, &app->tokens, &err) != QD_OK)
         return fail("cannot open the tokens", &err);
     if (exposure(app, &insecure, &err) != QD_OK) return fail("refusing to start", &err);
-    const char *names[64];
-    for (size_t i = 0; i < qd_n_routes && i < 64; i++) names[i] = qd_routes[i].name;
-    app->metrics = qd_metrics_new(names, qd_n_routes);
+    static const char *names[64], *methods[64]; /* the metrics keep them */
+    size_t n = qd_n_routes < 64 ? qd_n_routes : 64;
+    for (size_t i = 0; i < n; i++) {
+        names[i] = qd_routes[i].name;
+        methods[i] = qd_routes[i].method;
+    }
+    app->metrics = qd_metrics_new(names, methods, n);
     if (!app->metrics) return fail("out of memory", &err);
     if (qd_stats_open(app->cfg->db_path, app->metrics, &app->stats, &err) != QD_OK)
         return fail("cannot open the statistics store", &err);

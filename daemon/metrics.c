@@ -1,5 +1,6 @@
-/* metrics.c -- counters and a latency histogram per route, updated with relaxed atomics and
- * rendered in the Prometheus text exposition format.
+/* metrics.c -- counters and a latency histogram per route (a method and a pattern) and per
+ * method of the requests that matched no route, updated with relaxed atomics and rendered in
+ * the Prometheus text exposition format.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdarg.h>
@@ -26,10 +27,16 @@ typedef struct route_counters {
     atomic_uint_fast64_t sum_us;
 } route_counters;
 
+/* The methods unmatched requests are counted by (RFC 9110's and PATCH); any other is "other"
+ * (last), so a client cannot add series. */
+static const char *const unmatched_methods[] = {"GET",     "HEAD",    "POST",  "PUT",   "DELETE",
+                                                "CONNECT", "OPTIONS", "TRACE", "PATCH", "other"};
+#define N_UNMATCHED (sizeof unmatched_methods / sizeof unmatched_methods[0])
+
 struct qd_metrics {
-    const char *const *names;
+    const char *const *names, *const *methods;
     size_t n_routes;
-    route_counters *routes; /* n_routes + 1: the last for unmatched requests */
+    route_counters *routes; /* n_routes + N_UNMATCHED: then unmatched requests by method */
     atomic_uint_fast64_t bytes_quantized, tensors_quantized, upload_bytes;
     atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts, stats_replays;
     atomic_uint_fast64_t commit_bucket[N_BUCKETS]; /* non-cumulative */
@@ -44,16 +51,18 @@ static const char *const limit_names[] = {
     "min_free_disk",  "max_queued_jobs", "stats_quota",     "retention"};
 #define N_LIMITS (sizeof limit_names / sizeof limit_names[0])
 
-qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes)
+qd_metrics *qd_metrics_new(const char *const *route_names, const char *const *route_methods,
+                           size_t n_routes)
 {
     qd_metrics *m = calloc(1, sizeof *m + N_LIMITS * sizeof m->limit_hits[0]);
     if (!m) return NULL;
-    m->routes = calloc(n_routes + 1, sizeof *m->routes);
+    m->routes = calloc(n_routes + N_UNMATCHED, sizeof *m->routes);
     if (!m->routes) {
         free(m);
         return NULL;
     }
     m->names = route_names;
+    m->methods = route_methods;
     m->n_routes = n_routes;
     return m;
 }
@@ -75,10 +84,19 @@ static uint64_t get(atomic_uint_fast64_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-void qd_metrics_request(qd_metrics *m, size_t route, unsigned status, double seconds)
+/* The counters of a route, or of an unmatched request's method. */
+static route_counters *row_of(qd_metrics *m, size_t route, const char *method)
 {
-    if (route > m->n_routes) route = m->n_routes;
-    route_counters *rc = &m->routes[route];
+    if (route < m->n_routes) return &m->routes[route];
+    size_t k = 0;
+    while (k < N_UNMATCHED - 1 && !(method && strcmp(method, unmatched_methods[k]) == 0)) k++;
+    return &m->routes[m->n_routes + k];
+}
+
+void qd_metrics_request(qd_metrics *m, size_t route, const char *method, unsigned status,
+                        double seconds)
+{
+    route_counters *rc = row_of(m, route, method);
     size_t s = 0;
     while (s < N_STATUS - 1 && statuses[s] != status) s++;
     add(&rc->by_status[s], 1);
@@ -158,45 +176,63 @@ static void put(sbuf *b, const char *fmt, ...)
     b->failed = true;
 }
 
-static const char *route_name(const qd_metrics *m, size_t i)
+/* The labels of counter row i: route="..",method=".." (a route's, or unmatched by method). */
+static void row_labels(const qd_metrics *m, size_t i, char *buf, size_t len)
 {
-    return i < m->n_routes ? m->names[i] : "unmatched";
+    bool route = i < m->n_routes;
+    snprintf(buf, len, "route=\"%s\",method=\"%s\"", route ? m->names[i] : "unmatched",
+             route ? m->methods[i] : unmatched_methods[i - m->n_routes]);
+}
+
+static void render_counts(qd_metrics *m, sbuf *b)
+{
+    char labels[320], status[16];
+    for (size_t i = 0; i < m->n_routes + N_UNMATCHED; i++)
+        for (size_t s = 0; s < N_STATUS; s++) {
+            uint64_t v = get(&m->routes[i].by_status[s]);
+            if (!v) continue;
+            row_labels(m, i, labels, sizeof labels);
+            if (statuses[s])
+                snprintf(status, sizeof status, "%u", statuses[s]);
+            else
+                snprintf(status, sizeof status, "other");
+            put(b, "quantd_http_requests_total{%s,status=\"%s\"} %llu\n", labels, status,
+                (unsigned long long)v);
+        }
+}
+
+static void render_latency(qd_metrics *m, sbuf *b)
+{
+    char labels[320];
+    for (size_t i = 0; i < m->n_routes + N_UNMATCHED; i++) {
+        route_counters *rc = &m->routes[i];
+        uint64_t count = get(&rc->count), cum = 0;
+        if (!count) continue;
+        row_labels(m, i, labels, sizeof labels);
+        for (size_t k = 0; k < N_BUCKETS; k++) {
+            cum += get(&rc->bucket[k]);
+            put(b, "quantd_http_request_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", labels,
+                bounds[k], (unsigned long long)cum);
+        }
+        put(b, "quantd_http_request_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n", labels,
+            (unsigned long long)count);
+        put(b, "quantd_http_request_duration_seconds_sum{%s} %.6f\n", labels,
+            (double)get(&rc->sum_us) * 1e-6);
+        put(b, "quantd_http_request_duration_seconds_count{%s} %llu\n", labels,
+            (unsigned long long)count);
+    }
 }
 
 static void render_requests(qd_metrics *m, sbuf *b)
 {
-    put(b, "# HELP quantd_http_requests_total HTTP requests by route and status.\n"
+    put(b, "# HELP quantd_http_requests_total HTTP requests by route (method and pattern; "
+           "unmatched: by method) and status.\n"
            "# TYPE quantd_http_requests_total counter\n");
-    for (size_t i = 0; i <= m->n_routes; i++)
-        for (size_t s = 0; s < N_STATUS; s++) {
-            uint64_t v = get(&m->routes[i].by_status[s]);
-            if (!v) continue;
-            if (statuses[s])
-                put(b, "quantd_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
-                    route_name(m, i), statuses[s], (unsigned long long)v);
-            else
-                put(b, "quantd_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
-                    route_name(m, i), (unsigned long long)v);
-        }
-    put(b, "# HELP quantd_http_request_duration_seconds Request latency by route.\n"
+    render_counts(m, b);
+    put(b, "# HELP quantd_http_request_duration_seconds Request latency by route (method and "
+           "pattern; unmatched: by method).\n"
            "# TYPE quantd_http_request_duration_seconds histogram\n");
-    for (size_t i = 0; i <= m->n_routes; i++) {
-        route_counters *rc = &m->routes[i];
-        uint64_t count = get(&rc->count), cum = 0;
-        if (!count) continue;
-        const char *name = route_name(m, i);
-        for (size_t k = 0; k < N_BUCKETS; k++) {
-            cum += get(&rc->bucket[k]);
-            put(b, "quantd_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
-                name, bounds[k], (unsigned long long)cum);
-        }
-        put(b, "quantd_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", name,
-            (unsigned long long)count);
-        put(b, "quantd_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", name,
-            (double)get(&rc->sum_us) * 1e-6);
-        put(b, "quantd_http_request_duration_seconds_count{route=\"%s\"} %llu\n", name,
-            (unsigned long long)count);
-    }
+    render_latency(m, b);
 }
 
 static void render_stats(qd_metrics *m, sbuf *b)

@@ -1,8 +1,8 @@
 /* metrics.h -- the counters and histograms behind GET /metrics (Prometheus text format 0.0.4):
- * requests by route and status, request latency, bytes and tensors quantized, upload bytes,
- * statistics posts, activations updated, replays of posts by Idempotency-Key and the stats
- * writer's commit latency. Job
- * states and queue depth are read from the store at scrape time. Lock-free updates.
+ * requests by route, method and status, request latency by route and method, bytes and tensors
+ * quantized, upload bytes, statistics posts, activations updated, replays of posts by
+ * Idempotency-Key and the stats writer's commit latency. Job states and queue depth are read
+ * from the store at scrape time. Lock-free updates.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_METRICS_H
@@ -13,12 +13,18 @@
 
 typedef struct qd_metrics qd_metrics;
 
-/* route_names: the router's route names (index = route id), n_routes of them. */
-qd_metrics *qd_metrics_new(const char *const *route_names, size_t n_routes);
+/* route_names, route_methods: the router's route names and methods (index = route id),
+ * n_routes of each (borrowed: they must outlive the metrics). A route is a method and a
+ * pattern, so each route's series carry both labels and no two routes share a series. */
+qd_metrics *qd_metrics_new(const char *const *route_names, const char *const *route_methods,
+                           size_t n_routes);
 void qd_metrics_free(qd_metrics *m);
 
-/* route: a route id, or n_routes for requests that matched none. */
-void qd_metrics_request(qd_metrics *m, size_t route, unsigned status, double seconds);
+/* route: a route id (the request counts with the route's method: a HEAD served by a GET route
+ * counts as GET), or n_routes for requests that matched none, counted by their method (one of
+ * the methods of RFC 9110 and PATCH, else "other"; method may be NULL). */
+void qd_metrics_request(qd_metrics *m, size_t route, const char *method, unsigned status,
+                        double seconds);
 void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors);
 void qd_metrics_upload(qd_metrics *m, uint64_t bytes);
 /* A stats post stored (its activations); a group commit of the stats writer (posts in it, and

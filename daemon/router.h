@@ -45,10 +45,11 @@ struct qd_route {
 extern const qd_route qd_routes[];
 extern const size_t qd_n_routes;
 
-/* The route for method + path (query string already removed), filling r->params. NULL when none;
- * then *path_known tells whether the path exists with another method (405). */
+/* The route for method + path (query string already removed), filling r->params; a HEAD gets the
+ * path's GET route. NULL when none; then *path_known tells whether the path exists with another
+ * method (405). */
 const qd_route *qd_route_match(const char *method, const char *path, qd_req *r, bool *path_known);
-/* "GET, DELETE" for the Allow header of a 405 (static buffer per call site: caller's buf). */
+/* "GET, HEAD, DELETE" for the Allow header of a 405, into buf (HEAD follows every GET). */
 void qd_route_allow(const char *path, char *buf, size_t len);
 /* The route's index in qd_routes. */
 size_t qd_route_index(const qd_route *route);

@@ -20,6 +20,8 @@ Suite *suite_fsutil(void);
 Suite *suite_limits(void);
 Suite *suite_sources(void);
 Suite *suite_tls(void);
+Suite *suite_range(void);
+Suite *suite_http(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
 char *qdt_tmpdir(void);

@@ -89,7 +89,7 @@ START_TEST(test_health_and_routing)
     qdp_resp r = qdp_req(&d, "PATCH", "/v1/jobs", NULL, NULL, 0, NULL);
     ck_assert_int_eq(r.status, 405);
     char *allow = qdp_header(&r, "allow");
-    ck_assert_str_eq(allow, "POST, GET");
+    ck_assert_str_eq(allow, "POST, GET, HEAD");
     free(allow);
     char *rid = qdp_header(&r, "x-request-id");
     ck_assert_ptr_nonnull(rid);
@@ -102,8 +102,8 @@ START_TEST(test_health_and_routing)
     expect(&d, "GET", "/v1/jobs?limit=0", NULL, 400, "invalid");
     r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
     ck_assert_int_eq(r.status, 200);
-    ck_assert_ptr_nonnull(
-        strstr(r.body, "quantd_http_requests_total{route=\"/healthz\",status=\"200\"} 1"));
+    ck_assert_ptr_nonnull(strstr(
+        r.body, "quantd_http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"} 1"));
     ck_assert_ptr_nonnull(strstr(r.body, "quantd_jobs{state=\"queued\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "quantd_http_request_duration_seconds_bucket"));
     ck_assert_ptr_nonnull(strstr(r.body, "quantd_queue_depth 0"));

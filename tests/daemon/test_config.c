@@ -16,7 +16,9 @@
 
 #include "config.h"
 #include "config_impl.h"
+#include "jobs.h"
 #include "qdtest.h"
+#include "quant.h"
 
 static const char *const env_vars[] = {
     "QUANTD_CONFIG",       "QUANTD_LISTEN",        "QUANTD_HTTP_THREADS",   "QUANTD_IDLE_TIMEOUT",
@@ -304,6 +306,40 @@ END_TEST
 /* ---- bad values -------------------------------------------------------------------------------
  */
 
+/* --quant-threads takes what the pipeline takes (quant_pipeline_options.threads: 0..256), so a
+ * bad value stops quantd at start instead of failing every job; the automatic value (online
+ * CPUs / workers) is clamped to the same limit. */
+START_TEST(test_quant_threads_limit)
+{
+    ck_assert_int_eq(QUANT_MAX_THREADS, 256);
+    loaded r;
+    ck_assert_msg(LOAD(&r, "--quant-threads", "256"), "%s", r.msg);
+    ck_assert_int_eq(r.cfg.quant_threads, QUANT_MAX_THREADS);
+    done(&r);
+    EXPECT_ERROR("--quant-threads: must be 0..256, got 257", "--quant-threads", "257");
+    ck_assert_msg(LOAD(&r, "--help"), "%s", r.msg);
+    ck_assert_ptr_nonnull(strstr(r.out, "at most 256 (0..256)"));
+    done(&r);
+    static const struct {
+        int quant_threads;
+        long cpus;
+        int workers, want;
+    } cases[] = {
+        {0, 8, 1, 8},      {0, 8, 2, 4},      {0, 8, 3, 2},      {0, 2, 4, 1},
+        {0, 0, 1, 1},      {0, -1, 1, 1},     {0, 256, 1, 256},  {0, 257, 1, 256},
+        {0, 1024, 1, 256}, {0, 1024, 2, 256}, {0, 1024, 4, 256}, {0, 1024, 8, 128},
+        {5, 1024, 1, 5},   {256, 1, 1, 256},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(qd_jobs_threads(cases[i].quant_threads, cases[i].cpus, cases[i].workers) ==
+                          cases[i].want,
+                      "quant_threads %d, %ld CPUs, %d workers: %d, wanted %d",
+                      cases[i].quant_threads, cases[i].cpus, cases[i].workers,
+                      qd_jobs_threads(cases[i].quant_threads, cases[i].cpus, cases[i].workers),
+                      cases[i].want);
+}
+END_TEST
+
 START_TEST(test_bad_file_values)
 {
     static const struct {
@@ -313,7 +349,8 @@ START_TEST(test_bad_file_values)
         {"[jobs]\n\n; c\nworkers = 257\n", "4: workers: must be 1..256, got 257"},
         {"[jobs]\nworkers = two\n", "2: workers: must be an integer in 1..256, got 'two'"},
         {"[jobs]\nworkers =\n", "2: workers: must be an integer in 1..256, got ''"},
-        {"[jobs]\nquant_threads = -1\n", "2: quant_threads: must be 0..1024, got -1"},
+        {"[jobs]\nquant_threads = -1\n", "2: quant_threads: must be 0..256, got -1"},
+        {"[jobs]\nquant_threads = 300\n", "2: quant_threads: must be 0..256, got 300"},
         {"[jobs]\nmax_attempts = 101\n", "2: max_attempts: must be 1..100, got 101"},
         {"[server]\nhttp_threads = 0\n", "2: http_threads: must be 1..1024, got 0"},
         {"[server]\nidle_timeout = 86401\n", "2: idle_timeout: must be 1..86400, got 86401"},
@@ -350,7 +387,8 @@ START_TEST(test_bad_env_values)
         {"QUANTD_HTTP_THREADS", "9999", "QUANTD_HTTP_THREADS: must be 1..1024, got 9999"},
         {"QUANTD_IDLE_TIMEOUT", "0", "QUANTD_IDLE_TIMEOUT: must be 1..86400, got 0"},
         {"QUANTD_QUANT_THREADS", "x",
-         "QUANTD_QUANT_THREADS: must be an integer in 0..1024, got 'x'"},
+         "QUANTD_QUANT_THREADS: must be an integer in 0..256, got 'x'"},
+        {"QUANTD_QUANT_THREADS", "257", "QUANTD_QUANT_THREADS: must be 0..256, got 257"},
         {"QUANTD_MAX_ATTEMPTS", "0", "QUANTD_MAX_ATTEMPTS: must be 1..100, got 0"},
         {"QUANTD_MAX_UPLOAD", "2000T", "QUANTD_MAX_UPLOAD: must be 1..1024T, got 2000T"},
         {"QUANTD_MAX_STATS_BODY", "0", "QUANTD_MAX_STATS_BODY: must be 1..4G, got 0"},
@@ -386,7 +424,8 @@ START_TEST(test_bad_flag_values)
     EXPECT_ERROR("--http-threads: must be 1..1024, got 0", "--http-threads", "0");
     EXPECT_ERROR("--idle-timeout: must be an integer in 1..86400, got '5s'", "--idle-timeout",
                  "5s");
-    EXPECT_ERROR("--quant-threads: must be 0..1024, got 1025", "--quant-threads", "1025");
+    EXPECT_ERROR("--quant-threads: must be 0..256, got 1025", "--quant-threads", "1025");
+    EXPECT_ERROR("--quant-threads: must be 0..256, got 300", "--quant-threads", "300");
     EXPECT_ERROR("--max-attempts: must be 1..100, got 0", "--max-attempts", "0");
     EXPECT_ERROR("--log-level: must be debug, info, warn or error, got ''", "--log-level=");
     EXPECT_ERROR("--data-dir: must not be empty", "--data-dir", "");
@@ -1071,6 +1110,7 @@ Suite *suite_config(void)
     tcase_add_test(tc, test_bad_file_values);
     tcase_add_test(tc, test_bad_env_values);
     tcase_add_test(tc, test_bad_flag_values);
+    tcase_add_test(tc, test_quant_threads_limit);
     tcase_add_test(tc, test_unknown_names);
     tcase_add_test(tc, test_file_syntax);
     tcase_add_test(tc, test_sizes);
