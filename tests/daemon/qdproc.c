@@ -178,9 +178,12 @@ static qdp_resp perform(qdp *d, CURL *c, struct curl_slist *hdrs)
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &head);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
     CURLcode rc = curl_easy_perform(c);
-    ck_assert_msg(rc == CURLE_OK, "curl: %s", curl_easy_strerror(rc));
     qdp_resp r = {0, body.p, body.len, head.p};
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    /* quantd answers a refused upload from its headers and closes while curl may still be
+     * sending: curl then reports a send error, but the answer was read */
+    bool answered_early = rc == CURLE_SEND_ERROR && r.status >= 400;
+    ck_assert_msg(rc == CURLE_OK || answered_early, "curl: %s", curl_easy_strerror(rc));
     for (char *line = r.headers; *line;) { /* lower-case the names, not the values */
         char *p = line;
         for (; *p && *p != ':' && *p != '\r'; p++) *p = (char)tolower((unsigned char)*p);
