@@ -257,8 +257,23 @@ static const struct {
     const char *want;
 } bad_cases[] = {
     /* unknown fields */
-    {"[{\"weight_qtyp\": \"int8\"}]", "rule 0: field 'weight_qtyp': unknown field"},
-    {"[{}, {\"tile\": 32}]", "rule 1: field 'tile': unknown field"},
+    {"[{\"weight_qtyp\": \"int8\"}]",
+     "rule 0: field 'weight_qtyp': unknown field, did you mean 'weight_qtype'?"},
+    {"[{\"Module_Path\": \".*\"}]", "field 'Module_Path': unknown field, did you mean 'module_path'?"},
+    {"[{\"scale_dype\": \"float32\"}]", "unknown field, did you mean 'scale_dtype'?"},
+    {"[{\"contraction_axis\": [0]}]", "unknown field, did you mean 'contraction_axes'?"},
+    {"[{}, {\"tile\": 32}]", "rule 1: field 'tile': unknown field (known: module_path, "},
+    {"[{\"xyzzy\": 1}]", "field 'xyzzy': unknown field (known: module_path, weight_qtype, "},
+    /* other tools' names for our fields */
+    {"[{\"group_size\": 128}]", "rule 0: field 'group_size': unknown field, did you mean "
+                                "'tile_size'?"},
+    {"[{\"block_size\": 32}]", "field 'block_size': unknown field, did you mean 'tile_size'?"},
+    {"[{\"bits\": 4}]", "field 'bits': unknown field, did you mean 'weight_qtype'?"},
+    {"[{\"num_bits\": 8}]", "field 'num_bits': unknown field, did you mean 'weight_qtype'?"},
+    {"[{\"symmetric\": false}]",
+     "field 'symmetric': unknown field, did you mean 'weight_calibration_method'?"},
+    {"[{\"targets\": [\"Linear\"]}]", "field 'targets': unknown field, did you mean "
+                                        "'module_path'?"},
     /* wrong types, each field */
     {"[{\"module_path\": 1}]", "rule 0: field 'module_path': must be a string, not an integer"},
     {"[{\"module_path\": null}]", "rule 0: field 'module_path': must be a string, not null"},
