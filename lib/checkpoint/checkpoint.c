@@ -203,6 +203,7 @@ typedef struct ck_job {
     ck_ct_config *ct;
     char *config; /* compressed-tensors, a directory: the output's config.json */
     ck_outdir dir;
+    quant_rule_matcher *matcher;       /* the run's: one budget for all its regex matching */
     size_t *act_shard;                 /* the shard of each static activation */
     const quant_static_act **act_list; /* scratch: one shard's static activations */
 } ck_job;
@@ -237,12 +238,13 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
 {
     const quant_pipeline_options *o = j->run.opts;
     j->plans = calloc(j->shards.n, sizeof *j->plans);
-    if (!j->plans) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    j->matcher = quant_rule_matcher_new(rules);
+    if (!j->plans || !j->matcher) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_ck_status st = place_acts(j, err);
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
         size_t n_acts = acts_of_shard(j, s);
-        st = ck_plan_shard(&j->plans[s], f, rules, o, j->act_list, n_acts, err);
+        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, err);
         for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
         j->run.tensors_total += f->n_tensors;
@@ -291,6 +293,7 @@ static void job_free(ck_job *j)
     free(j->config);
     free(j->act_shard);
     free(j->act_list);
+    quant_rule_matcher_free(j->matcher);
     ck_shards_close(&j->shards);
     if (j->dir.tmp || j->dir.weight_map) ck_outdir_free(&j->dir);
     quant_ctx_free(j->run.ctx);

@@ -12,6 +12,16 @@
 
 #include "quant_pipeline.h"
 
+/* ---- messages (ck_error.c) ------------------------------------------------------------------- */
+
+#define CK_SHORT_KEEP 80  /* bytes of a long name a message keeps */
+#define CK_SHORT_MAX  128 /* room ck_short_text needs */
+
+/* `s` as is when short, else its first CK_SHORT_KEEP bytes (whole UTF-8 characters) then
+ * "...[N bytes]" in `buf` (capacity at least CK_SHORT_MAX): a 10k-character tensor name must not
+ * push the rest of a message out of its 1 KiB. */
+const char *ck_short_text(const char *s, char *buf, size_t cap);
+
 /* ---- big buffers and the bounded queue (buffers.c) ------------------------------------------ */
 
 /* Anonymous mappings recycled through a bounded cache: resident memory follows the number of
@@ -97,11 +107,13 @@ typedef struct ck_shard_plan {
     ck_act_plan *acts; /* the static activation scales this shard holds */
 } ck_shard_plan;
 
-/* Plans every tensor of `in` by the rules for the options' layout and chunk size, then the
- * static activation scales `acts` (n_acts, borrowed) placed in this shard. */
+/* Plans every tensor of `in` by the rules (matched through the run's matcher `m`) for the
+ * options' layout and chunk size, then the static activation scales `acts` (n_acts, borrowed)
+ * placed in this shard. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
-                              const quant_pipeline_options *o, const quant_static_act *const *acts,
-                              size_t n_acts, quant_ck_error *err);
+                              quant_rule_matcher *m, const quant_pipeline_options *o,
+                              const quant_static_act *const *acts, size_t n_acts,
+                              quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
 long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,

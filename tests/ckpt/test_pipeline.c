@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ckutil.h"
 #include "quant_pipeline.h"
@@ -404,6 +405,96 @@ START_TEST(test_rms_two_pass)
 }
 END_TEST
 
+/* ---- regex matching: errors, not silent "no match"; a bounded run ------------------------- */
+
+static char *repeat(char c, size_t n, const char *tail)
+{
+    char *s = malloc(n + strlen(tail) + 1);
+    ck_assert_ptr_nonnull(s);
+    memset(s, c, n);
+    strcpy(s + n, tail);
+    return s;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A pathological rule on a crafted 10k-character module path fails the run quickly, naming the
+ * rule, its regex and the tensor; before, it counted as no match and the next rule took it. */
+START_TEST(test_regex_match_error)
+{
+    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    char *name = repeat('a', 10000, "!.weight");
+    float w[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ck_gen_tensor t[] = {{name, "F32", 2, {2, 4}, w, sizeof w}};
+    ck_gen_file(in, t, 1, NULL);
+    quant_ck_error err;
+    double t0 = seconds_now();
+    quant_ck_status st = ck_quantize("[{\"module_path\":\"(a+)+$\",\"weight_qtype\":\"int8\"},"
+                                     "{\"weight_qtype\":\"int4\"}]",
+                                     in, out, NULL, NULL, &err);
+    double took = seconds_now() - t0;
+    ck_assert_msg(st == QUANT_CK_ERR_RULES, "status %d: %s", st, st ? err.message : "accepted");
+    ck_assert_msg(strstr(err.message, "rule 0") && strstr(err.message, "(a+)+$") &&
+                      strstr(err.message, "tensor 'aaaaaaaa") && strstr(err.message, "match limit"),
+                  "%s", err.message);
+    ck_assert_msg(took < 3.0, "took %.1f s", took);
+    ck_assert_int_eq(ck_count_entries(dir), 1);
+    free(name);
+    ck_rmtree(dir);
+    free(dir);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* Matches that need more than their first try are charged to the run's budget: a rule needing
+ * ~125000 steps (250000 with the JIT) on each of many distinct 500-byte module paths (within
+ * the limit of one match) ends the run with a named error, quickly. */
+START_TEST(test_regex_run_budget)
+{
+    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    enum { N = 200 };
+    ck_gen_tensor *t = calloc(N, sizeof *t);
+    char *names[N];
+    float w[4] = {1, 2, 3, 4};
+    for (int i = 0; i < N; i++) {
+        char tail[32];
+        snprintf(tail, sizeof tail, "b%d.weight", i);
+        names[i] = repeat('a', 500, tail);
+        t[i] = (ck_gen_tensor){names[i], "F32", 2, {2, 2}, w, sizeof w};
+    }
+    ck_gen_file(in, t, N, NULL);
+    const char *rules = "[{\"module_path\":\"a*a*a*b\",\"weight_qtype\":\"int8\"}]";
+    quant_ck_error err;
+    double t0 = seconds_now();
+    quant_ck_status st = ck_quantize(rules, in, out, NULL, NULL, &err);
+    double took = seconds_now() - t0;
+    ck_assert_msg(st == QUANT_CK_ERR_RULES, "status %d: %s", st, st ? err.message : "accepted");
+    ck_assert_msg(strstr(err.message, "rule 0") && strstr(err.message, "a*a*a*b") &&
+                      strstr(err.message, "budget") && strstr(err.message, "tensor 'aaaa"),
+                  "%s", err.message);
+    ck_assert_msg(took < 5.0, "took %.1f s", took);
+    /* a few of the same paths stay within the budget: copied, no rule matched */
+    ck_gen_file(in, t, 4, NULL);
+    quant_report *rep = NULL;
+    ck_assert_msg(ck_quantize(rules, in, out, NULL, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(quant_report_count(rep), 4);
+    ck_assert_int_eq(quant_report_entry_at(rep, 0)->rule, -1);
+    quant_report_free(rep);
+    for (int i = 0; i < N; i++) free(names[i]);
+    free(t);
+    ck_rmtree(dir);
+    free(dir);
+    free(in);
+    free(out);
+}
+END_TEST
+
 Suite *suite_pipeline(void)
 {
     Suite *s = suite_create("pipeline");
@@ -415,6 +506,8 @@ Suite *suite_pipeline(void)
     tcase_add_test(tc, test_failure_leaves_nothing);
     tcase_add_test(tc, test_sharded_round_trip);
     tcase_add_test(tc, test_bad_index);
+    tcase_add_test(tc, test_regex_match_error);
+    tcase_add_test(tc, test_regex_run_budget);
     suite_add_tcase(s, tc);
     return s;
 }
