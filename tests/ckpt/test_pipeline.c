@@ -495,6 +495,88 @@ START_TEST(test_regex_run_budget)
 }
 END_TEST
 
+/* ---- duplicate tensor names across shards ---------------------------------------------------- */
+
+START_TEST(test_duplicate_across_shards)
+{
+    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    float a[4 * 8], b[4 * 8];
+    ck_fill(a, 32, 1, 1.0f);
+    ck_fill(b, 32, 2, 1.0f);
+    ck_gen_tensor s1[] = {{"x.weight", "F32", 2, {4, 8}, a, sizeof a},
+                          {"y.weight", "F32", 2, {4, 8}, a, sizeof a}};
+    ck_gen_tensor s2[] = {{"x.weight", "F32", 2, {4, 8}, b, sizeof b},
+                          {"z.weight", "F32", 2, {4, 8}, b, sizeof b}};
+    char *p1 = ck_join(in, "a.safetensors"), *p2 = ck_join(in, "b.safetensors");
+    ck_gen_file(p1, s1, 2, NULL);
+    ck_gen_file(p2, s2, 2, NULL);
+    const char *rules = "[{\"weight_qtype\":\"int8\"}]";
+    quant_ck_error err;
+    /* no index: both shards are read, and the name is in both */
+    ck_assert_int_eq(ck_quantize(rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'") && strstr(err.message, "a.safetensors") &&
+                      strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    ck_assert_int_eq(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'"), "%s", err.message);
+    /* an index naming one of the two shards: still refused, naming both */
+    char *ip = ck_join(in, "model.safetensors.index.json");
+    const char *index = "{\"weight_map\":{\"x.weight\":\"a.safetensors\",\"y.weight\":"
+                        "\"a.safetensors\",\"z.weight\":\"b.safetensors\"}}";
+    ck_write_file(ip, index, strlen(index));
+    ck_assert_int_eq(ck_quantize(rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'") && strstr(err.message, "a.safetensors") &&
+                      strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    const char *index2 = "{\"weight_map\":{\"x.weight\":\"b.safetensors\",\"y.weight\":"
+                         "\"a.safetensors\",\"z.weight\":\"b.safetensors\"}}";
+    ck_write_file(ip, index2, strlen(index2));
+    ck_assert_int_eq(ck_quantize(rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'") && strstr(err.message, "a.safetensors") &&
+                      strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    ck_assert_int_eq(ck_count_entries(root), 1); /* no output, no partial directory */
+    free(ip);
+    free(p1);
+    free(p2);
+    ck_rmtree(root);
+    free(root);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* Two shards whose outputs would share a name (a.safetensors' quantized m.weight becomes
+ * m.weight.qvalue, a tensor b.safetensors already has): refused before any data is written. */
+START_TEST(test_output_name_clash_across_shards)
+{
+    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    float a[4 * 8];
+    int8_t q[4 * 8] = {0};
+    ck_fill(a, 32, 1, 1.0f);
+    ck_gen_tensor s1[] = {{"m.weight", "F32", 2, {4, 8}, a, sizeof a}};
+    ck_gen_tensor s2[] = {{"m.weight.qvalue", "I8", 2, {4, 8}, q, sizeof q}};
+    char *p1 = ck_join(in, "a.safetensors"), *p2 = ck_join(in, "b.safetensors");
+    ck_gen_file(p1, s1, 1, NULL);
+    ck_gen_file(p2, s2, 1, NULL);
+    quant_ck_error err;
+    ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
+                     QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'m.weight.qvalue'") &&
+                      strstr(err.message, "a.safetensors") && strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    ck_assert_int_eq(ck_count_entries(root), 1);
+    free(p1);
+    free(p2);
+    ck_rmtree(root);
+    free(root);
+    free(in);
+    free(out);
+}
+END_TEST
+
 Suite *suite_pipeline(void)
 {
     Suite *s = suite_create("pipeline");
@@ -508,6 +590,8 @@ Suite *suite_pipeline(void)
     tcase_add_test(tc, test_bad_index);
     tcase_add_test(tc, test_regex_match_error);
     tcase_add_test(tc, test_regex_run_budget);
+    tcase_add_test(tc, test_duplicate_across_shards);
+    tcase_add_test(tc, test_output_name_clash_across_shards);
     suite_add_tcase(s, tc);
     return s;
 }
