@@ -226,19 +226,5 @@ void ck_shards_close(ck_shards *s)
 
 quant_ck_status ck_check_output(const char *out, bool dir, quant_ck_error *err)
 {
-    struct stat sb;
-    if (stat(out, &sb) != 0) {
-        if (errno == ENOENT) return QUANT_CK_OK;
-        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", out, strerror(errno));
-    }
-    if (dir && S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(out);
-        struct dirent *e;
-        bool empty = d != NULL;
-        while (d && (e = readdir(d)) != NULL)
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = false;
-        if (d) closedir(d);
-        if (empty) return QUANT_CK_OK;
-    }
-    return quant_ck_fail(err, QUANT_CK_ERR_ARG, "%s: output already exists (remove it first)", out);
+    return ck_check_target(out, dir ? CK_TARGET_EMPTY_DIR : CK_TARGET_NEW, err);
 }
