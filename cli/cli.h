@@ -53,6 +53,11 @@ double cli_now(void);
 char *cli_dirname(const char *path);
 /* "dir/name", malloc'd; NULL on allocation failure. */
 char *cli_join(const char *dir, const char *name);
+/* Removes the stale temporaries (quant_remove_stale_temps) of the directory holding `path`, and
+ * of the one holding `also` when not NULL and different; one line on stderr for each temporary
+ * removed or left ("quant: removed stale temporary DIR/OUT.quant-tmp-123-a1B2c3 (left by a run
+ * that did not finish)"), whatever --quiet says: files vanish only with a word. */
+void cli_clean_stale(const char *path, const char *also);
 
 /* ---- the progress bar (progress.c) -------------------------------------------------------- */
 

@@ -17,7 +17,8 @@ static const char usage[] =
     "\n"
     "Turns every quantized tensor NAME of the native-layout file or directory IN (NAME.qvalue,\n"
     "NAME.scale, NAME.zero_point) back into the float tensor NAME in OUT; other tensors are\n"
-    "copied. OUT must not exist; nothing is left at OUT when the run fails.\n"
+    "copied. OUT must not exist (nor be a symbolic link); nothing is left at OUT when the run\n"
+    "fails. Temporaries that runs which died left in OUT's directory are removed first.\n"
     "\n"
     "options:\n"
     "  -d, --dtype TYPE       f32 (default), bf16 or f16\n"
@@ -78,6 +79,7 @@ int cmd_dequantize(int argc, char **argv)
         return cli_usage_error(CMD, "expected IN and OUT, got %d operand%s", argc - optind,
                                argc - optind == 1 ? "" : "s");
     const char *in = argv[optind], *out = argv[optind + 1];
+    cli_clean_stale(out, NULL);
     double start = cli_now();
     quant_ck_error err;
     if (quant_dequantize_path(in, out, dtype, threads, &err) != QUANT_CK_OK)

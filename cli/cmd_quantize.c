@@ -1,6 +1,7 @@
-/* cmd_quantize.c -- `quant quantize --rules RULES.json IN OUT`: options, the rule set, SIGINT and
- * SIGTERM turned into the pipeline's cancel flag, the run with its progress bar, the per-tensor
- * report written next to the output, and the summary on stderr.
+/* cmd_quantize.c -- `quant quantize --rules RULES.json IN OUT`: options, the rule set, stale
+ * temporaries removed and the report target checked before the run, SIGINT and SIGTERM turned
+ * into the pipeline's cancel flag, the run with its progress bar, the per-tensor report written
+ * next to the output, and the summary on stderr.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -21,7 +22,9 @@ static const char usage[] =
     "\n"
     "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
     "(sharded or not) into the directory OUT, by the rules in RULES.json. OUT must not exist\n"
-    "(an empty directory is accepted); nothing is left at OUT when the run fails.\n"
+    "(an empty directory is accepted; a symbolic link never is); nothing is left at OUT when\n"
+    "the run fails. Temporaries that runs which died left in OUT's directory are removed first\n"
+    "(each named on stderr).\n"
     "\n"
     "options:\n"
     "  -r, --rules FILE       the rule set (required)\n"
@@ -29,7 +32,8 @@ static const char usage[] =
     "  -t, --threads N        worker threads, 0 = every CPU (default 0, at most 256)\n"
     "      --report FILE      where the per-tensor JSON report goes (default: "
     "OUT/quant-report.json\n"
-    "                         for a directory, quant-report.json beside OUT for a file)\n"
+    "                         for a directory, quant-report.json beside OUT for a file); a\n"
+    "                         regular file is replaced, a link or anything else refused\n"
     "      --no-quality       skip the SQNR and max error measurement (faster)\n"
     "      --chunk-mib N      input MiB per unit of work (default 16)\n"
     "  -q, --quiet            no progress bar, no summary\n"
@@ -131,21 +135,47 @@ static void catch_signals(void)
 
 /* ---- the report and the summary ------------------------------------------------------------- */
 
-/* --report, or OUT/quant-report.json for a directory, or quant-report.json beside a file. */
-static char *report_path(const quantize_args *a)
+/* --report, or OUT/quant-report.json for a directory (IN a directory), or quant-report.json
+ * beside a file. */
+static char *report_path(const quantize_args *a, bool dir_run)
 {
     if (a->report) return strdup(a->report);
-    struct stat sb;
-    if (stat(a->out, &sb) == 0 && S_ISDIR(sb.st_mode)) return cli_join(a->out, "quant-report.json");
+    if (dir_run) return cli_join(a->out, "quant-report.json");
     char *dir = cli_dirname(a->out);
     char *path = dir ? cli_join(dir, "quant-report.json") : NULL;
     free(dir);
     return path;
 }
 
+static bool is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Before any work: stale temporaries of runs that died removed where this run writes, and a
+ * report target the write would refuse (a link, a FIFO, a directory...) refused at once. The
+ * report inside a new OUT directory needs no check. */
+static int prepare(const quantize_args *a)
+{
+    bool dir_run = is_dir(a->in); /* links followed, as the run follows them */
+    char *report = report_path(a, dir_run);
+    if (!report) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    cli_clean_stale(a->out, a->report);
+    quant_ck_error err;
+    int rc = CLI_EXIT_OK;
+    if ((a->report || !dir_run) && quant_check_output_file(report, true, &err) != QUANT_CK_OK)
+        rc = cli_ck_error(&err);
+    free(report);
+    return rc;
+}
+
 static int write_report(const quantize_args *a, const quant_report *rep, char **written)
 {
-    char *path = report_path(a);
+    char *path = report_path(a, is_dir(a->out));
     if (!path) {
         cli_error("out of memory");
         return CLI_EXIT_FAIL;
@@ -238,7 +268,8 @@ int cmd_quantize(int argc, char **argv)
     quant_ruleset *rules = NULL;
     quant_ck_error err;
     if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
-    rc = run(&a, rules);
+    rc = prepare(&a);
+    if (rc == CLI_EXIT_OK) rc = run(&a, rules);
     quant_ruleset_free(rules);
     return rc;
 }

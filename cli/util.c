@@ -1,6 +1,6 @@
 /* util.c -- the small things every `quant` subcommand uses: one-line errors on stderr ("quant: "
  * first), usage errors from getopt_long, integer option values, byte and duration formatting,
- * the monotonic clock and path joining.
+ * the monotonic clock, path joining, and the notes on stale temporaries removed before a run.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -131,4 +131,25 @@ char *cli_join(const char *dir, const char *name)
     char *s = malloc(n);
     if (s) snprintf(s, n, "%s/%s", dir, name);
     return s;
+}
+
+/* A quant_stale_fn: one line per temporary removed or left. */
+static void stale_note(void *user, const quant_stale_temp *t)
+{
+    (void)user;
+    const char *path = strncmp(t->path, "./", 2) == 0 ? t->path + 2 : t->path; /* as OUT was */
+    if (t->removed)
+        cli_error("removed stale temporary %s (left by a run that did not finish)", path);
+    else
+        cli_error("left temporary %s in place: %s", path, t->kept_why);
+}
+
+void cli_clean_stale(const char *path, const char *also)
+{
+    char *dir = cli_dirname(path), *other = also ? cli_dirname(also) : NULL;
+    if (dir) quant_remove_stale_temps(dir, stale_note, NULL, NULL); /* a failure is no matter */
+    if (other && (!dir || strcmp(other, dir) != 0))
+        quant_remove_stale_temps(other, stale_note, NULL, NULL);
+    free(dir);
+    free(other);
 }

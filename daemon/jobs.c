@@ -293,9 +293,9 @@ static void remove_files(qd_app *app, const qd_job *j, bool upload_too)
 }
 
 /* The error a client reads: no server path in it. The job's own directories, quantd's data
- * directory and the source roots are taken out ("/srv/var/jobs/7/output.partial-x/a.safetensors:
- * No space left on device" -> "output.partial-x/a.safetensors: No space left on device"); the
- * log keeps the whole message. */
+ * directory and the source roots are taken out ("/srv/var/jobs/7/output.quant-partial-9-x/a.
+ * safetensors: No space left on device" -> "output.quant-partial-9-x/a.safetensors: No space
+ * left on device"); the log keeps the whole message. */
 static const char *client_message(const qd_app *app, const qd_job *j, const char *msg, char *buf,
                                   size_t len)
 {

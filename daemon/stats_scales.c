@@ -72,8 +72,13 @@ static qd_status choose_qtype(const char *name, const quant_ruleset *rs, const q
     }
     char *module = qd_act_module_path(name);
     if (!module) return qd_fail(err, QD_NOMEM, "out of memory");
-    long index = quant_ruleset_match(rs, module);
+    long index = -1;
+    quant_ck_error ce;
+    quant_ck_status cs = quant_ruleset_find(rs, module, &index, &ce); /* a match error is one */
     free(module);
+    if (cs != QUANT_CK_OK)
+        return qd_fail(err, cs == QUANT_CK_ERR_NOMEM ? QD_NOMEM : QD_INVALID, "activation '%s': %s",
+                       name, ce.message);
     if (index < 0) return QD_OK;
     const quant_rule *r = quant_ruleset_rule(rs, (size_t)index);
     if (!r->has_act_qtype || (static_only && !r->act_static_scale)) return QD_OK;

@@ -165,15 +165,44 @@ static quant_ck_status act_shard(const ck_shards *s, const quant_static_act *a, 
     return st;
 }
 
-/* No static activation tensor may take the name of another output tensor. */
-static quant_ck_status check_act_names(const ck_shard_plan *plans, size_t n, quant_ck_error *err)
+/* An output name already taken (by shard `prev`) when shard s's output i comes. */
+static quant_ck_status out_clash(const ck_shard_plan *plans, size_t prev, size_t s, size_t i,
+                                 quant_ck_error *err)
+{
+    const char *name = plans[s].out[i].name;
+    if (prev == s)
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "%s: output tensor '%s' would be written twice (an input tensor has "
+                             "the name a quantized tensor's output takes)",
+                             plans[s].in->path, name);
+    return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                         "%s: output tensor '%s' is also an output tensor of %s (a name must be "
+                         "in one shard only: the index maps it to one)",
+                         plans[s].in->path, name, plans[prev].base);
+}
+
+/* Adds shard s's output i to `names` (name -> shard), refusing a name already there. */
+static quant_ck_status claim(json_t *names, const ck_shard_plan *plans, size_t s, size_t i,
+                             quant_ck_error *err)
+{
+    const json_t *prev = json_object_get(names, plans[s].out[i].name);
+    if (prev) return out_clash(plans, (size_t)json_integer_value(prev), s, i, err);
+    if (json_object_set_new(names, plans[s].out[i].name, json_integer((json_int_t)s)) != 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return QUANT_CK_OK;
+}
+
+/* No two output tensors of the run share a name (the output index maps a name to one shard):
+ * first the outputs of the input's tensors across shards, then the static activation scales,
+ * which may not take the name of another output tensor either. */
+static quant_ck_status check_out_names(const ck_shard_plan *plans, size_t n, quant_ck_error *err)
 {
     json_t *names = json_object();
     if (!names) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_ck_status st = QUANT_CK_OK;
-    for (size_t s = 0; s < n; s++) /* the outputs of the input's tensors */
-        for (size_t i = 0; i < plans[s].n_tensor_out; i++)
-            json_object_set_new(names, plans[s].out[i].name, json_true());
+    for (size_t s = 0; st == QUANT_CK_OK && s < n; s++)
+        for (size_t i = 0; st == QUANT_CK_OK && i < plans[s].n_tensor_out; i++)
+            st = claim(names, plans, s, i, err);
     for (size_t s = 0; st == QUANT_CK_OK && s < n; s++)
         for (size_t k = 0; st == QUANT_CK_OK && k < plans[s].n_acts; k++) {
             const ck_act_plan *ap = &plans[s].acts[k];
@@ -186,7 +215,7 @@ static quant_ck_status check_act_names(const ck_shard_plan *plans, size_t n, qua
                                        "another output tensor",
                                        act_label(ap->act), name);
                 else
-                    json_object_set_new(names, name, json_true());
+                    st = claim(names, plans, s, (size_t)outs[r], err);
             }
         }
     json_decref(names);
@@ -203,6 +232,7 @@ typedef struct ck_job {
     ck_ct_config *ct;
     char *config; /* compressed-tensors, a directory: the output's config.json */
     ck_outdir dir;
+    quant_rule_matcher *matcher;       /* the run's: one budget for all its regex matching */
     size_t *act_shard;                 /* the shard of each static activation */
     const quant_static_act **act_list; /* scratch: one shard's static activations */
 } ck_job;
@@ -237,19 +267,20 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
 {
     const quant_pipeline_options *o = j->run.opts;
     j->plans = calloc(j->shards.n, sizeof *j->plans);
-    if (!j->plans) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    j->matcher = quant_rule_matcher_new(rules);
+    if (!j->plans || !j->matcher) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_ck_status st = place_acts(j, err);
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
         size_t n_acts = acts_of_shard(j, s);
-        st = ck_plan_shard(&j->plans[s], f, rules, o, j->act_list, n_acts, err);
+        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, err);
         for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
         j->run.tensors_total += f->n_tensors;
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
-    if (st == QUANT_CK_OK && o->n_static_acts > 0) st = check_act_names(j->plans, j->shards.n, err);
+    if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);
     return st;
 }
 
@@ -291,6 +322,7 @@ static void job_free(ck_job *j)
     free(j->config);
     free(j->act_shard);
     free(j->act_list);
+    quant_rule_matcher_free(j->matcher);
     ck_shards_close(&j->shards);
     if (j->dir.tmp || j->dir.weight_map) ck_outdir_free(&j->dir);
     quant_ctx_free(j->run.ctx);

@@ -1,7 +1,7 @@
 /* checkpoint_dir.c -- sharded checkpoints: opening the input (a file or a directory, under the
  * caller's directory descriptor), finding and validating the shards of an input directory
  * (model.safetensors.index.json, or every *.safetensors), each opened under the directory's
- * descriptor, and checking that the output name is free.
+ * descriptor, no tensor name in two of them, and checking that the output name is free.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -127,6 +127,31 @@ static quant_ck_status check_index(const ck_shards *s, char **names, json_t *map
     return QUANT_CK_OK;
 }
 
+/* No tensor name in two shards: the output index could map it to only one of them, and an index
+ * naming one shard for it would hide the other copy. */
+static quant_ck_status check_unique(const ck_shards *s, quant_ck_error *err)
+{
+    json_t *seen = json_object(); /* name -> shard */
+    quant_ck_status st =
+        seen ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; st == QUANT_CK_OK && k < s->n; k++)
+        for (size_t i = 0; st == QUANT_CK_OK && i < s->f[k]->n_tensors; i++) {
+            const char *name = s->f[k]->tensors[i].name;
+            const json_t *prev = json_object_get(seen, name);
+            if (prev)
+                st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                                   "%s: tensor '%s' is in two shards, %s and %s (a tensor must be "
+                                   "in one shard only)",
+                                   s->dir.shown, name,
+                                   ck_basename(s->f[json_integer_value(prev)]->path),
+                                   ck_basename(s->f[k]->path));
+            else if (json_object_set_new(seen, name, json_integer((json_int_t)k)) != 0)
+                st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+        }
+    json_decref(seen);
+    return st;
+}
+
 /* Shard `name` of the directory, opened under it. */
 static quant_ck_status open_shard(const ck_dir *dir, const char *name, quant_st_file **f,
                                   quant_ck_error *err)
@@ -158,6 +183,7 @@ static quant_ck_status open_dir(ck_shards *s, quant_ck_error *err)
         st = open_shard(&s->dir, names[i], &s->f[i], err);
         if (st == QUANT_CK_OK) s->n++;
     }
+    if (st == QUANT_CK_OK) st = check_unique(s, err);
     if (st == QUANT_CK_OK && map) st = check_index(s, names, map, err);
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
@@ -200,19 +226,5 @@ void ck_shards_close(ck_shards *s)
 
 quant_ck_status ck_check_output(const char *out, bool dir, quant_ck_error *err)
 {
-    struct stat sb;
-    if (stat(out, &sb) != 0) {
-        if (errno == ENOENT) return QUANT_CK_OK;
-        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", out, strerror(errno));
-    }
-    if (dir && S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(out);
-        struct dirent *e;
-        bool empty = d != NULL;
-        while (d && (e = readdir(d)) != NULL)
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = false;
-        if (d) closedir(d);
-        if (empty) return QUANT_CK_OK;
-    }
-    return quant_ck_fail(err, QUANT_CK_ERR_ARG, "%s: output already exists (remove it first)", out);
+    return ck_check_target(out, dir ? CK_TARGET_EMPTY_DIR : CK_TARGET_NEW, err);
 }

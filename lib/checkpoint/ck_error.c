@@ -1,10 +1,11 @@
-/* ck_error.c -- libquant-checkpoint's status names and error formatting.
+/* ck_error.c -- libquant-checkpoint's status names and error formatting (long names shortened
+ * for messages).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "quant_ckpt.h"
+#include "ck_internal.h"
 
 static const char *const status_names[] = {
     [QUANT_CK_OK] = "ok",
@@ -59,4 +60,13 @@ void quant_ck_prefix(quant_ck_error *err, const char *fmt, ...)
         len += k;
     }
     err->message[len] = '\0';
+}
+
+const char *ck_short_text(const char *s, char *buf, size_t cap)
+{
+    size_t len = strlen(s), keep = CK_SHORT_KEEP;
+    if (len <= CK_SHORT_KEEP + 16 || cap < CK_SHORT_MAX) return s;
+    while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80) keep--; /* whole characters */
+    snprintf(buf, cap, "%.*s...[%zu bytes]", (int)keep, s, len);
+    return buf;
 }

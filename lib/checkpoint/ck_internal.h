@@ -12,6 +12,16 @@
 
 #include "quant_pipeline.h"
 
+/* ---- messages (ck_error.c) ------------------------------------------------------------------- */
+
+#define CK_SHORT_KEEP 80  /* bytes of a long name a message keeps */
+#define CK_SHORT_MAX  128 /* room ck_short_text needs */
+
+/* `s` as is when short, else its first CK_SHORT_KEEP bytes (whole UTF-8 characters) then
+ * "...[N bytes]" in `buf` (capacity at least CK_SHORT_MAX): a 10k-character tensor name must not
+ * push the rest of a message out of its 1 KiB. */
+const char *ck_short_text(const char *s, char *buf, size_t cap);
+
 /* ---- big buffers and the bounded queue (buffers.c) ------------------------------------------ */
 
 /* Anonymous mappings recycled through a bounded cache: resident memory follows the number of
@@ -97,11 +107,13 @@ typedef struct ck_shard_plan {
     ck_act_plan *acts; /* the static activation scales this shard holds */
 } ck_shard_plan;
 
-/* Plans every tensor of `in` by the rules for the options' layout and chunk size, then the
- * static activation scales `acts` (n_acts, borrowed) placed in this shard. */
+/* Plans every tensor of `in` by the rules (matched through the run's matcher `m`) for the
+ * options' layout and chunk size, then the static activation scales `acts` (n_acts, borrowed)
+ * placed in this shard. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
-                              const quant_pipeline_options *o, const quant_static_act *const *acts,
-                              size_t n_acts, quant_ck_error *err);
+                              quant_rule_matcher *m, const quant_pipeline_options *o,
+                              const quant_static_act *const *acts, size_t n_acts,
+                              quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
 long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,
@@ -270,6 +282,36 @@ void ck_remove_tree(const char *path);
 /* The part of `path` after the last '/'. */
 const char *ck_basename(const char *path);
 
+/* ---- temporaries and publishing outputs (temps.c) ----------------------------------------------
+ */
+
+#define CK_OUTPUT_LINK_REFUSED                                                                     \
+    ("a symbolic link (outputs are never written through or over a link: name its target, or "     \
+     "remove the link)")
+
+/* What an output path may be before it is written. */
+typedef enum ck_target {
+    CK_TARGET_NEW = 0,      /* nothing */
+    CK_TARGET_FILE = 1,     /* nothing, or a regular file (replaced) */
+    CK_TARGET_EMPTY_DIR = 2 /* nothing, or an empty directory (replaced) */
+} ck_target;
+
+/* A temporary file beside `path`, "<path>.quant-tmp-<pid>-XXXXXX" (mode 0600, created O_EXCL:
+ * never through a link), locked (flock LOCK_EX) for as long as *fd stays open: the proof
+ * quant_remove_stale_temps() looks for. *tmp malloc'd. */
+quant_ck_status ck_temp_file(const char *path, char **tmp, int *fd, quant_ck_error *err);
+/* A temporary directory beside `out`, "<out>.quant-partial-<pid>-XXXXXX" (mode 0755), locked
+ * through *lock_fd (-1 if it could not be opened) until that is closed. *tmp malloc'd. */
+quant_ck_status ck_temp_dir(const char *out, char **tmp, int *lock_fd, quant_ck_error *err);
+/* lstat of `path` against `kind`: a link is QUANT_CK_ERR_ACCESS (CK_OUTPUT_LINK_REFUSED), a FIFO,
+ * device or socket QUANT_CK_ERR_ACCESS ("not a regular file (a FIFO); ..."), an existing file or
+ * directory `kind` does not allow QUANT_CK_ERR_ARG ("output already exists"). */
+quant_ck_status ck_check_target(const char *path, ck_target kind, quant_ck_error *err);
+/* Checks `path` with ck_check_target, then renames `tmp` to it: over a regular file (FILE), after
+ * removing the empty directory (EMPTY_DIR), else never replacing anything (RENAME_NOREPLACE where
+ * the filesystem has it). */
+quant_ck_status ck_publish(const char *tmp, const char *path, ck_target kind, quant_ck_error *err);
+
 /* ---- checkpoint directories (checkpoint_dir.c) ------------------------------------------------
  */
 
@@ -291,12 +333,14 @@ quant_ck_status ck_shards_open(const ck_dir *base, const char *in, ck_shards *s,
                                quant_ck_error *err);
 void ck_shards_close(ck_shards *s);
 
-/* An output name that must not exist yet (or, for directories, be an empty directory). */
+/* An output name that must not exist yet (or, for directories, be an empty directory), checked
+ * with lstat: a link, FIFO, device or socket there is refused (ck_check_target). */
 quant_ck_status ck_check_output(const char *out, bool dir, quant_ck_error *err);
 
 /* A directory output built under a temporary name beside `out`. */
 typedef struct ck_outdir {
     char *tmp;        /* the directory being filled */
+    int lock_fd;      /* holds its lock (ck_temp_dir) until published or removed; -1 for none */
     void *weight_map; /* json_t object */
     uint64_t total_size;
 } ck_outdir;

@@ -1,7 +1,8 @@
 /* files.c -- small-file helpers of the checkpoint driver: whole reads of bounded size and copies
  * of input files (opened under the input directory by ck_open_in), directory streams over a
- * descriptor, atomic writes (temporary file, fsync, rename, fsync of the directory) and removal
- * of a directory tree this process created.
+ * descriptor, atomic writes (a locked temporary file beside the target, fsync, rename over
+ * nothing or a regular file only, fsync of the directory) and removal of a directory tree this
+ * process created.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -103,24 +104,17 @@ void ck_fsync_parent(const char *path)
 quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t len,
                                      quant_ck_error *err)
 {
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-    snprintf(tmp, n, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        quant_ck_status st = io_fail(err, "cannot create a temporary file", path);
-        free(tmp);
-        return st;
-    }
-    bool ok = fchmod(fd, 0644) == 0 && write_all(fd, data, len) && fsync(fd) == 0;
-    ok = close(fd) == 0 && ok;
-    ok = ok && rename(tmp, path) == 0;
-    quant_ck_status st = ok ? QUANT_CK_OK : io_fail(err, "cannot write", path);
-    if (!ok)
-        unlink(tmp);
-    else
-        ck_fsync_parent(path);
+    char *tmp = NULL;
+    int fd;
+    quant_ck_status st = ck_check_target(path, CK_TARGET_FILE, err);
+    if (st == QUANT_CK_OK) st = ck_temp_file(path, &tmp, &fd, err);
+    if (st != QUANT_CK_OK) return st;
+    if (fchmod(fd, 0644) != 0 || !write_all(fd, data, len) || fsync(fd) != 0)
+        st = io_fail(err, "cannot write", path);
+    if (st == QUANT_CK_OK) st = ck_publish(tmp, path, CK_TARGET_FILE, err);
+    if (st != QUANT_CK_OK) unlink(tmp);
+    close(fd); /* after the rename: the lock lives as long as the temporary's name */
+    if (st == QUANT_CK_OK) ck_fsync_parent(path);
     free(tmp);
     return st;
 }

@@ -1,7 +1,8 @@
 /* outdir.c -- an output checkpoint directory built under a temporary name beside its final
- * name: shards written into it, the index rewritten for the output tensor names, the input's
- * other files copied (checked beforehand: no link among them when the input refuses links),
- * then one rename publishes it.
+ * name (OUT.quant-partial-PID-XXXXXX, locked while it lives): shards written into it, the index
+ * rewritten for the output tensor names, the input's other files copied (checked beforehand: no
+ * link among them when the input refuses links), then one rename publishes it (over nothing or an
+ * empty directory: never a link).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -27,26 +28,14 @@ char *ck_outdir_path(const ck_outdir *d, const char *name)
 quant_ck_status ck_outdir_begin(const char *out, ck_outdir *d, quant_ck_error *err)
 {
     memset(d, 0, sizeof *d);
-    size_t n = strlen(out) + 24;
-    d->tmp = malloc(n);
-    d->weight_map = json_object();
-    if (!d->tmp || !d->weight_map) {
+    d->lock_fd = -1;
+    if (!(d->weight_map = json_object())) {
         ck_outdir_free(d);
         return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     }
-    size_t len = strlen(out);
-    while (len > 1 && out[len - 1] == '/') len--;
-    snprintf(d->tmp, n, "%.*s.partial-XXXXXX", (int)len, out);
-    if (!mkdtemp(d->tmp) || chmod(d->tmp, 0755) != 0) { /* mkdtemp's 0700; files are 0644 */
-        quant_ck_status st = quant_ck_fail(err, QUANT_CK_ERR_IO,
-                                           "%.*s: cannot create the temporary directory %s: %s",
-                                           (int)len, out, d->tmp, strerror(errno));
-        free(d->tmp);
-        d->tmp = NULL;
-        ck_outdir_free(d);
-        return st;
-    }
-    return QUANT_CK_OK;
+    quant_ck_status st = ck_temp_dir(out, &d->tmp, &d->lock_fd, err);
+    if (st != QUANT_CK_OK) ck_outdir_free(d);
+    return st;
 }
 
 quant_ck_status ck_outdir_add_shard(ck_outdir *d, const char *shard, const quant_st_out_tensor *t,
@@ -149,19 +138,20 @@ quant_ck_status ck_outdir_finish(ck_outdir *d, const ck_shards *s, const char *c
     quant_ck_status st = copy_others(d, s, config_text, err);
     if (st == QUANT_CK_OK && (s->had_index || s->n > 1)) st = write_index(d, err);
     if (st != QUANT_CK_OK) return st;
-    rmdir(out); /* ck_check_output allowed only a missing or empty directory */
-    if (rename(d->tmp, out) != 0)
-        return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: cannot rename into place: %s", out,
-                             strerror(errno));
+    st = ck_publish(d->tmp, out, CK_TARGET_EMPTY_DIR, err); /* nothing, or an empty directory */
+    if (st != QUANT_CK_OK) return st;
     ck_fsync_parent(out);
     free(d->tmp);
     d->tmp = NULL; /* published: nothing to remove */
+    if (d->lock_fd >= 0) close(d->lock_fd);
+    d->lock_fd = -1;
     return QUANT_CK_OK;
 }
 
 void ck_outdir_free(ck_outdir *d)
 {
-    if (d->tmp) ck_remove_tree(d->tmp);
+    if (d->tmp) ck_remove_tree(d->tmp); /* then the lock: never unlocked under its name */
+    if (d->lock_fd >= 0) close(d->lock_fd);
     free(d->tmp);
     json_decref(d->weight_map);
     memset(d, 0, sizeof *d);

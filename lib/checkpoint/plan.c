@@ -107,21 +107,35 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
     return QUANT_CK_OK;
 }
 
+/* The first rule matching the tensor's module path (tp->rule, -1 for none); a match error names
+ * the tensor. */
+static quant_ck_status match_rule(ck_tensor_plan *tp, quant_rule_matcher *m, quant_ck_error *err)
+{
+    const char *name = tp->in->name;
+    size_t cap = strlen(name) + 1;
+    char *module = malloc(cap);
+    if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_module_path(name, module, cap);
+    quant_ck_status st = quant_rule_matcher_find(m, module, &tp->rule, err);
+    free(module);
+    if (st != QUANT_CK_OK) {
+        char shown[CK_SHORT_MAX];
+        quant_ck_prefix(err, "tensor '%s'", ck_short_text(name, shown, sizeof shown));
+    }
+    return st;
+}
+
 static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
-                                   const quant_ruleset *rules, quant_layout layout, size_t chunk,
-                                   quant_ck_error *err)
+                                   const quant_ruleset *rules, quant_rule_matcher *m,
+                                   quant_layout layout, size_t chunk, quant_ck_error *err)
 {
     const quant_st_tensor *t = tp->in;
     for (int k = 0; k < CK_OUT_ROLES; k++) tp->out[k] = -1;
     tp->rule = -1;
     tp->reason = copy_reason(t, &tp->in_dtype);
     if (!tp->reason) {
-        size_t cap = strlen(t->name) + 1;
-        char *module = malloc(cap);
-        if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-        quant_module_path(t->name, module, cap);
-        tp->rule = quant_ruleset_match(rules, module);
-        free(module);
+        quant_ck_status st = match_rule(tp, m, err);
+        if (st != QUANT_CK_OK) return st;
         if (tp->rule < 0) {
             tp->reason = "no rule matched";
         } else {
@@ -156,8 +170,9 @@ static quant_ck_status plan_acts(ck_shard_plan *sp, quant_layout layout,
 }
 
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
-                              const quant_pipeline_options *o, const quant_static_act *const *acts,
-                              size_t n_acts, quant_ck_error *err)
+                              quant_rule_matcher *m, const quant_pipeline_options *o,
+                              const quant_static_act *const *acts, size_t n_acts,
+                              quant_ck_error *err)
 {
     quant_layout layout = o->layout;
     memset(sp, 0, sizeof *sp);
@@ -169,7 +184,7 @@ quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_
     if (!sp->t) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < sp->n; i++) {
         sp->t[i].in = &in->tensors[i];
-        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, layout, o->chunk_bytes, err);
+        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, m, layout, o->chunk_bytes, err);
         if (st != QUANT_CK_OK) {
             quant_ck_prefix(err, "%s", in->path);
             return st;

@@ -1,6 +1,6 @@
 /* rules.c -- rule sets (SPEC section 6): the JSON top level (a list, or {"rules": [...]}), the
  * compiled module_path regexes (PCRE2, full match), and the rule set object (load, free,
- * accessors, first-match lookup). Each rule's fields are rules_parse.c's.
+ * accessors). Each rule's fields are rules_parse.c's; matching is rules_match.c's.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -27,7 +27,8 @@ static quant_ck_status nomem(quant_ck_error *err)
 
 /* Full match (Python re.fullmatch): anchored at the start and the end of the subject, so every
  * alternative of "a|b" must span the whole module path. JIT when available; pcre2_match falls
- * back to the interpreter by itself otherwise. */
+ * back to the interpreter by itself otherwise (and rules_match.c when the JIT's stack is too
+ * small). */
 static quant_ck_status compile_path(const ck_rule_ctx *c, const char *pattern, pcre2_code **out)
 {
     int code = 0;
@@ -256,18 +257,7 @@ const quant_rule *quant_ruleset_rule(const quant_ruleset *rs, size_t index)
     return rs && index < rs->n ? &rs->rules[index] : NULL;
 }
 
-/* Thread-safe: the compiled patterns are read-only and each call has its own match data. A
- * match error (say, PCRE2's backtracking limit) counts as no match. */
-long quant_ruleset_match(const quant_ruleset *rs, const char *module_path)
+const pcre2_code *ck_ruleset_regex(const quant_ruleset *rs, size_t index)
 {
-    if (!rs || !module_path || rs->n == 0) return -1;
-    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    if (!md) return -1;
-    long found = -1;
-    size_t len = strlen(module_path);
-    for (size_t i = 0; i < rs->n && found < 0; i++)
-        if (pcre2_match(rs->re[i], (PCRE2_SPTR)module_path, len, 0, 0, md, NULL) >= 0)
-            found = (long)i;
-    pcre2_match_data_free(md);
-    return found;
+    return rs && index < rs->n ? rs->re[index] : NULL;
 }

@@ -4,7 +4,8 @@
  * SPDX-License-Identifier: Apache-2.0
  *
  * Every error names the source, the rule (0-based) and the field, so a user can fix the file
- * without guessing: "rules.json: rule 2: field 'tile_size': ...". Checks that depend on a
+ * without guessing: "rules.json: rule 2: field 'tile_size': ..."; an unknown field gets a "did
+ * you mean" (a misspelling, or another tool's name for the field). Checks that depend on a
  * tensor's rank or shape (axes in range, tiles dividing dims) wait for quant_rule_how().
  */
 #include <stdarg.h>
@@ -267,35 +268,193 @@ static quant_ck_status parse_sr(const ck_rule_ctx *c, const json_t *v, quant_rul
     return QUANT_CK_OK;
 }
 
+/* ---- the field table, and hints for unknown fields --------------------------------------------
+ */
+
+static quant_ck_status f_module_path(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                     quant_rule *r)
+{
+    const char *s = NULL;
+    quant_ck_status st = want_string(c, f, v, &s);
+    return st != QUANT_CK_OK ? st : set_str(c, &r->module_path, s);
+}
+
+static quant_ck_status f_weight_qtype(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                      quant_rule *r)
+{
+    return parse_qtype(c, f, v, &r->has_weight_qtype, &r->weight_qtype);
+}
+
+static quant_ck_status f_weight_calib(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                      quant_rule *r)
+{
+    return parse_calib(c, f, v, &r->weight_calibration);
+}
+
+static quant_ck_status f_tile_size(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                   quant_rule *r)
+{
+    (void)f;
+    return parse_tile(c, v, r);
+}
+
+static quant_ck_status f_act_qtype(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                   quant_rule *r)
+{
+    return parse_qtype(c, f, v, &r->has_act_qtype, &r->act_qtype);
+}
+
+static quant_ck_status f_act_calib(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                   quant_rule *r)
+{
+    return parse_calib(c, f, v, &r->act_calibration);
+}
+
+static quant_ck_status f_act_static(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                    quant_rule *r)
+{
+    return want_bool(c, f, v, &r->act_static_scale);
+}
+
+static quant_ck_status f_act_batch_axes(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                        quant_rule *r)
+{
+    return parse_axes(c, f, v, false, &r->n_act_batch_axes, r->act_batch_axes);
+}
+
+static quant_ck_status f_contraction_axes(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                          quant_rule *r)
+{
+    return parse_axes(c, f, v, true, &r->n_contraction_axes, r->contraction_axes);
+}
+
+static quant_ck_status f_scale_dtype(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                     quant_rule *r)
+{
+    (void)f;
+    return parse_scale_dtype(c, v, r);
+}
+
+static quant_ck_status f_pack(const ck_rule_ctx *c, const char *f, const json_t *v, quant_rule *r)
+{
+    return want_bool(c, f, v, &r->pack);
+}
+
+static quant_ck_status f_stochastic(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                    quant_rule *r)
+{
+    (void)f;
+    return parse_sr(c, v, r);
+}
+
+typedef quant_ck_status (*field_parser)(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                        quant_rule *r);
+
+/* Every field of a rule, in the order messages list them. */
+static const struct {
+    const char *name;
+    field_parser parse;
+} fields[] = {
+    {"module_path", f_module_path},
+    {"weight_qtype", f_weight_qtype},
+    {"weight_calibration_method", f_weight_calib},
+    {"tile_size", f_tile_size},
+    {"act_qtype", f_act_qtype},
+    {"act_calibration_method", f_act_calib},
+    {"act_static_scale", f_act_static},
+    {"act_batch_axes", f_act_batch_axes},
+    {"contraction_axes", f_contraction_axes},
+    {"scale_dtype", f_scale_dtype},
+    {"pack", f_pack},
+    {"stochastic_rounding", f_stochastic},
+};
+
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+/* What other tools (llm-compressor, GPTQ, bitsandbytes, torchao, ...) call our fields. */
+static const struct {
+    const char *alias, *field, *note;
+} aliases[] = {
+    {"group_size", "tile_size", "a tile length along the contraction axis"},
+    {"block_size", "tile_size", "a tile length, or {\"0\": 128, \"1\": 128} for 2-D blocks"},
+    {"blocksize", "tile_size", "a tile length along the contraction axis"},
+    {"bits", "weight_qtype", "a qtype name such as \"int4\" or \"int8\""},
+    {"num_bits", "weight_qtype", "a qtype name such as \"int4\" or \"int8\""},
+    {"wbits", "weight_qtype", "a qtype name such as \"int4\" or \"int8\""},
+    {"symmetric", "weight_calibration_method", "\"absmax\" is symmetric, \"minmax\" asymmetric"},
+    {"sym", "weight_calibration_method", "\"absmax\" is symmetric, \"minmax\" asymmetric"},
+    {"targets", "module_path", "one regex matched against the whole module path"},
+    {"pattern", "module_path", "a regex matched against the whole module path"},
+    {"regex", "module_path", "a regex matched against the whole module path"},
+};
+
+static char lower(char ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+}
+
+/* Edit distance with adjacent transpositions (optimal string alignment), case-insensitive;
+ * anything above `cap` is reported as cap + 1. Names are short: longer ones are not compared. */
+static size_t edit_distance(const char *a, const char *b, size_t cap)
+{
+    enum { MAX = 40 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= MAX || m >= MAX) return cap + 1;
+    size_t d[MAX][MAX];
+    for (size_t i = 0; i <= n; i++) d[i][0] = i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t cost = lower(a[i - 1]) != lower(b[j - 1]);
+            size_t best = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) &&
+                lower(a[i - 2]) == lower(b[j - 1]) && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m] > cap ? cap + 1 : d[n][m];
+}
+
+/* The known field `f` is probably a misspelling of (at most 2 edits, 1 for short names), or NULL.
+ */
+static const char *closest_field(const char *f)
+{
+    size_t cap = strlen(f) < 6 ? 1 : 2, best = cap + 1;
+    const char *hit = NULL;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        size_t d = edit_distance(f, fields[i].name, cap);
+        if (d < best) {
+            best = d;
+            hit = fields[i].name;
+        }
+    }
+    return hit;
+}
+
+static quant_ck_status unknown_field(const ck_rule_ctx *c, const char *f)
+{
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(f, aliases[i].alias) == 0)
+            return ck_rule_fail(c, f, "unknown field, did you mean '%s'? (%s here: %s)",
+                                aliases[i].field, aliases[i].field, aliases[i].note);
+    const char *near = closest_field(f);
+    if (near) return ck_rule_fail(c, f, "unknown field, did you mean '%s'?", near);
+    char known[512];
+    size_t len = 0;
+    for (size_t i = 0; i < N_FIELDS && len < sizeof known; i++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
+                                fields[i].name);
+    return ck_rule_fail(c, f, "unknown field (known: %s)", known);
+}
+
 static quant_ck_status parse_field(const ck_rule_ctx *c, const char *f, const json_t *v,
                                    quant_rule *r)
 {
-    const char *s = NULL;
-    quant_ck_status st;
-    if (strcmp(f, "module_path") == 0) {
-        st = want_string(c, f, v, &s);
-        return st != QUANT_CK_OK ? st : set_str(c, &r->module_path, s);
-    }
-    if (strcmp(f, "weight_qtype") == 0)
-        return parse_qtype(c, f, v, &r->has_weight_qtype, &r->weight_qtype);
-    if (strcmp(f, "weight_calibration_method") == 0)
-        return parse_calib(c, f, v, &r->weight_calibration);
-    if (strcmp(f, "tile_size") == 0) return parse_tile(c, v, r);
-    if (strcmp(f, "act_qtype") == 0) return parse_qtype(c, f, v, &r->has_act_qtype, &r->act_qtype);
-    if (strcmp(f, "act_calibration_method") == 0) return parse_calib(c, f, v, &r->act_calibration);
-    if (strcmp(f, "act_static_scale") == 0) return want_bool(c, f, v, &r->act_static_scale);
-    if (strcmp(f, "act_batch_axes") == 0)
-        return parse_axes(c, f, v, false, &r->n_act_batch_axes, r->act_batch_axes);
-    if (strcmp(f, "contraction_axes") == 0)
-        return parse_axes(c, f, v, true, &r->n_contraction_axes, r->contraction_axes);
-    if (strcmp(f, "scale_dtype") == 0) return parse_scale_dtype(c, v, r);
-    if (strcmp(f, "pack") == 0) return want_bool(c, f, v, &r->pack);
-    if (strcmp(f, "stochastic_rounding") == 0) return parse_sr(c, v, r);
-    return ck_rule_fail(c, f,
-                        "unknown field (known: module_path, weight_qtype, "
-                        "weight_calibration_method, tile_size, act_qtype, act_calibration_method, "
-                        "act_static_scale, act_batch_axes, contraction_axes, scale_dtype, pack, "
-                        "stochastic_rounding)");
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strcmp(f, fields[i].name) == 0) return fields[i].parse(c, f, v, r);
+    return unknown_field(c, f);
 }
 
 /* ---- one rule: defaults, fields, checks across fields ---------------------------------------- */

@@ -122,6 +122,38 @@ static quant_ck_status stat_file(quant_st_file *f, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
+/* Whether the byte after the length prefix opens a JSON object, as every safetensors header does
+ * (whitespace first is tolerated, as the reference parser's serde_json does). */
+static bool header_opens(const st_file *sf)
+{
+    unsigned char c = ' ';
+    for (uint64_t off = 8; off < sf->pub.file_size && off < 8 + 64 && c != '{'; off++)
+        if (read_at(sf, &c, 1, off) != 0 || (c != ' ' && c != '\t' && c != '\n' && c != '\r'))
+            break;
+    return c == '{';
+}
+
+/* A length prefix that cannot be one: a file of some other kind (a model card, a PyTorch zip),
+ * unless a '{' follows it, when it is a safetensors file cut short. */
+static quant_ck_status bad_length(const st_file *sf, uint64_t n, quant_ck_error *err)
+{
+    const quant_st_file *f = &sf->pub;
+    if (n <= QUANT_ST_MAX_HEADER && header_opens(sf))
+        return bad(err,
+                   "header length %" PRIu64 " runs past the end of the %" PRIu64 "-byte file "
+                   "(truncated?)",
+                   n, f->file_size);
+    if (n > QUANT_ST_MAX_HEADER)
+        return bad(err,
+                   "not a safetensors file (the first 8 bytes are not a header length: they read "
+                   "as %" PRIu64 ", more than the %u-byte limit)",
+                   n, QUANT_ST_MAX_HEADER);
+    return bad(err,
+               "not a safetensors file (the first 8 bytes are not a header length: they read as "
+               "%" PRIu64 ", past the end of the %" PRIu64 "-byte file)",
+               n, f->file_size);
+}
+
 static quant_ck_status read_length(st_file *sf, quant_ck_error *err)
 {
     quant_st_file *f = &sf->pub;
@@ -136,12 +168,7 @@ static quant_ck_status read_length(st_file *sf, quant_ck_error *err)
                              r < 0 ? strerror(errno) : "file shrank while reading");
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
-    if (n > QUANT_ST_MAX_HEADER)
-        return bad(err, "header length %" PRIu64 " is too large (the limit is %u bytes)", n,
-                   QUANT_ST_MAX_HEADER);
-    if (8 + n > f->file_size)
-        return bad(err, "header length %" PRIu64 " runs past the end of the %" PRIu64 "-byte file",
-                   n, f->file_size);
+    if (n > QUANT_ST_MAX_HEADER || n > f->file_size - 8) return bad_length(sf, n, err);
     f->header_len = n;
     f->data_start = 8 + n;
     return QUANT_CK_OK;
@@ -193,14 +220,29 @@ static quant_ck_status header_bytes(const st_file *sf, const char **text, char *
     return QUANT_CK_OK;
 }
 
-/* Parses the header text (n bytes) into *root, a JSON object. */
+/* Leading JSON whitespace, then '{': what every safetensors header starts with. */
+static bool opens_object(const char *text, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) i++;
+    return i < n && text[i] == '{';
+}
+
+/* Parses the header text (n bytes) into *root, a JSON object. A header that is neither UTF-8
+ * nor JSON and does not even open an object is some other kind of file. */
 static quant_ck_status parse_header(const char *text, size_t n, json_t **root, quant_ck_error *err)
 {
+    bool brace = n == 0 || opens_object(text, n);
     size_t bad_at = utf8_check((const unsigned char *)text, n);
+    json_error_t je;
+    *root = bad_at == n ? json_loadb(text, n, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (!*root && !brace)
+        return bad(err,
+                   "not a safetensors file (the %zu bytes after the 8-byte header length are "
+                   "not a JSON header: they do not start with '{')",
+                   n);
     if (bad_at != n)
         return bad(err, "header is not valid UTF-8 (bad byte at header offset %zu)", bad_at);
-    json_error_t je;
-    *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
     if (!*root)
         return bad(err, "header is not valid JSON: %s (at header offset %d)", je.text, je.position);
     if (!json_is_object(*root))

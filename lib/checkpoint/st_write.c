@@ -4,7 +4,6 @@
  * pwrite from any thread and makes the file appear by fsync + rename + fsync of the directory.
  * SPDX-License-Identifier: Apache-2.0
  */
-#define _GNU_SOURCE /* mkostemp */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -15,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant_st.h"
+#include "ck_internal.h"
 
 typedef struct st_out {
     char *name;
@@ -255,19 +254,14 @@ static bool pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
     return true;
 }
 
-/* Creates "<path>.tmp.XXXXXX", writes the header and sizes the file. */
+/* Creates the locked temporary "<path>.quant-tmp-PID-XXXXXX" (the target checked first: a
+ * link or anything but a regular file is refused), writes the header and sizes the file. */
 static quant_ck_status create_file(quant_st_writer *w, const unsigned char *hdr, size_t len,
                                    quant_ck_error *err)
 {
-    size_t n = strlen(w->path) + sizeof ".tmp.XXXXXX";
-    if (!(w->tmp = malloc(n))) return no_memory(err);
-    snprintf(w->tmp, n, "%s.tmp.XXXXXX", w->path);
-    w->fd = mkostemp(w->tmp, O_CLOEXEC);
-    if (w->fd < 0) {
-        free(w->tmp);
-        w->tmp = NULL;
-        return io_fail(w, err, "cannot create a temporary file");
-    }
+    quant_ck_status st = ck_check_target(w->path, CK_TARGET_FILE, err);
+    if (st == QUANT_CK_OK) st = ck_temp_file(w->path, &w->tmp, &w->fd, err);
+    if (st != QUANT_CK_OK) return st;
     if (fchmod(w->fd, 0644) != 0) return io_fail(w, err, "cannot set the temporary file's mode");
     if (!pwrite_full(w->fd, hdr, len, 0)) return io_fail(w, err, "cannot write the header");
     if (ftruncate(w->fd, (off_t)(w->data_start + w->total)) != 0)
@@ -390,12 +384,12 @@ quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_writer_commit: no open writer");
     quant_ck_status st = QUANT_CK_OK;
     if (fsync(w->fd) != 0) st = io_fail(w, err, "cannot fsync");
-    if (close(w->fd) != 0 && st == QUANT_CK_OK) st = io_fail(w, err, "cannot close");
+    if (st == QUANT_CK_OK) st = ck_publish(w->tmp, w->path, CK_TARGET_FILE, err);
+    if (st != QUANT_CK_OK) unlink(w->tmp);
+    close(w->fd); /* after the rename, so the temporary is locked while it has its name; after
+                     fsync, close has nothing left to report */
     w->fd = -1;
-    if (st == QUANT_CK_OK && rename(w->tmp, w->path) != 0) st = io_fail(w, err, "cannot rename");
-    if (st != QUANT_CK_OK) {
-        unlink(w->tmp);
-    } else {
+    if (st == QUANT_CK_OK) {
         w->committed = true;
         st = fsync_dir(w, err);
     }
@@ -407,8 +401,8 @@ quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err)
 void quant_st_writer_free(quant_st_writer *w)
 {
     if (!w) return;
+    if (w->tmp) unlink(w->tmp); /* before close: never unlocked under its name */
     if (w->fd >= 0) close(w->fd);
-    if (w->tmp) unlink(w->tmp);
     for (size_t i = 0; w->t && i < w->n; i++) free(w->t[i].name);
     free(w->t);
     free(w->layout);

@@ -30,7 +30,9 @@ typedef enum quant_ck_status {
     QUANT_CK_ERR_UNSUPPORTED = 7, /* valid input the chosen output layout cannot express */
     QUANT_CK_ERR_ARG = 8,         /* invalid argument (NULL pointer, bad option value) */
     QUANT_CK_ERR_ACCESS = 9       /* refused by the run's confinement: a symbolic link, or a path
-                                     that is not plain components under the input directory */
+                                     that is not plain components under the input directory; or
+                                     an output name that is a symbolic link or exists as anything
+                                     but a regular file (directory) */
 } quant_ck_status;
 
 #define QUANT_CK_MESSAGE_MAX 1024

@@ -152,12 +152,70 @@ QUANT_API const quant_report_static_act *quant_report_static_at(const quant_repo
  * NULL on allocation failure. */
 QUANT_API char *quant_report_json(const quant_report *r);
 
-/*! quant_report_write() : writes quant_report_json() to `path` atomically (temp + rename). */
+/*! quant_report_write() :
+ * Writes quant_report_json() to `path` atomically (a temporary beside it, fsync, rename): over
+ * nothing or a regular file only (see quant_check_output_file(): a link, FIFO, device or directory
+ * is refused with QUANT_CK_ERR_ACCESS and left as it is). */
 QUANT_API quant_ck_status quant_report_write(const quant_report *r, const char *path,
                                              quant_ck_error *err);
 
 /*! quant_report_free() : NULL is a no-op. */
 QUANT_API void quant_report_free(quant_report *r);
+
+/* ---- outputs: regular files only; the temporaries of runs that died --------------------------
+ *
+ * Every output the library writes by name (a shard, a report, an index, config.json, an output
+ * directory) is built under a temporary name beside it and renamed into place, after the target
+ * is checked with lstat (links not followed) as quant_check_output_file() does: an output file
+ * goes over nothing or a regular file, an output directory over nothing or an empty directory;
+ * a symbolic link is refused -- never written through, never replaced -- and so is a FIFO, a
+ * device, a socket, or a directory where a file is expected. Where the filesystem allows it the
+ * rename over nothing is RENAME_NOREPLACE, so a name taken meanwhile is not replaced either.
+ *
+ * Temporaries are named after their creator: NAME.quant-tmp-PID-XXXXXX (files) and
+ * OUT.quant-partial-PID-XXXXXX (directories), PID the creating process, XXXXXX six letters or
+ * digits; the creator holds an exclusive flock() on each from creation until it is renamed or
+ * removed. A killed process (kill -9, a second Ctrl-C) leaves them behind; its locks die with
+ * it. */
+
+/*! quant_check_output_file() :
+ * Whether `path` may receive an output file, checked as described above: nothing there, or with
+ * `replace` a regular file. For a front end to refuse a target before a long run (the write
+ * checks again).
+ * @return : QUANT_CK_OK; QUANT_CK_ERR_ACCESS for a symbolic link ("PATH: a symbolic link (outputs
+ *           are never written through or over a link: ...)") or anything but a regular file
+ *           ("PATH: not a regular file (a FIFO); ..."); QUANT_CK_ERR_ARG when it exists and
+ *           `replace` is false ("PATH: output already exists ...") or `path` is NULL;
+ *           QUANT_CK_ERR_IO when lstat fails otherwise. */
+QUANT_API quant_ck_status quant_check_output_file(const char *path, bool replace,
+                                                  quant_ck_error *err);
+
+/* A temporary quant_remove_stale_temps() found. */
+typedef struct quant_stale_temp {
+    const char *path;     /* dir + "/" + its name */
+    bool is_dir;          /* an OUT.quant-partial-... directory */
+    bool removed;         /* false: left in place, and why: */
+    const char *kept_why; /* "it belongs to another user", "cannot remove it: ...", ... */
+} quant_stale_temp;
+
+/* Called for each temporary removed or left (strings valid during the call only). */
+typedef void (*quant_stale_fn)(void *user, const quant_stale_temp *t);
+
+/*! quant_remove_stale_temps() :
+ * Removes from the directory `dir` the temporaries of the library's writers (names as above:
+ * files NAME.quant-tmp-PID-XXXXXX, directories NAME.quant-partial-PID-XXXXXX; links and other
+ * types are never touched) that are provably stale: owned by the effective user, locked by no
+ * process (an exclusive flock() is taken on it without waiting, and held while it is removed),
+ * and either their creator PID is no live process on this machine or they have not changed for
+ * 15 minutes (a directory: nor any entry directly in it), which covers a PID reused since. A
+ * directory shared with another machine (or PID namespace) whose locks do not reach this one
+ * makes its live runs look dead here: not supported. A temporary some process holds locked is a live run's: left without a word. Any
+ * other temporary of ours that cannot be proven stale (another user's, no locks on the
+ * filesystem, a creator PID alive and a recent change) is left and reported. `fn` (may be NULL)
+ * hears of each removed or left; the library prints nothing. A missing `dir` is no error.
+ * @return : QUANT_CK_OK, QUANT_CK_ERR_IO when `dir` cannot be listed, QUANT_CK_ERR_ARG. */
+QUANT_API quant_ck_status quant_remove_stale_temps(const char *dir, quant_stale_fn fn, void *user,
+                                                   quant_ck_error *err);
 
 /* ---- running it --------------------------------------------------------------------------------
  */

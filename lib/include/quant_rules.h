@@ -1,6 +1,7 @@
 /* quant_rules.h -- rule sets (SPEC section 6): parse and validate the JSON (jansson), compile
- * module_path regexes (PCRE2, full-match), pick the first matching rule for a module path, and
- * turn a rule into a libquant quant_how for a tensor shape.
+ * module_path regexes (PCRE2, full-match), pick the first matching rule for a module path (in
+ * bounded work: match errors are errors), and turn a rule into a libquant quant_how for a tensor
+ * shape.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QUANT_RULES_H
@@ -63,9 +64,60 @@ QUANT_API void quant_ruleset_free(quant_ruleset *rs);
 QUANT_API size_t quant_ruleset_count(const quant_ruleset *rs);
 QUANT_API const quant_rule *quant_ruleset_rule(const quant_ruleset *rs, size_t index);
 
+/* ---- matching module paths, in bounded work -------------------------------------------------
+ *
+ * Matching is PCRE2's, bounded by its match limit: units of about one step of the matcher
+ * (backtracking included), a step scanning at most the whole module path. The cost of a try is
+ * its limit x (module path bytes + 64), so the limits shrink as paths grow. Every match first runs
+ * with a limit worth QUANT_RULES_MATCH_FIRST (about 8000 units for a 64-byte path; real rule
+ * sets need tens of units on real module paths); one that needs more runs again with ten times
+ * the limit, and so on up to QUANT_RULES_MATCH_LIMIT (about PCRE2's default of 10 million units
+ * for a 150-byte path, 200000 for a 10000-byte one), the cost of every retry charged to the
+ * matcher's budget of QUANT_RULES_MATCH_BUDGET (a run's). The interpreter's memory for one match
+ * is capped at QUANT_RULES_HEAP_KIB; a match the JIT's stack cannot hold runs in the interpreter
+ * instead. A match that hits the limit, the budget or the heap cap is an error naming the rule,
+ * its regex and the module path, never "no match". The matching of a run thus costs at most
+ * distinct module paths x rules x QUANT_RULES_MATCH_FIRST, plus about 1.1 x the budget (a
+ * retry's failed tries cost a ninth of it): well under a millisecond per path and rule at
+ * worst, and a few seconds all told. */
+#define QUANT_RULES_MATCH_FIRST  (1ull << 20) /* cost of the first try of each match */
+#define QUANT_RULES_MATCH_LIMIT  (1ull << 31) /* cost of one match at most */
+#define QUANT_RULES_MATCH_BUDGET (1ull << 33) /* cost of a matcher's retries, all together */
+#define QUANT_RULES_HEAP_KIB     65536u       /* interpreter memory for one match (64 MiB) */
+
+typedef struct quant_rule_matcher quant_rule_matcher;
+
+/*! quant_rule_matcher_new() :
+ * A matcher over `rs` for one run: its PCRE2 match context (the limits above), its budget, and a
+ * cache of module path -> result (many tensors share a module path). `rs` must outlive it. Not
+ * thread-safe: one matcher per thread.
+ * @return : the matcher, to free with quant_rule_matcher_free(); NULL on allocation failure. */
+QUANT_API quant_rule_matcher *quant_rule_matcher_new(const quant_ruleset *rs);
+
+/*! quant_rule_matcher_find() :
+ * `*index` gets the index of the first rule whose module_path regex matches the whole of
+ * `module_path` (Python re.fullmatch semantics), or -1 when none does.
+ * @return : QUANT_CK_OK; QUANT_CK_ERR_RULES when a regex could not be matched within the limits
+ *           ("rule 1: module_path \"(a+)+$\": matching module path 'aaaa...' (10001 characters)
+ *           hit PCRE2's match limit ..."; the budget and the heap cap likewise);
+ *           QUANT_CK_ERR_NOMEM; QUANT_CK_ERR_ARG for a NULL argument. `*index` is -1 on error. */
+QUANT_API quant_ck_status quant_rule_matcher_find(quant_rule_matcher *m, const char *module_path,
+                                                  long *index, quant_ck_error *err);
+
+/*! quant_rule_matcher_free() : NULL is a no-op. */
+QUANT_API void quant_rule_matcher_free(quant_rule_matcher *m);
+
+/*! quant_ruleset_find() :
+ * quant_rule_matcher_find() with a matcher of its own (so a budget of its own): one lookup.
+ * Thread-safe. */
+QUANT_API quant_ck_status quant_ruleset_find(const quant_ruleset *rs, const char *module_path,
+                                             long *index, quant_ck_error *err);
+
 /*! quant_ruleset_match() :
+ * quant_ruleset_find() without the message.
  * @return : the index of the first rule whose module_path regex matches the whole of
- *           `module_path` (Python re.fullmatch semantics), or -1. Thread-safe. */
+ *           `module_path` (Python re.fullmatch semantics), -1 when none does, -2 when matching
+ *           failed (a limit above, out of memory): not "no match". Thread-safe. */
 QUANT_API long quant_ruleset_match(const quant_ruleset *rs, const char *module_path);
 
 /*! quant_module_path() :

@@ -159,9 +159,12 @@ typedef struct quant_st_writer quant_st_writer;
 /*! quant_st_writer_new() :
  * Lays out a file as the reference writer does (tensors sorted by dtype alignment descending,
  * then name; `__metadata__` first; header padded with spaces to a multiple of 8, so every
- * tensor is aligned to its element size), creates it under a temporary name in `path`'s
- * directory and sizes it. `meta_keys`/`meta_values` (n_meta pairs, may be 0) are copied.
- * Names must be unique.
+ * tensor is aligned to its element size), creates it under the temporary name
+ * `path`.quant-tmp-PID-XXXXXX beside it (O_EXCL, locked with flock while it exists: see
+ * quant_remove_stale_temps()) and sizes it. `path` must be nothing or a regular file (checked
+ * with lstat: a symbolic link, FIFO, device, socket or directory is refused with
+ * QUANT_CK_ERR_ACCESS, as quant_check_output_file() describes). `meta_keys`/`meta_values`
+ * (n_meta pairs, may be 0) are copied. Names must be unique.
  * @return : QUANT_CK_OK with `*out`, or an error (nothing left on disk). */
 QUANT_API quant_ck_status quant_st_writer_new(const char *path, const quant_st_out_tensor *tensors,
                                               size_t n_tensors, const char *const *meta_keys,
@@ -186,9 +189,11 @@ QUANT_API quant_ck_status quant_st_writer_pwrite(quant_st_writer *w, size_t inde
                                                  const void *buf, size_t n, quant_ck_error *err);
 
 /*! quant_st_writer_commit() :
- * fsyncs the temporary file, renames it to the final path and fsyncs the directory. The writer
- * must still be freed.
- * @return : QUANT_CK_OK or QUANT_CK_ERR_IO (then the temporary file is removed). */
+ * fsyncs the temporary file, checks the final path again (nothing or a regular file, which is
+ * replaced), renames the temporary to it and fsyncs the directory. The writer must still be
+ * freed.
+ * @return : QUANT_CK_OK, QUANT_CK_ERR_IO or QUANT_CK_ERR_ACCESS (a link or a non-regular file
+ *           appeared at the path: left as it is); on error the temporary file is removed. */
 QUANT_API quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err);
 
 /*! quant_st_writer_free() :

@@ -10,9 +10,11 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -704,6 +706,288 @@ START_TEST(test_progress_tty)
 }
 END_TEST
 
+/* ---- outputs are regular files only -----------------------------------------------------------
+ */
+
+static bool is_type(const char *path, mode_t type)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && (sb.st_mode & S_IFMT) == type;
+}
+
+/* quant quantize ... --report TARGET: refused before the run, TARGET and OUT untouched. */
+static void expect_report_refused(const char *dir, const char *target, const char *why)
+{
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json");
+    run_result r = RUN(dir, "quantize", "-q", "--rules", rules, "--report", target, in, out);
+    ck_assert_msg(r.status == 1, "%s: exit %d, stderr '%s'", target, r.status, r.err);
+    assert_one_line_error(&r);
+    ck_assert_msg(strstr(r.err, target) && strstr(r.err, why), "%s: '%s'", target, r.err);
+    ck_assert_msg(!exists(out), "%s: the run went ahead", target);
+    result_free(&r);
+    free(in);
+    free(out);
+    free(rules);
+}
+
+/* --report FILE must be a regular file or nothing: a FIFO, a directory, a device or a link is
+ * refused (never replaced, never written through); an existing regular file is replaced. */
+START_TEST(test_report_target)
+{
+    char *dir = setup(NULL);
+    char *fifo = ck_join(dir, "fifo"), *sub = ck_join(dir, "sub"), *dev = ck_join(dir, "null");
+    char *target = ck_join(dir, "target.json"), *link = ck_join(dir, "link.json");
+    char *dangling = ck_join(dir, "dangling.json"), *report = ck_join(dir, "r.json");
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    expect_report_refused(dir, fifo, "not a regular file (a FIFO)");
+    ck_assert(is_type(fifo, S_IFIFO));
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    expect_report_refused(dir, sub, "not a regular file (a directory)");
+    ck_assert(is_type(sub, S_IFDIR));
+    if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) { /* root: a /dev/null of our own */
+        expect_report_refused(dir, dev, "not a regular file (a character device)");
+        ck_assert(is_type(dev, S_IFCHR));
+    }
+    ck_write_file(target, "keep", 4);
+    ck_assert_int_eq(symlink("target.json", link), 0);
+    expect_report_refused(dir, link, "a symbolic link");
+    ck_assert(is_type(link, S_IFLNK));
+    char *kept = slurp(target);
+    ck_assert_str_eq(kept, "keep");
+    free(kept);
+    ck_assert_int_eq(symlink("nowhere.json", dangling), 0);
+    expect_report_refused(dir, dangling, "a symbolic link");
+    ck_assert(is_type(dangling, S_IFLNK));
+    /* the default report beside a file OUT: a link there is refused too */
+    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json"), *def = ck_join(dir, "quant-report.json");
+    ck_assert_int_eq(symlink("target.json", def), 0);
+    run_result r = RUN(dir, "quantize", "-q", "--rules", rules, in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "quant-report.json") &&
+                      strstr(r.err, "a symbolic link"),
+                  "exit %d: %s", r.status, r.err);
+    ck_assert(!exists(out));
+    ck_assert(is_type(def, S_IFLNK));
+    result_free(&r);
+    /* a regular file is replaced */
+    ck_write_file(report, "old", 3);
+    r = RUN(dir, "quantize", "-q", "--rules", rules, "--report", report, in, out);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    check_report(report, true);
+    free(in);
+    free(out);
+    free(rules);
+    free(def);
+    free(fifo);
+    free(sub);
+    free(dev);
+    free(target);
+    free(link);
+    free(dangling);
+    free(report);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* OUT itself: a link (even a dangling one, even to an empty directory) is refused, for quantize
+ * and dequantize, and left as it is. */
+START_TEST(test_output_target)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
+    char *out = ck_join(dir, "out.safetensors"), *empty = ck_join(dir, "empty");
+    char *model = ck_join(dir, "model"), *shard = ck_join(model, "a.safetensors");
+    char *outdir = ck_join(dir, "outdir"), *fifo = ck_join(dir, "fifo.safetensors");
+    ck_assert_int_eq(symlink("nowhere.safetensors", out), 0);
+    run_result r = RUN(dir, "quantize", "-q", "--rules", rules, in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, out) && strstr(r.err, "a symbolic link"),
+                  "exit %d: %s", r.status, r.err);
+    assert_one_line_error(&r);
+    result_free(&r);
+    ck_assert(is_type(out, S_IFLNK));
+    r = RUN(dir, "dequantize", "-q", in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "a symbolic link"), "exit %d: %s", r.status,
+                  r.err);
+    result_free(&r);
+    ck_assert(is_type(out, S_IFLNK));
+    char *nowhere = ck_join(dir, "nowhere.safetensors");
+    ck_assert(!exists(nowhere));
+    free(nowhere);
+    /* a directory run into a link to an empty directory */
+    ck_assert_int_eq(mkdir(model, 0755), 0);
+    free(make_model(shard, 3));
+    ck_assert_int_eq(mkdir(empty, 0755), 0);
+    ck_assert_int_eq(symlink("empty", outdir), 0);
+    r = RUN(dir, "quantize", "-q", "--rules", rules, model, outdir);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "a symbolic link"), "exit %d: %s", r.status,
+                  r.err);
+    result_free(&r);
+    ck_assert(is_type(outdir, S_IFLNK));
+    char *slashed = ck_join(outdir, ""); /* "outdir/" names the link too */
+    r = RUN(dir, "quantize", "-q", "--rules", rules, model, slashed);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "a symbolic link"), "exit %d: %s", r.status,
+                  r.err);
+    result_free(&r);
+    free(slashed);
+    ck_assert(is_type(outdir, S_IFLNK));
+    ck_assert_int_eq(ck_count_entries(empty), 0);
+    /* a FIFO as OUT */
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    r = RUN(dir, "quantize", "-q", "--rules", rules, in, fifo);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "not a regular file (a FIFO)"), "exit %d: %s",
+                  r.status, r.err);
+    result_free(&r);
+    ck_assert(is_type(fifo, S_IFIFO));
+    free(in);
+    free(rules);
+    free(out);
+    free(empty);
+    free(model);
+    free(shard);
+    free(outdir);
+    free(fifo);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- stale temporaries ------------------------------------------------------------------------
+ */
+
+static void die_now(void *user, const quant_progress *p)
+{
+    (void)user;
+    (void)p;
+    raise(SIGKILL);
+}
+
+/* A run killed with SIGKILL after its first unit of work (in a child process of ours). */
+static void quantize_then_die(const char *in, const char *out)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        quant_ruleset *rs = NULL;
+        if (quant_ruleset_parse(int8_rules, strlen(int8_rules), NULL, &rs, NULL) != QUANT_CK_OK)
+            _exit(2);
+        quant_pipeline_options o;
+        quant_pipeline_options_init(&o);
+        o.progress = die_now;
+        quant_quantize_path(rs, in, out, &o, NULL, NULL);
+        _exit(3); /* not reached */
+    }
+    ck_assert_int_eq(wait_status(pid), 128 + SIGKILL);
+}
+
+/* kill -9 leaves a temporary behind; the next run into the same directory removes it and says
+ * so on stderr (a file run, a directory run, and dequantize). */
+START_TEST(test_stale_temporaries)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
+    char *out = ck_join(dir, "out.safetensors"), *dq = ck_join(dir, "dq.safetensors");
+    char *model = ck_join(dir, "model"), *shard = ck_join(model, "a.safetensors");
+    char *outdir = ck_join(dir, "outdir");
+    quantize_then_die(in, out);
+    ck_assert_int_eq(ck_count_entries(dir), 3); /* in, rules, the leftover */
+    run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "quant: removed stale temporary ") &&
+                      strstr(r.err, "out.safetensors."),
+                  "%s", r.err);
+    result_free(&r);
+    ck_assert_int_eq(ck_count_entries(dir), 4); /* in, rules, out, quant-report.json */
+    /* a directory run */
+    ck_assert_int_eq(mkdir(model, 0755), 0);
+    free(make_model(shard, 3));
+    quantize_then_die(model, outdir);
+    ck_assert_int_eq(ck_count_entries(dir), 6);
+    r = RUN(dir, "quantize", "--rules", rules, model, outdir);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "removed stale temporary ") &&
+                      strstr(r.err, "outdir."),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    ck_assert_int_eq(ck_count_entries(dir), 6); /* + model, outdir; no leftover */
+    /* dequantize cleans the directory it writes into, and prints notes even with -q */
+    char *out2 = ck_join(dir, "out2.safetensors");
+    quantize_then_die(in, out2);
+    ck_assert_int_eq(ck_count_entries(dir), 7);
+    r = RUN(dir, "dequantize", "-q", out, dq);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "removed stale temporary ") &&
+                      strstr(r.err, "out2.safetensors."),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    ck_assert_int_eq(ck_count_entries(dir), 7); /* the leftover gone, dq there */
+    free(out2);
+    free(in);
+    free(rules);
+    free(out);
+    free(dq);
+    free(model);
+    free(shard);
+    free(outdir);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A file that is not safetensors: one line saying so, naming it. */
+START_TEST(test_not_safetensors)
+{
+    char *dir = setup(NULL);
+    char *readme = ck_join(dir, "README.md"), *out = ck_join(dir, "out.safetensors");
+    char *rules = ck_join(dir, "rules.json");
+    const char text[] = "# tiny model\n\nweights in model.safetensors\n";
+    ck_write_file(readme, text, sizeof text - 1);
+    run_result r = RUN(dir, "inspect", readme);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    ck_assert_msg(strstr(r.err, readme) && strstr(r.err, "not a safetensors file"), "%s", r.err);
+    result_free(&r);
+    r = RUN(dir, "quantize", "--rules", rules, readme, out);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "not a safetensors file"), "%s", r.err);
+    result_free(&r);
+    free(readme);
+    free(out);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A rule set as a bare list and as {"rules": [...]} both work; a misspelt field gets a hint. */
+START_TEST(test_rules_forms_and_hints)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "r.json");
+    char *o1 = ck_join(dir, "o1.safetensors"), *o2 = ck_join(dir, "o2.safetensors");
+    const char obj[] = "{\"rules\": [{\"module_path\": \"m\\\\..*\", \"weight_qtype\": \"int8\"}]}";
+    ck_write_file(rules, obj, strlen(obj));
+    run_result r = RUN(dir, "quantize", "-q", "-r", rules, in, o1);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    const char hint[] = "[{\"module_path\": \"m\\\\..*\", \"group_size\": 32}]";
+    ck_write_file(rules, hint, strlen(hint));
+    r = RUN(dir, "quantize", "-q", "-r", rules, in, o2);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    ck_assert_msg(strstr(r.err, "field 'group_size': unknown field, did you mean 'tile_size'?"),
+                  "%s", r.err);
+    result_free(&r);
+    free(in);
+    free(rules);
+    free(o1);
+    free(o2);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 Suite *suite_cli(void)
 {
     Suite *s = suite_create("cli");
@@ -719,6 +1003,11 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_directory);
     tcase_add_test(tc, test_hf_cache_links);
     tcase_add_test(tc, test_progress_tty);
+    tcase_add_test(tc, test_report_target);
+    tcase_add_test(tc, test_output_target);
+    tcase_add_test(tc, test_stale_temporaries);
+    tcase_add_test(tc, test_not_safetensors);
+    tcase_add_test(tc, test_rules_forms_and_hints);
     suite_add_tcase(s, tc);
     return s;
 }

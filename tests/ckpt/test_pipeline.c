@@ -4,12 +4,20 @@
  * dequantize round trip within the reported error.
  * SPDX-License-Identifier: Apache-2.0
  */
+#define _XOPEN_SOURCE   700
+#define _DEFAULT_SOURCE /* flock */
+#include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ckutil.h"
 #include "quant_pipeline.h"
@@ -404,6 +412,366 @@ START_TEST(test_rms_two_pass)
 }
 END_TEST
 
+/* ---- regex matching: errors, not silent "no match"; a bounded run ------------------------- */
+
+static char *repeat(char c, size_t n, const char *tail)
+{
+    char *s = malloc(n + strlen(tail) + 1);
+    ck_assert_ptr_nonnull(s);
+    memset(s, c, n);
+    strcpy(s + n, tail);
+    return s;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A pathological rule on a crafted 10k-character module path fails the run quickly, naming the
+ * rule, its regex and the tensor; before, it counted as no match and the next rule took it. */
+START_TEST(test_regex_match_error)
+{
+    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    char *name = repeat('a', 10000, "!.weight");
+    float w[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ck_gen_tensor t[] = {{name, "F32", 2, {2, 4}, w, sizeof w}};
+    ck_gen_file(in, t, 1, NULL);
+    quant_ck_error err;
+    double t0 = seconds_now();
+    quant_ck_status st = ck_quantize("[{\"module_path\":\"(a+)+$\",\"weight_qtype\":\"int8\"},"
+                                     "{\"weight_qtype\":\"int4\"}]",
+                                     in, out, NULL, NULL, &err);
+    double took = seconds_now() - t0;
+    ck_assert_msg(st == QUANT_CK_ERR_RULES, "status %d: %s", st, st ? err.message : "accepted");
+    ck_assert_msg(strstr(err.message, "rule 0") && strstr(err.message, "(a+)+$") &&
+                      strstr(err.message, "tensor 'aaaaaaaa") && strstr(err.message, "match limit"),
+                  "%s", err.message);
+    ck_assert_msg(took < 3.0, "took %.1f s", took);
+    ck_assert_int_eq(ck_count_entries(dir), 1);
+    free(name);
+    ck_rmtree(dir);
+    free(dir);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* Matches that need more than their first try are charged to the run's budget: a rule needing
+ * ~125000 steps (250000 with the JIT) on each of many distinct 500-byte module paths (within
+ * the limit of one match) ends the run with a named error, quickly. */
+START_TEST(test_regex_run_budget)
+{
+    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    enum { N = 200 };
+    ck_gen_tensor *t = calloc(N, sizeof *t);
+    char *names[N];
+    float w[4] = {1, 2, 3, 4};
+    for (int i = 0; i < N; i++) {
+        char tail[32];
+        snprintf(tail, sizeof tail, "b%d.weight", i);
+        names[i] = repeat('a', 500, tail);
+        t[i] = (ck_gen_tensor){names[i], "F32", 2, {2, 2}, w, sizeof w};
+    }
+    ck_gen_file(in, t, N, NULL);
+    const char *rules = "[{\"module_path\":\"a*a*a*b\",\"weight_qtype\":\"int8\"}]";
+    quant_ck_error err;
+    double t0 = seconds_now();
+    quant_ck_status st = ck_quantize(rules, in, out, NULL, NULL, &err);
+    double took = seconds_now() - t0;
+    ck_assert_msg(st == QUANT_CK_ERR_RULES, "status %d: %s", st, st ? err.message : "accepted");
+    ck_assert_msg(strstr(err.message, "rule 0") && strstr(err.message, "a*a*a*b") &&
+                      strstr(err.message, "budget") && strstr(err.message, "tensor 'aaaa"),
+                  "%s", err.message);
+    ck_assert_msg(took < 5.0, "took %.1f s", took);
+    /* a few of the same paths stay within the budget: copied, no rule matched */
+    ck_gen_file(in, t, 4, NULL);
+    quant_report *rep = NULL;
+    ck_assert_msg(ck_quantize(rules, in, out, NULL, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(quant_report_count(rep), 4);
+    ck_assert_int_eq(quant_report_entry_at(rep, 0)->rule, -1);
+    quant_report_free(rep);
+    for (int i = 0; i < N; i++) free(names[i]);
+    free(t);
+    ck_rmtree(dir);
+    free(dir);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* ---- duplicate tensor names across shards ---------------------------------------------------- */
+
+START_TEST(test_duplicate_across_shards)
+{
+    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    float a[4 * 8], b[4 * 8];
+    ck_fill(a, 32, 1, 1.0f);
+    ck_fill(b, 32, 2, 1.0f);
+    ck_gen_tensor s1[] = {{"x.weight", "F32", 2, {4, 8}, a, sizeof a},
+                          {"y.weight", "F32", 2, {4, 8}, a, sizeof a}};
+    ck_gen_tensor s2[] = {{"x.weight", "F32", 2, {4, 8}, b, sizeof b},
+                          {"z.weight", "F32", 2, {4, 8}, b, sizeof b}};
+    char *p1 = ck_join(in, "a.safetensors"), *p2 = ck_join(in, "b.safetensors");
+    ck_gen_file(p1, s1, 2, NULL);
+    ck_gen_file(p2, s2, 2, NULL);
+    const char *rules = "[{\"weight_qtype\":\"int8\"}]";
+    quant_ck_error err;
+    /* no index: both shards are read, and the name is in both */
+    ck_assert_int_eq(ck_quantize(rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'") && strstr(err.message, "a.safetensors") &&
+                      strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    ck_assert_int_eq(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'"), "%s", err.message);
+    /* an index naming one of the two shards: still refused, naming both */
+    char *ip = ck_join(in, "model.safetensors.index.json");
+    const char *index = "{\"weight_map\":{\"x.weight\":\"a.safetensors\",\"y.weight\":"
+                        "\"a.safetensors\",\"z.weight\":\"b.safetensors\"}}";
+    ck_write_file(ip, index, strlen(index));
+    ck_assert_int_eq(ck_quantize(rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'") && strstr(err.message, "a.safetensors") &&
+                      strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    const char *index2 = "{\"weight_map\":{\"x.weight\":\"b.safetensors\",\"y.weight\":"
+                         "\"a.safetensors\",\"z.weight\":\"b.safetensors\"}}";
+    ck_write_file(ip, index2, strlen(index2));
+    ck_assert_int_eq(ck_quantize(rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'x.weight'") && strstr(err.message, "a.safetensors") &&
+                      strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    ck_assert_int_eq(ck_count_entries(root), 1); /* no output, no partial directory */
+    free(ip);
+    free(p1);
+    free(p2);
+    ck_rmtree(root);
+    free(root);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* Two shards whose outputs would share a name (a.safetensors' quantized m.weight becomes
+ * m.weight.qvalue, a tensor b.safetensors already has): refused before any data is written. */
+START_TEST(test_output_name_clash_across_shards)
+{
+    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    float a[4 * 8];
+    int8_t q[4 * 8] = {0};
+    ck_fill(a, 32, 1, 1.0f);
+    ck_gen_tensor s1[] = {{"m.weight", "F32", 2, {4, 8}, a, sizeof a}};
+    ck_gen_tensor s2[] = {{"m.weight.qvalue", "I8", 2, {4, 8}, q, sizeof q}};
+    char *p1 = ck_join(in, "a.safetensors"), *p2 = ck_join(in, "b.safetensors");
+    ck_gen_file(p1, s1, 1, NULL);
+    ck_gen_file(p2, s2, 1, NULL);
+    quant_ck_error err;
+    ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
+                     QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "'m.weight.qvalue'") &&
+                      strstr(err.message, "a.safetensors") && strstr(err.message, "b.safetensors"),
+                  "%s", err.message);
+    ck_assert_int_eq(ck_count_entries(root), 1);
+    free(p1);
+    free(p2);
+    ck_rmtree(root);
+    free(root);
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* ---- stale temporaries --------------------------------------------------------------------- */
+
+typedef struct stale_log {
+    int n;
+    char path[16][512];
+    bool removed[16], is_dir[16];
+    char why[16][160];
+} stale_log;
+
+static void log_stale(void *user, const quant_stale_temp *t)
+{
+    stale_log *log = user;
+    ck_assert_int_lt(log->n, 16);
+    snprintf(log->path[log->n], sizeof log->path[0], "%s", t->path);
+    log->removed[log->n] = t->removed;
+    log->is_dir[log->n] = t->is_dir;
+    snprintf(log->why[log->n], sizeof log->why[0], "%s", t->kept_why ? t->kept_why : "");
+    log->n++;
+}
+
+/* The entry of `log` for `name` (-1 when absent). */
+static int logged(const stale_log *log, const char *name)
+{
+    for (int i = 0; i < log->n; i++) {
+        const char *slash = strrchr(log->path[i], '/');
+        if (slash && strcmp(slash + 1, name) == 0) return i;
+    }
+    return -1;
+}
+
+/* A process id that no process has any more: a child that exited and was reaped. */
+static pid_t dead_pid(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) _exit(0);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static char *temp_path(const char *dir, const char *base, const char *tag, long pid,
+                       const char *suffix)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s%s%ld-%s", base, tag, pid, suffix);
+    return ck_join(dir, name);
+}
+
+static bool present(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* What quant_remove_stale_temps removes (provably stale: ours by name and type, the user's,
+ * unlocked, and a creator gone or 15 minutes without change), what it leaves with a word, and
+ * what it leaves without one (a live run's, or not ours). */
+START_TEST(test_stale_temps)
+{
+    char *dir = ck_tmpdir();
+    long dead = (long)dead_pid(), me = (long)getpid();
+    char *f_dead = temp_path(dir, "a.safetensors", ".quant-tmp-", dead, "Abc123");
+    char *d_dead = temp_path(dir, "out", ".quant-partial-", dead, "Xyz789");
+    char *f_live = temp_path(dir, "c.safetensors", ".quant-tmp-", me, "Abc123");
+    char *f_old = temp_path(dir, "d.safetensors", ".quant-tmp-", me, "Abc123");
+    char *f_locked = temp_path(dir, "e.safetensors", ".quant-tmp-", dead, "Abc123");
+    char *f_link = temp_path(dir, "f.safetensors", ".quant-tmp-", dead, "Abc123");
+    char *f_other = temp_path(dir, "g.safetensors", ".quant-tmp-", dead, "Abc123");
+    char *not1 = temp_path(dir, "h.safetensors", ".quant-tmp-", dead, "Abc12");
+    char *not2 = temp_path(dir, "i.safetensors", ".quant-tmp-", dead, "Abc123.bak");
+    char *not3 = temp_path(dir, "j", ".quant-partial-", dead, "Abc123"); /* a file, not a dir */
+    char *inner = ck_join(d_dead, "model.safetensors.quant-tmp-1-abcdef");
+    /* a live-looking run's directory: old itself, but a shard inside written just now */
+    char *d_busy = temp_path(dir, "busy", ".quant-partial-", me, "Xyz789");
+    char *busy_shard = ck_join(d_busy, "a.safetensors.quant-tmp-1-abcdef");
+    const char *files[] = {f_dead, f_live, f_old, f_locked, f_other, not1, not2, not3};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) ck_write_file(files[i], "x", 1);
+    ck_assert_int_eq(mkdir(d_dead, 0755), 0);
+    ck_write_file(inner, "y", 1);
+    ck_assert_int_eq(symlink("nowhere", f_link), 0);
+    struct timespec old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, f_old, old, 0), 0);
+    ck_assert_int_eq(mkdir(d_busy, 0755), 0);
+    ck_write_file(busy_shard, "z", 1);
+    ck_assert_int_eq(utimensat(AT_FDCWD, d_busy, old, 0), 0);
+    int lock = open(f_locked, O_RDONLY);
+    ck_assert_int_eq(flock(lock, LOCK_EX), 0); /* a live run holds it */
+    bool chowned = geteuid() == 0 && chown(f_other, 4242, 4242) == 0;
+
+    stale_log log = {0};
+    quant_ck_error err;
+    ck_assert_int_eq(quant_remove_stale_temps(dir, log_stale, &log, &err), QUANT_CK_OK);
+    const char *base_dead = strrchr(f_dead, '/') + 1, *base_dir = strrchr(d_dead, '/') + 1;
+    const char *base_old = strrchr(f_old, '/') + 1, *base_live = strrchr(f_live, '/') + 1;
+    int i = logged(&log, base_dead);
+    ck_assert_msg(i >= 0 && log.removed[i] && !log.is_dir[i] && !present(f_dead), "%s", base_dead);
+    i = logged(&log, base_dir);
+    ck_assert_msg(i >= 0 && log.removed[i] && log.is_dir[i] && !present(d_dead), "%s", base_dir);
+    i = logged(&log, base_old);
+    ck_assert_msg(i >= 0 && log.removed[i] && !present(f_old), "%s", base_old);
+    i = logged(&log, base_live);
+    ck_assert_msg(i >= 0 && !log.removed[i] && present(f_live) &&
+                      strstr(log.why[i], "process id is in use"),
+                  "%s: %s", base_live, i >= 0 ? log.why[i] : "not reported");
+    i = logged(&log, strrchr(d_busy, '/') + 1);
+    ck_assert_msg(i >= 0 && !log.removed[i] && present(busy_shard) &&
+                      strstr(log.why[i], "changed in the last 15 minutes"),
+                  "%s", d_busy);
+    ck_assert(present(f_locked) && logged(&log, strrchr(f_locked, '/') + 1) < 0);
+    ck_assert(present(f_link) && logged(&log, strrchr(f_link, '/') + 1) < 0);
+    for (int k = 0; k < 3; k++) {
+        const char *p = k == 0 ? not1 : k == 1 ? not2 : not3;
+        ck_assert_msg(present(p) && logged(&log, strrchr(p, '/') + 1) < 0, "%s", p);
+    }
+    i = logged(&log, strrchr(f_other, '/') + 1);
+    if (chowned)
+        ck_assert_msg(i >= 0 && !log.removed[i] && present(f_other) &&
+                          strstr(log.why[i], "another user"),
+                      "%s", f_other);
+    ck_assert_int_eq(log.n, 6); /* 3 removed, f_live and d_busy left, f_other left or removed */
+    /* the lock released (its run gone): removed the next time */
+    close(lock);
+    memset(&log, 0, sizeof log);
+    ck_assert_int_eq(quant_remove_stale_temps(dir, log_stale, &log, &err), QUANT_CK_OK);
+    ck_assert(!present(f_locked));
+    /* a directory that does not exist holds nothing stale */
+    char *missing = ck_join(dir, "missing");
+    ck_assert_int_eq(quant_remove_stale_temps(missing, NULL, NULL, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_remove_stale_temps(NULL, NULL, NULL, &err), QUANT_CK_ERR_ARG);
+    char *all[] = {f_dead, d_dead, f_live, f_old, f_locked, f_link, f_other,
+                   not1,   not2,   not3,   inner, missing,  d_busy, busy_shard};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A run in progress (a writer open in another process) keeps its temporary: it is locked. */
+START_TEST(test_stale_temps_spare_live_runs)
+{
+    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    int ready[2], go[2]; /* child -> parent, parent -> child */
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        quant_st_out_tensor t = {"w", QUANT_ST_F32, 1, {2}};
+        quant_st_writer *w = NULL;
+        if (quant_st_writer_new(path, &t, 1, NULL, NULL, 0, &w, NULL) != QUANT_CK_OK) _exit(2);
+        char c;
+        if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) < 0) _exit(3); /* ready; wait */
+        quant_st_writer_free(w);
+        _exit(0);
+    }
+    char c;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    ck_assert_int_eq(ck_count_entries(dir), 1);
+    stale_log log = {0};
+    struct timespec old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    DIR *d = opendir(dir);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') { /* even 15 minutes old: the lock says it is alive */
+            char *p = ck_join(dir, e->d_name);
+            ck_assert_int_eq(utimensat(AT_FDCWD, p, old, 0), 0);
+            free(p);
+        }
+    closedir(d);
+    ck_assert_int_eq(quant_remove_stale_temps(dir, log_stale, &log, NULL), QUANT_CK_OK);
+    ck_assert_int_eq(log.n, 0);
+    ck_assert_int_eq(ck_count_entries(dir), 1);
+    ck_assert_int_eq(write(go[1], "q", 1), 1);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    ck_assert_int_eq(ck_count_entries(dir), 0);
+    for (int k = 0; k < 2; k++) {
+        close(ready[k]);
+        close(go[k]);
+    }
+    ck_rmtree(dir);
+    free(path);
+    free(dir);
+}
+END_TEST
+
 Suite *suite_pipeline(void)
 {
     Suite *s = suite_create("pipeline");
@@ -415,6 +783,12 @@ Suite *suite_pipeline(void)
     tcase_add_test(tc, test_failure_leaves_nothing);
     tcase_add_test(tc, test_sharded_round_trip);
     tcase_add_test(tc, test_bad_index);
+    tcase_add_test(tc, test_regex_match_error);
+    tcase_add_test(tc, test_regex_run_budget);
+    tcase_add_test(tc, test_duplicate_across_shards);
+    tcase_add_test(tc, test_output_name_clash_across_shards);
+    tcase_add_test(tc, test_stale_temps);
+    tcase_add_test(tc, test_stale_temps_spare_live_runs);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckutil.h"
 #include "quant_rules.h"
@@ -224,6 +225,54 @@ START_TEST(test_match_threads)
 }
 END_TEST
 
+static char *repeat(char c, size_t n, const char *tail)
+{
+    char *s = malloc(n + strlen(tail) + 1);
+    ck_assert_ptr_nonnull(s);
+    memset(s, c, n);
+    strcpy(s + n, tail);
+    return s;
+}
+
+/* Python's re.fullmatch("(a|aa)+", "a" * 20000) matches: so must we (PCRE2's JIT stack of
+ * 32 KiB once ended such a match with an error that counted as no match). */
+START_TEST(test_match_long_path)
+{
+    quant_ruleset *rs = parse_ok("[{\"module_path\": \"(a|aa)+\"}, {}]");
+    char *path = repeat('a', 20000, "");
+    ck_assert_int_eq(quant_ruleset_match(rs, path), 0);
+    quant_ruleset_free(rs);
+    free(path);
+    rs = parse_ok("[{\"module_path\": \"(?:a|aa)+b\"}, {}]");
+    path = repeat('a', 20000, "b");
+    ck_assert_int_eq(quant_ruleset_match(rs, path), 0);
+    free(path);
+    quant_ruleset_free(rs);
+}
+END_TEST
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A regex that backtracks without end on a crafted path fails quickly, as an error: never as
+ * "no match" (which would hand the tensor to the next rule, here rule 2). */
+START_TEST(test_match_pathological)
+{
+    quant_ruleset *rs = parse_ok("[{\"module_path\": \"x\"}, {\"module_path\": \"(a+)+$\"}, {}]");
+    char *path = repeat('a', 10000, "!");
+    double t0 = seconds_now();
+    ck_assert_int_eq(quant_ruleset_match(rs, path), -2);
+    ck_assert_msg(seconds_now() - t0 < 3.0, "took %.1f s", seconds_now() - t0);
+    ck_assert_int_eq(quant_ruleset_match(rs, "model.x"), 2); /* an ordinary path still matches */
+    free(path);
+    quant_ruleset_free(rs);
+}
+END_TEST
+
 START_TEST(test_module_path)
 {
     static const struct {
@@ -257,8 +306,24 @@ static const struct {
     const char *want;
 } bad_cases[] = {
     /* unknown fields */
-    {"[{\"weight_qtyp\": \"int8\"}]", "rule 0: field 'weight_qtyp': unknown field"},
-    {"[{}, {\"tile\": 32}]", "rule 1: field 'tile': unknown field"},
+    {"[{\"weight_qtyp\": \"int8\"}]",
+     "rule 0: field 'weight_qtyp': unknown field, did you mean 'weight_qtype'?"},
+    {"[{\"Module_Path\": \".*\"}]",
+     "field 'Module_Path': unknown field, did you mean 'module_path'?"},
+    {"[{\"scale_dype\": \"float32\"}]", "unknown field, did you mean 'scale_dtype'?"},
+    {"[{\"contraction_axis\": [0]}]", "unknown field, did you mean 'contraction_axes'?"},
+    {"[{}, {\"tile\": 32}]", "rule 1: field 'tile': unknown field (known: module_path, "},
+    {"[{\"xyzzy\": 1}]", "field 'xyzzy': unknown field (known: module_path, weight_qtype, "},
+    /* other tools' names for our fields */
+    {"[{\"group_size\": 128}]", "rule 0: field 'group_size': unknown field, did you mean "
+                                "'tile_size'?"},
+    {"[{\"block_size\": 32}]", "field 'block_size': unknown field, did you mean 'tile_size'?"},
+    {"[{\"bits\": 4}]", "field 'bits': unknown field, did you mean 'weight_qtype'?"},
+    {"[{\"num_bits\": 8}]", "field 'num_bits': unknown field, did you mean 'weight_qtype'?"},
+    {"[{\"symmetric\": false}]",
+     "field 'symmetric': unknown field, did you mean 'weight_calibration_method'?"},
+    {"[{\"targets\": [\"Linear\"]}]", "field 'targets': unknown field, did you mean "
+                                      "'module_path'?"},
     /* wrong types, each field */
     {"[{\"module_path\": 1}]", "rule 0: field 'module_path': must be a string, not an integer"},
     {"[{\"module_path\": null}]", "rule 0: field 'module_path': must be a string, not null"},
@@ -619,6 +684,8 @@ Suite *suite_rules(void)
     tcase_add_test(tc, test_first_match_wins);
     tcase_add_test(tc, test_full_match);
     tcase_add_test(tc, test_match_threads);
+    tcase_add_test(tc, test_match_long_path);
+    tcase_add_test(tc, test_match_pathological);
     tcase_add_test(tc, test_module_path);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_message_without_source);

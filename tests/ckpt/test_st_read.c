@@ -234,6 +234,61 @@ START_TEST(test_open_errors)
 }
 END_TEST
 
+/* Files that are not safetensors at all (a model card, a PyTorch zip, a PNG, a JSON file, an
+ * ONNX-like binary) are named as such, not as a "header length ... is too large". */
+START_TEST(test_not_safetensors)
+{
+    static const struct {
+        const char *name;
+        const char *bytes;
+        size_t n;
+    } cases[] = {
+        {"README.md", "# Model card\n\nThis model was trained on TinyStories.\n", 53},
+        {"pytorch_model.bin",
+         ("PK\x03\x04\x14\x00\x00\x00\x08\x00"
+          "archive/data.pkl"),
+         26},
+        {"model.png", "\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x10", 20},
+        {"config.json", "{\"model_type\": \"llama\", \"hidden_size\": 64}", 42},
+        /* a small length, then bytes that are not a JSON header */
+        {"small.bin", "\x04\x00\x00\x00\x00\x00\x00\x00\xff\xfe\x00\x01rest", 16},
+    };
+    char *dir = ck_tmpdir();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *path = ck_join(dir, cases[i].name);
+        ck_write_file(path, cases[i].bytes, cases[i].n);
+        quant_st_file *f = NULL;
+        quant_ck_error err;
+        ck_assert_int_eq(quant_st_open(path, &f, &err), QUANT_CK_ERR_FORMAT);
+        ck_assert_msg(strncmp(err.message, path, strlen(path)) == 0 &&
+                          strstr(err.message, ": not a safetensors file (") != NULL &&
+                          strstr(err.message, "too large") == NULL,
+                      "%s: '%s'", cases[i].name, err.message);
+        ck_assert_int_eq(quant_st_open_buffer(cases[i].bytes, cases[i].n, "body", &f, &err),
+                         QUANT_CK_ERR_FORMAT);
+        ck_assert_msg(strncmp(err.message, "body: not a safetensors file (", 30) == 0, "%s: '%s'",
+                      cases[i].name, err.message);
+        free(path);
+    }
+    /* A safetensors file cut short inside its header is still called truncated. */
+    char *cut = ck_join(dir, "cut.safetensors");
+    ck_write_st(cut, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", "\0\0\0\0",
+                4);
+    size_t n = 0;
+    char *bytes = ck_read_file(cut, &n);
+    ck_write_file(cut, bytes, 20);
+    quant_st_file *f = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_st_open(cut, &f, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "runs past the end") && !strstr(err.message, "not a"), "%s",
+                  err.message);
+    free(bytes);
+    free(cut);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A descriptor is closed by now (quant_st_open_fd took it). */
 static void assert_closed(int fd)
 {
@@ -448,6 +503,7 @@ Suite *suite_st_read(void)
     tcase_add_test(tc, test_header_forms);
     tcase_add_test(tc, test_many_tensors);
     tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_not_safetensors);
     tcase_add_test(tc, test_open_fd);
     tcase_add_test(tc, test_open_buffer);
     tcase_add_test(tc, test_bad_corpus);

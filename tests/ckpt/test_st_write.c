@@ -1,15 +1,17 @@
 /* test_st_write.c -- the safetensors writer: the reference layout byte for byte, a round trip
  * through the reader (every dtype kind, rank 0, zero-size, metadata, alignment, pieces written
- * from several threads), atomic output (nothing on disk without commit, commit replaces a file)
- * and refused arguments.
+ * from several threads), atomic output (nothing on disk without commit, commit replaces a
+ * regular file, never a link or a FIFO) and refused arguments.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckutil.h"
 #include "quant_st.h"
@@ -272,6 +274,59 @@ START_TEST(test_commit_replaces)
 }
 END_TEST
 
+static bool is_type(const char *path, mode_t type)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && (sb.st_mode & S_IFMT) == type;
+}
+
+/* The writer's target: a link or a FIFO is refused at once (never written through, never
+ * replaced), and again at commit when one appears meanwhile; the temporary is named after its
+ * creator and gone either way. */
+START_TEST(test_targets)
+{
+    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    char *fifo = ck_join(dir, "fifo.safetensors"), *other = ck_join(dir, "other");
+    quant_st_out_tensor t = {"w", QUANT_ST_F32, 1, {2}};
+    quant_st_writer *w = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(symlink("other", path), 0);
+    ck_assert_int_eq(quant_st_writer_new(path, &t, 1, NULL, NULL, 0, &w, &err),
+                     QUANT_CK_ERR_ACCESS);
+    ck_assert_msg(strstr(err.message, "m.safetensors: a symbolic link"), "%s", err.message);
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    ck_assert_int_eq(quant_st_writer_new(fifo, &t, 1, NULL, NULL, 0, &w, &err),
+                     QUANT_CK_ERR_ACCESS);
+    ck_assert_msg(strstr(err.message, "not a regular file (a FIFO)"), "%s", err.message);
+    ck_assert_int_eq(ck_count_entries(dir), 2); /* the link and the FIFO, nothing else */
+    /* a link put at the target while the file is written: commit refuses it, removes the
+     * temporary and leaves the link (and what it points to) alone */
+    ck_assert_int_eq(unlink(path), 0);
+    w = writer_ok(path, &t, 1, NULL, NULL, 0);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "m.safetensors.quant-tmp-%ld-", (long)getpid());
+    DIR *d = opendir(dir);
+    bool named = false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        named |= strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+                 strlen(e->d_name) == strlen(prefix) + 6;
+    closedir(d);
+    ck_assert_msg(named, "no %sXXXXXX", prefix);
+    ck_assert_int_eq(symlink("other", path), 0);
+    ck_assert_int_eq(quant_st_writer_commit(w, &err), QUANT_CK_ERR_ACCESS);
+    ck_assert_msg(strstr(err.message, "a symbolic link"), "%s", err.message);
+    quant_st_writer_free(w);
+    ck_assert(is_type(path, S_IFLNK));
+    ck_assert(!is_type(other, S_IFREG));
+    ck_assert_int_eq(ck_count_entries(dir), 2);
+    free(fifo);
+    free(other);
+    ck_rmtree(dir);
+    free(path);
+    free(dir);
+}
+END_TEST
+
 /* writer_new must refuse `t` with QUANT_CK_ERR_ARG and leave `dir` empty. */
 static void refuse(const char *dir, const quant_st_out_tensor *t, size_t n, const char *key,
                    const char *value, size_t n_meta, const char *expect)
@@ -357,6 +412,7 @@ Suite *suite_st_write(void)
     tcase_add_test(tc, test_empty_file);
     tcase_add_test(tc, test_free_without_commit);
     tcase_add_test(tc, test_commit_replaces);
+    tcase_add_test(tc, test_targets);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_bad_calls);
     suite_add_tcase(s, tc);

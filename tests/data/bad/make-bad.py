@@ -37,8 +37,14 @@ CASES = {
     "empty": (b"", "empty file"),
     "short": (b"\x05\x00\x00", "shorter than the 8-byte header length"),
     "header-past-eof": (st("{}", length=1000), "runs past the end"),
-    "header-too-large": (st("{}", length=1 << 40), "is too large"),
+    "header-too-large": (st("{}", length=1 << 40), "not a safetensors file (the first 8 bytes are "
+                         "not a header length: they read as 1099511627776, more than the "
+                         "100000000-byte limit)"),
     "header-empty": (st(""), "not valid JSON"),
+    "text-file": (b"# Model card\n\nA tiny model trained on TinyStories.\n",
+                  "not a safetensors file (the first 8 bytes are not a header length"),
+    "binary-after-length": (st(b"\x89PNG\r\n\x1a\n"), "not a safetensors file (the 8 bytes after "
+                            "the 8-byte header length are not a JSON header"),
     # the header text
     "not-json": (st("{not json}"), "not valid JSON"),
     "trailing-garbage": (st("{} x"), "not valid JSON"),
