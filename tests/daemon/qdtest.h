@@ -20,6 +20,7 @@ Suite *suite_fsutil(void);
 Suite *suite_limits(void);
 Suite *suite_sources(void);
 Suite *suite_tls(void);
+Suite *suite_faults(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
 char *qdt_tmpdir(void);
