@@ -1,5 +1,8 @@
-# Makefile -- builds libquant, its tests, benches and demo. `make check` proves, `make bench`
-# measures, `make run` starts the main program. V=1 shows commands, WERROR=1 makes warnings errors.
+# Makefile -- builds libquant, its tests, benches and demo. `make check` proves, `make check-asan`
+# and `make check-tsan` prove again under AddressSanitizer + UBSan and ThreadSanitizer (SANITIZE=1,
+# SANITIZE=thread, in build-asan/ and build-tsan/), `make bench` measures, `make soak` runs quantd
+# under a mixed load for a minute watching its memory, `make run` starts the main program. V=1
+# shows commands, WERROR=1 makes warnings errors.
 # SPDX-License-Identifier: Apache-2.0
 
 CC      ?= cc
