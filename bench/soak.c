@@ -556,8 +556,20 @@ static double mib(long kib)
     return (double)kib / 1024.0;
 }
 
-static void print_report(double seconds, const rss_trace *t, long long stored, long long disk)
+/* The 1-minute load average, as /proc/loadavg gives it ("?" when unreadable). */
+static const char *load_avg(char *buf, size_t len)
 {
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f || !fgets(buf, (int)len, f)) snprintf(buf, len, "?");
+    if (f) fclose(f);
+    buf[strcspn(buf, " \n")] = '\0';
+    return buf;
+}
+
+static void print_report(double seconds, const rss_trace *t, long long stored, long long disk,
+                         const char *load0)
+{
+    char load1[64];
     rss_summary r = summarize_rss(t);
     printf("## soak: %.0f s of mixed load on quantd over loopback, %ld CPUs online\n\n", seconds,
            sysconf(_SC_NPROCESSORS_ONLN));
@@ -575,8 +587,8 @@ static void print_report(double seconds, const rss_trace *t, long long stored, l
     for (int i = 0; i < t->n; i++)
         if (i == 0 || (i + 1) % 5 == 0) printf(" %.1f", mib(t->kib[i]));
     printf(". Data directory at the end: %.1f MiB. Stored count of activation 0 = posts "
-           "acknowledged + 1 priming post: %lld.\n",
-           (double)disk / 1048576.0, stored);
+           "acknowledged + 1 priming post: %lld. Load average (1 min) before %s, after %s.\n",
+           (double)disk / 1048576.0, stored, load0, load_avg(load1, sizeof load1));
 }
 
 int main(int argc, char **argv)
@@ -589,6 +601,8 @@ int main(int argc, char **argv)
     const char *env = getenv("SOAK_SECONDS");
     double seconds = env ? atof(env) : 60;
     if (!(seconds >= 2)) seconds = 60;
+    char load0[64];
+    load_avg(load0, sizeof load0);
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     bench_make_root();
@@ -612,7 +626,7 @@ int main(int argc, char **argv)
     long long stored = stored_count(), acked = atomic_load(&g.ok[K_POST]) + 1; /* + priming */
     long long disk = data_dir_bytes();
     int status = bench_quantd_stop();
-    print_report(seconds, &trace, stored, disk);
+    print_report(seconds, &trace, stored, disk, load0);
     fflush(stdout);
     rss_summary rss = summarize_rss(&trace);
     int rc = bench_finish(status);
