@@ -159,11 +159,14 @@ static int count_partials(const char *dir)
 }
 
 /* Nothing half-done on disk: DATA/tmp empty, no partial output under DATA/jobs; DATA/uploads
- * holds `uploads` entries (the uploads of jobs not yet finished). */
+ * holds `uploads` entries (the uploads of jobs not yet finished: a worker removes a job's upload
+ * just after it stored the job's end, so this waits a little for it). */
 static void assert_no_leftovers(const qdp *d, int uploads)
 {
     char *tmp = qdt_join(d->data_dir, "tmp"), *jobs = qdt_join(d->data_dir, "jobs");
     char *up = qdt_join(d->data_dir, "uploads");
+    for (double t0 = qdt_now_s(); count_entries(up) != uploads && qdt_now_s() - t0 < 10;)
+        qdt_sleep_ms(10);
     ck_assert_msg(count_entries(tmp) == 0, "%s is not empty", tmp);
     ck_assert_msg(count_partials(jobs) == 0, "left behind: %s", partial_seen);
     ck_assert_msg(count_entries(up) == uploads, "%s: %d entries, wanted %d", up, count_entries(up),
