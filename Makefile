@@ -245,7 +245,7 @@ check-asan: deps
 # gone, or exit 66 instead of 0). No suppressions: none were needed.
 TSAN_SUITES  := api stats_store stats_api limits faults
 TSAN_LOGS    := build-tsan/tsan-logs
-TSAN_OPTIONS := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
+TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SANITIZE=thread CFLAGS="-O1 -g" \
 	    build-tsan/bin/quant build-tsan/bin/quantd build-tsan/tests/daemon-tests
@@ -254,7 +254,7 @@ check-tsan: deps
 	$(Q)rm -rf $(TSAN_LOGS) && mkdir -p $(TSAN_LOGS)
 	$(Q)failed=; for s in $(TSAN_SUITES); do \
 	    CK_RUN_SUITE=$$s CK_DEFAULT_TIMEOUT=1200 CK_TIMEOUT_MULTIPLIER=4 \
-	    TSAN_OPTIONS="$(TSAN_OPTIONS)" QUANT_BIN=build-tsan/bin/quant \
+	    TSAN_OPTIONS="$(TSAN_OPTS)" QUANT_BIN=build-tsan/bin/quant \
 	    QUANTD_BIN=build-tsan/bin/quantd build-tsan/tests/daemon-tests || failed="$$failed $$s"; \
 	done; \
 	if ls $(TSAN_LOGS)/tsan.* >/dev/null 2>&1; then \
