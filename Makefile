@@ -1,5 +1,8 @@
-# Makefile -- builds libquant, its tests, benches and demo. `make check` proves, `make bench`
-# measures, `make run` starts the main program. V=1 shows commands, WERROR=1 makes warnings errors.
+# Makefile -- builds libquant, its tests, benches and demo. `make check` proves, `make check-asan`
+# and `make check-tsan` prove again under AddressSanitizer + UBSan and ThreadSanitizer (SANITIZE=1,
+# SANITIZE=thread, in build-asan/ and build-tsan/), `make bench` measures, `make soak` runs quantd
+# under a mixed load for a minute watching its memory, `make run` starts the main program. V=1
+# shows commands, WERROR=1 makes warnings errors.
 # SPDX-License-Identifier: Apache-2.0
 
 CC      ?= cc
@@ -32,6 +35,10 @@ LDLIBS   += -lm -lpthread
 ifeq ($(SANITIZE),1)
 ALL_CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS    += -fsanitize=address,undefined
+endif
+ifeq ($(SANITIZE),thread)
+ALL_CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS    += -fsanitize=thread
 endif
 
 # ---- libquant --------------------------------------------------------------------------------
@@ -97,8 +104,8 @@ QDTEST_BIN  := $(BUILD)/tests/daemon-tests
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
-.PHONY: all lib check check-asan check-arm64 test bench run demo deps install verify-unit clean \
-    format lint-lib
+.PHONY: all lib check check-asan check-tsan check-arm64 test bench soak run demo deps install \
+    verify-unit clean format lint-lib
 
 all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
 
@@ -229,6 +236,32 @@ check-asan: deps
 	    UBSAN_OPTIONS=print_stacktrace=1 QUANT_BIN=build-asan/bin/quant \
 	    QUANTD_BIN=build-asan/bin/quantd build-asan/tests/daemon-tests
 
+# The ThreadSanitizer lane: quant, quantd and the daemon tests built with -fsanitize=thread in
+# build-tsan/, then the suites that drive quantd's threads (the job queue and workers, the
+# statistics writer, the waiter pool, the connection guard, kill -9 and restarts). quantd runs
+# as a child of the tests and exits 0 at SIGTERM whatever TSan saw, so every process writes its
+# reports under build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
+# halt_on_error and exitcode=66 also end a racing process at once (the test then sees quantd
+# gone, or exit 66 instead of 0). No suppressions: none were needed.
+TSAN_SUITES  := api stats_store stats_api limits faults
+TSAN_LOGS    := build-tsan/tsan-logs
+TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
+check-tsan: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SANITIZE=thread CFLAGS="-O1 -g" \
+	    build-tsan/bin/quant build-tsan/bin/quantd build-tsan/tests/daemon-tests
+	$(Q)nm build-tsan/bin/quantd | grep -q __tsan_init || \
+	    { echo "build-tsan/bin/quantd is not built with ThreadSanitizer"; exit 1; }
+	$(Q)rm -rf $(TSAN_LOGS) && mkdir -p $(TSAN_LOGS)
+	$(Q)failed=; for s in $(TSAN_SUITES); do \
+	    CK_RUN_SUITE=$$s CK_DEFAULT_TIMEOUT=1200 CK_TIMEOUT_MULTIPLIER=4 \
+	    TSAN_OPTIONS="$(TSAN_OPTS)" QUANT_BIN=build-tsan/bin/quant \
+	    QUANTD_BIN=build-tsan/bin/quantd build-tsan/tests/daemon-tests || failed="$$failed $$s"; \
+	done; \
+	if ls $(TSAN_LOGS)/tsan.* >/dev/null 2>&1; then \
+	    cat $(TSAN_LOGS)/tsan.*; echo "check-tsan: ThreadSanitizer reports above ($(TSAN_LOGS))"; \
+	    exit 1; fi; \
+	if [ -n "$$failed" ]; then echo "check-tsan: failed suites:$$failed"; exit 1; fi
+
 # The NEON lane: cross-compile with Debian's aarch64 gcc, run the suite under qemu-user
 # (QUANT_TEST_QUICK: an eighth of the random iterations, emulation being slow). The binary
 # finds the multiarch arm64 loader and libc installed by install-deps; QEMU_LD_PREFIX must
@@ -263,6 +296,17 @@ $(STATS_BENCH): $(BUILD)/obj/bench/stats-bench.o $(BENCH_UTIL)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(LDLIBS)
+
+# The soak (make soak): quantd under a mixed load for SOAK_SECONDS (default 60), RSS watched.
+SOAK_BIN := $(BUILD)/bin/soak
+$(BUILD)/obj/bench/soak.o: ALL_CFLAGS += $(CK_CFLAGS)
+$(SOAK_BIN): $(BUILD)/obj/bench/soak.o $(BENCH_UTIL) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
+
+soak: deps $(SOAK_BIN) $(QUANTD_BIN)
+	$(Q)$(SOAK_BIN) $(QUANTD_BIN)
 
 # QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048),
 # QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024), QUANT_BENCH_STATS_SECONDS the

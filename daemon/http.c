@@ -42,6 +42,7 @@ struct qd_http {
     qd_app *app;
     qd_defer *waiters;
     qd_conns *guard;
+    MHD_socket quiesced; /* the listening socket once quiesced, closed after MHD_stop_daemon */
 };
 
 static atomic_uint_fast64_t request_counter;
@@ -511,6 +512,7 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
     qd_http *h = calloc(1, sizeof *h);
     if (!h) return qd_fail(err, QD_NOMEM, "out of memory");
     h->app = app;
+    h->quiesced = MHD_INVALID_SOCKET;
     st = qd_defer_start(QD_WAITERS, &h->waiters, err);
     if (st != QD_OK) {
         free(h);
@@ -562,8 +564,11 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
 void qd_http_quiesce(qd_http *h)
 {
     if (!h) return;
-    MHD_socket s = MHD_quiesce_daemon(h->d);
-    if (s != MHD_INVALID_SOCKET) close(s);
+    /* libmicrohttpd's threads drop the socket from their epoll sets "with some delay": closing
+     * it before MHD_stop_daemon races with them (microhttpd.h; ThreadSanitizer saw close() here
+     * against a worker's epoll_ctl on the same descriptor, which a file opened meanwhile could
+     * have reused) */
+    if (h->quiesced == MHD_INVALID_SOCKET) h->quiesced = MHD_quiesce_daemon(h->d);
 }
 
 void qd_http_stop(qd_http *h)
@@ -573,6 +578,7 @@ void qd_http_stop(qd_http *h)
      * come meanwhile on open connections run their deferred work on the HTTP thread */
     qd_defer_drain(h->waiters);
     MHD_stop_daemon(h->d);
+    if (h->quiesced != MHD_INVALID_SOCKET) close(h->quiesced);
     qd_conns_stop(h->guard);
     qd_defer_free(h->waiters);
     free(h);

@@ -26,6 +26,19 @@
 #define MIB   (1024L * 1024L)
 #define POST1 "{\"stats\":{\"a\":{\"absmax\":[1]}}}"
 
+/* Under ThreadSanitizer (make check-tsan) quantd's RSS holds its shadow memory, several times
+ * what it allocates: the memory bound is left to the other lanes. */
+#if defined(__SANITIZE_THREAD__)
+#define RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef RSS_MEANINGFUL
+#define RSS_MEANINGFUL 1
+#endif
+
 /* ---- raw HTTP -------------------------------------------------------------------------------- */
 
 static int raw_connect(const qdp *d)
@@ -271,7 +284,7 @@ START_TEST(test_body_budget)
     ck_assert_int_eq(busy, N - 2);
     qdt_sleep_ms(300);
     long grown = rss_kib(d.pid) - before;
-    ck_assert_msg(grown < (64 + 32) * 1024, "RSS grew by %ld KiB", grown);
+    ck_assert_msg(grown < (64 + 32) * 1024 || !RSS_MEANINGFUL, "RSS grew by %ld KiB", grown);
     /* the error names the limit */
     qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", "{}", 2, NULL);
     ck_assert_int_eq(r.status, 503);
