@@ -51,6 +51,7 @@ struct qd_conns {
     pthread_cond_t cv; /* CLOCK_MONOTONIC; the reaper's sleep */
     pthread_t reaper;
     bool stopping;
+    atomic_bool refuse_all; /* the server is stopping: no new connection */
     qd_conn *head;
     ip_count *buckets[N_BUCKETS];
     unsigned open;        /* connections now */
@@ -116,6 +117,11 @@ static void count_add(qd_conns *g, const ip_key *k, int delta)
     }
 }
 
+void qd_conns_refuse_all(qd_conns *g)
+{
+    if (g) atomic_store(&g->refuse_all, true);
+}
+
 /* ---- libmicrohttpd's callbacks ----------------------------------------------------------------
  */
 
@@ -123,6 +129,7 @@ enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_
 {
     (void)addrlen;
     qd_conns *g = cls;
+    if (atomic_load(&g->refuse_all)) return MHD_NO;
     unsigned cap = (unsigned)g->cfg->max_conns_per_ip;
     ip_key k;
     bool keyed = cap > 0 && key_of(addr, &k);

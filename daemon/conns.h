@@ -33,6 +33,8 @@ qd_status qd_conns_start(const qd_config *cfg, qd_metrics *metrics, qd_conns **o
 /* Stops the reaper; call after the server has stopped (every connection closed). */
 void qd_conns_stop(qd_conns *g); /* NULL is a no-op */
 
+/* From now on every new connection is refused (the server is stopping). */
+void qd_conns_refuse_all(qd_conns *g);
 /* libmicrohttpd's accept policy (MHD_OPTION_APC, cls = the guard): MHD_NO refuses. */
 enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 /* MHD_OPTION_NOTIFY_CONNECTION (cls = the guard): a connection starts or closes. */

@@ -42,7 +42,6 @@ struct qd_http {
     qd_app *app;
     qd_defer *waiters;
     qd_conns *guard;
-    MHD_socket quiesced; /* the listening socket once quiesced, closed after MHD_stop_daemon */
 };
 
 static atomic_uint_fast64_t request_counter;
@@ -512,7 +511,6 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
     qd_http *h = calloc(1, sizeof *h);
     if (!h) return qd_fail(err, QD_NOMEM, "out of memory");
     h->app = app;
-    h->quiesced = MHD_INVALID_SOCKET;
     st = qd_defer_start(QD_WAITERS, &h->waiters, err);
     if (st != QD_OK) {
         free(h);
@@ -564,11 +562,11 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err)
 void qd_http_quiesce(qd_http *h)
 {
     if (!h) return;
-    /* libmicrohttpd's threads drop the socket from their epoll sets "with some delay": closing
-     * it before MHD_stop_daemon races with them (microhttpd.h; ThreadSanitizer saw close() here
-     * against a worker's epoll_ctl on the same descriptor, which a file opened meanwhile could
-     * have reused) */
-    if (h->quiesced == MHD_INVALID_SOCKET) h->quiesced = MHD_quiesce_daemon(h->d);
+    /* The guard refuses every new connection from now on. Not MHD_quiesce_daemon: in 0.9.75,
+     * with a thread pool on epoll, it deletes the listening socket from each worker's epoll set
+     * while that worker may be deleting it too, and panics (abort) when it loses the race
+     * ("Failed to remove listen FD from epoll set", seen at a SIGTERM in the tests). */
+    qd_conns_refuse_all(h->guard);
 }
 
 void qd_http_stop(qd_http *h)
@@ -578,7 +576,6 @@ void qd_http_stop(qd_http *h)
      * come meanwhile on open connections run their deferred work on the HTTP thread */
     qd_defer_drain(h->waiters);
     MHD_stop_daemon(h->d);
-    if (h->quiesced != MHD_INVALID_SOCKET) close(h->quiesced);
     qd_conns_stop(h->guard);
     qd_defer_free(h->waiters);
     free(h);

@@ -69,7 +69,7 @@ qd_status qd_http_loopback(const qd_config *cfg, bool *loopback, qd_err *err);
 /* Starts listening (loopback by default) with libmicrohttpd's thread pool, HTTPS when
  * app->tls is set; *port gets the bound port (useful when the configured port is 0). */
 qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err);
-/* Stops accepting new connections (in-flight requests finish). */
+/* Stops accepting new connections: each is refused at accept (in-flight requests finish). */
 void qd_http_quiesce(qd_http *h);
 /* Stops the server and frees it; NULL is a no-op. */
 void qd_http_stop(qd_http *h);

@@ -2,7 +2,7 @@
  * body, of a running job (with jobs queued behind it) and of a burst of statistics posts from
  * several threads, each followed by a restart on the same data directory. After each: the crash
  * image and the final database pass PRAGMA integrity_check and foreign_key_check, nothing partial
- * is listed, served or left on disk (DATA/tmp empty, no *.partial-* or *.tmp.* under DATA/jobs),
+ * is listed, served or left on disk (DATA/tmp empty, no *.quant-partial-* or *.quant-tmp-* under DATA/jobs),
  * every acknowledged statistics post is counted and retries with their Idempotency-Key count
  * exactly once, and queued jobs run to success. Then a full disk (root only: a 64 MiB tmpfs as
  * the data directory): the job fails cleanly, naming no server path, and quantd goes on serving.
@@ -142,14 +142,15 @@ static int note_partial(const char *path, const struct stat *sb, int flag, struc
     (void)sb;
     (void)flag;
     const char *name = path + ftw->base;
-    if (strstr(name, ".partial-") || strstr(name, ".tmp.")) {
+    if (strstr(name, ".quant-partial-") || strstr(name, ".quant-tmp-")) {
         partials_found++;
         snprintf(partial_seen, sizeof partial_seen, "%s", path);
     }
     return 0;
 }
 
-/* Files or directories under dir that a run writes before publishing (*.partial-*, *.tmp.*). */
+/* Files or directories under dir that a run writes before publishing (the library's
+ * *.quant-partial-* directories and *.quant-tmp-* files). */
 static int count_partials(const char *dir)
 {
     partials_found = 0;
