@@ -1,8 +1,9 @@
-# Makefile -- builds libquant, its tests, benches and demo. `make check` proves, `make check-asan`
-# and `make check-tsan` prove again under AddressSanitizer + UBSan and ThreadSanitizer (SANITIZE=1,
-# SANITIZE=thread, in build-asan/ and build-tsan/), `make bench` measures, `make soak` runs quantd
-# under a mixed load for a minute watching its memory, `make run` starts the main program. V=1
-# shows commands, WERROR=1 makes warnings errors.
+# Makefile -- builds libquant, its tests, benches and demo. `make check` proves (and replays every
+# fuzzing corpus of tests/fuzz/), `make check-asan` and `make check-tsan` prove again under
+# AddressSanitizer + UBSan and ThreadSanitizer (SANITIZE=1, SANITIZE=thread, in build-asan/ and
+# build-tsan/), `make bench` measures, `make soak` runs quantd under a mixed load for a minute
+# watching its memory, `make fuzz FUZZ_SECONDS=N` runs each libFuzzer harness N seconds (clang),
+# `make run` starts the main program. V=1 shows commands, WERROR=1 makes warnings errors.
 # SPDX-License-Identifier: Apache-2.0
 
 CC      ?= cc
@@ -26,6 +27,8 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
+# KERNEL_CFLAGS: more flags for the x86 SIMD kernel files only (`make fuzz` builds them without
+# sanitizers: clang 14 takes minutes over them instrumented, and the harnesses run the scalar ones).
 # -ffp-contract=off: never fuse a*b+c; every result must equal the formula bit for bit.
 CFLAGS   ?= -O2 -g
 ALL_CFLAGS := -std=c11 $(WARN) -fPIC -ffp-contract=off -fno-math-errno $(CFLAGS) $(EXTRA_CFLAGS)
@@ -46,12 +49,12 @@ LIB_SRCS := $(wildcard lib/common/*.c lib/quant/*.c lib/arch/generic/*.c)
 ifeq ($(ARCH),x86_64)
 LIB_SRCS += lib/arch/x86/kernels_avx2.c
 CPPFLAGS += -DQUANT_BUILD_AVX2
-$(BUILD)/obj/lib/arch/x86/kernels_avx2.o: ISA_CFLAGS := -mavx2 -mfma -mf16c
+$(BUILD)/obj/lib/arch/x86/kernels_avx2.o: ISA_CFLAGS := -mavx2 -mfma -mf16c $(KERNEL_CFLAGS)
 ifneq ($(wildcard lib/arch/x86/kernels_avx512.c),)
 LIB_SRCS += lib/arch/x86/kernels_avx512.c
 CPPFLAGS += -DQUANT_BUILD_AVX512
 $(BUILD)/obj/lib/arch/x86/kernels_avx512.o: ISA_CFLAGS := -mavx512f -mavx512bw -mavx512vl \
-    -mavx512dq -mavx2 -mfma -mf16c
+    -mavx512dq -mavx2 -mfma -mf16c $(KERNEL_CFLAGS)
 endif
 endif
 ifeq ($(ARCH),aarch64)
@@ -104,8 +107,27 @@ QDTEST_BIN  := $(BUILD)/tests/daemon-tests
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
+# ---- fuzzing: tests/fuzz/fuzz_TARGET.c, one libFuzzer harness per parser ------------------------
+# Each harness is linked twice: with tests/fuzz/replay.c by the normal compiler (replay-TARGET,
+# run by `make check` over tests/fuzz/corpus/TARGET/) and with libFuzzer by `make fuzz`
+# (FUZZ_BUILD/fuzz/fuzz-TARGET; clang, -fsanitize=fuzzer,address,undefined).
+FUZZ_SRCS    := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_TARGETS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=%)
+FUZZ_OBJS    := $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/util.o \
+    $(BUILD)/obj/tests/fuzz/replay.o
+FUZZ_REPLAYS := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/replay-%)
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+# -max_len per target (bytes; 4096 when not listed): whole files for the safetensors readers.
+FUZZ_MAX_LEN_st_read     := 65536
+FUZZ_MAX_LEN_stats_st    := 65536
+FUZZ_MAX_LEN_stats_json  := 16384
+FUZZ_MAX_LEN_router      := 1024
+FUZZ_MAX_LEN_source      := 1024
+
 .PHONY: all lib check check-asan check-tsan check-arm64 test bench soak run demo deps install \
-    verify-unit clean format lint-lib
+    verify-unit clean format lint-lib fuzz fuzz-bins
 
 all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
 
@@ -197,6 +219,32 @@ $(BUILD)/bin/%: $(BUILD)/obj/bench/%.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
+# The harnesses see the daemon's and the checkpoint library's internal headers. A harness may
+# define the libFuzzer entry point without tests/fuzz/fuzz.h's prototype.
+$(FUZZ_OBJS): CPPFLAGS += -Ilib/checkpoint -Idaemon -Itests/fuzz
+$(FUZZ_OBJS): ALL_CFLAGS += $(QD_CFLAGS) $(CK_CFLAGS) -Wno-missing-prototypes
+
+$(BUILD)/tests/fuzz/replay-%: $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/obj/tests/fuzz/fuzz_%.o \
+    $(BUILD)/obj/tests/fuzz/util.o $(QD_A) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(QD_A) $(CK_A) $(LIB_A) $(QD_LIBS) $(LDLIBS)
+
+$(BUILD)/fuzz/fuzz-%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/util.o $(QD_A) \
+    $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(QD_A) $(CK_A) $(LIB_A) \
+	    $(QD_LIBS) $(LDLIBS)
+
+# Reached only through the pattern rules above: keep them (make would delete them as
+# intermediate files).
+.SECONDARY: $(FUZZ_OBJS)
+
+# $(call fuzz_replay,BUILD): every harness of BUILD over its corpus, one line each.
+fuzz_replay = for t in $(FUZZ_TARGETS); do d=tests/fuzz/corpus/$$t; [ -d $$d ] || d=; \
+    $(1)/tests/fuzz/replay-$$t $$d || exit 1; done
+
 # Installs what is missing (only when pkg-config cannot find it).
 deps:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
@@ -216,18 +264,20 @@ $(BUILD)/tests/readme-example: README.md tests/readme_main.c $(LIB_A)
 
 check: deps lint-lib
 	$(Q)$(MAKE) --no-print-directory $(UNIT_BIN) $(CKTEST_BIN) $(QUANT_BIN) $(QUANTD_BIN) \
-	    $(QDTEST_BIN) $(BUILD)/tests/readme-example
+	    $(QDTEST_BIN) $(BUILD)/tests/readme-example $(FUZZ_REPLAYS)
 	$(Q)$(BUILD)/tests/readme-example
 	$(Q)CK_DEFAULT_TIMEOUT=600 $(UNIT_BIN)
 	$(Q)CK_DEFAULT_TIMEOUT=600 QUANT_BIN=$(QUANT_BIN) $(CKTEST_BIN)
 	$(Q)CK_DEFAULT_TIMEOUT=600 QUANT_BIN=$(QUANT_BIN) QUANTD_BIN=$(QUANTD_BIN) $(QDTEST_BIN)
+	$(Q)$(call fuzz_replay,$(BUILD))
 
 test: check
 
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 CFLAGS="-O1 -g" \
 	    build-asan/tests/unit-tests build-asan/tests/ckpt-tests build-asan/bin/quant \
-	    build-asan/bin/quantd build-asan/tests/daemon-tests
+	    build-asan/bin/quantd build-asan/tests/daemon-tests \
+	    $(FUZZ_TARGETS:%=build-asan/tests/fuzz/replay-%)
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/unit-tests
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
@@ -235,6 +285,8 @@ check-asan: deps
 	$(Q)CK_DEFAULT_TIMEOUT=1200 CK_FORK=no ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 QUANT_BIN=build-asan/bin/quant \
 	    QUANTD_BIN=build-asan/bin/quantd build-asan/tests/daemon-tests
+	$(Q)export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
+	    $(call fuzz_replay,build-asan)
 
 # The ThreadSanitizer lane: quant, quantd and the daemon tests built with -fsanitize=thread in
 # build-tsan/, then the suites that drive quantd's threads (the job queue and workers, the
@@ -273,6 +325,26 @@ check-arm64:
 	    build-arm64/tests/unit-tests
 	$(Q)env -u QEMU_LD_PREFIX CK_DEFAULT_TIMEOUT=3000 QUANT_TEST_QUICK=1 \
 	    qemu-aarch64 build-arm64/tests/unit-tests
+
+# Each harness for FUZZ_SECONDS on a copy of its corpus (new inputs never land in the tree),
+# built with clang and libFuzzer in FUZZ_BUILD; stops at the first crash, leak, sanitizer report
+# or timeout, naming the input kept under FUZZ_BUILD/artifacts/ (tests/fuzz/README.md).
+fuzz: deps
+	$(Q)command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "make fuzz needs clang with libFuzzer" \
+	    "(FUZZ_CC=$(FUZZ_CC) not found; scripts/install-deps installs it)" >&2; exit 1; }
+	$(Q)mkdir -p $(FUZZ_BUILD) && echo 'int LLVMFuzzerTestOneInput(const char *d, long n)' \
+	    '{ return d && n < 0; }' > $(FUZZ_BUILD)/probe.c && \
+	    $(FUZZ_CC) -fsanitize=fuzzer,address,undefined $(FUZZ_BUILD)/probe.c \
+	    -o $(FUZZ_BUILD)/probe 2>/dev/null || { echo "make fuzz: $(FUZZ_CC) cannot link" \
+	    "-fsanitize=fuzzer: the libFuzzer runtime is missing (Debian: libclang-rt-dev;" \
+	    "scripts/install-deps installs it)" >&2; exit 1; }
+	$(Q)$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SANITIZE=1 \
+	    CFLAGS="-O1 -g" EXTRA_CFLAGS=-fsanitize=fuzzer-no-link KERNEL_CFLAGS=-fno-sanitize=all \
+	    fuzz-bins
+	$(Q)$(foreach t,$(FUZZ_TARGETS),tests/fuzz/run $(FUZZ_BUILD) $(t) $(FUZZ_SECONDS) \
+	    $(or $(FUZZ_MAX_LEN_$(t)),4096) &&) true
+
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz-%)
 
 # The three benches below share bench/benchutil.c (libc only).
 BENCH_UTIL := $(BUILD)/obj/bench/benchutil.o

@@ -561,8 +561,9 @@ static void print_value(const qd_config *cfg, const cfg_setting *s, FILE *out)
         fprintf(out, "%s = %s\n", s->key, buf);
         break;
     case CFG_PATH: {
+        /* "key =;x" for a value starting with ';': inih reads " ;" as a comment's start */
         const char *v = *(char *const *)(base + s->off);
-        if (v) fprintf(out, "%s = %s\n", s->key, v);
+        if (v) fprintf(out, "%s =%s%s\n", s->key, v[0] == ';' ? "" : " ", v);
         break;
     }
     case CFG_ROOTS:

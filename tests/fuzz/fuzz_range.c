@@ -7,8 +7,6 @@
  * empty list element) and leading whitespace change nothing; If-None-Match gives the same
  * answer for a strong tag and its weak twin (the weak comparison), and a value that is an
  * entity-tag (`*` matches it as the server's tag) matches itself.
- * Build: clang -fsanitize=fuzzer,address -Idaemon daemon/range.c daemon/etag.c
- * tests/fuzz/fuzz_range.c.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdbool.h>
@@ -17,14 +15,10 @@
 #include <string.h>
 
 #include "etag.h"
+#include "fuzz.h"
 #include "range.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) abort();                                                                         \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#define CHECK(c) FUZZ_CHECK(c)
 
 static bool unit_first(const char *h)
 {

@@ -1,0 +1,51 @@
+/* util.c -- the helpers of fuzz.h every harness links: a private temporary directory removed at
+ * exit ($TMPDIR, else /dev/shm when writable, else /tmp), and the input as a C string.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fuzz.h"
+
+static char tmpdir[4096];
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_tmpdir(void)
+{
+    if (tmpdir[0]) nftw(tmpdir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *fuzz_tmpdir(void)
+{
+    if (tmpdir[0]) return tmpdir;
+    /* memory rather than disk when there is a choice: fuzz_config rewrites a file per input */
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/quant-fuzz.XXXXXX", base);
+    if (!mkdtemp(tmpdir)) {
+        perror(tmpdir);
+        tmpdir[0] = '\0';
+        return NULL;
+    }
+    atexit(remove_tmpdir);
+    return tmpdir;
+}
+
+char *fuzz_strndup(const uint8_t *data, size_t size)
+{
+    char *s = malloc(size + 1);
+    if (!s) return NULL;
+    if (size) memcpy(s, data, size);
+    s[size] = '\0';
+    return s;
+}
