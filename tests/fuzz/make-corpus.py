@@ -317,7 +317,7 @@ def router_seeds():
         "GET /v1/models/stories", "POST /v1/models/stories/stats",
         "GET /v1/models/stories/stats", "DELETE /v1/models/stories/stats",
         "GET /v1/models/stories/scales", "GET /v1/tokens", "POST /v1/tokens",
-        "DELETE /v1/tokens/ci",
+        "DELETE /v1/tokens/ci", "HEAD /healthz", "HEAD /v1/jobs/12/outputs/x.safetensors",
         # 405, 404 and edge cases
         "PATCH /v1/jobs/12", "POST /healthz", "GET /v1/jobs/", "GET /v1/jobs//report",
         "GET /v1/jobs/12/outputs/" + "n" * 127, "GET /v1/jobs/12/outputs/" + "n" * 128,
