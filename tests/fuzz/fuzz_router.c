@@ -1,9 +1,10 @@
 /* fuzz_router.c -- libFuzzer harness of quantd's route table: the input is "METHOD PATH" (the
  * method up to the first space; no space: GET and the whole input as the path, up to a NUL).
- * qd_route_match() must give a route of that method (or a GET route for a HEAD) whose pattern, with
- * the {params} it filled put back, is the path; a path known with another method must get a
- * non-empty Allow list from qd_route_allow(), which must stay within buffers of any size (allocated
- * to the byte, so AddressSanitizer sees one byte too far). SPDX-License-Identifier: Apache-2.0
+ * qd_route_match() must give a route of that method (or a GET route for a HEAD) whose pattern,
+ * with the {params} it filled put back, is the path; a path known with another method must get
+ * a non-empty Allow list from qd_route_allow(), which must stay within buffers of any size
+ * (allocated to the byte, so AddressSanitizer sees one byte too far).
+ * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
 #include <string.h>
