@@ -125,6 +125,7 @@ FUZZ_MAX_LEN_stats_st    := 65536
 FUZZ_MAX_LEN_stats_json  := 16384
 FUZZ_MAX_LEN_router      := 1024
 FUZZ_MAX_LEN_source      := 1024
+FUZZ_MAX_LEN_http        := 65536
 
 .PHONY: all lib check check-asan check-tsan check-arm64 test bench soak run demo deps install \
     verify-unit clean format lint-lib fuzz fuzz-bins

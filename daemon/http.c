@@ -343,6 +343,17 @@ static enum MHD_Result first_call(qd_req *r)
                               "the URL holds a control character (an escape such as %%00 or "
                               "%%0A in the path or a query argument)");
     }
+    /* RFC 9110 10.1.1: a client must not send 100-continue without content. libmicrohttpd
+     * 0.9.75 sends "100 Continue" to such a request when the handler does not answer at once,
+     * and then either drops the answer (GET) or, with more bytes behind it on the connection,
+     * spins a pool thread at full CPU for good (found by tests/fuzz/fuzz_http.c): answer it
+     * here, which libmicrohttpd handles like any early answer. */
+    if (qd_req_header(r, MHD_HTTP_HEADER_EXPECT) && !body_follows(r)) {
+        qd_conn_busy(r->guard);
+        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "Expect",
+                              "Expect: 100-continue is for a request with a body (Content-Length "
+                              "over 0, or chunked); this one has none");
+    }
     bool path_known;
     r->route = qd_route_match(r->method, r->url, r, &path_known);
     if (r->route) {

@@ -362,6 +362,128 @@ def range_seeds():
         put("range", f"case-{i:02d}.bin", struct.pack("<Q", size) + value.encode())
 
 
+# ---- whole requests to the running daemon -------------------------------------------------------
+
+def http_seeds():
+    # markers (fuzz_http.c): @SRC@ the source root, @OP@/@READER@/@TRAINER@ tokens, @JOB@ the
+    # last job created, @LEN@ the length of the body that follows, up to @END@
+    def req(method, target, token="@OP@", ctype=None, body=b"", extra="", last=False):
+        head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\n"
+        if last:
+            head += "Connection: close\r\n"
+        if token:
+            head += f"Authorization: Bearer {token}\r\n"
+        if ctype:
+            head += f"Content-Type: {ctype}\r\n"
+        if body or method in ("POST", "PUT"):
+            head += "Content-Length: @LEN@\r\n"
+        head += extra
+        body = body.encode() if isinstance(body, str) else body
+        return head.encode() + b"\r\n" + body + b"@END@"
+
+    js, octets = "application/json", "application/octet-stream"
+    rules = '{"rules": [{"module_path": ".*proj", "weight_qtype": "int8"}]}'
+    srq = ('{"rules": [{"module_path": ".*up_proj", "weight_qtype": "int8", "act_qtype": "int8", '
+           '"act_static_scale": true}]}')
+    act = "model/layers/0/mlp/up_proj/dot_general0_lhs"
+    weight = safetensors([("model.layers.0.mlp.up_proj.weight", "F32", [4, 8],
+                           struct.pack("<32f", *[(i - 16) / 8 for i in range(32)]))])
+    post = '{"step": 1, "stats": {"%s": {"absmax": [0.5, 1.5, 2.5, 3.5]}}}' % act
+    post_st = safetensors([(act + "/min", "F32", [4], struct.pack("<4f", -1, -2, 0, -0.5)),
+                           (act + "/max", "F32", [4], struct.pack("<4f", 1, 2, 3, 0.5))],
+                          {"step": "3"})
+    put_rules = req("PUT", "/v1/rulesets/int8", ctype=js, body=rules)
+
+    def job(body, last=True):
+        return put_rules + req("POST", "/v1/jobs", ctype=js, body=body, last=last)
+
+    def then_read(target, extra=""):  # a source job, then a read of it
+        return job('{"ruleset": "int8", "source": {"path": "@SRC@/ckpt"}}', last=False) + \
+            req("GET", target, "@READER@", extra=extra, last=True)
+
+    cases = {
+        "healthz": req("GET", "/healthz", token=None, last=True),
+        "metrics": req("GET", "/metrics", token=None, last=True),
+        "http10": b"GET /readyz HTTP/1.0\r\n\r\n",
+        "garbage": b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",
+        "no-token": req("GET", "/v1/jobs", token=None, last=True),
+        "bad-token": req("GET", "/v1/jobs", token="qdt_" + "A" * 43, last=True),
+        "reader-put-ruleset": req("PUT", "/v1/rulesets/int8", "@READER@", js, rules, last=True),
+        "rulesets": put_rules + req("GET", "/v1/rulesets/int8", "@READER@") +
+                    req("GET", "/v1/rulesets") + req("DELETE", "/v1/rulesets/int8", last=True),
+        "ruleset-bare-list": req("PUT", "/v1/rulesets/bare", ctype=js,
+                                 body='[{"module_path": ".*"}]', last=True),
+        "ruleset-did-you-mean": req("PUT", "/v1/rulesets/typo", ctype=js, last=True,
+                                    body='{"rules": [{"module_path": ".*", "weight_qtyp": "int8"}]}'),
+        "upload": put_rules + req("POST", "/v1/jobs?ruleset=int8", ctype=octets, body=weight,
+                                  last=True),
+        "upload-compressed": put_rules + req(
+            "POST", "/v1/jobs?ruleset=int8&layout=compressed-tensors", ctype=octets, body=weight,
+            last=True),
+        "upload-expect": put_rules + req("POST", "/v1/jobs?ruleset=int8", ctype=octets,
+                                         body=weight, extra="Expect: 100-continue\r\n",
+                                         last=True),
+        "upload-no-ctype": put_rules + req("POST", "/v1/jobs?ruleset=int8", body=weight, last=True),
+        "job-source-file": job('{"ruleset": "int8", "source": {"path": "@SRC@/model.safetensors"}}'),
+        "job-source-dir": job('{"ruleset": "int8", "layout": "compressed-tensors", '
+                              '"source": {"path": "@SRC@/ckpt"}}'),
+        "job-source-dir-link": job('{"ruleset": "int8", "source": {"path": "@SRC@/ckpt-link"}}'),
+        "job-source-link": job('{"ruleset": "int8", "source": {"path": "@SRC@/passwd.safetensors"}}'),
+        "job-source-outside": job('{"ruleset": "int8", "source": {"path": "/etc/passwd"}}'),
+        "job-source-dotdot": job('{"ruleset": "int8", "source": {"path": "@SRC@/../data/quantd.db"}}'),
+        "job-inline-rules": req("POST", "/v1/jobs", ctype=js, last=True,
+                                body='{"rules": [{"module_path": ".*", "weight_qtype": "int4", '
+                                     '"tile_size": 8}], "source": {"path": "@SRC@/model.safetensors"}}'),
+        "job-srq": req("POST", "/v1/models/stories/stats", "@TRAINER@", js, post) +
+                   req("PUT", "/v1/rulesets/srq", ctype=js, body=srq) +
+                   req("POST", "/v1/jobs?ruleset=srq&stats_model=stories", ctype=octets,
+                       body=weight, last=True),
+        "jobs": req("GET", "/v1/jobs?limit=5&state=succeeded", last=True),
+        "job": then_read("/v1/jobs/@JOB@"),
+        "job-output-range": then_read("/v1/jobs/@JOB@/output", "Range: bytes=0-99\r\n"),
+        "job-output-head": then_read("/v1/jobs/@JOB@/output", 'If-None-Match: W/"x", "y"\r\n')
+                           .replace(b"GET /v1/jobs/@JOB@/output", b"HEAD /v1/jobs/@JOB@/output"),
+        "job-outputs-config": then_read("/v1/jobs/@JOB@/outputs/config.json"),
+        "job-outputs-tokenizer": then_read("/v1/jobs/@JOB@/outputs/tokenizer.json"),
+        "job-report": then_read("/v1/jobs/@JOB@/report"),
+        "job-earlier": req("GET", "/v1/jobs/1/outputs/model.safetensors", "@READER@",
+                           extra="Range: bytes=-16\r\n") +
+                       req("GET", "/v1/jobs/1/report", "@READER@", last=True),
+        "job-delete": req("DELETE", "/v1/jobs/@JOB@", last=True),
+        "job-nul": req("GET", "/v1/jobs/1%00/output", last=True),
+        "stats-post": req("POST", "/v1/models/stories/stats?mode=update", "@TRAINER@", js, post,
+                          extra="Idempotency-Key: fuzz-1\r\n") +
+                      req("POST", "/v1/models/stories/stats?mode=update", "@TRAINER@", js, post,
+                          extra="Idempotency-Key: fuzz-1\r\n", last=True),
+        "stats-post-st": req("POST", "/v1/models/stories/stats", "@TRAINER@", octets, post_st,
+                             last=True),
+        "stats-merge": req("POST", "/v1/models/stories/stats?mode=merge", "@TRAINER@", js,
+                           '{"stats": {"%s": {"count": 4, "sum_of_absmax": [2, 4, 6, 8]}}}' % act,
+                           last=True),
+        "stats-get": req("POST", "/v1/models/stories/stats", "@TRAINER@", js, post) +
+                     req("GET", "/v1/models/stories/stats?name=model/layers/0/.*", "@TRAINER@") +
+                     req("GET", "/v1/models/stories", "@TRAINER@") +
+                     req("GET", "/v1/models", "@TRAINER@", last=True),
+        "stats-delete": req("DELETE", "/v1/models/stories/stats", last=True),
+        "scales": req("POST", "/v1/models/stories/stats", "@TRAINER@", js, post) +
+                  req("PUT", "/v1/rulesets/srq", ctype=js, body=srq) +
+                  req("GET", "/v1/models/stories/scales?ruleset=srq&static_only=true", last=True),
+        "models-reader": req("GET", "/v1/models", "@READER@", last=True),
+        "model-put": req("PUT", "/v1/models/stories", ctype=js, body="{}", last=True),
+        "tokens": req("GET", "/v1/tokens") +
+                  req("POST", "/v1/tokens", ctype=js, body='{"name": "ci", "role": "reader"}') +
+                  req("DELETE", "/v1/tokens/ci", last=True),
+        "token-revoke": req("DELETE", "/v1/tokens/fuzz-reader", last=True),
+        "chunked": b"POST /v1/models/stories/stats HTTP/1.1\r\nHost: x\r\n"
+                   b"Authorization: Bearer @TRAINER@\r\nContent-Type: application/json\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n" +
+                   b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in
+                            (post[:20].encode(), post[20:].encode())) + b"0\r\n\r\n",
+    }
+    for i, (name, data) in enumerate(cases.items()):
+        put("http", f"{i:02d}-{name}.txt", data)
+
+
 def main():
     st_read_seeds()
     stats_st_seeds()
@@ -371,6 +493,7 @@ def main():
     router_seeds()
     source_seeds()
     range_seeds()
+    http_seeds()
     for target, names in sorted(written.items()):
         print(f"make-corpus: {target}: {len(names)} seeds")
 
