@@ -261,6 +261,7 @@ enum MHD_Result qd_req_defer(qd_req *r, void (*fn)(qd_req *r, void *arg), void *
         r->deferred = true;
         return r->route->handler(r);
     }
+    r->suspensions++;
     MHD_suspend_connection(r->conn);
     qd_defer_run(r->http->waiters, run_deferred, r);
     return MHD_YES;
@@ -388,6 +389,15 @@ static enum MHD_Result refuse(qd_req *r)
     }
 }
 
+/* A handler that neither replied nor suspended the connection (a bug): 500, logged. */
+static enum MHD_Result unanswered(qd_req *r)
+{
+    qd_log(QD_LOG_ERROR, "a handler left a request unanswered", "request_id", r->id, "route",
+           r->route->pattern, NULL);
+    return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
+                          "the server could not answer this request");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *data_size, void **con_cls)
@@ -411,7 +421,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->upload_failed)
         return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
                               "writing the upload failed (disk full?)");
-    return r->route->handler(r);
+    unsigned suspensions = r->suspensions;
+    enum MHD_Result ret = r->route->handler(r);
+    if (ret == MHD_YES && !r->replied && r->suspensions == suspensions)
+        return unanswered(r); /* libmicrohttpd would call the handler again, at once, for good */
+    return ret;
 }
 
 /* How a request ended, for the log: "ok" unless the response was cut short. */

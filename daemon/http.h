@@ -61,7 +61,8 @@ typedef struct qd_req {
     void (*defer_fn)(struct qd_req *r, void *arg);
     void *defer_arg; /* owned by the request: defer_free(defer_arg) at its end */
     void (*defer_free)(void *arg);
-    bool deferred; /* defer_fn has run: the handler is called again to reply */
+    bool deferred;        /* defer_fn has run: the handler is called again to reply */
+    unsigned suspensions; /* times qd_req_defer suspended the connection (on its MHD thread) */
 } qd_req;
 
 /* Whether the configured listen address is a loopback one (127.0.0.0/8, ::1). */

@@ -3,12 +3,14 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fsutil.h"
 #include "http.h"
+#include "log.h"
 #include "router.h"
 
 enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp)
@@ -27,10 +29,21 @@ enum MHD_Result qd_reply_empty(qd_req *r, unsigned status)
     return qd_reply(r, status, MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
 }
 
+/* What a reply that could not be built says (out of memory, or JSON that would not encode). */
+static const char unbuilt[] =
+    "{\"error\":{\"code\":\"internal\",\"message\":\"the reply could not be built\","
+    "\"field\":null}}";
+
 enum MHD_Result qd_reply_text(qd_req *r, unsigned status, char *text, const char *content_type,
                               const char *name, const char *value)
 {
-    if (!text) return MHD_NO;
+    if (!text) { /* still an answer: a request left without one is called again, for good */
+        qd_log(QD_LOG_ERROR, "a reply could not be built", "request_id", r->id, NULL);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(
+            sizeof unbuilt - 1, (void *)unbuilt, MHD_RESPMEM_PERSISTENT);
+        if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return qd_reply(r, MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -47,6 +60,32 @@ enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body)
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     return qd_reply_text(r, status, text, "application/json", NULL, NULL);
+}
+
+/* Bytes of s that are not well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
+ * above U+10FFFF) become '?': messages quote what clients sent (a header, a query argument),
+ * and JSON holds only UTF-8. */
+static void utf8_clean(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        size_t n = *p < 0x80                  ? 1
+                   : *p >= 0xc2 && *p <= 0xdf ? 2
+                   : *p >= 0xe0 && *p <= 0xef ? 3
+                   : *p >= 0xf0 && *p <= 0xf4 ? 4
+                                              : 0;
+        bool ok = n > 0;
+        for (size_t i = 1; ok && i < n; i++) ok = (p[i] & 0xc0) == 0x80;
+        if (ok && n == 3) /* overlong (E0 80..9F) and surrogates (ED A0..BF) */
+            ok = !(p[0] == 0xe0 && p[1] < 0xa0) && !(p[0] == 0xed && p[1] >= 0xa0);
+        if (ok && n == 4) /* overlong (F0 80..8F) and above U+10FFFF (F4 90..) */
+            ok = !(p[0] == 0xf0 && p[1] < 0x90) && !(p[0] == 0xf4 && p[1] >= 0x90);
+        if (!ok) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
 }
 
 /* A safety net under every error message: no path of quantd's data directory reaches a client
@@ -69,6 +108,7 @@ enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, con
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     scrub(r->app, msg, sizeof msg);
+    utf8_clean(msg);
     json_t *e = json_pack("{s:{s:s,s:s,s:o}}", "error", "code", code, "message", msg, "field",
                           field ? json_string(field) : json_null());
     return qd_reply_json(r, status, e);
@@ -82,6 +122,7 @@ enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_clean(msg);
     qd_metrics_limit(r->app->metrics, limit, 1);
     r->limit_hit = limit;
     json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "code", code, "message", msg, "field",

@@ -3,8 +3,9 @@
  * invalid ranges ignored, several ranges answered whole, 416), If-None-Match lists and weak
  * tags (304), HEAD mirroring GET on every GET route (status, headers, no body, roles; 405's
  * Allow lists HEAD), encoded control characters in the path or a query argument (400),
- * "Expect: 100-continue" without a body (400 at once, no spinning thread), and /metrics with a
- * method label (no two samples with the same name and labels).
+ * "Expect: 100-continue" without a body (400 at once, no spinning thread), bytes that are not
+ * UTF-8 quoted in an error (made '?'), and /metrics with a method label (no two samples with the
+ * same name and labels).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -676,6 +677,33 @@ START_TEST(test_expect_without_body)
 }
 END_TEST
 
+/* Error messages quote what the client sent; bytes that are not UTF-8 there made the JSON error
+ * unbuildable, the request went unanswered and libmicrohttpd called the handler again at full
+ * CPU for good (found by tests/fuzz/fuzz_http.c). They become '?'. */
+START_TEST(test_non_utf8_echo)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    double cpu0 = cpu_seconds(d.pid);
+    const char *ans = raw_exchange(&d, "PUT /v1/rulesets/x HTTP/1.1\r\nHost: h\r\n"
+                                       "Content-Type: text/\xf3\xff\xc0\x80x\r\n"
+                                       "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+    ck_assert_msg(strncmp(ans, "HTTP/1.1 415 ", 13) == 0, "%.300s", ans);
+    ck_assert_msg(strstr(ans, "not text/????x\""), "%.400s", ans);
+    raw_reply r = raw_request(&d, "POST", "/v1/jobs?ruleset=%F3%80",
+                              "Content-Type: application/octet-stream\r\nContent-Length: 1");
+    ck_assert_msg(r.status == 422 || r.status == 400, "%d %s", r.status, r.body);
+    json_error_t je;
+    json_t *j = json_loads(r.body, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %s", r.body);
+    json_decref(j);
+    usleep(1000 * 1000);
+    double used = cpu_seconds(d.pid) - cpu0;
+    ck_assert_msg(used < 0.5, "quantd used %.2f s of CPU in about 1 s", used);
+    qdp_stop(&d);
+}
+END_TEST
+
 Suite *suite_http(void)
 {
     Suite *s = suite_create("http");
@@ -687,6 +715,7 @@ Suite *suite_http(void)
     tcase_add_test(tc, test_head_every_get_route);
     tcase_add_test(tc, test_encoded_nul);
     tcase_add_test(tc, test_expect_without_body);
+    tcase_add_test(tc, test_non_utf8_echo);
     tcase_add_test(tc, test_metrics_methods);
     tcase_add_test(tc, test_metrics_render_unique);
     suite_add_tcase(s, tc);
