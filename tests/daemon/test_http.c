@@ -47,6 +47,24 @@ static int raw_connect(const qdp *d)
     return fd;
 }
 
+/* Reads from fd until the server closes (10 s at most) into buf (NUL-terminated), closes fd;
+ * returns the bytes read. */
+static size_t raw_read_all(int fd, char *buf, size_t cap)
+{
+    size_t at = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    double end = qdt_now_s() + 10;
+    while (at < cap - 1 && qdt_now_s() < end && poll(&p, 1, 1000) >= 0) {
+        ssize_t k = recv(fd, buf + at, cap - 1 - at, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        at += (size_t)k;
+    }
+    close(fd);
+    buf[at] = '\0';
+    return at;
+}
+
 /* Sends `method target HTTP/1.1` with Connection: close and one more header line when extra is
  * not NULL, then reads until the server closes (10 s at most). */
 static raw_reply raw_request(const qdp *d, const char *method, const char *target,
@@ -60,17 +78,7 @@ static raw_reply raw_request(const qdp *d, const char *method, const char *targe
     ck_assert(n > 0 && (size_t)n < sizeof req);
     ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
     static char buf[1 << 20];
-    size_t at = 0;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    double end = qdt_now_s() + 10;
-    while (at < sizeof buf - 1 && qdt_now_s() < end && poll(&p, 1, 1000) >= 0) {
-        ssize_t k = recv(fd, buf + at, sizeof buf - 1 - at, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        at += (size_t)k;
-    }
-    close(fd);
-    buf[at] = '\0';
+    size_t at = raw_read_all(fd, buf, sizeof buf);
     raw_reply r = {0};
     ck_assert_int_eq(sscanf(buf, "HTTP/1.1 %d", &r.status), 1);
     char *eoh = strstr(buf, "\r\n\r\n");
@@ -92,17 +100,7 @@ static const char *raw_exchange(const qdp *d, const char *bytes)
     size_t n = strlen(bytes);
     ck_assert_int_eq(send(fd, bytes, n, MSG_NOSIGNAL), (ssize_t)n);
     static char buf[1 << 16];
-    size_t at = 0;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    double end = qdt_now_s() + 10;
-    while (at < sizeof buf - 1 && qdt_now_s() < end && poll(&p, 1, 1000) >= 0) {
-        ssize_t k = recv(fd, buf + at, sizeof buf - 1 - at, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        at += (size_t)k;
-    }
-    close(fd);
-    buf[at] = '\0';
+    raw_read_all(fd, buf, sizeof buf);
     return buf;
 }
 

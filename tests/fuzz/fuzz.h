@@ -31,6 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * and removed with everything in it at exit; NULL (with a message) if it cannot be made. */
 const char *fuzz_tmpdir(void);
 
+/* Unsets every QUANTD_* environment variable (the harnesses that load quantd's settings: none
+ * may change what they mean). */
+void fuzz_clear_quantd_env(void);
+
 /* data[0..size) as a NUL-terminated string (malloc'd; embedded NULs stay and end it early);
  * NULL only when out of memory. */
 char *fuzz_strndup(const uint8_t *data, size_t size);

@@ -19,8 +19,6 @@
 #define MAX_ARGS     8
 #define INI_LINE_MAX 199
 
-extern char **environ;
-
 static char conf_path[4200], again_path[4200];
 static FILE *devnull;
 
@@ -33,18 +31,7 @@ static void init(void)
     snprintf(again_path, sizeof again_path, "%s/again.conf", dir);
     devnull = fopen("/dev/null", "w");
     FUZZ_CHECK(devnull);
-    /* no QUANTD_* variable may change what a file means */
-    for (size_t i = 0; environ[i];) {
-        if (strncmp(environ[i], "QUANTD_", 7) != 0) {
-            i++;
-            continue;
-        }
-        char name[256];
-        size_t n = strcspn(environ[i], "=");
-        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1),
-                 environ[i]);
-        FUZZ_CHECK(unsetenv(name) == 0);
-    }
+    fuzz_clear_quantd_env(); /* no QUANTD_* variable may change what a file means */
 }
 
 static void write_file(const char *path, const void *data, size_t size)

@@ -148,28 +148,9 @@ static void make_source(const char *tmp)
     }
 }
 
-extern char **environ;
-
-/* No QUANTD_* variable may change the daemon the harness runs. */
-static void clear_quantd_environment(void)
-{
-    for (size_t i = 0; environ[i];) {
-        if (strncmp(environ[i], "QUANTD_", 7) != 0) {
-            i++;
-            continue;
-        }
-        char name[256];
-        size_t n = strcspn(environ[i], "=");
-        FUZZ_CHECK(n < sizeof name);
-        memcpy(name, environ[i], n);
-        name[n] = '\0';
-        FUZZ_CHECK(unsetenv(name) == 0);
-    }
-}
-
 static void start_daemon(void)
 {
-    clear_quantd_environment();
+    fuzz_clear_quantd_env();
     const char *tmp = fuzz_tmpdir();
     FUZZ_CHECK(tmp);
     signal(SIGPIPE, SIG_IGN);

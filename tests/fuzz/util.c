@@ -1,5 +1,6 @@
 /* util.c -- the helpers of fuzz.h every harness links: a private temporary directory removed at
- * exit ($TMPDIR, else /dev/shm when writable, else /tmp), and the input as a C string.
+ * exit ($TMPDIR, else /dev/shm when writable, else /tmp), the environment without QUANTD_*
+ * variables, and the input as a C string.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
@@ -39,6 +40,23 @@ const char *fuzz_tmpdir(void)
     }
     atexit(remove_tmpdir);
     return tmpdir;
+}
+
+extern char **environ;
+
+void fuzz_clear_quantd_env(void)
+{
+    for (size_t i = 0; environ[i];) {
+        if (strncmp(environ[i], "QUANTD_", 7) != 0) {
+            i++;
+            continue;
+        }
+        char name[256];
+        size_t n = strcspn(environ[i], "=");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1),
+                 environ[i]);
+        FUZZ_CHECK(unsetenv(name) == 0); /* environ shifts down: i stays */
+    }
 }
 
 char *fuzz_strndup(const uint8_t *data, size_t size)
