@@ -76,6 +76,7 @@ typedef struct ck_tensor_plan {
     int64_t scale_numel;
     bool asym;
     ck_codec codec;
+    bool zp_packed;         /* compressed-tensors: zero points in int32 words packed along dim 0 */
     long out[CK_OUT_ROLES]; /* indices into the shard's output list (copy: out[DATA] only) */
     /* work split along axis 0 */
     int64_t row_elems; /* elements per axis-0 index */
@@ -122,6 +123,13 @@ long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, 
 /* Layout hooks: add the output tensors of a quantized tensor (tp->how and scale shape set). */
 quant_ck_status ck_native_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
 quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
+/* compressed-tensors' quantization strategy of a planned weight, from its scale shape. */
+typedef enum { CK_CT_TENSOR, CK_CT_CHANNEL, CK_CT_GROUP, CK_CT_BLOCK } ck_ct_strategy;
+ck_ct_strategy ck_ct_strategy_of(const ck_tensor_plan *tp);
+const char *ck_ct_strategy_name(ck_ct_strategy s);
+/* The output tensors of ck_ct_outputs without its checks (what compressed-tensors would write
+ * for any int2..int8 / float8_e4m3fn rank-2 weight); for tests of the layout itself. */
+quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
 /* Layout hooks for a static activation scale: BASE_scale (+ BASE_zero_point) in the native
  * layout; P.input_scale (+ P.input_zero_point) of the quantized weight P.weight of the
  * activation's module path in compressed-tensors (refused when that weight is not in the shard,

@@ -48,17 +48,12 @@ static json_t *weight_args(const ck_tensor_plan *tp)
     json_t *a = json_pack("{s:i, s:s, s:b, s:b}", "num_bits", tr->bits, "type",
                           fp ? "float" : "int", "symmetric", !tp->asym, "dynamic", 0);
     if (!a) return NULL;
-    bool axis0_channel = s0 == out && tp->tile0 == 1;
-    if (axis0_channel && s1 == 1) {
-        json_object_set_new(a, "strategy", json_string("channel"));
-    } else if (axis0_channel) {
-        json_object_set_new(a, "strategy", json_string("group"));
+    ck_ct_strategy strategy = ck_ct_strategy_of(tp);
+    json_object_set_new(a, "strategy", json_string(ck_ct_strategy_name(strategy)));
+    if (strategy == CK_CT_GROUP) {
         json_object_set_new(a, "group_size", json_integer(in / s1));
         json_object_set_new(a, "actorder", json_null());
-    } else if (s0 == 1 && s1 == 1) {
-        json_object_set_new(a, "strategy", json_string("tensor"));
-    } else {
-        json_object_set_new(a, "strategy", json_string("block"));
+    } else if (strategy == CK_CT_BLOCK) {
         json_object_set_new(a, "block_structure",
                             json_pack("[I, I]", (json_int_t)(out / s0), (json_int_t)(in / s1)));
     }

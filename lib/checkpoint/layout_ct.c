@@ -100,6 +100,149 @@ static quant_ck_status ct_check(const ck_tensor_plan *tp, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
+/* ---- what vLLM can serve -------------------------------------------------------------------- */
+
+ck_ct_strategy ck_ct_strategy_of(const ck_tensor_plan *tp)
+{
+    int64_t s0 = tp->scale_shape[0], s1 = tp->scale_shape[1];
+    if (s0 == tp->in->shape[0]) return s1 == 1 ? CK_CT_CHANNEL : CK_CT_GROUP;
+    return s0 == 1 && s1 == 1 ? CK_CT_TENSOR : CK_CT_BLOCK;
+}
+
+const char *ck_ct_strategy_name(ck_ct_strategy s)
+{
+    static const char *const names[] = {[CK_CT_TENSOR] = "tensor",
+                                        [CK_CT_CHANNEL] = "channel",
+                                        [CK_CT_GROUP] = "group",
+                                        [CK_CT_BLOCK] = "block"};
+    return names[s];
+}
+
+typedef enum { ACT_NONE, ACT_INT8, ACT_FP8 } ct_act;
+
+/* A rule's scheme as vLLM's compressed-tensors scheme selection sees it. */
+typedef struct ct_scheme {
+    int bits;
+    bool fp; /* float8_e4m3fn weights, else intN */
+    ck_ct_strategy strategy;
+    bool asym;
+    ct_act act;
+    bool act_static; /* static per-tensor input_scale (SRQ), else dynamic per token */
+} ct_scheme;
+
+static bool channel_or_group(const ct_scheme *s)
+{
+    return s->strategy == CK_CT_CHANNEL || s->strategy == CK_CT_GROUP;
+}
+
+static bool int_w_fp8_act(const ct_scheme *s)
+{
+    return !s->fp && s->act == ACT_FP8;
+}
+
+static bool fp8_w_int8_act(const ct_scheme *s)
+{
+    return s->fp && s->act == ACT_INT8;
+}
+
+static bool odd_bits_with_act(const ct_scheme *s)
+{
+    return !s->fp && s->act != ACT_NONE && s->bits != 4 && s->bits != 8;
+}
+
+static bool w8a8_not_symmetric_tensor_channel(const ct_scheme *s)
+{
+    return !s->fp && s->bits == 8 && s->act == ACT_INT8 &&
+           (s->asym || !(s->strategy == CK_CT_TENSOR || s->strategy == CK_CT_CHANNEL));
+}
+
+static bool w4a8_unsupported(const ct_scheme *s)
+{
+    return !s->fp && s->bits == 4 && s->act == ACT_INT8 &&
+           (s->asym || !channel_or_group(s) || s->act_static);
+}
+
+static bool weight_only_not_channel_group(const ct_scheme *s)
+{
+    return !s->fp && s->act == ACT_NONE && !channel_or_group(s);
+}
+
+static bool weight_only_asym_bits(const ct_scheme *s)
+{
+    return !s->fp && s->act == ACT_NONE && s->asym && s->bits != 4 && s->bits != 8;
+}
+
+static bool fp8_group(const ct_scheme *s)
+{
+    return s->fp && s->strategy == CK_CT_GROUP;
+}
+
+/* What compressed-tensors can store but vLLM (compressed_tensors.py _get_scheme_from_parts and
+ * schemes/) has no scheme for, or would serve as something else; the first match refuses. */
+static const struct {
+    bool (*applies)(const ct_scheme *s);
+    const char *why; /* the reason, then what would work */
+} ct_refusals[] = {
+    {int_w_fp8_act, "vLLM checks only that activations have 8 bits and would serve them as int8 "
+                    "(W8A8Int8, W4A8Int); use act_qtype int8, or float8_e4m3fn weights"},
+    {fp8_w_int8_act, "vLLM takes float8_e4m3fn weights with float8_e4m3fn activations only and "
+                     "would serve these weight-only (W8A16Fp8); use act_qtype float8_e4m3fn, or "
+                     "none"},
+    {odd_bits_with_act, "vLLM's schemes with activations take int8 (W8A8Int8) or int4 (W4A8Int) "
+                        "weights; use int8 or int4 weights, or no act_qtype (int2..int8 "
+                        "weight-only are served by WNA16)"},
+    {w8a8_not_symmetric_tensor_channel,
+     "vLLM's W8A8Int8 takes symmetric int8 weights with a per-tensor or per-channel scale; use a "
+     "symmetric weight_calibration_method and no tile_size"},
+    {w4a8_unsupported, "vLLM's W4A8Int takes symmetric int4 weights with a per-channel or "
+                       "per-group scale and dynamic per-token activations; use a symmetric "
+                       "weight_calibration_method, a tile on the input axis only or none, and no "
+                       "act_static_scale"},
+    {weight_only_not_channel_group,
+     "vLLM's weight-only scheme (WNA16) takes per-channel or per-group scales; use the default "
+     "contraction on the input axis, or a tile_size on it alone"},
+    {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only; use a "
+                            "symmetric weight_calibration_method, or int4 or int8"},
+    {fp8_group, "vLLM takes float8_e4m3fn weights with a per-tensor, per-channel or block scale "
+                "(W8A8Fp8, W8A16Fp8); use no tile_size, or a 2-D tile_size"},
+};
+
+static const char *act_desc(const ct_scheme *s)
+{
+    static const char *const desc[3][2] = {
+        [ACT_NONE] = {"no activations", "no activations"},
+        [ACT_INT8] = {"int8 dynamic per-token activations", "int8 static per-tensor activations"},
+        [ACT_FP8] = {"float8_e4m3fn dynamic per-token activations",
+                     "float8_e4m3fn static per-tensor activations"}};
+    return desc[s->act][s->act_static];
+}
+
+/* Refuses the rule of a planned weight when vLLM cannot serve its compressed-tensors form. */
+static quant_ck_status ct_check_servable(const ck_tensor_plan *tp, quant_ck_error *err)
+{
+    const quant_rule *r = tp->r;
+    const quant_qtype_traits *tr = quant_qtype_traits_get(tp->how.qtype);
+    ct_scheme s = {.bits = tr->bits,
+                   .fp = tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN,
+                   .strategy = ck_ct_strategy_of(tp),
+                   .asym = tp->asym,
+                   .act = !r->has_act_qtype                        ? ACT_NONE
+                          : r->act_qtype == QUANT_QTYPE_FP8_E4M3FN ? ACT_FP8
+                                                                   : ACT_INT8,
+                   .act_static = r->has_act_qtype && r->act_static_scale};
+    for (size_t i = 0; i < sizeof ct_refusals / sizeof ct_refusals[0]; i++) {
+        if (!ct_refusals[i].applies(&s)) continue;
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "tensor '%s' (rule %ld): compressed-tensors can store this but vLLM "
+                             "has no scheme for it: %s weights, %s strategy, %s, with %s: %s",
+                             tp->in->name, tp->rule, tr->name, ck_ct_strategy_name(s.strategy),
+                             s.asym ? "asymmetric" : "symmetric", act_desc(&s), ct_refusals[i].why);
+    }
+    return QUANT_CK_OK;
+}
+
+/* ---- output tensors -------------------------------------------------------------------------- */
+
 static long add_named(ck_shard_plan *sp, const char *module, const char *suffix,
                       quant_st_dtype dtype, int rank, const int64_t *shape)
 {
@@ -108,10 +251,24 @@ static long add_named(ck_shard_plan *sp, const char *module, const char *suffix,
     return ck_plan_add_out(sp, name, dtype, rank, shape);
 }
 
-quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err)
+/* The zero point: compressed-tensors packs it (int32 words along dim 0, like the codes along dim
+ * 1) only for the channel and group strategies of pack-quantized (PACK_ZP_STRATS in its
+ * compressors/pack_quantized); otherwise it is I8 shaped like the scale. */
+static long add_zero_point(ck_shard_plan *sp, ck_tensor_plan *tp, const char *module, int s_rank,
+                           const int64_t *s_shape)
 {
-    quant_ck_status st = ct_check(tp, err);
-    if (st != QUANT_CK_OK) return st;
+    ck_ct_strategy strategy = ck_ct_strategy_of(tp);
+    tp->zp_packed =
+        tp->codec == CK_CODEC_PACK32 && (strategy == CK_CT_CHANNEL || strategy == CK_CT_GROUP);
+    if (!tp->zp_packed)
+        return add_named(sp, module, "weight_zero_point", QUANT_ST_I8, s_rank, s_shape);
+    int bits = quant_qtype_traits_get(tp->how.qtype)->bits;
+    int64_t zshape[2] = {ck_pack32_words(s_shape[0], bits), s_shape[1]};
+    return add_named(sp, module, "weight_zero_point", QUANT_ST_I32, 2, zshape);
+}
+
+quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err)
+{
     const quant_st_tensor *t = tp->in;
     char module[4096];
     if (strlen(t->name) >= sizeof module) return unsupported(tp, err, "name too long");
@@ -135,15 +292,18 @@ quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_er
     tp->out[CK_OUT_SCALE] =
         add_named(sp, module, "weight_scale", quant_st_from_quant_dtype(tp->how.scale_dtype),
                   s_rank, s_shape);
-    if (tp->asym) {
-        int64_t zshape[2] = {packed ? ck_pack32_words(s_shape[0], bits) : s_shape[0], s_shape[1]};
-        tp->out[CK_OUT_ZP] = add_named(sp, module, "weight_zero_point",
-                                       packed ? QUANT_ST_I32 : QUANT_ST_I8, s_rank, zshape);
-    }
+    if (tp->asym) tp->out[CK_OUT_ZP] = add_zero_point(sp, tp, module, s_rank, s_shape);
     if (tp->out[CK_OUT_DATA] < 0 || tp->out[CK_OUT_SCALE] < 0 ||
         (tp->asym && tp->out[CK_OUT_ZP] < 0) || (packed && tp->out[CK_OUT_SHAPE] < 0))
         return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     return QUANT_CK_OK;
+}
+
+quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err)
+{
+    quant_ck_status st = ct_check(tp, err);
+    if (st == QUANT_CK_OK) st = ct_check_servable(tp, err);
+    return st == QUANT_CK_OK ? ck_ct_tensor_outputs(sp, tp, err) : st;
 }
 
 /* ---- static activation scales (SRQ) -> input_scale ------------------------------------------- */

@@ -140,7 +140,7 @@ void ck_store_zero_points(quant_dtype dtype, const int32_t *zp, size_t n, void *
 
 void *ck_encode_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len)
 {
-    if (tp->codec == CK_CODEC_PACK32) return ck_ct_pack_zero_point(tp, zp, len);
+    if (tp->zp_packed) return ck_ct_pack_zero_point(tp, zp, len);
     quant_dtype dt = quant_qtype_traits_get(tp->how.qtype)->zero_point_dtype;
     size_t n = (size_t)tp->scale_numel;
     *len = n * quant_dtype_size(dt);
