@@ -1,22 +1,31 @@
 /* layout_ct.c -- the compressed-tensors output layout (vLLM / llm-compressor): which rule
- * combinations map to which scheme, the output tensors of a quantized Linear weight, and the
- * int32 bit packing of pack-quantized codes and zero points.
+ * combinations map to which scheme, which of them vLLM can serve, the output tensors of a
+ * quantized Linear weight, and the int32 bit packing of pack-quantized codes and zero points.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Mapping (refused with QUANT_CK_ERR_UNSUPPORTED otherwise):
  *  - only rank-2 tensors named `P.weight`, contraction on the last axis (or both axes);
  *  - int2..int8 weights: with an act_qtype -> `int-quantized` (P.weight I8, unpacked);
- *    weight-only -> `pack-quantized` (P.weight_packed I32 + P.weight_shape I64[2]);
+ *    weight-only -> `pack-quantized` (P.weight_packed I32 + P.weight_shape I64[2]), densely
+ *    packed (ceil(n*bits/32) words: compressed-tensors 0.18.0 or later for int3/5/6/7);
  *  - float8_e4m3fn weights -> `float-quantized` (P.weight F8_E4M3);
  *  - scales P.weight_scale: tensor [1], channel [out,1], group [out,in/g], block [out/bh,in/bw];
- *  - asymmetric ints add P.weight_zero_point (I8, or for pack-quantized int32 words packed along
- *    dim 0);
+ *  - asymmetric ints add P.weight_zero_point: int32 words packed along dim 0 for pack-quantized
+ *    channel and group (compressed-tensors' PACK_ZP_STRATS), else I8 shaped like the scale;
  *  - act_qtype int8 / float8_e4m3fn -> dynamic per-token input activations;
  *  - with act_static_scale (SRQ): static per-tensor input activations, the activation scale of
  *    the weight's module path written as P.input_scale F32 [1] (and P.input_zero_point I8 [1]
  *    when asymmetric); a scale of more than one value, an activation without a quantized weight
  *    P.weight of its module path, two activations for one weight, or a weight without one are
  *    refused.
+ *
+ * What vLLM serves (its compressed_tensors.py _get_scheme_from_parts and schemes/); every other
+ * combination compressed-tensors could store is refused by ct_refusals[] at plan time:
+ *  - int2..int8 weight-only, channel or group, symmetric; int4/int8 also asymmetric -> WNA16;
+ *  - int8 weights + int8 activations, tensor or channel, symmetric -> W8A8Int8;
+ *  - int4 weights + int8 dynamic per-token activations, channel or group, symmetric -> W4A8Int;
+ *  - float8_e4m3fn weights, tensor / channel / block, symmetric, weight-only or with
+ *    float8_e4m3fn activations -> W8A16Fp8 / W8A8Fp8.
  */
 #include <stdio.h>
 #include <stdlib.h>
