@@ -187,7 +187,11 @@ static bool fp8_group(const ct_scheme *s)
 }
 
 /* What compressed-tensors can store but vLLM (compressed_tensors.py _get_scheme_from_parts and
- * schemes/) has no scheme for, or would serve as something else; the first match refuses. */
+ * schemes/) has no scheme for, or would serve as something else; the first match refuses.
+ * Beyond issue 12's list, from vLLM's source: int4 weights with int8 activations need W4A8Int's
+ * terms (symmetric, channel or group, dynamic per token), int4 with float8_e4m3fn activations is
+ * refused like int8 with them (the 8-bit checks ignore the activation type), and
+ * float8_e4m3fn weights have no group scheme. */
 static const struct {
     bool (*applies)(const ct_scheme *s);
     const char *why; /* the reason, then what would work */
