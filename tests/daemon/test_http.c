@@ -638,8 +638,8 @@ START_TEST(test_expect_without_body)
     qdp_start(&d, NULL);
     static const char *const heads[] = {
         "PUT /v1/rulesets/x HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n",
-        "POST /v1/jobs?ruleset=int8 HTTP/1.1\r\nHost: h\r\n"
-        "Content-Type: application/octet-stream\r\nContent-Length: 0\r\n",
+        ("POST /v1/jobs?ruleset=int8 HTTP/1.1\r\nHost: h\r\n"
+         "Content-Type: application/octet-stream\r\nContent-Length: 0\r\n"),
         "GET /healthz HTTP/1.1\r\nHost: h\r\n",
     };
     double cpu0 = cpu_seconds(d.pid);
