@@ -107,8 +107,8 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
     return QUANT_CK_OK;
 }
 
-/* The first rule matching the tensor's module path (tp->rule, -1 for none); a match error names
- * the tensor. */
+/* The first rule matching the tensor's module path (tp->first_match, -1 for none); a match error
+ * names the tensor. */
 static quant_ck_status match_rule(ck_tensor_plan *tp, quant_rule_matcher *m, quant_ck_error *err)
 {
     const char *name = tp->in->name;
@@ -116,7 +116,7 @@ static quant_ck_status match_rule(ck_tensor_plan *tp, quant_rule_matcher *m, qua
     char *module = malloc(cap);
     if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_module_path(name, module, cap);
-    quant_ck_status st = quant_rule_matcher_find(m, module, &tp->rule, err);
+    quant_ck_status st = quant_rule_matcher_find(m, module, &tp->first_match, err);
     free(module);
     if (st != QUANT_CK_OK) {
         char shown[CK_SHORT_MAX];
@@ -132,10 +132,12 @@ static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
     const quant_st_tensor *t = tp->in;
     for (int k = 0; k < CK_OUT_ROLES; k++) tp->out[k] = -1;
     tp->rule = -1;
+    /* every tensor is matched, also one its rank or dtype copies: unused rules count them all */
+    quant_ck_status st = match_rule(tp, m, err);
+    if (st != QUANT_CK_OK) return st;
     tp->reason = copy_reason(t, &tp->in_dtype);
     if (!tp->reason) {
-        quant_ck_status st = match_rule(tp, m, err);
-        if (st != QUANT_CK_OK) return st;
+        tp->rule = tp->first_match;
         if (tp->rule < 0) {
             tp->reason = "no rule matched";
         } else {
