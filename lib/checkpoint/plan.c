@@ -1,7 +1,9 @@
 /* plan.c -- decides, before any data is read, what every tensor of a shard becomes: copied (and
  * why) or quantized by which rule, with which output tensors, and how its rows are split into
  * units of work; then the static activation scales (SRQ) the shard holds. The output header
- * follows from this plan alone.
+ * follows from this plan alone. Every tensor's first matching rule is recorded, also for a
+ * tensor its rank or dtype copies whatever the rules say: unused rules (SPEC section 10,
+ * plan_doc.c) count every tensor.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
