@@ -159,6 +159,7 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
     qd_status st = qd_store_job_insert(r->app->store, j, &err);
     if (st != QD_OK) {
         free(j->unused_rules);
+        j->unused_rules = NULL;
         return qd_reply_store_error(r, st, &err);
     }
     qd_jobs_wake(r->app->jobs);
@@ -168,6 +169,7 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     free(j->unused_rules);
+    j->unused_rules = NULL;
     return qd_reply_text(r, MHD_HTTP_ACCEPTED, text, "application/json", MHD_HTTP_HEADER_LOCATION,
                          loc);
 }
