@@ -419,6 +419,39 @@ quant_ck_status quant_plan_path(const quant_ruleset *rules, const char *in,
     return check_run(rules, in, opts, out, err);
 }
 
+quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
+                                const quant_pipeline_options *opts, quant_plan **out,
+                                quant_ck_error *err)
+{
+    quant_pipeline_options defaults;
+    if (!opts) {
+        quant_pipeline_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (out) *out = NULL;
+    if (!rules || !f || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    ck_job j;
+    quant_ck_status st = job_new(&j, rules, opts, err);
+    if (st != QUANT_CK_OK) return st;
+    quant_st_file **files = malloc(sizeof *files);
+    if (!files) st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (files) files[0] = f; /* borrowed: taken back before job_free closes the shards */
+    j.shards = (ck_shards){.n = files ? 1 : 0, .f = files, .dir = {.fd = -1}};
+    if (st == QUANT_CK_OK && opts->layout == QUANT_LAYOUT_CTENSORS && !(j.ct = ck_ct_config_new()))
+        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (st == QUANT_CK_OK) st = plan_all(&j, rules, err);
+    if (st == QUANT_CK_OK)
+        st = ck_plan_doc_new(opts->layout, j.plans, j.shards.n, j.unused, j.n_unused, out, err);
+    for (size_t s = 0; j.plans && s < j.shards.n; s++) ck_plan_free(&j.plans[s]);
+    free(j.plans);
+    j.plans = NULL;
+    free(files);
+    j.shards = (ck_shards){.dir = {.fd = -1}};
+    job_free(&j);
+    quant_report_free(j.run.report);
+    return st;
+}
+
 quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, const char *out,
                                     const quant_pipeline_options *opts, quant_report **report,
                                     quant_ck_error *err)

@@ -314,6 +314,16 @@ QUANT_API quant_ck_status quant_plan_path(const quant_ruleset *rules, const char
                                           const quant_pipeline_options *opts, quant_plan **out,
                                           quant_ck_error *err);
 
+/*! quant_plan_file() :
+ * quant_plan_path() for one safetensors file already open (borrowed: neither closed nor read
+ * beyond its header), as a run over that file alone would plan it (no index, no other files);
+ * `f` may come from quant_st_open_header_fd() (a header without its data, as POST /v1/plans
+ * takes an uploaded shard). opts->input_dir_fd and no_symlinks do not apply.
+ * @return : as quant_plan_path(). */
+QUANT_API quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
+                                          const quant_pipeline_options *opts, quant_plan **out,
+                                          quant_ck_error *err);
+
 /*! quant_plan_count(), quant_plan_entry_at() : the input tensors, shard by shard in file order
  * (the order the run processes them). Entries are owned by the plan. */
 QUANT_API size_t quant_plan_count(const quant_plan *p);

@@ -4,9 +4,10 @@
  * (rank 1, not a float) is used; indices are 0-based; the report of the run lists the same ones;
  * per tensor the plan gives rule or reason, qtype, scale shape and output tensors, and its bytes
  * are the run's; the plan reads no tensor data (a file whose data is NaN plans, though the run
- * refuses it); its JSON document.
+ * refuses it) and a header without its data plans as the whole file does; its JSON document.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -317,6 +318,52 @@ START_TEST(test_ctensors_layout)
 }
 END_TEST
 
+/* The first 8 + header-length bytes of `path` into `to`: a header without its data. */
+static void write_header_only(const char *path, const char *to)
+{
+    size_t n = 0;
+    unsigned char *bytes = ck_read_file(path, &n);
+    ck_assert_ptr_nonnull(bytes);
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--) len = len << 8 | bytes[i];
+    ck_write_file(to, bytes, (size_t)(8 + len));
+    free(bytes);
+}
+
+/* A header alone plans (quant_st_open_header_fd + quant_plan_file) as the whole file does, while
+ * quant_st_open refuses it as truncated. */
+START_TEST(test_header_only)
+{
+    fixture f;
+    setup(&f, false);
+    char *hdr = ck_join(f.dir, "header.bin");
+    write_header_only(f.in, hdr);
+    quant_st_file *st = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_st_open(hdr, &st, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "truncated"), "%s", err.message);
+    int fd = open(hdr, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(quant_st_open_header_fd(fd, "in.safetensors", &st, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    quant_plan *p = NULL;
+    ck_assert_msg(quant_plan_file(f.rules, st, NULL, &p, &err) == QUANT_CK_OK, "%s", err.message);
+    char *a = quant_plan_json(p), *b = quant_plan_json(f.plan);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    quant_plan_free(p);
+    /* reading data it does not hold fails */
+    float x;
+    const quant_st_tensor *t = quant_st_find(st, "a.proj.weight");
+    ck_assert_int_ne(quant_st_read(st, t, 0, &x, sizeof x, &err), QUANT_CK_OK);
+    quant_st_close(st);
+    ck_assert_int_eq(quant_plan_file(f.rules, NULL, NULL, &p, &err), QUANT_CK_ERR_ARG);
+    teardown(&f);
+    free(hdr);
+}
+END_TEST
+
 Suite *suite_plan(void)
 {
     Suite *s = suite_create("plan");
@@ -329,6 +376,7 @@ Suite *suite_plan(void)
     tcase_add_test(tc, test_plan_errors);
     tcase_add_test(tc, test_json);
     tcase_add_test(tc, test_ctensors_layout);
+    tcase_add_test(tc, test_header_only);
     suite_add_tcase(s, tc);
     return s;
 }
