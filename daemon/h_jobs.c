@@ -83,7 +83,7 @@ json_t *qd_job_json(qd_app *app, const qd_job *j)
  */
 
 /* The rule set the job runs with: a stored one by name, or inline rules. Replies on error. */
-static char *job_rules(qd_req *r, const char *name, json_t *inline_rules)
+char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules)
 {
     if (name && inline_rules) {
         qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "ruleset",
@@ -114,7 +114,7 @@ static char *job_rules(qd_req *r, const char *name, json_t *inline_rules)
 
 /* A stats_model must name a model the statistics store knows; replies 422 (or the store's
  * error) and returns false otherwise. NULL (none) is fine. */
-static bool stats_model_ok(qd_req *r, const char *model)
+bool qd_stats_model_ok(qd_req *r, const char *model)
 {
     if (!model) return true;
     qd_model_conf conf;
@@ -174,7 +174,7 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
                          loc);
 }
 
-static bool layout_ok(qd_req *r, const char *layout)
+bool qd_layout_ok(qd_req *r, const char *layout)
 {
     quant_layout l;
     if (quant_layout_parse(layout, &l)) return true;
@@ -233,8 +233,8 @@ static enum MHD_Result create_from_upload(qd_req *r)
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
     const char *name = qd_req_query(r, "ruleset");
     const char *stats_model = qd_req_query(r, "stats_model");
-    if (!layout_ok(r, layout) || !stats_model_ok(r, stats_model)) return MHD_YES;
-    char *rules = job_rules(r, name, NULL);
+    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, stats_model)) return MHD_YES;
+    char *rules = qd_job_rules(r, name, NULL);
     if (!rules) return r->replied ? MHD_YES : MHD_NO;
     char *path = keep_upload(r);
     if (!path) {
@@ -293,8 +293,9 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     if (!queue_has_room(r)) return MHD_YES;
     if (!upload) return qd_limit_disk(r, 0), MHD_YES; /* JSON: a path job, checked whole later */
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
-    if (!layout_ok(r, layout) || !stats_model_ok(r, qd_req_query(r, "stats_model"))) return MHD_YES;
-    char *rules = job_rules(r, qd_req_query(r, "ruleset"), NULL);
+    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
+        return MHD_YES;
+    char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
     free(rules);
     if (!rules) return r->replied ? MHD_YES : MHD_NO;
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -375,8 +376,8 @@ bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
     j->ruleset = (char *)json_string_value(name);
     j->layout = (char *)(layout ? json_string_value(layout) : "native");
     j->stats_model = (char *)json_string_value(stats_model);
-    if (!layout_ok(r, j->layout) || !stats_model_ok(r, j->stats_model)) return false;
-    if (!(j->rules = job_rules(r, j->ruleset, json_object_get(doc, "rules")))) return false;
+    if (!qd_layout_ok(r, j->layout) || !qd_stats_model_ok(r, j->stats_model)) return false;
+    if (!(j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules")))) return false;
     if ((j->source_path = source_path(r, json_object_get(doc, "source")))) return true;
     free(j->rules);
     j->rules = NULL;

@@ -50,7 +50,15 @@ char *qd_rules_validate(qd_req *r, json_t *doc, const char *field);
 json_t *qd_token_json(const qd_token_info *t, int64_t now_ms);
 
 /* POST /v1/plans (h_plans.c): the plan of a job that is not created. */
+enum MHD_Result qd_h_plan_precheck(qd_req *r);
 enum MHD_Result qd_h_plan_create(qd_req *r);
+
+/* What job creation checks, shared with POST /v1/plans (h_jobs.c); each replies on error. The
+ * rule set a job runs with, a stored one by name or inline rules (malloc'd text, NULL after a
+ * reply or on OOM); a layout name; a stats_model the statistics store knows (NULL is fine). */
+char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules);
+bool qd_layout_ok(qd_req *r, const char *layout);
+bool qd_stats_model_ok(qd_req *r, const char *model);
 
 /* A job on a server-side path from a JSON body, as POST /v1/jobs and POST /v1/plans take it
  * (h_jobs.c): fields ruleset | rules, layout, stats_model, source {"path"} checked, the rule set

@@ -37,7 +37,7 @@ const qd_route qd_routes[] = {
     ROUTE("GET",    "/v1/jobs/{id}/output",          qd_h_job_output,       QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/outputs/{name}",  qd_h_job_output_named, QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/report",          qd_h_job_report,       QD_BODY_NONE,   NULL, READING),
-    ROUTE("POST",   "/v1/plans",                     qd_h_plan_create,      QD_BODY_JSON,   NULL, OPERATOR),
+    ROUTE("POST",   "/v1/plans",                     qd_h_plan_create,      QD_BODY_UPLOAD, qd_h_plan_precheck, OPERATOR),
     ROUTE("GET",    "/v1/models",                    qd_h_model_list,       QD_BODY_NONE,   NULL, TRAINING),
     ROUTE("PUT",    "/v1/models/{model}",            qd_h_model_put,        QD_BODY_JSON,   NULL, OPERATOR),
     ROUTE("GET",    "/v1/models/{model}",            qd_h_model_get,        QD_BODY_NONE,   NULL, TRAINING),

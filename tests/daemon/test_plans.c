@@ -2,10 +2,12 @@
  * a source root answers 200 with the library's plan document (the one `quant plan --json`
  * prints) and its unused rules, creates no job; a path outside the roots is 403, a bad rule set
  * or a rule the checkpoint cannot take 422, with no server path in the message; a job created
- * with unused rules shows them from the start, runs to success, and its report lists them too.
+ * with unused rules shows them from the start, runs to success, and its report lists them too;
+ * an uploaded shard header (application/octet-stream) plans as the whole shard does.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +193,75 @@ START_TEST(test_job_unused_rules)
 }
 END_TEST
 
+/* The first 8 + header-length bytes of `path` written to `to`: a shard's header alone. */
+static void write_header_only(const char *path, const char *to)
+{
+    FILE *in = fopen(path, "rb"), *out = fopen(to, "wb");
+    ck_assert(in && out);
+    unsigned char b[8];
+    ck_assert_uint_eq(fread(b, 1, 8, in), 8);
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--) len = len << 8 | b[i];
+    char *header = malloc(len);
+    ck_assert_uint_eq(fread(header, 1, len, in), len);
+    ck_assert_uint_eq(fwrite(b, 1, 8, out), 8);
+    ck_assert_uint_eq(fwrite(header, 1, len, out), len);
+    free(header);
+    fclose(in);
+    fclose(out);
+}
+
+/* An uploaded header (application/octet-stream, ?ruleset=NAME) is planned like the shard it
+ * heads: the whole shard gives the same document; a body that is no header is 422, a missing
+ * rule set 400 before the body. */
+START_TEST(test_plan_upload)
+{
+    plan_fixture f;
+    start(&f);
+    char *shard = qdt_join(f.src, "stories/model-00001-of-00002.safetensors");
+    char *hdr = qdt_join(f.src, "header.bin"), *junk = qdt_join(f.src, "junk.bin");
+    write_header_only(shard, hdr);
+    qdp_resp r = qdp_upload(&f.d, "/v1/plans?ruleset=r", hdr);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    json_t *doc = qdp_json(&r);
+    expect_unused_02(json_object_get(json_object_get(doc, "summary"), "unused_rules"));
+    json_t *first = json_array_get(json_object_get(doc, "tensors"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(first, "shard")), "model.safetensors");
+    qdp_resp_free(&r);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=native", shard); /* the whole shard */
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    json_t *whole = qdp_json(&r);
+    ck_assert_msg(json_equal(doc, whole), "the header and the whole shard plan differently");
+    json_decref(whole);
+    json_decref(doc);
+    qdp_resp_free(&r);
+    FILE *j = fopen(junk, "wb");
+    fputs("not a safetensors header at all", j);
+    fclose(j);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r", junk);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "bad_safetensors") &&
+                      strstr(r.body, "model.safetensors") && !strstr(r.body, f.d.root),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    r = qdp_upload(&f.d, "/v1/plans", hdr);
+    ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=nope", hdr);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "unknown_ruleset"), "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=gguf", hdr);
+    ck_assert_int_eq(r.status, 400);
+    qdp_resp_free(&r);
+    r = qdp_req(&f.d, "POST", "/v1/plans", "text/plain", "x", 1, NULL);
+    ck_assert_int_eq(r.status, 415);
+    qdp_resp_free(&r);
+    free(shard);
+    free(hdr);
+    free(junk);
+    stop(&f);
+}
+END_TEST
+
 Suite *suite_plans(void)
 {
     Suite *s = suite_create("plans");
@@ -199,6 +270,7 @@ Suite *suite_plans(void)
     tcase_add_test(tc, test_plan_ok);
     tcase_add_test(tc, test_plan_refused);
     tcase_add_test(tc, test_job_unused_rules);
+    tcase_add_test(tc, test_plan_upload);
     suite_add_tcase(s, tc);
     return s;
 }
