@@ -19,6 +19,7 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 /* Subcommands: argv[0] is the command name, options and operands follow. Each returns an exit
  * status. */
 int cmd_quantize(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_dequantize(int argc, char **argv);
 
@@ -33,6 +34,9 @@ int cli_getopt_error(const char *cmd, int c, char **argv);
 /* Prints a library error (its message already names the file, tensor or rule) and returns
  * CLI_EXIT_FAIL. */
 int cli_ck_error(const quant_ck_error *err);
+
+/* Prints "quant: warning: <message>\n" on stderr. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- option values (util.c) --------------------------------------------------------------- */
 

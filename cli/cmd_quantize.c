@@ -1,7 +1,8 @@
 /* cmd_quantize.c -- `quant quantize --rules RULES.json IN OUT`: options, the rule set, stale
  * temporaries removed and the report target checked before the run, SIGINT and SIGTERM turned
  * into the pipeline's cancel flag, the run with its progress bar, the per-tensor report written
- * next to the output, and the summary on stderr.
+ * next to the output, the warnings (each unused rule, nothing quantized: the run still succeeds)
+ * and the summary on stderr.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -216,14 +217,34 @@ static void print_summary(const quant_report *rep, double seconds, const char *r
         fprintf(stderr, "worst SQNR %.2f dB: %s\n", worst->sqnr_db, worst->name);
     else if (worst)
         fprintf(stderr, "worst SQNR: every quantized tensor is exact\n");
-    fprintf(stderr, "report: %s\n", report);
+    size_t n_unused;
+    const long *unused = quant_report_unused_rules(rep, &n_unused);
+    fprintf(stderr, "unused rules:%s", n_unused ? "" : " none");
+    for (size_t i = 0; i < n_unused; i++) fprintf(stderr, "%s %ld", i ? "," : "", unused[i]);
+    fprintf(stderr, "\nreport: %s\n", report);
+}
+
+/* SPEC section 10: a run with unused rules succeeds and says so; so does one that quantized
+ * nothing. Printed whatever --quiet says (warnings are not the summary). */
+static void warn_unused(const quant_report *rep, const quant_ruleset *rules)
+{
+    size_t n_unused, quantized = 0;
+    const long *unused = quant_report_unused_rules(rep, &n_unused);
+    for (size_t i = 0; i < n_unused; i++)
+        cli_warn("rule %ld (module_path \"%s\") is unused: it is the first match of no tensor",
+                 unused[i], quant_ruleset_rule(rules, (size_t)unused[i])->module_path);
+    for (size_t i = 0; i < quant_report_count(rep); i++)
+        quantized += quant_report_entry_at(rep, i)->quantized;
+    if (quantized == 0)
+        cli_warn("no tensor was quantized: every one of the %zu tensors was copied unchanged",
+                 quant_report_count(rep));
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
 
 /* On failure the partial report (the tensors done) is written only where --report asked. */
-static int finish(const quantize_args *a, quant_ck_status st, const quant_ck_error *err,
-                  const quant_report *rep, double seconds)
+static int finish(const quantize_args *a, const quant_ruleset *rules, quant_ck_status st,
+                  const quant_ck_error *err, const quant_report *rep, double seconds)
 {
     char *written = NULL;
     if (st != QUANT_CK_OK) {
@@ -235,6 +256,7 @@ static int finish(const quantize_args *a, quant_ck_status st, const quant_ck_err
         }
         return cli_ck_error(err);
     }
+    warn_unused(rep, rules);
     int rc = write_report(a, rep, &written);
     if (rc == CLI_EXIT_OK && !a->quiet) print_summary(rep, seconds, written);
     free(written);
@@ -255,7 +277,7 @@ static int run(quantize_args *a, const quant_ruleset *rules)
     quant_ck_status st = quant_quantize_path(rules, a->in, a->out, &a->opts, &rep, &err);
     double seconds = cli_now() - bar.start;
     cli_progress_finish(&bar);
-    int rc = finish(a, st, &err, rep, seconds);
+    int rc = finish(a, rules, st, &err, rep, seconds);
     quant_report_free(rep);
     return rc;
 }

@@ -1,5 +1,5 @@
 /* main.c -- the `quant` command: `quant <command> [options]` dispatched to the subcommands
- * (quantize, inspect, dequantize), `quant --help`, `quant --version`, `quant help COMMAND`.
+ * (quantize, plan, inspect, dequantize), `quant --help`, `quant --version`, `quant help COMMAND`.
  * Exit status: 0 success, 1 runtime failure, 2 usage error; every error is one line on stderr
  * starting with "quant: ".
  * SPDX-License-Identifier: Apache-2.0
@@ -17,6 +17,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"quantize", cmd_quantize, "quantize a safetensors file or checkpoint directory by rules"},
+    {"plan", cmd_plan, "show what quantize would do, from the headers alone (no data read)"},
     {"inspect", cmd_inspect, "list the tensors of a safetensors file, quantized or not"},
     {"dequantize", cmd_dequantize, "turn a quantized checkpoint back into float tensors"},
 };

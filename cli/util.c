@@ -22,6 +22,16 @@ void cli_error(const char *fmt, ...)
     va_end(ap);
 }
 
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("quant: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     char msg[512];

@@ -70,6 +70,8 @@ json_t *qd_job_json(qd_app *app, const qd_job *j)
         (json_int_t)j->bytes_total, "created_at", time_or_null(j->created_ms), "started_at",
         time_or_null(j->started_ms), "finished_at", time_or_null(j->finished_ms), "error",
         str_or_null(j->error), "attempts", j->attempts);
+    json_t *unused = j->unused_rules ? json_loads(j->unused_rules, 0, NULL) : NULL;
+    if (out) json_object_set_new(out, "unused_rules", unused ? unused : json_null());
     if (out && j->state == QD_JOB_SUCCEEDED) {
         json_object_set_new(out, "outputs", outputs_json(app, j->id));
         json_object_set_new(out, "outputs_removed_at", time_or_null(j->outputs_removed_ms));
@@ -81,7 +83,7 @@ json_t *qd_job_json(qd_app *app, const qd_job *j)
  */
 
 /* The rule set the job runs with: a stored one by name, or inline rules. Replies on error. */
-static char *job_rules(qd_req *r, const char *name, json_t *inline_rules)
+char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules)
 {
     if (name && inline_rules) {
         qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "ruleset",
@@ -112,7 +114,7 @@ static char *job_rules(qd_req *r, const char *name, json_t *inline_rules)
 
 /* A stats_model must name a model the statistics store knows; replies 422 (or the store's
  * error) and returns false otherwise. NULL (none) is fine. */
-static bool stats_model_ok(qd_req *r, const char *model)
+bool qd_stats_model_ok(qd_req *r, const char *model)
 {
     if (!model) return true;
     qd_model_conf conf;
@@ -126,8 +128,7 @@ static bool stats_model_ok(qd_req *r, const char *model)
     return st == QD_OK;
 }
 
-/* The 422 code of a job that cannot be planned, by the pipeline's status. */
-static const char *plan_error_code(quant_ck_status st)
+const char *qd_plan_error_code(quant_ck_status st)
 {
     switch (st) {
     case QUANT_CK_ERR_ACCESS:
@@ -146,24 +147,34 @@ static const char *plan_error_code(quant_ck_status st)
 static enum MHD_Result queue_job(qd_req *r, qd_job *j)
 {
     quant_ck_error ck;
-    quant_ck_status planned = qd_job_check(r->app, j, &ck);
+    quant_plan *plan = NULL;
+    quant_ck_status planned = qd_job_plan(r->app, j, &plan, &ck);
     if (planned == QUANT_CK_ERR_NOMEM) return MHD_NO;
     if (planned != QUANT_CK_OK)
-        return qd_reply_error(r, 422, plan_error_code(planned), NULL, "%s", ck.message);
+        return qd_reply_error(r, 422, qd_plan_error_code(planned), NULL, "%s", ck.message);
+    j->unused_rules = qd_plan_unused_json(plan); /* the job says so (SPEC section 10) */
+    quant_plan_free(plan);
+    if (!j->unused_rules) return MHD_NO;
     qd_err err;
     qd_status st = qd_store_job_insert(r->app->store, j, &err);
-    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    if (st != QD_OK) {
+        free(j->unused_rules);
+        j->unused_rules = NULL;
+        return qd_reply_store_error(r, st, &err);
+    }
     qd_jobs_wake(r->app->jobs);
     char loc[64];
     snprintf(loc, sizeof loc, "/v1/jobs/%lld", (long long)j->id);
     json_t *body = qd_job_json(r->app, j);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
+    free(j->unused_rules);
+    j->unused_rules = NULL;
     return qd_reply_text(r, MHD_HTTP_ACCEPTED, text, "application/json", MHD_HTTP_HEADER_LOCATION,
                          loc);
 }
 
-static bool layout_ok(qd_req *r, const char *layout)
+bool qd_layout_ok(qd_req *r, const char *layout)
 {
     quant_layout l;
     if (quant_layout_parse(layout, &l)) return true;
@@ -222,8 +233,8 @@ static enum MHD_Result create_from_upload(qd_req *r)
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
     const char *name = qd_req_query(r, "ruleset");
     const char *stats_model = qd_req_query(r, "stats_model");
-    if (!layout_ok(r, layout) || !stats_model_ok(r, stats_model)) return MHD_YES;
-    char *rules = job_rules(r, name, NULL);
+    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, stats_model)) return MHD_YES;
+    char *rules = qd_job_rules(r, name, NULL);
     if (!rules) return r->replied ? MHD_YES : MHD_NO;
     char *path = keep_upload(r);
     if (!path) {
@@ -282,8 +293,9 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     if (!queue_has_room(r)) return MHD_YES;
     if (!upload) return qd_limit_disk(r, 0), MHD_YES; /* JSON: a path job, checked whole later */
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
-    if (!layout_ok(r, layout) || !stats_model_ok(r, qd_req_query(r, "stats_model"))) return MHD_YES;
-    char *rules = job_rules(r, qd_req_query(r, "ruleset"), NULL);
+    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
+        return MHD_YES;
+    char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
     free(rules);
     if (!rules) return r->replied ? MHD_YES : MHD_NO;
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -340,45 +352,48 @@ static char *source_path(qd_req *r, json_t *source)
     return norm;
 }
 
-static enum MHD_Result create_from_json(qd_req *r)
+bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
 {
-    json_t *doc = qd_req_json(r);
-    if (!doc) return MHD_YES;
+    *j = (qd_job){.source_kind = "path"};
     const char *key;
     json_t *v;
     json_object_foreach(doc, key, v) if (!known_field(key))
     {
-        enum MHD_Result ret =
-            qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "unknown field '%s'", key);
-        json_decref(doc); /* after the reply: key lives in doc */
-        return ret;
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "unknown field '%s'", key);
+        return false;
     }
     json_t *name = json_object_get(doc, "ruleset"), *layout = json_object_get(doc, "layout");
     json_t *stats_model = json_object_get(doc, "stats_model");
     if (json_is_null(stats_model)) stats_model = NULL;
-    enum MHD_Result ret = MHD_YES;
-    char *rules = NULL, *path = NULL;
     const char *not_string = name && !json_is_string(name)                 ? "ruleset"
                              : layout && !json_is_string(layout)           ? "layout"
                              : stats_model && !json_is_string(stats_model) ? "stats_model"
                                                                            : NULL;
-    if (not_string)
-        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", not_string, "must be a string");
-    else if (layout_ok(r, layout ? json_string_value(layout) : "native") &&
-             stats_model_ok(r, json_string_value(stats_model)) &&
-             (rules = job_rules(r, json_string_value(name), json_object_get(doc, "rules"))) &&
-             (path = source_path(r, json_object_get(doc, "source")))) {
-        qd_job j = {.ruleset = (char *)json_string_value(name),
-                    .rules = rules,
-                    .layout = (char *)(layout ? json_string_value(layout) : "native"),
-                    .source_kind = "path",
-                    .source_path = path,
-                    .stats_model = (char *)json_string_value(stats_model)};
-        ret = queue_job(r, &j);
+    if (not_string) {
+        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", not_string, "must be a string");
+        return false;
     }
-    free(rules);
-    free(path);
-    json_decref(doc);
+    j->ruleset = (char *)json_string_value(name);
+    j->layout = (char *)(layout ? json_string_value(layout) : "native");
+    j->stats_model = (char *)json_string_value(stats_model);
+    if (!qd_layout_ok(r, j->layout) || !qd_stats_model_ok(r, j->stats_model)) return false;
+    if (!(j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules")))) return false;
+    if ((j->source_path = source_path(r, json_object_get(doc, "source")))) return true;
+    free(j->rules);
+    j->rules = NULL;
+    return false;
+}
+
+static enum MHD_Result create_from_json(qd_req *r)
+{
+    json_t *doc = qd_req_json(r);
+    if (!doc) return MHD_YES;
+    qd_job j;
+    enum MHD_Result ret = MHD_YES;
+    if (qd_job_from_json(r, doc, &j)) ret = queue_job(r, &j);
+    free(j.rules);
+    free(j.source_path);
+    json_decref(doc); /* after the reply: the job's strings live in doc */
     return r->replied ? MHD_YES : ret;
 }
 

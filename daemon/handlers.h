@@ -1,12 +1,13 @@
 /* handlers.h -- one function per route; each resource's handlers live in their own file
  * (h_health.c, h_rulesets.c, h_jobs.c, h_job_files.c, h_models.c, h_stats.c, h_scales.c,
- * h_tokens.c).
+ * h_tokens.c, h_plans.c).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_HANDLERS_H
 #define QD_HANDLERS_H
 
 #include "http.h"
+#include "quant_ckpt.h"
 #include "tokens.h"
 
 enum MHD_Result qd_h_healthz(qd_req *r);
@@ -47,6 +48,26 @@ char *qd_rules_validate(qd_req *r, json_t *doc, const char *field);
 /* A token as the API lists it (never its secret): name, role, created_at, expires_at,
  * expired. */
 json_t *qd_token_json(const qd_token_info *t, int64_t now_ms);
+
+/* POST /v1/plans (h_plans.c): the plan of a job that is not created. */
+enum MHD_Result qd_h_plan_precheck(qd_req *r);
+enum MHD_Result qd_h_plan_create(qd_req *r);
+
+/* What job creation checks, shared with POST /v1/plans (h_jobs.c); each replies on error. The
+ * rule set a job runs with, a stored one by name or inline rules (malloc'd text, NULL after a
+ * reply or on OOM); a layout name; a stats_model the statistics store knows (NULL is fine). */
+char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules);
+bool qd_layout_ok(qd_req *r, const char *layout);
+bool qd_stats_model_ok(qd_req *r, const char *model);
+
+/* A job on a server-side path from a JSON body, as POST /v1/jobs and POST /v1/plans take it
+ * (h_jobs.c): fields ruleset | rules, layout, stats_model, source {"path"} checked, the rule set
+ * resolved and validated, the path confined below a source root (qd_source_locate) and opened
+ * without following links. j->rules and j->source_path are malloc'd (the caller frees them), the
+ * other strings live in `doc`. Replies (400, 403, 422) and returns false on error. */
+bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j);
+/* The 422 code of a job that cannot be planned, by the pipeline's status (h_jobs.c). */
+const char *qd_plan_error_code(quant_ck_status st);
 
 /* Job JSON as the API shows it (also used by job creation's reply). */
 json_t *qd_job_json(qd_app *app, const qd_job *j);

@@ -1,12 +1,13 @@
 /* job_source.c -- a job's input and pipeline options (job_source.h): where it reads from (an
  * upload from its own directory in DATA/uploads, so that messages name model.safetensors; a
  * server-side path confined below its source root), the options every run of it gets, and
- * planning it before it is accepted.
+ * planning it (before it is accepted, or for POST /v1/plans).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -67,8 +68,8 @@ void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src
 {
     quant_pipeline_options_init(o);
     quant_layout_parse(j->layout, &o->layout);
-    o->threads = qd_jobs_threads(app->cfg->quant_threads, sysconf(_SC_NPROCESSORS_ONLN),
-                                 app->cfg->workers);
+    o->threads =
+        qd_jobs_threads(app->cfg->quant_threads, sysconf(_SC_NPROCESSORS_ONLN), app->cfg->workers);
     /* an upload lives in quantd's own data directory: nobody truncates it under the mapping */
     o->map_input = strcmp(j->source_kind, "upload") == 0;
     o->input_dir_fd = src->dir_fd;
@@ -76,8 +77,10 @@ void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src
     o->allow_static_acts = j->stats_model != NULL;
 }
 
-quant_ck_status qd_job_check(const qd_app *app, const qd_job *j, quant_ck_error *ck)
+quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, quant_plan **plan,
+                            quant_ck_error *ck)
 {
+    *plan = NULL;
     quant_ruleset *rs = NULL;
     quant_ck_status st = quant_ruleset_parse(j->rules, strlen(j->rules), "job rules", &rs, ck);
     qd_job_source src = {.dir_fd = AT_FDCWD};
@@ -85,9 +88,20 @@ quant_ck_status qd_job_check(const qd_app *app, const qd_job *j, quant_ck_error 
     if (st == QUANT_CK_OK) {
         quant_pipeline_options o;
         qd_job_options(app, j, &src, &o);
-        st = quant_check_path(rs, src.in, &o, ck);
+        st = quant_plan_path(rs, src.in, &o, plan, ck);
     }
     qd_job_source_close(&src);
     quant_ruleset_free(rs);
     return st;
+}
+
+char *qd_plan_unused_json(const quant_plan *plan)
+{
+    size_t n;
+    const long *unused = quant_plan_unused_rules(plan, &n);
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(unused[i]));
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return text;
 }

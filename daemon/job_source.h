@@ -1,6 +1,6 @@
 /* job_source.h -- what a job reads and how the pipeline is set up for it (job_source.c): shared
- * by the workers (jobs.c), which run jobs, and by job creation (h_jobs.c), which plans a job
- * before accepting it.
+ * by the workers (jobs.c), which run jobs, by job creation (h_jobs.c), which plans a job
+ * before accepting it, and by POST /v1/plans (h_plans.c), which only plans it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_JOB_SOURCE_H
@@ -33,8 +33,14 @@ void qd_job_source_close(qd_job_source *src);
 void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src,
                     quant_pipeline_options *o);
 
-/* Job j planned without reading tensor data (quant_check_path): the error it would fail with
- * before its first tensor, so that it is refused when asked for rather than when it runs. */
-quant_ck_status qd_job_check(const qd_app *app, const qd_job *j, quant_ck_error *ck);
+/* Job j planned without reading tensor data (quant_plan_path): the error it would fail with
+ * before its first tensor, so that it is refused when asked for rather than when it runs; else
+ * its plan in *plan (to free with quant_plan_free). Job creation keeps the plan's unused rules;
+ * POST /v1/plans returns the plan of a job it does not create. */
+quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, quant_plan **plan,
+                            quant_ck_error *ck);
+
+/* The plan's unused rules as a JSON array text ("[0,2]"), malloc'd; NULL on OOM. */
+char *qd_plan_unused_json(const quant_plan *plan);
 
 #endif /* QD_JOB_SOURCE_H */

@@ -10,7 +10,9 @@
 
 /* Who may call each route: QD_PUBLIC (no token), or the roles whose tokens are accepted. The
  * operator may do everything; a trainer posts and reads statistics; a reader reads jobs, their
- * reports and outputs. */
+ * reports and outputs. POST /v1/plans is the operator's, as job creation is: a plan opens a
+ * server-side path under the source roots, shows the tensors of what is there, and may name a
+ * stored rule set, which only the operator may read. */
 #define ROUTE(method, pattern, handler, body, precheck, roles)                                     \
     {                                                                                              \
         method, pattern, handler, body, pattern, precheck, roles                                   \
@@ -35,6 +37,7 @@ const qd_route qd_routes[] = {
     ROUTE("GET",    "/v1/jobs/{id}/output",          qd_h_job_output,       QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/outputs/{name}",  qd_h_job_output_named, QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/report",          qd_h_job_report,       QD_BODY_NONE,   NULL, READING),
+    ROUTE("POST",   "/v1/plans",                     qd_h_plan_create,      QD_BODY_UPLOAD, qd_h_plan_precheck, OPERATOR),
     ROUTE("GET",    "/v1/models",                    qd_h_model_list,       QD_BODY_NONE,   NULL, TRAINING),
     ROUTE("PUT",    "/v1/models/{model}",            qd_h_model_put,        QD_BODY_JSON,   NULL, OPERATOR),
     ROUTE("GET",    "/v1/models/{model}",            qd_h_model_get,        QD_BODY_NONE,   NULL, TRAINING),

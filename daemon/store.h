@@ -62,6 +62,8 @@ typedef struct qd_job {
     char *error;                /* or NULL */
     int attempts;               /* times the job was started */
     int64_t outputs_removed_ms; /* when retention removed its outputs; 0 = kept */
+    char *unused_rules; /* JSON array of the rules that are the first match of no tensor, decided
+                           when the job was planned; NULL for jobs stored before (0005) */
 } qd_job;
 
 typedef struct qd_output {

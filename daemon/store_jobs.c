@@ -15,12 +15,12 @@
 #define JOB_COLS                                                                                   \
     "id, state, ruleset, rules, layout, source_kind, source_path, stats_model, created_ms, "       \
     "started_ms, finished_ms, tensors_done, tensors_total, bytes_done, bytes_total, error, "       \
-    "attempts, outputs_removed_ms"
+    "attempts, outputs_removed_ms, unused_rules"
 
 static const qd_query_def job_queries[] = {
     {QD_Q_JOB_INSERT, "INSERT INTO jobs (state, ruleset, rules, layout, source_kind, source_path, "
-                      "stats_model, created_ms) VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7) "
-                      "RETURNING id"},
+                      "stats_model, created_ms, unused_rules) "
+                      "VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"},
     {QD_Q_JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1"},
     {QD_Q_JOB_STATE, "SELECT state FROM jobs WHERE id = ?1"},
     {QD_Q_JOB_LIST_ALL, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 ORDER BY id LIMIT ?2"},
@@ -81,7 +81,7 @@ void qd_job_clear(qd_job *j)
 {
     if (!j) return;
     char **texts[] = {&j->ruleset,     &j->rules,       &j->layout, &j->source_kind,
-                      &j->source_path, &j->stats_model, &j->error};
+                      &j->source_path, &j->stats_model, &j->error,  &j->unused_rules};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         free(*texts[i]);
         *texts[i] = NULL;
@@ -136,6 +136,7 @@ static qd_status read_job(qd_store *s, qd_query q, qd_job *j, qd_err *err)
     if (r == QD_OK) r = qd_store_col_text(s, q, 15, &j->error, err);
     j->attempts = sqlite3_column_int(st, 16);
     j->outputs_removed_ms = sqlite3_column_int64(st, 17);
+    if (r == QD_OK) r = qd_store_col_text(s, q, 18, &j->unused_rules, err);
     if (r != QD_OK) wipe(j);
     return r;
 }
@@ -166,9 +167,9 @@ static qd_status insert_fn(qd_store *s, void *p, qd_err *err)
     const qd_job *j = c->j;
     bool row = false;
     c->now = qd_now_ms();
-    qd_status st =
-        qd_store_run(s, QD_Q_JOB_INSERT, "insert job", err, &row, "tttttti", j->ruleset, j->rules,
-                     j->layout, j->source_kind, j->source_path, j->stats_model, c->now);
+    qd_status st = qd_store_run(s, QD_Q_JOB_INSERT, "insert job", err, &row, "ttttttit", j->ruleset,
+                                j->rules, j->layout, j->source_kind, j->source_path, j->stats_model,
+                                c->now, j->unused_rules);
     if (st == QD_OK && !row) st = qd_fail(err, QD_DB, "insert job: no id returned");
     if (st == QD_OK) c->id = sqlite3_column_int64(s->q[QD_Q_JOB_INSERT], 0);
     return st;

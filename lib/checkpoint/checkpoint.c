@@ -1,7 +1,8 @@
 /* checkpoint.c -- quant_quantize_path(): options (static activation scales checked), then the run
  * over a file or a sharded directory: open and validate every shard, place each static
  * activation scale in a shard, plan every tensor (so bad rules or unsupported layouts fail
- * before any data is read), run the shards one after another, publish the output.
+ * before any data is read) and note the unused rules, run the shards one after another, publish
+ * the output. quant_check_path() and quant_plan_path() stop before the first tensor is read.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <fcntl.h>
@@ -235,6 +236,8 @@ typedef struct ck_job {
     quant_rule_matcher *matcher;       /* the run's: one budget for all its regex matching */
     size_t *act_shard;                 /* the shard of each static activation */
     const quant_static_act **act_list; /* scratch: one shard's static activations */
+    long *unused;                      /* rules that are the first match of no tensor */
+    size_t n_unused;
 } ck_job;
 
 /* Places every static activation in a shard. */
@@ -263,6 +266,16 @@ static size_t acts_of_shard(ck_job *j, size_t s)
     return n;
 }
 
+/* The rules that are the first match of no tensor of the run, into j->unused and the report. */
+static quant_ck_status note_unused(ck_job *j, const quant_ruleset *rules, quant_ck_error *err)
+{
+    quant_ck_status st = ck_unused_rules(j->plans, j->shards.n, quant_ruleset_count(rules),
+                                         &j->unused, &j->n_unused, err);
+    if (st == QUANT_CK_OK && !ck_report_set_unused(j->run.report, j->unused, j->n_unused))
+        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return st;
+}
+
 static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_error *err)
 {
     const quant_pipeline_options *o = j->run.opts;
@@ -281,6 +294,7 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
     if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);
+    if (st == QUANT_CK_OK) st = note_unused(j, rules, err);
     return st;
 }
 
@@ -322,6 +336,7 @@ static void job_free(ck_job *j)
     free(j->config);
     free(j->act_shard);
     free(j->act_list);
+    free(j->unused);
     quant_rule_matcher_free(j->matcher);
     ck_shards_close(&j->shards);
     if (j->dir.tmp || j->dir.weight_map) ck_outdir_free(&j->dir);
@@ -366,8 +381,11 @@ static quant_ck_status job_new(ck_job *j, const quant_ruleset *rules,
     return j->run.report ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
 }
 
-quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
-                                 const quant_pipeline_options *opts, quant_ck_error *err)
+/* quant_check_path() and quant_plan_path(): the run up to its first read of tensor data, then,
+ * with `plan`, the public plan of it. */
+static quant_ck_status check_run(const quant_ruleset *rules, const char *in,
+                                 const quant_pipeline_options *opts, quant_plan **plan,
+                                 quant_ck_error *err)
 {
     quant_pipeline_options defaults;
     if (!opts) {
@@ -379,6 +397,56 @@ quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
     st = job_start(&j, rules, in, NULL, err);
+    if (st == QUANT_CK_OK && plan)
+        st = ck_plan_doc_new(opts->layout, j.plans, j.shards.n, j.unused, j.n_unused, plan, err);
+    job_free(&j);
+    quant_report_free(j.run.report);
+    return st;
+}
+
+quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
+                                 const quant_pipeline_options *opts, quant_ck_error *err)
+{
+    return check_run(rules, in, opts, NULL, err);
+}
+
+quant_ck_status quant_plan_path(const quant_ruleset *rules, const char *in,
+                                const quant_pipeline_options *opts, quant_plan **out,
+                                quant_ck_error *err)
+{
+    if (!out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    *out = NULL;
+    return check_run(rules, in, opts, out, err);
+}
+
+quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
+                                const quant_pipeline_options *opts, quant_plan **out,
+                                quant_ck_error *err)
+{
+    quant_pipeline_options defaults;
+    if (!opts) {
+        quant_pipeline_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (out) *out = NULL;
+    if (!rules || !f || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    ck_job j;
+    quant_ck_status st = job_new(&j, rules, opts, err);
+    if (st != QUANT_CK_OK) return st;
+    quant_st_file **files = malloc(sizeof *files);
+    if (!files) st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (files) files[0] = f; /* borrowed: taken back before job_free closes the shards */
+    j.shards = (ck_shards){.n = files ? 1 : 0, .f = files, .dir = {.fd = -1}};
+    if (st == QUANT_CK_OK && opts->layout == QUANT_LAYOUT_CTENSORS && !(j.ct = ck_ct_config_new()))
+        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (st == QUANT_CK_OK) st = plan_all(&j, rules, err);
+    if (st == QUANT_CK_OK)
+        st = ck_plan_doc_new(opts->layout, j.plans, j.shards.n, j.unused, j.n_unused, out, err);
+    for (size_t s = 0; j.plans && s < j.shards.n; s++) ck_plan_free(&j.plans[s]);
+    free(j.plans);
+    j.plans = NULL;
+    free(files);
+    j.shards = (ck_shards){.dir = {.fd = -1}};
     job_free(&j);
     quant_report_free(j.run.report);
     return st;

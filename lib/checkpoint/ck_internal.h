@@ -68,7 +68,9 @@ typedef struct ck_tensor_plan {
     const quant_st_tensor *in;
     bool quantize;
     const char *reason; /* copied: why (static string) */
-    long rule;
+    long rule;          /* the rule that decides it; -1 when none does (or rank/dtype decide) */
+    long first_match;   /* the first rule matching its module path, whatever then decides: what
+                           counts for unused rules (SPEC section 10) */
     const quant_rule *r;
     quant_how how;
     quant_dtype in_dtype;
@@ -165,6 +167,20 @@ quant_ck_status ck_ct_config_add(ck_ct_config *cfg, const ck_tensor_plan *tp, qu
  * file) and returns the new text (malloc'd), or NULL with `err` filled. */
 char *ck_ct_config_apply(const ck_ct_config *cfg, const char *text, quant_ck_error *err);
 
+/* ---- unused rules and the public plan (plan_doc.c) ---------------------------------------------
+ */
+
+/* The rules that are the first match of no tensor of the planned shards: `*out` (malloc'd,
+ * ascending, NULL when *n is 0). */
+quant_ck_status ck_unused_rules(const ck_shard_plan *plans, size_t n_plans, size_t n_rules,
+                                long **out, size_t *n, quant_ck_error *err);
+/* The public plan of the planned shards (their outputs, totals) with the unused rules (copied). */
+quant_ck_status ck_plan_doc_new(quant_layout layout, const ck_shard_plan *plans, size_t n_plans,
+                                const long *unused, size_t n_unused, quant_plan **out,
+                                quant_ck_error *err);
+/* Bytes of an output tensor's data (its dtype's bits x elements / 8). */
+uint64_t ck_out_nbytes(const quant_st_out_tensor *t);
+
 /* ---- units of work (pipeline.c, compute.c) ----------------------------------------------------
  */
 
@@ -224,6 +240,8 @@ quant_report *ck_report_new(quant_layout layout, bool static_acts);
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp);
 /* Records the static activation scales a shard wrote (strings copied); false on OOM. */
 bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
+/* Records the run's unused rules (copied); false on OOM. */
+bool ck_report_set_unused(quant_report *r, const long *unused, size_t n);
 
 /* ---- one shard through the pipeline (pipeline.c) --------------------------------------------- */
 

@@ -1,7 +1,9 @@
 /* plan.c -- decides, before any data is read, what every tensor of a shard becomes: copied (and
  * why) or quantized by which rule, with which output tensors, and how its rows are split into
  * units of work; then the static activation scales (SRQ) the shard holds. The output header
- * follows from this plan alone.
+ * follows from this plan alone. Every tensor's first matching rule is recorded, also for a
+ * tensor its rank or dtype copies whatever the rules say: unused rules (SPEC section 10,
+ * plan_doc.c) count every tensor.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -107,8 +109,8 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
     return QUANT_CK_OK;
 }
 
-/* The first rule matching the tensor's module path (tp->rule, -1 for none); a match error names
- * the tensor. */
+/* The first rule matching the tensor's module path (tp->first_match, -1 for none); a match error
+ * names the tensor. */
 static quant_ck_status match_rule(ck_tensor_plan *tp, quant_rule_matcher *m, quant_ck_error *err)
 {
     const char *name = tp->in->name;
@@ -116,7 +118,7 @@ static quant_ck_status match_rule(ck_tensor_plan *tp, quant_rule_matcher *m, qua
     char *module = malloc(cap);
     if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_module_path(name, module, cap);
-    quant_ck_status st = quant_rule_matcher_find(m, module, &tp->rule, err);
+    quant_ck_status st = quant_rule_matcher_find(m, module, &tp->first_match, err);
     free(module);
     if (st != QUANT_CK_OK) {
         char shown[CK_SHORT_MAX];
@@ -132,10 +134,12 @@ static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
     const quant_st_tensor *t = tp->in;
     for (int k = 0; k < CK_OUT_ROLES; k++) tp->out[k] = -1;
     tp->rule = -1;
+    /* every tensor is matched, also one its rank or dtype copies: unused rules count them all */
+    quant_ck_status st = match_rule(tp, m, err);
+    if (st != QUANT_CK_OK) return st;
     tp->reason = copy_reason(t, &tp->in_dtype);
     if (!tp->reason) {
-        quant_ck_status st = match_rule(tp, m, err);
-        if (st != QUANT_CK_OK) return st;
+        tp->rule = tp->first_match;
         if (tp->rule < 0) {
             tp->reason = "no rule matched";
         } else {

@@ -1,6 +1,6 @@
 /* report.c -- the per-tensor report of a run: one entry per input tensor (rule, qtype, shapes,
- * bytes, SQNR and max error), the static activation scales written (SRQ), its JSON form and the
- * atomic write of quant-report.json.
+ * bytes, SQNR and max error), the static activation scales written (SRQ), the unused rules
+ * (SPEC section 10), its JSON form and the atomic write of quant-report.json.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <jansson.h>
@@ -17,6 +17,8 @@ struct quant_report {
     bool static_acts; /* the run allowed static activation scales */
     size_t n_acts, cap_acts;
     quant_report_static_act *acts;
+    size_t n_unused;
+    long *unused; /* rules that are the first match of no tensor (set when the run is planned) */
 };
 
 quant_report *ck_report_new(quant_layout layout, bool static_acts)
@@ -47,6 +49,7 @@ void quant_report_free(quant_report *r)
     for (size_t i = 0; i < r->n_acts; i++) static_act_clear(&r->acts[i]);
     free(r->acts);
     free(r->e);
+    free(r->unused);
     free(r);
 }
 
@@ -99,6 +102,23 @@ bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_pla
     for (size_t i = 0; r && i < sp->n_acts; i++)
         if (!add_static(r, shard, sp, &sp->acts[i])) return false;
     return true;
+}
+
+bool ck_report_set_unused(quant_report *r, const long *unused, size_t n)
+{
+    long *copy = n ? malloc(n * sizeof *copy) : NULL;
+    if (n && !copy) return false;
+    if (n) memcpy(copy, unused, n * sizeof *unused);
+    free(r->unused);
+    r->unused = copy;
+    r->n_unused = n;
+    return true;
+}
+
+const long *quant_report_unused_rules(const quant_report *r, size_t *n)
+{
+    if (n) *n = r ? r->n_unused : 0;
+    return r ? r->unused : NULL;
 }
 
 size_t quant_report_count(const quant_report *r)
@@ -184,10 +204,13 @@ static json_t *summary_json(const quant_report *r)
         quantized += e->quantized;
         if (e->has_quality && e->sqnr_db < worst) worst = e->sqnr_db;
     }
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "tensors", (json_int_t)r->n, "quantized",
-                     (json_int_t)quantized, "copied", (json_int_t)(r->n - quantized), "bytes_in",
-                     (json_int_t)in, "bytes_out", (json_int_t)out, "min_sqnr_db",
-                     isfinite(worst) ? json_real(worst) : json_null());
+    json_t *unused = json_array();
+    for (size_t i = 0; unused && i < r->n_unused; i++)
+        json_array_append_new(unused, json_integer(r->unused[i]));
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "tensors", (json_int_t)r->n,
+                     "quantized", (json_int_t)quantized, "copied", (json_int_t)(r->n - quantized),
+                     "bytes_in", (json_int_t)in, "bytes_out", (json_int_t)out, "min_sqnr_db",
+                     isfinite(worst) ? json_real(worst) : json_null(), "unused_rules", unused);
 }
 
 static json_t *static_act_json(const quant_report_static_act *a)

@@ -21,6 +21,7 @@ typedef struct st_file {
     quant_st_file pub;
     const quant_st_tensor **by_name; /* n_tensors pointers, sorted by strcmp of the name */
     const unsigned char *mem; /* quant_st_open_buffer: the caller's file_size bytes, else NULL */
+    bool header_only;         /* quant_st_open_header_fd: the data may be cut short or absent */
 } st_file;
 
 #define SHAPE_TEXT_MAX (QUANT_MAX_RANK * 22 + 4)
@@ -435,7 +436,7 @@ static quant_ck_status check_coverage(const quant_st_file *f, uint64_t pos, quan
                    "%" PRIu64 " trailing bytes after the last tensor's data (tensors cover %" PRIu64
                    " of the %" PRIu64 "-byte buffer)",
                    buffer - pos, pos, buffer);
-    if (pos > buffer)
+    if (pos > buffer && !((const st_file *)f)->header_only)
         return bad(err,
                    "file is truncated: tensors need %" PRIu64 " bytes of data but the buffer "
                    "holds %" PRIu64 " (%" PRIu64 " missing bytes)",
@@ -508,7 +509,7 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
  * NULL) and hands it out; on failure frees it (closing `fd`) and prefixes the message with the
  * name. */
 static quant_ck_status open_common(const char *name, int fd, const void *mem, size_t len,
-                                   quant_st_file **out, quant_ck_error *err)
+                                   bool header_only, quant_st_file **out, quant_ck_error *err)
 {
     st_file *sf = calloc(1, sizeof *sf);
     if (!sf || !(sf->pub.path = strdup(name))) {
@@ -518,6 +519,7 @@ static quant_ck_status open_common(const char *name, int fd, const void *mem, si
     }
     sf->pub.fd = fd;
     sf->mem = mem;
+    sf->header_only = header_only;
     if (mem) sf->pub.file_size = (uint64_t)len;
     quant_ck_status st = validate(sf, err);
     if (st != QUANT_CK_OK) {
@@ -536,7 +538,7 @@ quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_er
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
     if (fd < 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    return open_common(path, fd, NULL, 0, out, err);
+    return open_common(path, fd, NULL, 0, false, out, err);
 }
 
 quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out, quant_ck_error *err)
@@ -547,7 +549,19 @@ quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out, 
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_fd: %s",
                              fd < 0 ? "negative descriptor" : "NULL argument");
     }
-    return open_common(name, fd, NULL, 0, out, err);
+    return open_common(name, fd, NULL, 0, false, out, err);
+}
+
+quant_ck_status quant_st_open_header_fd(int fd, const char *name, quant_st_file **out,
+                                        quant_ck_error *err)
+{
+    if (out) *out = NULL;
+    if (fd < 0 || !name || !out) {
+        if (fd >= 0) close(fd);
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_header_fd: %s",
+                             fd < 0 ? "negative descriptor" : "NULL argument");
+    }
+    return open_common(name, fd, NULL, 0, true, out, err);
 }
 
 quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *name,
@@ -556,7 +570,7 @@ quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *na
     if (out) *out = NULL;
     if (!buf || !name || !out)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_buffer: NULL argument");
-    return open_common(name, -1, buf, len, out, err);
+    return open_common(name, -1, buf, len, false, out, err);
 }
 
 void quant_st_close(quant_st_file *f)

@@ -145,9 +145,18 @@ typedef struct quant_report_static_act {
 QUANT_API size_t quant_report_static_count(const quant_report *r);
 QUANT_API const quant_report_static_act *quant_report_static_at(const quant_report *r, size_t i);
 
+/*! quant_report_unused_rules() :
+ * The rules that were the first match of no tensor of the run (SPEC section 10, Qwix's
+ * get_unused_rules): 0-based indices, ascending; `*n` gets their number. Every input tensor
+ * counts, whether it was then quantized or copied (rank < 2, not a float). Decided when the run
+ * is planned, so a failed run's report has them too. NULL when there are none.
+ * Owned by the report. */
+QUANT_API const long *quant_report_unused_rules(const quant_report *r, size_t *n);
+
 /*! quant_report_json() :
  * The report as JSON text (`{"format":"quantd.report/1","layout":..,"tensors":[..],
- * "summary":{..}}`, plus `"static_activations":{"written":[{"name","shard","rule","qtype",
+ * "summary":{..,"unused_rules":[..]}}`, plus
+ * `"static_activations":{"written":[{"name","shard","rule","qtype",
  * "shape","scale","zero_point"}]}` when the run allowed static activation scales), malloc'd;
  * NULL on allocation failure. */
 QUANT_API char *quant_report_json(const quant_report *r);
@@ -209,10 +218,11 @@ typedef void (*quant_stale_fn)(void *user, const quant_stale_temp *t);
  * and either their creator PID is no live process on this machine or they have not changed for
  * 15 minutes (a directory: nor any entry directly in it), which covers a PID reused since. A
  * directory shared with another machine (or PID namespace) whose locks do not reach this one
- * makes its live runs look dead here: not supported. A temporary some process holds locked is a live run's: left without a word. Any
- * other temporary of ours that cannot be proven stale (another user's, no locks on the
- * filesystem, a creator PID alive and a recent change) is left and reported. `fn` (may be NULL)
- * hears of each removed or left; the library prints nothing. A missing `dir` is no error.
+ * makes its live runs look dead here: not supported. A temporary some process holds locked is a
+ * live run's: left without a word. Any other temporary of ours that cannot be proven stale (another
+ * user's, no locks on the filesystem, a creator PID alive and a recent change) is left and
+ * reported. `fn` (may be NULL) hears of each removed or left; the library prints nothing. A missing
+ * `dir` is no error.
  * @return : QUANT_CK_OK, QUANT_CK_ERR_IO when `dir` cannot be listed, QUANT_CK_ERR_ARG. */
 QUANT_API quant_ck_status quant_remove_stale_temps(const char *dir, quant_stale_fn fn, void *user,
                                                    quant_ck_error *err);
@@ -247,8 +257,105 @@ QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const 
  * that must refuse a job when it is asked for it, not when it runs.
  * @return : QUANT_CK_OK, or the error quant_quantize_path() would have failed with first. */
 QUANT_API quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
-                                           const quant_pipeline_options *opts,
-                                           quant_ck_error *err);
+                                           const quant_pipeline_options *opts, quant_ck_error *err);
+
+/* ---- plans (SPEC section 10) ------------------------------------------------------------------
+ *
+ * A plan is what quant_quantize_path() would do, decided before any tensor data is read: per
+ * input tensor, the rule that decides it (or why it is copied), its qtype, scale shape and output
+ * tensors with their dtypes, shapes and bytes; the totals; the unused rules. It comes from the
+ * planner the run itself uses (the same shard plans), so a plan and the run it describes agree. */
+
+/* One output tensor a plan writes. */
+typedef struct quant_plan_output {
+    const char *name;
+    quant_st_dtype dtype;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    uint64_t bytes;
+} quant_plan_output;
+
+/* What the run would do with one input tensor. */
+typedef struct quant_plan_entry {
+    const char *name;   /* input tensor name */
+    const char *shard;  /* input file base name */
+    bool quantized;     /* quantized, or copied unchanged */
+    const char *reason; /* copied: why ("no rule matched", "rank < 2", ...); NULL if quantized */
+    long rule;          /* the rule that decides it (as the report's rule), -1 when none does */
+    long first_match;   /* the first rule whose module_path matches, -1 for none: the one that
+                           counts for unused rules, also for a tensor copied for its rank or dtype */
+    quant_qtype qtype;  /* when quantized */
+    quant_st_dtype dtype;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t scale_shape[QUANT_MAX_RANK]; /* same rank; when quantized */
+    uint64_t bytes_in, bytes_out;        /* data bytes read, data bytes written (all outputs) */
+    size_t n_outputs;
+    const quant_plan_output *outputs; /* the copy itself, or qvalue / scale / zero point ... */
+} quant_plan_entry;
+
+/* A static activation scale (quant_pipeline_options.static_acts) the run would write. */
+typedef struct quant_plan_static {
+    const char *name;  /* quant_static_act.name, else its tensor base */
+    const char *shard; /* the shard (input base name) it is written with */
+    size_t n_outputs;
+    const quant_plan_output *outputs;
+} quant_plan_static;
+
+typedef struct quant_plan quant_plan;
+
+/*! quant_plan_path() :
+ * Plans `in` (a file or a checkpoint directory, as quant_quantize_path() takes it) by `rules`
+ * for `opts` (layout, chunk size, static activation scales, input_dir_fd / no_symlinks; NULL:
+ * the defaults): everything quant_check_path() checks, reading headers only and writing nothing.
+ * @return : QUANT_CK_OK with `*out` to free with quant_plan_free(); otherwise the error
+ *           quant_quantize_path() would have failed with first, `*out` NULL. */
+QUANT_API quant_ck_status quant_plan_path(const quant_ruleset *rules, const char *in,
+                                          const quant_pipeline_options *opts, quant_plan **out,
+                                          quant_ck_error *err);
+
+/*! quant_plan_file() :
+ * quant_plan_path() for one safetensors file already open (borrowed: neither closed nor read
+ * beyond its header), as a run over that file alone would plan it (no index, no other files);
+ * `f` may come from quant_st_open_header_fd() (a header without its data, as POST /v1/plans
+ * takes an uploaded shard). opts->input_dir_fd and no_symlinks do not apply.
+ * @return : as quant_plan_path(). */
+QUANT_API quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
+                                          const quant_pipeline_options *opts, quant_plan **out,
+                                          quant_ck_error *err);
+
+/*! quant_plan_count(), quant_plan_entry_at() : the input tensors, shard by shard in file order
+ * (the order the run processes them). Entries are owned by the plan. */
+QUANT_API size_t quant_plan_count(const quant_plan *p);
+QUANT_API const quant_plan_entry *quant_plan_entry_at(const quant_plan *p, size_t i);
+
+/*! quant_plan_static_count(), quant_plan_static_at() : the static activation scales. */
+QUANT_API size_t quant_plan_static_count(const quant_plan *p);
+QUANT_API const quant_plan_static *quant_plan_static_at(const quant_plan *p, size_t i);
+
+/*! quant_plan_bytes_in(), quant_plan_bytes_out() : the tensor data bytes the run would read and
+ * write (static activation scales included in the output). */
+QUANT_API uint64_t quant_plan_bytes_in(const quant_plan *p);
+QUANT_API uint64_t quant_plan_bytes_out(const quant_plan *p);
+
+/*! quant_plan_layout() : the layout planned for. */
+QUANT_API quant_layout quant_plan_layout(const quant_plan *p);
+
+/*! quant_plan_unused_rules() : as quant_report_unused_rules(), for the planned run. */
+QUANT_API const long *quant_plan_unused_rules(const quant_plan *p, size_t *n);
+
+/*! quant_plan_json() :
+ * The plan as JSON text, malloc'd (NULL on allocation failure): `{"format":"quantd.plan/1",
+ * "layout":..,"tensors":[{"name","shard","action":"quantized"|"copied","rule","first_match",
+ * "dtype","shape","bytes_in","bytes_out","outputs":[{"name","dtype","shape","bytes"}],
+ * "reason" (copied) | "qtype","scale_shape" (quantized)}],"summary":{"tensors","quantized",
+ * "copied","bytes_in","bytes_out","unused_rules":[..]}}`, plus `"static_activations":[{"name",
+ * "shard","outputs"}]` when there are any. The CLI (`quant plan --json`) and the daemon
+ * (POST /v1/plans) both print this document. */
+QUANT_API char *quant_plan_json(const quant_plan *p);
+
+/*! quant_plan_free() : NULL is a no-op. */
+QUANT_API void quant_plan_free(quant_plan *p);
 
 /*! quant_open_beneath() :
  * Opens `rel` under the directory `dir_fd` (AT_FDCWD allowed) without ever following a symbolic

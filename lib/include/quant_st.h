@@ -114,6 +114,16 @@ QUANT_API quant_ck_status quant_st_open(const char *path, quant_st_file **out, q
 QUANT_API quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out,
                                            quant_ck_error *err);
 
+/*! quant_st_open_header_fd() :
+ * quant_st_open_fd() for a shard's header without (all of) its data: the file may end anywhere
+ * after the header (the data region cut short or absent: what a client sends to have a run
+ * planned, POST /v1/plans); everything else is validated the same, bytes past the last tensor
+ * still refused. quant_st_read() of bytes the file does not hold fails. For planning only
+ * (quant_plan_file()): a run over such a file would fail reading.
+ * @return : as quant_st_open_fd(). */
+QUANT_API quant_ck_status quant_st_open_header_fd(int fd, const char *name, quant_st_file **out,
+                                                  quant_ck_error *err);
+
 /*! quant_st_open_buffer() :
  * The same validation as quant_st_open() on `len` bytes already in memory (a request body, say):
  * `buf` is borrowed, not copied, and must stay valid and unchanged until quant_st_close(). The

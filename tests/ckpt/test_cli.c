@@ -237,13 +237,13 @@ static json_t *tensor_entry(json_t *root, const char *name)
 START_TEST(test_help)
 {
     char *dir = ck_tmpdir();
-    static const char *const cmds[] = {"quantize", "inspect", "dequantize"};
+    static const char *const cmds[] = {"quantize", "inspect", "dequantize", "plan"};
     run_result r = RUN(dir, "--help");
     ck_assert_int_eq(r.status, 0);
-    for (size_t i = 0; i < 3; i++) ck_assert_ptr_nonnull(strstr(r.out, cmds[i]));
+    for (size_t i = 0; i < 4; i++) ck_assert_ptr_nonnull(strstr(r.out, cmds[i]));
     ck_assert_str_eq(r.err, "");
     result_free(&r);
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 4; i++) {
         char want[64];
         snprintf(want, sizeof want, "usage: quant %s", cmds[i]);
         r = RUN(dir, cmds[i], "--help");
@@ -988,6 +988,138 @@ START_TEST(test_rules_forms_and_hints)
 }
 END_TEST
 
+/* ---- plans and unused rules (SPEC section 10) ------------------------------------------------ */
+
+/* Rule 0 matches nothing, rule 1 quantizes m.w.weight, rule 2 is shadowed by rule 1. */
+static const char unused_rules[] = "[{\"module_path\":\"zzz\",\"weight_qtype\":\"int8\"},"
+                                   "{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\"},"
+                                   "{\"module_path\":\"m\\\\.w\",\"weight_qtype\":\"int4\"}]";
+
+/* quantize warns on stderr for each unused rule (index and regex) and still exits 0; the summary
+ * and the report list them; a run that quantizes nothing says so. */
+START_TEST(test_unused_rules_warned)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "u.json");
+    char *out = ck_join(dir, "out.safetensors"), *report = ck_join(dir, "quant-report.json");
+    ck_write_file(rules, unused_rules, strlen(unused_rules));
+    run_result r = RUN(dir, "quantize", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "quant: warning: rule 0 (module_path \"zzz\") is unused"), "%s",
+                  r.err);
+    ck_assert_msg(strstr(r.err, "quant: warning: rule 2 (module_path \"m\\.w\") is unused"), "%s",
+                  r.err);
+    ck_assert_ptr_null(strstr(r.err, "rule 1 ("));
+    ck_assert_msg(strstr(r.err, "unused rules: 0, 2\n"), "%s", r.err);
+    ck_assert_ptr_null(strstr(r.err, "no tensor was quantized"));
+    result_free(&r);
+    json_t *rep = load_json_file(report);
+    json_t *u = json_object_get(json_object_get(rep, "summary"), "unused_rules");
+    ck_assert_uint_eq(json_array_size(u), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(u, 0)), 0);
+    ck_assert_int_eq(json_integer_value(json_array_get(u, 1)), 2);
+    json_decref(rep);
+    /* nothing quantized: both warnings, even with --quiet, and still exit 0 */
+    const char none[] = "[{\"module_path\":\"zzz\",\"weight_qtype\":\"int8\"}]";
+    ck_write_file(rules, none, strlen(none));
+    unlink(out);
+    r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "quant: warning: rule 0 (module_path \"zzz\") is unused"), "%s",
+                  r.err);
+    ck_assert_msg(strstr(r.err, "quant: warning: no tensor was quantized"), "%s", r.err);
+    ck_assert(exists(out));
+    result_free(&r);
+    free(in);
+    free(rules);
+    free(out);
+    free(report);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* quant plan: the table (rule or "copied: why", qtype, scale shape, output bytes), the totals and
+ * the unused rules; --json is the library's document byte for byte; nothing is written. */
+START_TEST(test_plan_command)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "u.json");
+    ck_write_file(rules, unused_rules, strlen(unused_rules));
+    int before = ck_count_entries(dir);
+    run_result r = RUN(dir, "plan", "-r", rules, in);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_msg(strstr(r.out, "TENSOR") && strstr(r.out, "SCALE SHAPE"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "m.w.weight") && strstr(r.out, "rule 1") && strstr(r.out, "int8") &&
+                      strstr(r.out, "[16, 1]"),
+                  "%s", r.out);
+    ck_assert_msg(strstr(r.out, "copied: rank < 2"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "copied: no rule matched"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "3 tensors: 1 quantized, 2 copied"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "unused rule 0: module_path \"zzz\""), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "unused rule 2: module_path \"m\\.w\""), "%s", r.out);
+    result_free(&r);
+    r = RUN(dir, "plan", "--json", "--rules", rules, in);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    quant_ruleset *rs = NULL;
+    quant_plan *plan = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_ruleset_load(rules, &rs, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_plan_path(rs, in, NULL, &plan, &err), QUANT_CK_OK);
+    char *doc = quant_plan_json(plan);
+    ck_assert_uint_eq(strlen(r.out), strlen(doc) + 1);
+    ck_assert(strncmp(r.out, doc, strlen(doc)) == 0);
+    free(doc);
+    quant_plan_free(plan);
+    quant_ruleset_free(rs);
+    result_free(&r);
+    ck_assert_int_eq(ck_count_entries(dir), before); /* nothing written */
+    free(in);
+    free(rules);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* Errors name the file or rule, on one line; usage errors exit 2. */
+START_TEST(test_plan_errors)
+{
+    char *dir = setup(NULL);
+    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
+    char *missing = ck_join(dir, "missing.safetensors"), *bad = ck_join(dir, "bad.json");
+    run_result r = RUN(dir, "plan", "-r", rules, missing);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    ck_assert_msg(strstr(r.err, "missing.safetensors"), "%s", r.err);
+    result_free(&r);
+    const char tile[] =
+        "[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\",\"tile_size\":5}]";
+    ck_write_file(bad, tile, strlen(tile));
+    r = RUN(dir, "plan", "-r", bad, in);
+    ck_assert_int_eq(r.status, 1);
+    assert_one_line_error(&r);
+    ck_assert_msg(strstr(r.err, "m.w.weight") && strstr(r.err, "rule 0"), "%s", r.err);
+    result_free(&r);
+    r = RUN(dir, "plan", in);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "--rules is required"), "%s", r.err);
+    result_free(&r);
+    r = RUN(dir, "plan", "-r", rules, "--layout", "gguf", in);
+    ck_assert_int_eq(r.status, 2);
+    result_free(&r);
+    r = RUN(dir, "plan", "-r", rules, in, in);
+    ck_assert_int_eq(r.status, 2);
+    result_free(&r);
+    free(in);
+    free(rules);
+    free(missing);
+    free(bad);
+    ck_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 Suite *suite_cli(void)
 {
     Suite *s = suite_create("cli");
@@ -1008,6 +1140,9 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_stale_temporaries);
     tcase_add_test(tc, test_not_safetensors);
     tcase_add_test(tc, test_rules_forms_and_hints);
+    tcase_add_test(tc, test_unused_rules_warned);
+    tcase_add_test(tc, test_plan_command);
+    tcase_add_test(tc, test_plan_errors);
     suite_add_tcase(s, tc);
     return s;
 }

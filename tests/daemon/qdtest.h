@@ -23,6 +23,7 @@ Suite *suite_tls(void);
 Suite *suite_range(void);
 Suite *suite_http(void);
 Suite *suite_faults(void);
+Suite *suite_plans(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
 char *qdt_tmpdir(void);

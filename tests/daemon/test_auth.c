@@ -83,6 +83,7 @@ static const struct {
     {"GET", "/v1/jobs/{id}/output", R | O},
     {"GET", "/v1/jobs/{id}/outputs/{name}", R | O},
     {"GET", "/v1/jobs/{id}/report", R | O},
+    {"POST", "/v1/plans", O}, /* like job creation: server paths, stored rule sets */
     {"GET", "/v1/models", T | O},
     {"PUT", "/v1/models/{model}", O},
     {"GET", "/v1/models/{model}", T | O},

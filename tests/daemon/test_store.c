@@ -182,7 +182,7 @@ START_TEST(test_schema_fresh)
                    "created_ms INTEGER 1 0,started_ms INTEGER 0 0,finished_ms INTEGER 0 0,"
                    "tensors_done INTEGER 1 0,tensors_total INTEGER 1 0,bytes_done INTEGER 1 0,"
                    "bytes_total INTEGER 1 0,error TEXT 0 0,attempts INTEGER 1 0,outputs_removed_ms "
-                   "INTEGER 0 0");
+                   "INTEGER 0 0,unused_rules TEXT 0 0");
     expect_columns(db, "outputs",
                    "job_id INTEGER 1 1,name TEXT 1 2,bytes INTEGER 1 0,sha256 TEXT 1 0");
     expect_columns(db, "reports", "job_id INTEGER 0 1,body TEXT 1 0");

@@ -1,0 +1,187 @@
+/* cmd_plan.c -- `quant plan --rules RULES.json [--layout L] [--json] IN`: what `quant quantize`
+ * would do with IN, decided from the headers alone (quant_plan_path: no tensor data is read,
+ * nothing is written): a table of tensor, rule (or "copied: why"), qtype, scale shape and output
+ * bytes, the totals and the unused rules; or, with --json, the library's plan document as is.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define CMD "plan"
+
+static const char usage[] =
+    "usage: quant plan --rules RULES.json [options] IN\n"
+    "\n"
+    "Shows what 'quant quantize' would do with the safetensors file or checkpoint directory IN\n"
+    "by the rules in RULES.json, from the headers alone (no tensor data is read, nothing is\n"
+    "written): per tensor the rule that quantizes it or why it is copied, its qtype, scale shape\n"
+    "and output bytes; the totals; and the unused rules (0-based indices of the rules that are\n"
+    "the first match of no tensor). Fails, naming the file, tensor or rule, where the run would\n"
+    "fail before its first tensor.\n"
+    "\n"
+    "options:\n"
+    "  -r, --rules FILE       the rule set (required)\n"
+    "  -l, --layout NAME      native (default) or compressed-tensors\n"
+    "  -j, --json             print the plan as JSON (the document POST /v1/plans returns)\n"
+    "  -h, --help             this text\n";
+
+typedef struct plan_args {
+    const char *rules, *in;
+    quant_pipeline_options opts;
+    bool json;
+} plan_args;
+
+/* Parses argv into `a`; returns -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, plan_args *a)
+{
+    static const struct option longopts[] = {
+        {"rules", required_argument, NULL, 'r'},
+        {"layout", required_argument, NULL, 'l'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    quant_pipeline_options_init(&a->opts);
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":r:l:jh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            a->rules = optarg;
+            break;
+        case 'l':
+            if (!quant_layout_parse(optarg, &a->opts.layout))
+                return cli_usage_error(CMD, "unknown layout '%s' (native or compressed-tensors)",
+                                       optarg);
+            break;
+        case 'j':
+            a->json = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_getopt_error(CMD, c, argv);
+        }
+    }
+    if (!a->rules) return cli_usage_error(CMD, "--rules is required");
+    if (argc - optind != 1)
+        return cli_usage_error(CMD, "expected IN, got %d operands", argc - optind);
+    a->in = argv[optind];
+    return -1;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+enum { COL_NAME, COL_RULE, COL_QTYPE, COL_SCALE, COL_BYTES, N_COLS };
+
+typedef struct cells {
+    const char *c[N_COLS];
+    char rule[96], scale[QUANT_MAX_RANK * 22 + 4], bytes[32];
+} cells;
+
+static void fmt_shape(int rank, const int64_t *shape, char *buf, size_t cap)
+{
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < rank && used < cap; i++)
+        used +=
+            (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+static void entry_cells(const quant_plan_entry *e, cells *c)
+{
+    if (e->quantized) {
+        snprintf(c->rule, sizeof c->rule, "rule %ld", e->rule);
+        fmt_shape(e->rank, e->scale_shape, c->scale, sizeof c->scale);
+    } else {
+        snprintf(c->rule, sizeof c->rule, "copied: %s", e->reason);
+    }
+    cli_fmt_bytes(e->bytes_out, c->bytes, sizeof c->bytes);
+    c->c[COL_NAME] = e->name;
+    c->c[COL_RULE] = c->rule;
+    c->c[COL_QTYPE] = e->quantized ? quant_qtype_traits_get(e->qtype)->name : "-";
+    c->c[COL_SCALE] = e->quantized ? c->scale : "-";
+    c->c[COL_BYTES] = c->bytes;
+}
+
+static void print_table(const quant_plan *p)
+{
+    static const char *const heads[N_COLS] = {"TENSOR", "RULE", "QTYPE", "SCALE SHAPE", "OUTPUT"};
+    int w[N_COLS];
+    for (int k = 0; k < N_COLS; k++) w[k] = (int)strlen(heads[k]);
+    cells c;
+    for (size_t i = 0; i < quant_plan_count(p); i++) {
+        entry_cells(quant_plan_entry_at(p, i), &c);
+        for (int k = 0; k < N_COLS; k++)
+            if ((int)strlen(c.c[k]) > w[k]) w[k] = (int)strlen(c.c[k]);
+    }
+    for (int k = 0; k < N_COLS; k++) printf(k == N_COLS - 1 ? "%*s\n" : "%-*s  ", w[k], heads[k]);
+    for (size_t i = 0; i < quant_plan_count(p); i++) {
+        entry_cells(quant_plan_entry_at(p, i), &c);
+        for (int k = 0; k < N_COLS; k++) /* bytes right-aligned, words left */
+            printf(k == N_COLS - 1 ? "%*s\n" : "%-*s  ", w[k], c.c[k]);
+    }
+}
+
+/* The totals, the static activation scales, and one line per unused rule with its regex. */
+static void print_totals(const quant_plan *p, const quant_ruleset *rules)
+{
+    size_t n = quant_plan_count(p), quantized = 0, n_unused;
+    for (size_t i = 0; i < n; i++) quantized += quant_plan_entry_at(p, i)->quantized;
+    uint64_t in = quant_plan_bytes_in(p), out = quant_plan_bytes_out(p);
+    char bin[32], bout[32];
+    cli_fmt_bytes(in, bin, sizeof bin);
+    cli_fmt_bytes(out, bout, sizeof bout);
+    printf("\n%zu tensor%s: %zu quantized, %zu copied (layout %s)\n", n, n == 1 ? "" : "s",
+           quantized, n - quantized, quant_layout_name(quant_plan_layout(p)));
+    if (quant_plan_static_count(p) > 0)
+        printf("%zu static activation scale%s\n", quant_plan_static_count(p),
+               quant_plan_static_count(p) == 1 ? "" : "s");
+    printf("%s -> %s (%.1f%%)\n", bin, bout, in ? 100.0 * (double)out / (double)in : 100.0);
+    const long *unused = quant_plan_unused_rules(p, &n_unused);
+    if (n_unused == 0) printf("unused rules: none\n");
+    for (size_t i = 0; i < n_unused; i++)
+        printf("unused rule %ld: module_path \"%s\" is the first match of no tensor\n", unused[i],
+               quant_ruleset_rule(rules, (size_t)unused[i])->module_path);
+}
+
+static int print_json(const quant_plan *p)
+{
+    char *text = quant_plan_json(p);
+    if (!text) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    puts(text);
+    free(text);
+    return CLI_EXIT_OK;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    plan_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    quant_ruleset *rules = NULL;
+    quant_plan *plan = NULL;
+    quant_ck_error err;
+    if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
+    if (quant_plan_path(rules, a.in, &a.opts, &plan, &err) != QUANT_CK_OK) {
+        rc = cli_ck_error(&err);
+    } else if (a.json) {
+        rc = print_json(plan);
+    } else {
+        print_table(plan);
+        print_totals(plan, rules);
+        rc = CLI_EXIT_OK;
+    }
+    quant_plan_free(plan);
+    quant_ruleset_free(rules);
+    return rc;
+}
