@@ -317,7 +317,7 @@ def router_seeds():
         "GET /v1/models/stories", "POST /v1/models/stories/stats",
         "GET /v1/models/stories/stats", "DELETE /v1/models/stories/stats",
         "GET /v1/models/stories/scales", "GET /v1/tokens", "POST /v1/tokens",
-        "DELETE /v1/tokens/ci", "HEAD /healthz", "HEAD /v1/jobs/12/outputs/x.safetensors",
+        "DELETE /v1/tokens/ci", "POST /v1/plans", "HEAD /healthz", "HEAD /v1/jobs/12/outputs/x.safetensors",
         # 405, 404 and edge cases
         "PATCH /v1/jobs/12", "POST /healthz", "GET /v1/jobs/", "GET /v1/jobs//report",
         "GET /v1/jobs/12/outputs/" + "n" * 127, "GET /v1/jobs/12/outputs/" + "n" * 128,
@@ -439,6 +439,16 @@ def http_seeds():
                    req("POST", "/v1/jobs?ruleset=srq&stats_model=stories", ctype=octets,
                        body=weight, last=True),
         "jobs": req("GET", "/v1/jobs?limit=5&state=succeeded", last=True),
+        "plan-source": put_rules + req("POST", "/v1/plans", ctype=js, last=True,
+                                       body='{"ruleset": "int8", "layout": "compressed-tensors", '
+                                            '"source": {"path": "@SRC@/ckpt"}}'),
+        "plan-inline-unused": req("POST", "/v1/plans", ctype=js, last=True,
+                                  body='{"rules": [{"module_path": "nothing", "weight_qtype": '
+                                       '"int8"}, {"module_path": ".*", "weight_qtype": "int4"}], '
+                                       '"source": {"path": "@SRC@/model.safetensors"}}'),
+        "plan-header": put_rules + req("POST", "/v1/plans?ruleset=int8", ctype=octets,
+                                       body=weight[:8 + struct.unpack("<Q", weight[:8])[0]],
+                                       last=True),
         "job": then_read("/v1/jobs/@JOB@"),
         "job-output-range": then_read("/v1/jobs/@JOB@/output", "Range: bytes=0-99\r\n"),
         "job-output-head": then_read("/v1/jobs/@JOB@/output", 'If-None-Match: W/"x", "y"\r\n')
