@@ -42,8 +42,13 @@ static quant_status microscaling_range(const quant_plan *plan, const quant_calib
 {
     const quant_qtype_traits *t = plan->traits;
     if (t->scale_kind == QUANT_SCALE_MX) {
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++) {
             scale[i] = qn_mx_scale(calib->absmax[i], t->symmetric_bound, t->scale_constant);
+            if (qn_nonfinite(scale[i])) /* only from an absmax near FLT_MAX times a factor */
+                return quant_fail(err, QUANT_ERR_RANGE,
+                                  "%s scale of absmax %g (element %lld) is not finite", t->name,
+                                  (double)calib->absmax[i], (long long)i);
+        }
         return QUANT_OK;
     }
     float g = plan->global_scale;
