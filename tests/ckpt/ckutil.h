@@ -66,5 +66,6 @@ Suite *suite_e2e(void);
 Suite *suite_srq_ckpt(void);
 Suite *suite_confine(void);
 Suite *suite_check(void);
+Suite *suite_microscaling_ckpt(void);
 
 #endif
