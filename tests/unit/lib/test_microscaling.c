@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "../testutil.h"
+#include "internal.h"
 
 static const quant_qtype mx_qtypes[4] = {QUANT_QTYPE_MXFP8, QUANT_QTYPE_MXFP8_16, QUANT_QTYPE_MXFP4,
                                          QUANT_QTYPE_NVFP4};
@@ -406,6 +407,54 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* The e2m1 kernels of every ISA against the scalar one on every tie, its neighbours, the levels,
+ * both zeros and values past the clip, in chunks with tails and odd column offsets. */
+START_TEST(e2m1_kernels_match_scalar)
+{
+    enum { N = 700 };
+    static float x[N], scale[N], d1[N], d2[N];
+    static uint8_t q1[N], q2[N];
+    static const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    int n = 0;
+    for (int i = 0; i < 7; i++)
+        for (int sgn = -1; sgn <= 1; sgn += 2) {
+            x[n++] = (float)sgn * mid[i];
+            x[n++] = (float)sgn * nextafterf(mid[i], 0.0f);
+            x[n++] = (float)sgn * nextafterf(mid[i], 10.0f);
+        }
+    for (int c = 0; c < 16; c++) x[n++] = quant_e2m1_levels[c];
+    x[n++] = 0.0f;
+    x[n++] = -0.0f;
+    x[n++] = 7.0f;
+    x[n++] = -1e30f;
+    x[n++] = 1e-40f;
+    tu_rng rng = {5};
+    while (n < N) x[n++] = tu_normal(&rng, 3.0f);
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    static const int64_t tiles[3] = {16, 32, 1};
+    for (int ti = 0; ti < 3; ti++)
+        for (int sc = 0; sc < 2; sc++) {
+            for (int g = 0; g < N; g++) scale[g] = sc ? 0.5f : 1.0f;
+            quant_krow kr = {QK_E2M1, tiles[ti], scale, NULL, 0.0f, 0.0f, NULL, 0, false};
+            for (int64_t c0 = 0; c0 < 48; c0 += 16)
+                for (int64_t len = N - 48; len <= N - 48 + 5; len++) {
+                    ck_assert_int_eq(quant_generic_quantize(&kr, x, len, c0, q1), 0);
+                    quant_generic_dequantize(&kr, q1, len, c0, d1);
+                    for (int k = 0; k < nisa; k++) {
+                        const quant_kernels *kk = quant_kernels_for(isas[k]);
+                        memset(q2, 0xaa, sizeof q2);
+                        ck_assert_int_eq(kk->quantize(&kr, x, len, c0, q2), 0);
+                        ck_assert_msg(memcmp(q1, q2, (size_t)len) == 0, "%s tile %lld c0 %lld",
+                                      quant_isa_name(isas[k]), (long long)tiles[ti], (long long)c0);
+                        kk->dequantize(&kr, q1, len, c0, d2);
+                        ck_assert_int_eq(memcmp(d1, d2, (size_t)len * 4), 0);
+                    }
+                }
+        }
+}
+END_TEST
+
 Suite *suite_microscaling(void)
 {
     Suite *s = suite_create("microscaling");
@@ -420,6 +469,7 @@ Suite *suite_microscaling(void)
     tcase_add_test(tc, mxfp4_codes_packed_and_unpacked);
     tcase_add_test(tc, round_trip_real_tensor);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, e2m1_kernels_match_scalar);
     suite_add_tcase(s, tc);
     return s;
 }
