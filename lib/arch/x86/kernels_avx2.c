@@ -243,13 +243,18 @@ ALWAYS_INLINE __m256i nf4_codes(__m256 v)
  * compares false everywhere: magnitude 0, as the scalar path. */
 ALWAYS_INLINE __m256i e2m1_codes(__m256 v)
 {
-    static const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
     __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
     __m256i m = _mm256_setzero_si256();
-    for (int i = 0; i < 7; i++) { /* each true compare is -1 */
-        __m256 c = _mm256_cmp_ps(a, _mm256_set1_ps(mid[i]), i & 1 ? _CMP_GE_OQ : _CMP_GT_OQ);
-        m = _mm256_sub_epi32(m, _mm256_castps_si256(c));
-    }
+#define E2M1_PAST(t, pred) /* each true compare is -1 */                                           \
+    m = _mm256_sub_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), pred)))
+    E2M1_PAST(0.25f, _CMP_GT_OQ);
+    E2M1_PAST(0.75f, _CMP_GE_OQ);
+    E2M1_PAST(1.25f, _CMP_GT_OQ);
+    E2M1_PAST(1.75f, _CMP_GE_OQ);
+    E2M1_PAST(2.5f, _CMP_GT_OQ);
+    E2M1_PAST(3.5f, _CMP_GE_OQ);
+    E2M1_PAST(5.0f, _CMP_GT_OQ);
+#undef E2M1_PAST
     __m256i sign =
         _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 28), _mm256_set1_epi32(8));
     return _mm256_or_si256(m, sign);

@@ -322,15 +322,19 @@ ALWAYS_INLINE __m512i nf4_codes(__m512 v, const nf4_grid *t, __m512 *thr)
  * compares false everywhere: magnitude 0, as the scalar path. */
 ALWAYS_INLINE __m512i e2m1_codes(__m512 v)
 {
-    static const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
     __m512 a = _mm512_abs_ps(v);
     __m512i m = _mm512_setzero_si512();
     const __m512i one = _mm512_set1_epi32(1);
-    for (int i = 0; i < 7; i++) {
-        __mmask16 c =
-            _mm512_cmp_ps_mask(a, _mm512_set1_ps(mid[i]), i & 1 ? _CMP_GE_OQ : _CMP_GT_OQ);
-        m = _mm512_mask_add_epi32(m, c, m, one);
-    }
+#define E2M1_PAST(t, pred)                                                                         \
+    m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), pred), m, one)
+    E2M1_PAST(0.25f, _CMP_GT_OQ);
+    E2M1_PAST(0.75f, _CMP_GE_OQ);
+    E2M1_PAST(1.25f, _CMP_GT_OQ);
+    E2M1_PAST(1.75f, _CMP_GE_OQ);
+    E2M1_PAST(2.5f, _CMP_GT_OQ);
+    E2M1_PAST(3.5f, _CMP_GE_OQ);
+    E2M1_PAST(5.0f, _CMP_GT_OQ);
+#undef E2M1_PAST
     __m512i sign =
         _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 28), _mm512_set1_epi32(8));
     return _mm512_or_si512(m, sign);
