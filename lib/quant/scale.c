@@ -38,7 +38,7 @@ static quant_status finish_scale(float s, quant_dtype dtype, int64_t i, float *o
 
 /* SPEC 2b: the MX power of two, or nvfp4's e_b under the plan's global scale g. */
 static quant_status microscaling_range(const quant_plan *plan, const quant_calibration *calib,
-                                       int64_t n, float *scale, quant_error *err)
+                                       int64_t n, float *scale, int64_t first, quant_error *err)
 {
     const quant_qtype_traits *t = plan->traits;
     if (t->scale_kind == QUANT_SCALE_MX) {
@@ -47,7 +47,7 @@ static quant_status microscaling_range(const quant_plan *plan, const quant_calib
             if (qn_nonfinite(scale[i])) /* only from an absmax near FLT_MAX times a factor */
                 return quant_fail(err, QUANT_ERR_RANGE,
                                   "%s scale of absmax %g (element %lld) is not finite", t->name,
-                                  (double)calib->absmax[i], (long long)i);
+                                  (double)calib->absmax[i], (long long)(first + i));
         }
         return QUANT_OK;
     }
@@ -65,7 +65,8 @@ quant_status quant_scale_range(const quant_plan *plan, quant_dtype scale_dtype,
                                int32_t *zero_point, int64_t first, quant_error *err)
 {
     const quant_qtype_traits *t = plan->traits;
-    if (t->scale_kind != QUANT_SCALE_LINEAR) return microscaling_range(plan, calib, n, scale, err);
+    if (t->scale_kind != QUANT_SCALE_LINEAR)
+        return microscaling_range(plan, calib, n, scale, first, err);
     if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32) {
         /* the common case, in two simple loops the compiler vectorizes */
         const float bound = t->symmetric_bound;

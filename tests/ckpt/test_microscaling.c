@@ -361,6 +361,9 @@ START_TEST(nvfp4_two_pass_equals_one_pass)
         part qv = read_part(f, "m.w", ".qvalue"), sc = read_part(f, "m.w", ".scale");
         ck_assert_int_eq(sc.t->shape[0], 1);
         ck_assert_int_eq(sc.t->shape[1], C / 16);
+        ck_assert_int_eq(qv.t->dtype, QUANT_ST_U8); /* pack false: one e2m1 code per byte */
+        ck_assert_int_eq(qv.t->shape[0], R);
+        ck_assert_int_eq(qv.t->shape[1], C);
         json_t *meta = json_loads(quant_st_meta(f, "quantization"), 0, NULL);
         json_t *e = json_object_get(json_object_get(meta, "tensors"), "m.w");
         ck_assert_float_eq((float)json_number_value(json_object_get(e, "global_scale")),
