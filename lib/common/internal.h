@@ -29,7 +29,7 @@ typedef enum quant_kcode {
     QK_E4M3 = 3, /* fp8 e4m3fn codes */
     QK_E5M2 = 4, /* fp8 e5m2 codes */
     QK_NF4 = 5,  /* nf4 indices 0..15 */
-    QK_E2M1 = 6, /* e2m1 (fp4) codes sign << 3 | magnitude (NEON: the scalar kernel) */
+    QK_E2M1 = 6, /* e2m1 (fp4) codes sign << 3 | magnitude */
     QK_COUNT
 } quant_kcode;
 
