@@ -1,7 +1,8 @@
 /* test_microscaling.c -- the microscaling qtypes (mxfp8, mxfp8_16, mxfp4, nvfp4; SPEC 2b) through
  * the checkpoint side: rule refusals (tile, method, scale dtype, static activations), plan-time
  * refusals (a dimension the tile does not divide, the compressed-tensors layout), the native
- * layout on the stories260K fixture through `quant quantize` then `quant dequantize` (qvalue and
+ * layout on the stories260K fixture through `quant quantize`, `quant dequantize` and `quant
+ * inspect --json` (qvalue and
  * scale dtypes and shapes, every scale recomputed here from the input, nvfp4's global_scale,
  * dequantized = level(q) * scale), and nvfp4 in a two-pass (chunked) run.
  * SPDX-License-Identifier: Apache-2.0
@@ -167,7 +168,8 @@ static float block_calib(const float *x, int64_t n, const char *method)
 
 /* ---- the fixture through the quant binary ---------------------------------------------------- */
 
-static int run_quant(const char *const *args)
+/* Runs quant ARGS with stdout into `out` (or /dev/null); returns its exit status. */
+static int run_quant_to(const char *const *args, const char *out)
 {
     const char *bin = getenv("QUANT_BIN");
     ck_assert_msg(bin && *bin && access(bin, X_OK) == 0, "QUANT_BIN must name the quant binary");
@@ -176,7 +178,9 @@ static int run_quant(const char *const *args)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         int null = open("/dev/null", O_RDWR);
-        if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(null, STDOUT_FILENO) < 0) _exit(126);
+        int o = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
+        if (null < 0 || o < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(o, STDOUT_FILENO) < 0)
+            _exit(126);
         char *argv[12];
         int n = 0;
         argv[n++] = (char *)"quant";
@@ -191,6 +195,40 @@ static int run_quant(const char *const *args)
     int ws;
     while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
+}
+
+static int run_quant(const char *const *args)
+{
+    return run_quant_to(args, NULL);
+}
+
+/* `quant inspect --json` of the first output shard: nvfp4 rows carry global_scale, the others
+ * not; the qtype and the scale dtype are as written. */
+static void check_inspect(const char *tmp, const char *out)
+{
+    char *shard = ck_join(out, "model-00001-of-00002.safetensors"), *js = ck_join(tmp, "i.json");
+    ck_assert_int_eq(run_quant_to((const char *const[]){"inspect", "--json", shard, NULL}, js), 0);
+    json_error_t je;
+    json_t *doc = json_load_file(js, 0, &je);
+    ck_assert_msg(doc != NULL, "%s", je.text);
+    size_t i, nv = 0;
+    json_t *row;
+    json_array_foreach(json_object_get(doc, "tensors"), i, row)
+    {
+        const char *q = json_string_value(json_object_get(row, "qtype"));
+        json_t *g = json_object_get(row, "global_scale");
+        if (q && strcmp(q, "nvfp4") == 0) {
+            ck_assert(json_is_number(g) && json_number_value(g) > 0);
+            nv++;
+        } else {
+            ck_assert_ptr_null(g);
+        }
+        if (q) ck_assert_str_eq(json_string_value(json_object_get(row, "scale_dtype")), "F32");
+    }
+    ck_assert_int_eq(nv, 6); /* gate and up of layers 0..2 */
+    json_decref(doc);
+    free(shard);
+    free(js);
 }
 
 static const char fixture_rules[] =
@@ -292,6 +330,7 @@ START_TEST(fixture_quantize_then_dequantize)
         run_quant((const char *const[]){"quantize", "--rules", rules, "--quiet", in, out, NULL}),
         0);
     ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", out, deq, NULL}), 0);
+    check_inspect(tmp, out);
     int seen[4] = {0};
     static const char *const shards[2] = {"model-00001-of-00002.safetensors",
                                           "model-00002-of-00002.safetensors"};
