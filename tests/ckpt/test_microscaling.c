@@ -1,10 +1,10 @@
 /* test_microscaling.c -- the microscaling qtypes (mxfp8, mxfp8_16, mxfp4, nvfp4; SPEC 2b) through
  * the checkpoint side: rule refusals (tile, method, scale dtype, static activations), plan-time
  * refusals (a dimension the tile does not divide, the compressed-tensors layout), the native
- * layout on the stories260K fixture through `quant quantize`, `quant dequantize` and `quant
- * inspect --json` (qvalue and
- * scale dtypes and shapes, every scale recomputed here from the input, nvfp4's global_scale,
- * dequantized = level(q) * scale), and nvfp4 in a two-pass (chunked) run.
+ * layout on the stories260K fixture through `quant quantize`, `quant dequantize` and
+ * `quant inspect --json` (qvalue and scale dtypes and shapes, every scale recomputed here from the
+ * input, nvfp4's global_scale, dequantized = level(q) * scale), and nvfp4 in a two-pass (chunked)
+ * run.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
