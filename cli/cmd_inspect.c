@@ -35,8 +35,10 @@ typedef struct row {
     const char *dtype; /* original dtype name */
     int rank;
     int64_t shape[QUANT_MAX_RANK];
-    const char *qtype;            /* NULL for a plain tensor (points into the metadata JSON) */
-    bool packed;                  /* quantized: codes stored two per byte */
+    const char *qtype; /* NULL for a plain tensor (points into the metadata JSON) */
+    bool packed;       /* quantized: codes stored two per byte */
+    bool has_global;   /* nvfp4: the metadata's per-tensor global scale g */
+    double global_scale;
     const quant_st_tensor *scale; /* quantized: the NAME.scale tensor */
     bool has_range;               /* the scale is a float tensor with a finite element */
     double smin, smax;
@@ -86,6 +88,9 @@ static void quantized_row(const inspection *in, row *r, const quant_st_tensor *q
     r->qtype = json_string_value(json_object_get(e, "qtype"));
     if (!r->qtype) r->qtype = "?";
     r->packed = json_is_true(json_object_get(e, "packed"));
+    json_t *g = json_object_get(e, "global_scale");
+    r->has_global = json_is_number(g);
+    r->global_scale = json_number_value(g);
     r->bytes = quant_st_nbytes(q) + (r->scale ? quant_st_nbytes(r->scale) : 0) +
                (zp ? quant_st_nbytes(zp) : 0);
     const char *dtype = json_string_value(json_object_get(e, "orig_dtype"));
@@ -207,7 +212,7 @@ enum { COL_NAME, COL_DTYPE, COL_SHAPE, COL_QTYPE, COL_SMIN, COL_SMAX, COL_SIZE, 
 
 typedef struct cells {
     const char *c[N_COLS];
-    char shape[QUANT_MAX_RANK * 22 + 4], smin[32], smax[32], size[32];
+    char shape[QUANT_MAX_RANK * 22 + 4], smin[32], smax[32], size[32], qtype[64];
 } cells;
 
 static void fmt_shape(int rank, const int64_t *shape, char *buf, size_t cap)
@@ -229,6 +234,10 @@ static void row_cells(const row *r, cells *c)
     c->c[COL_DTYPE] = r->dtype ? r->dtype : "?";
     c->c[COL_SHAPE] = c->shape;
     c->c[COL_QTYPE] = r->qtype ? r->qtype : "-";
+    if (r->qtype && r->has_global) { /* nvfp4: "nvfp4 g=896" */
+        snprintf(c->qtype, sizeof c->qtype, "%.32s g=%.6g", r->qtype, r->global_scale);
+        c->c[COL_QTYPE] = c->qtype;
+    }
     c->c[COL_SMIN] = r->has_range ? c->smin : "-";
     c->c[COL_SMAX] = r->has_range ? c->smax : "-";
     c->c[COL_SIZE] = c->size;
@@ -309,6 +318,7 @@ static json_t *row_json(const row *r)
                   dims(r->rank, r->shape), "qtype", r->qtype, "bytes", (json_int_t)r->bytes);
     if (!o || !r->qtype) return o;
     json_object_set_new(o, "packed", json_boolean(r->packed));
+    if (r->has_global) json_object_set_new(o, "global_scale", json_real(r->global_scale));
     if (r->scale) {
         json_object_set_new(o, "scale_dtype", json_string(quant_st_dtype_name(r->scale->dtype)));
         json_object_set_new(o, "scale_shape", dims(r->scale->rank, r->scale->shape));

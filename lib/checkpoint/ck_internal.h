@@ -255,6 +255,10 @@ typedef struct ck_run {
 
 quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
                              quant_ck_error *err);
+/* nvfp4 (global_scale.c): reads every nvfp4 tensor of the shard once for max |x|, sets its
+ * plan's how.global_scale and remakes the native metadata (which records g). Run before the
+ * shard's header is written. */
+quant_ck_status ck_global_scales(ck_run *run, ck_shard_plan *sp, quant_ck_error *err);
 
 /* ---- opening inputs under a directory descriptor (beneath.c) ---------------------------------
  */

@@ -46,6 +46,20 @@ static bool is_part(const dq_shard *s, const char *tensor)
     return false;
 }
 
+/* A microscaling qtype (SPEC 2b) whose tiled axis holds a single tile (dim == the fixed tile,
+ * scale dim 1) looks reduced above: tile the last such axis. Any axis of scale dim 1 with that
+ * length gives the same dequantized values (one scale covers them all). */
+static void microscaling_tile(dq_entry *e)
+{
+    int64_t fixed = quant_qtype_traits_get(e->how.qtype)->fixed_tile;
+    if (!fixed || e->how.n_tiles != 0) return;
+    for (int a = e->rank - 1; a >= 0; a--)
+        if (e->shape[a] == fixed && a < e->scale->rank && e->scale->shape[a] == 1) {
+            e->how.tiles[e->how.n_tiles++] = (quant_tile){.axis = a, .size = fixed};
+            return;
+        }
+}
+
 /* The quant_how that reproduces the stored scale shape: an axis whose scale dim equals the
  * tensor's is channelwise, 1 is reduced, anything between is tiled. */
 static quant_ck_status entry_how(dq_entry *e, const json_t *info, quant_ck_error *err)
@@ -70,6 +84,7 @@ static quant_ck_status entry_how(dq_entry *e, const json_t *info, quant_ck_error
                                  "tensor '%s': scale shape does not fit shape on axis %d", e->name,
                                  a);
     }
+    microscaling_tile(e);
     int64_t want[QUANT_MAX_RANK];
     if (e->scale->rank != e->rank ||
         quant_scale_shape(&e->how, e->rank, e->shape, want, &qe) != QUANT_OK ||

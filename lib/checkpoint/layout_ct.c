@@ -9,6 +9,9 @@
  *    weight-only -> `pack-quantized` (P.weight_packed I32 + P.weight_shape I64[2]), densely
  *    packed (ceil(n*bits/32) words: compressed-tensors 0.18.0 or later for int3/5/6/7);
  *  - float8_e4m3fn weights -> `float-quantized` (P.weight F8_E4M3);
+ *  - the microscaling qtypes (SPEC 2b: mxfp8 -> mxfp8-quantized, mxfp4 -> mxfp4-pack-quantized,
+ *    nvfp4 -> nvfp4-pack-quantized) are not yet written by this layout and are refused at plan
+ *    time naming the rule; mxfp8_16 has no compressed-tensors form at all;
  *  - scales P.weight_scale: tensor [1], channel [out,1], group [out,in/g], block [out/bh,in/bw];
  *  - asymmetric ints add P.weight_zero_point: int32 words packed along dim 0 for pack-quantized
  *    channel and group (compressed-tensors' PACK_ZP_STRATS), else I8 shaped like the scale;
@@ -99,6 +102,13 @@ static quant_ck_status ct_check(const ck_tensor_plan *tp, quant_ck_error *err)
     if (len < 8 || strcmp(t->name + len - 7, ".weight") != 0 || t->rank != 2)
         return unsupported(tp, err, "only rank-2 weights named <module>.weight are quantized");
     quant_qtype q = tp->how.qtype;
+    if (quant_qtype_traits_get(q)->fixed_tile)
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "tensor '%s' (rule %ld): %s is not yet written by the "
+                             "compressed-tensors layout%s; use the native layout",
+                             t->name, tp->rule, quant_qtype_traits_get(q)->name,
+                             q == QUANT_QTYPE_MXFP8_16 ? " (and has no compressed-tensors form)"
+                                                       : "");
     if (!(q <= QUANT_QTYPE_INT8 || q == QUANT_QTYPE_FP8_E4M3FN))
         return unsupported(tp, err, "weight qtypes are int2..int8 and float8_e4m3fn");
     if (is_channel_axis(&tp->how, 1))

@@ -79,6 +79,8 @@ static json_t *tensor_entry(const ck_tensor_plan *tp)
                   quant_st_dtype_name(tp->in->dtype), "orig_shape",
                   shape_json(tp->in->rank, tp->in->shape), "packed", tp->how.pack && tr->packable,
                   "calibration", r->weight_calibration, "rule", (json_int_t)tp->rule);
+    if (e && tp->how.global_scale > 0.0f) /* nvfp4, once the pipeline has measured the tensor */
+        json_object_set_new(e, "global_scale", json_real((double)tp->how.global_scale));
     if (e && r->has_act_qtype) {
         json_object_set_new(e, "act_qtype",
                             json_string(quant_qtype_traits_get(r->act_qtype)->name));

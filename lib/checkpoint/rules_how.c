@@ -4,7 +4,9 @@
  *
  * Axis semantics (SPEC section 1, Qwix): contraction axes are reduced; a numeric tile_size tiles
  * the last contraction axis as listed in contraction_axes; an object tile_size tiles the axes
- * it names; every other axis is channelwise, and a tiled axis never is.
+ * it names; every other axis is channelwise, and a tiled axis never is. A microscaling qtype
+ * (mxfp8, mxfp8_16, mxfp4, nvfp4) without tile_size gets its fixed tile on that last
+ * contraction axis (SPEC 2b).
  */
 #include <string.h>
 
@@ -90,6 +92,11 @@ quant_ck_status quant_rule_how(const quant_rule *r, const char *tensor_name, int
     quant_ck_status st = contraction(r, rank, reduced, &last, err);
     if (st == QUANT_CK_OK) st = tiles(r, rank, last, tiled, how, err);
     if (st != QUANT_CK_OK) return st;
+    int64_t fixed = quant_qtype_traits_get(r->weight_qtype)->fixed_tile;
+    if (fixed && how->n_tiles == 0) { /* microscaling: the fixed tile is implied (SPEC 2b) */
+        how->tiles[how->n_tiles++] = (quant_tile){.axis = last, .size = fixed};
+        tiled[last] = true;
+    }
     for (int a = 0; a < rank; a++)
         if (!reduced[a] && !tiled[a]) how->channel_axes[how->n_channel_axes++] = a;
     how->calibration = r->weight_calibration;

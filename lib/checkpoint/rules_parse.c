@@ -479,8 +479,34 @@ static quant_ck_status check_how(const ck_rule_ctx *c, const char *field, quant_
     how.calibration = calib;
     how.stochastic = stochastic;
     quant_error qe;
-    if (quant_scale_shape(&how, 0, NULL, NULL, &qe) != QUANT_OK)
-        return ck_rule_fail(c, field, "%s", qe.message);
+    if (quant_how_check(&how, &qe) != QUANT_OK) return ck_rule_fail(c, field, "%s", qe.message);
+    return QUANT_CK_OK;
+}
+
+/* Microscaling weight qtypes (SPEC 2b): tile_size omitted or the fixed tile itself (an integer,
+ * along the last contraction axis), float32 scales. The calibration is checked by check_how. */
+static quant_ck_status check_microscaling(const ck_rule_ctx *c, const quant_rule *r)
+{
+    const quant_qtype_traits *t = quant_qtype_traits_get(r->weight_qtype);
+    if (!t->fixed_tile) return QUANT_CK_OK;
+    long long ft = (long long)t->fixed_tile;
+    if (r->n_tiles > 0 && !r->tile_on_contraction)
+        return ck_rule_fail(c, "tile_size",
+                            "%s has a fixed tile of %lld along the last contraction axis; omit "
+                            "tile_size or give %lld, not an object of axes (no 2-D tiles)",
+                            t->name, ft, ft);
+    if (r->n_tiles == 1 && r->tiles[0].size == 0)
+        return ck_rule_fail(c, "tile_size",
+                            "%s has a fixed tile of %lld; omit tile_size or give %lld, not the "
+                            "fraction %g",
+                            t->name, ft, ft, r->tiles[0].fraction);
+    if (r->n_tiles == 1 && r->tiles[0].size != t->fixed_tile)
+        return ck_rule_fail(c, "tile_size",
+                            "%s has a fixed tile of %lld; omit tile_size or give %lld, not %lld",
+                            t->name, ft, ft, (long long)r->tiles[0].size);
+    if (r->scale_dtype != QUANT_DTYPE_F32)
+        return ck_rule_fail(c, "scale_dtype", "%s stores float32 scales; \"%s\" is not allowed",
+                            t->name, r->scale_dtype == QUANT_DTYPE_BF16 ? "bfloat16" : "float16");
     return QUANT_CK_OK;
 }
 
@@ -500,11 +526,16 @@ static quant_ck_status rule_finish(const ck_rule_ctx *c, quant_rule *r)
                        false);
         if (st == QUANT_CK_OK && r->stochastic_rounding)
             st = check_how(c, "stochastic_rounding", r->weight_qtype, r->weight_calibration, true);
+        if (st == QUANT_CK_OK) st = check_microscaling(c, r);
         if (st != QUANT_CK_OK) return st;
     }
-    if (r->has_act_qtype)
-        return check_how(c, "act_calibration_method", r->act_qtype, r->act_calibration, false);
-    return QUANT_CK_OK;
+    if (!r->has_act_qtype) return QUANT_CK_OK;
+    if (r->act_static_scale && quant_qtype_traits_get(r->act_qtype)->fixed_tile)
+        return ck_rule_fail(c, "act_static_scale",
+                            "%s activations take a scale per block of each input at run time; a "
+                            "static per-tensor scale does not apply",
+                            quant_qtype_traits_get(r->act_qtype)->name);
+    return check_how(c, "act_calibration_method", r->act_qtype, r->act_calibration, false);
 }
 
 quant_ck_status ck_rule_parse(const ck_rule_ctx *c, const json_t *obj, quant_rule *r)

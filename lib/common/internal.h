@@ -29,6 +29,7 @@ typedef enum quant_kcode {
     QK_E4M3 = 3, /* fp8 e4m3fn codes */
     QK_E5M2 = 4, /* fp8 e5m2 codes */
     QK_NF4 = 5,  /* nf4 indices 0..15 */
+    QK_E2M1 = 6, /* e2m1 (fp4) codes sign << 3 | magnitude */
     QK_COUNT
 } quant_kcode;
 
@@ -52,6 +53,7 @@ typedef struct quant_plan {
     const quant_qtype_traits *traits;
     quant_kcode kcode;
     size_t code_size;   /* bytes per unpacked code: 1 or 2 */
+    float global_scale; /* nvfp4: the tensor's g (0 when not known yet) */
     bool packed;        /* two codes per byte along the last axis */
     int64_t qrow_bytes; /* bytes of one row of codes */
 } quant_plan;

@@ -181,4 +181,51 @@ static inline uint8_t qn_nf4_index(float v)
     return (uint8_t)lo;
 }
 
+/* e2m1 (fp4, SPEC 2b): code = sign << 3 | magnitude, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+ * Clip to +-6, round to the nearest magnitude, a tie to the even code: the magnitude code is
+ * the number of midpoints below |v|, a midpoint counting when |v| passes it, or reaches it and
+ * the code above it is even (0.75 -> 2, 1.75 -> 4, 3.5 -> 6; 0.25 -> 0, 1.25 -> 2, 2.5 -> 4,
+ * 5 -> 6). Clipping needs no step: everything past 5 is code 7. The sign bit is kept, so -0.1
+ * (and -0) give code 8. NaN (never kept: non-finite input is an error) gives a zero code. */
+static inline uint8_t qn_quant_e2m1(float v)
+{
+    uint8_t sign = (uint8_t)((qn_bits(v) >> 28) & 8u);
+    float a = qn_float(qn_bits(v) & 0x7fffffffu);
+    int m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
+            (a > 5.0f);
+    return (uint8_t)(sign | (uint8_t)m);
+}
+
+static const float qn_e2m1_magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+static inline float qn_e2m1_to_f32(uint8_t code)
+{
+    float m = qn_e2m1_magnitudes[code & 7u];
+    return (code & 8u) ? -m : m;
+}
+
+/* sqrt(FLT_MIN) = 2^-63 exactly: SPEC section 4's tiny-scale bound. */
+#define QN_TINY_SCALE 0x1p-63f
+
+/* MX scale (SPEC 2b, Qwix's Outlier Aware Scaling): s = absmax / B with the tiny rule,
+ * t = bf16(f32(s * C)) (round to nearest even), scale = t with its mantissa cleared, i.e.
+ * 2^floor(log2 t). s >= 2^-63 keeps t normal; absmax / B * C stays below FLT_MAX for both
+ * bounds (448, 6) and both constants (< 2), so the result is a positive finite power of two. */
+static inline float qn_mx_scale(float absmax, float bound, float c)
+{
+    float s = absmax / bound;
+    if (s < QN_TINY_SCALE) s = 1.0f;
+    float t = qn_bf16_to_f32(qn_f32_to_bf16(s * c));
+    return qn_float(qn_bits(t) & 0xff800000u);
+}
+
+/* nvfp4's effective block scale (SPEC 2b): s_b = e4m3fn(f32(absmax / 6) * g), clipped to
+ * +-448 and rounded to nearest even; s_b == 0 becomes 0.125; e_b = f32(s_b / g). */
+static inline float qn_nvfp4_block_scale(float absmax, float g)
+{
+    float sb = qn_fp8_to_f32(qn_quant_e4m3fn((absmax / 6.0f) * g), 3, 7, 0);
+    if (sb == 0.0f) sb = 0.125f;
+    return sb / g;
+}
+
 #endif /* QUANT_NUMERICS_H */

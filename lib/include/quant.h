@@ -119,15 +119,27 @@ typedef enum quant_qtype {
     QUANT_QTYPE_NF4 = 10,
     QUANT_QTYPE_FP8_E4M3FN = 11,
     QUANT_QTYPE_FP8_E5M2 = 12,
+    QUANT_QTYPE_MXFP8 = 13,    /* e4m3fn elements, tile 32, power-of-two scale (SPEC 2b) */
+    QUANT_QTYPE_MXFP8_16 = 14, /* e4m3fn elements, tile 16, power-of-two scale */
+    QUANT_QTYPE_MXFP4 = 15,    /* e2m1 elements, tile 32, power-of-two scale */
+    QUANT_QTYPE_NVFP4 = 16,    /* e2m1 elements, tile 16, e4m3fn block scale under a global one */
     QUANT_QTYPE_COUNT
 } quant_qtype;
 
 /* How a qtype's codes are computed from a scaled value v (x / scale [+ zero point]). */
 typedef enum quant_code_kind {
-    QUANT_CODE_INT = 0,  /* round half to even, then saturate to [qmin, qmax] */
-    QUANT_CODE_FP8 = 1,  /* clip to +-bound, then round to nearest even into the fp8 format */
-    QUANT_CODE_TABLE = 2 /* index of the nearest table level; a tie goes to the lower index */
+    QUANT_CODE_INT = 0,   /* round half to even, then saturate to [qmin, qmax] */
+    QUANT_CODE_FP8 = 1,   /* clip to +-bound, then round to nearest even into the fp8 format */
+    QUANT_CODE_TABLE = 2, /* index of the nearest table level; a tie goes to the lower index */
+    QUANT_CODE_FP4 = 3    /* e2m1: clip to +-6, nearest magnitude, a tie to the even code */
 } quant_code_kind;
+
+/* How a qtype's scale comes from a calibration value (SPEC sections 4 and 2b). */
+typedef enum quant_scale_kind {
+    QUANT_SCALE_LINEAR = 0, /* absmax / B (or the asymmetric range), tiny rule, scale dtype */
+    QUANT_SCALE_MX = 1,     /* 2^floor(log2 bf16((absmax / B) * C)): OCP MX / Qwix OAS */
+    QUANT_SCALE_NVFP4 = 2   /* e4m3fn(absmax / 6 * g) / g under the per-tensor global scale g */
+} quant_scale_kind;
 
 /* One row per qtype (SPEC section 2). */
 typedef struct quant_qtype_traits {
@@ -144,6 +156,13 @@ typedef struct quant_qtype_traits {
     int32_t (*convert)(float v);
     /* level(code): the value a code stands for, before the zero point and scale. */
     float (*level)(int32_t code);
+    /* Microscaling qtypes (SPEC 2b): the fixed tile length on the last contraction axis (0 for
+     * the others, which take any tiling), how the scale is derived, and the OAS constant C of
+     * QUANT_SCALE_MX (C rounded to float32). Microscaling qtypes take symmetric calibrations
+     * (absmax[,f], rms,f) and float32 scales only. */
+    int64_t fixed_tile;
+    quant_scale_kind scale_kind;
+    float scale_constant;
 } quant_qtype_traits;
 
 /*! quant_qtype_traits_get() :
@@ -158,6 +177,15 @@ QUANT_API quant_status quant_qtype_parse(const char *name, quant_qtype *out, qua
 
 /* The 16 NF4 levels, index 0..15 (SPEC section 2). */
 QUANT_API extern const float quant_nf4_levels[16];
+
+/* The 16 e2m1 (fp4) levels by code, sign << 3 | magnitude (SPEC 2b); code 8 is -0. */
+QUANT_API extern const float quant_e2m1_levels[16];
+
+/*! quant_nvfp4_global_scale() :
+ * nvfp4's per-tensor global scale from A = max |x| over the whole tensor (SPEC 2b):
+ * g = f32(2688 * f32(1 / max(A, FLT_MIN))); an infinite or NaN g becomes 1.
+ * @return : g (positive and finite). */
+QUANT_API float quant_nvfp4_global_scale(float amax);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensors
@@ -212,10 +240,21 @@ typedef struct quant_how {
     uint64_t sr_key;                  /* noise key, from quant_sr_key(seed, tensor name) */
     uint64_t sr_index_base;           /* flat index of this tensor's first element in the whole
                                          tensor, when quantizing a slice (0 otherwise) */
+    float global_scale;               /* nvfp4 only: the tensor's global scale g (from
+                                         quant_nvfp4_global_scale()); 0 lets quant_quantize()
+                                         and quant_fake_quant() derive it from x itself, while
+                                         quant_compute_scale() requires it */
 } quant_how;
 
 /*! quant_how_init() : int8, absmax, per-tensor, f32 scales, packing on, no noise. */
 QUANT_API void quant_how_init(quant_how *how, quant_qtype qtype);
+
+/*! quant_how_check() :
+ * Validates the shape-independent part of `how`: qtype, calibration method (and whether the
+ * qtype allows it), stochastic rounding, scale dtype.
+ * @return : QUANT_OK, or QUANT_ERR_QTYPE / QUANT_ERR_METHOD / QUANT_ERR_ASYMMETRIC /
+ *           QUANT_ERR_UNSUPPORTED / QUANT_ERR_DTYPE naming the value. */
+QUANT_API quant_status quant_how_check(const quant_how *how, quant_error *err);
 
 /*! quant_how_asymmetric() :
  * @return : true when how->calibration is a valid asymmetric method (minmax, or fixed with
@@ -333,14 +372,23 @@ typedef struct quant_calibration {
 QUANT_API quant_status quant_calibrate(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
                                        quant_calibration *out, quant_error *err);
 
+/*! quant_absmax_all() :
+ * max |x| over the whole of `x` (F32, F16, BF16 or F64; any strides), the A of nvfp4's global
+ * scale. Deterministic for any thread count and ISA (max is exact).
+ * @return : QUANT_OK, or QUANT_ERR_NONFINITE with the first bad index, QUANT_ERR_ARG. */
+QUANT_API quant_status quant_absmax_all(quant_ctx *ctx, const quant_tensor *x, float *amax,
+                                        quant_error *err);
+
 /*! quant_compute_scale() :
  * SPEC section 4 for `n` calibration values: scale = absmax / B, or (max - min) / (qmax - qmin)
  * with zero_point = convert(qmin - min / scale); a scale below sqrt(FLT_MIN) becomes 1; the
  * scale is then rounded to how->scale_dtype and the zero point computed from the rounded scale.
  * `scale` receives float32 values exactly representable in the scale dtype. `zero_point` must
  * be non-NULL for asymmetric calibrations and is left untouched otherwise.
+ * Microscaling qtypes use SPEC 2b instead: the MX power of two, or nvfp4's effective scale
+ * e_b = f32(s_b / g) with g = how->global_scale (which must then be set).
  * @return : QUANT_OK, or QUANT_ERR_RANGE when a scale rounds to 0 or infinity in the scale
- *           dtype, QUANT_ERR_ASYMMETRIC, QUANT_ERR_ARG. */
+ *           dtype, QUANT_ERR_ASYMMETRIC, QUANT_ERR_ARG (also nvfp4 without a global scale). */
 QUANT_API quant_status quant_compute_scale(const quant_how *how, const quant_calibration *calib,
                                            int64_t n, float *scale, int32_t *zero_point,
                                            quant_error *err);

@@ -266,3 +266,16 @@ quant_status quant_calibrate(quant_ctx *ctx, const quant_how *how, const quant_t
         return quant_fail(err, QUANT_ERR_ARG, "calibration output arrays are NULL");
     return quant_calibrate_plan(ctx, &p, x, out, err);
 }
+
+quant_status quant_absmax_all(quant_ctx *ctx, const quant_tensor *x, float *amax, quant_error *err)
+{
+    quant_error_clear(err);
+    if (!ctx || !amax) return quant_fail(err, QUANT_ERR_ARG, "context or output is NULL");
+    QUANT_RETURN_IF_ERR(quant_check_input(x, err));
+    quant_how how; /* per-tensor absmax: one calibration value over every element */
+    quant_how_init(&how, QUANT_QTYPE_INT8);
+    quant_plan p;
+    QUANT_RETURN_IF_ERR(quant_plan_make(&how, x->rank, x->shape, &p, err));
+    quant_calibration out = {.asymmetric = false, .absmax = amax};
+    return quant_calibrate_plan(ctx, &p, x, &out, err);
+}

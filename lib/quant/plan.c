@@ -238,6 +238,30 @@ int64_t quant_qvalue_bytes(const quant_how *how, int rank, const int64_t *shape)
     return plan.nrows * plan.qrow_bytes;
 }
 
+/* Microscaling qtypes (SPEC 2b): symmetric absmax[,f] or rms,f calibration, float32 scales
+ * (the stored scale is the power of two or e_b, exact in float32). */
+static quant_status check_microscaling(const quant_how *how, const quant_plan *plan,
+                                       quant_error *err)
+{
+    const char *name = plan->traits->name;
+    if (plan->method.kind != QUANT_CALIB_ABSMAX && plan->method.kind != QUANT_CALIB_RMS)
+        return quant_fail(err, QUANT_ERR_METHOD,
+                          "calibration \"%.64s\" is not allowed for %s (symmetric absmax[,f] or "
+                          "rms,f only)",
+                          how->calibration ? how->calibration : "absmax", name);
+    if (how->scale_dtype != QUANT_DTYPE_F32)
+        return quant_fail(
+            err, QUANT_ERR_DTYPE, "%s stores float32 scales; scale dtype %s is not allowed", name,
+            quant_dtype_name(how->scale_dtype) ? quant_dtype_name(how->scale_dtype) : "(invalid)");
+    if (how->global_scale != 0.0f &&
+        (plan->traits->scale_kind != QUANT_SCALE_NVFP4 || !(how->global_scale > 0.0f) ||
+         how->global_scale > 3.4028234663852886e38f))
+        return quant_fail(err, QUANT_ERR_ARG,
+                          "global scale %g: only nvfp4 takes one, positive and finite",
+                          (double)how->global_scale);
+    return QUANT_OK;
+}
+
 static quant_kcode kcode_of(quant_qtype q)
 {
     switch (q) {
@@ -249,7 +273,12 @@ static quant_kcode kcode_of(quant_qtype q)
     case QUANT_QTYPE_NF4:
         return QK_NF4;
     case QUANT_QTYPE_FP8_E4M3FN:
+    case QUANT_QTYPE_MXFP8:
+    case QUANT_QTYPE_MXFP8_16:
         return QK_E4M3;
+    case QUANT_QTYPE_MXFP4:
+    case QUANT_QTYPE_NVFP4:
+        return QK_E2M1;
     case QUANT_QTYPE_FP8_E5M2:
         return QK_E5M2;
     default:
@@ -264,6 +293,8 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
     if (!plan->traits)
         return quant_fail(err, QUANT_ERR_QTYPE, "qtype %d is out of range", how->qtype);
     QUANT_RETURN_IF_ERR(quant_calib_parse(how->calibration, &plan->method, err));
+    if (plan->traits->fixed_tile) QUANT_RETURN_IF_ERR(check_microscaling(how, plan, err));
+    plan->global_scale = how->global_scale;
     if (plan->method.asymmetric && !plan->traits->asymmetric_allowed)
         return quant_fail(err, QUANT_ERR_ASYMMETRIC,
                           "calibration \"%.64s\" is asymmetric, which %s does not allow "
@@ -279,6 +310,26 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
     return QUANT_OK;
 }
 
+quant_status quant_how_check(const quant_how *how, quant_error *err)
+{
+    quant_plan plan;
+    quant_error_clear(err);
+    return quant_plan_check_how(how, &plan, err);
+}
+
+/* A microscaling qtype tiles exactly one axis by its fixed tile (SPEC 2b). */
+static quant_status check_fixed_tile(const quant_how *how, const quant_plan *plan, int rank,
+                                     quant_error *err)
+{
+    const quant_qtype_traits *t = plan->traits;
+    if (rank < 1 || how->n_tiles != 1 || how->tiles[0].size != t->fixed_tile)
+        return quant_fail(err, QUANT_ERR_TILE,
+                          "%s needs exactly one tile, of its fixed size %lld, on the last "
+                          "contraction axis (no other size, fraction or 2-D tile)",
+                          t->name, (long long)t->fixed_tile);
+    return QUANT_OK;
+}
+
 quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shape, quant_plan *plan,
                              quant_error *err)
 {
@@ -289,6 +340,7 @@ quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shap
     int64_t numel = quant_numel(rank, shape);
     if (numel < 0) return quant_fail(err, QUANT_ERR_ARG, "shape has a negative dim or overflows");
 
+    if (plan->traits->fixed_tile) QUANT_RETURN_IF_ERR(check_fixed_tile(how, plan, rank, err));
     int64_t sdim[QUANT_MAX_RANK];
     QUANT_RETURN_IF_ERR(axis_scale_dims(how, rank, shape, sdim, err));
 

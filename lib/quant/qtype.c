@@ -2,6 +2,7 @@
  * name parsing.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
 #include <string.h>
 
 #include "internal.h"
@@ -67,6 +68,21 @@ static float level_e4m3(int32_t code)
     return qn_fp8_to_f32((uint8_t)code, 3, 7, 0);
 }
 
+const float quant_e2m1_levels[16] = {
+    0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f,
+};
+
+static int32_t convert_e2m1(float v)
+{
+    return qn_quant_e2m1(v);
+}
+
+static float level_e2m1(int32_t code)
+{
+    return qn_e2m1_to_f32((uint8_t)code);
+}
+
 static int32_t convert_e5m2(float v)
 {
     return qn_quant_e5m2(v);
@@ -90,6 +106,27 @@ static float level_e5m2(int32_t code)
            .zero_point_dtype = zpd,                                                                \
            .convert = conv,                                                                        \
            .level = level_int}
+
+/* Microscaling rows (SPEC 2b): element format, fixed tile, bound B, scale rule, OAS constant C
+ * (60/31 and 12/7 rounded to float32: 1.9354838132858276, 1.7142857313156128). */
+#define MX_ROW(q, nm, b, knd, store, bnd, tile, skind, c, conv, lvl)                               \
+    [q] = {.name = nm,                                                                             \
+           .bits = b,                                                                              \
+           .kind = knd,                                                                            \
+           .storage = store,                                                                       \
+           .packable = (b) <= 4,                                                                   \
+           .symmetric_bound = bnd,                                                                 \
+           .asymmetric_allowed = false,                                                            \
+           .qmin = 0,                                                                              \
+           .qmax = 0,                                                                              \
+           .zero_point_dtype = QUANT_DTYPE_I8,                                                     \
+           .convert = conv,                                                                        \
+           .level = lvl,                                                                           \
+           .fixed_tile = tile,                                                                     \
+           .scale_kind = skind,                                                                    \
+           .scale_constant = c}
+#define OAS_C_FP8 ((float)(60.0 / 31.0))
+#define OAS_C_FP4 ((float)(12.0 / 7.0))
 
 /* Symmetric bound B = qmax + 0.5 for integers (Qwix: the qmax bucket covers [qmax-0.5, qmax+0.5)),
  * except int16, where SPEC and Qwix use 32768 (the TFLite/QATv3 convention). */
@@ -147,7 +184,22 @@ static const quant_qtype_traits traits_table[QUANT_QTYPE_COUNT] = {
                               .zero_point_dtype = QUANT_DTYPE_I8,
                               .convert = convert_e5m2,
                               .level = level_e5m2},
+    MX_ROW(QUANT_QTYPE_MXFP8, "mxfp8", 8, QUANT_CODE_FP8, QUANT_DTYPE_F8_E4M3, QN_E4M3_MAX, 32,
+           QUANT_SCALE_MX, OAS_C_FP8, convert_e4m3, level_e4m3),
+    MX_ROW(QUANT_QTYPE_MXFP8_16, "mxfp8_16", 8, QUANT_CODE_FP8, QUANT_DTYPE_F8_E4M3, QN_E4M3_MAX,
+           16, QUANT_SCALE_MX, OAS_C_FP8, convert_e4m3, level_e4m3),
+    MX_ROW(QUANT_QTYPE_MXFP4, "mxfp4", 4, QUANT_CODE_FP4, QUANT_DTYPE_U8, 6.0f, 32, QUANT_SCALE_MX,
+           OAS_C_FP4, convert_e2m1, level_e2m1),
+    MX_ROW(QUANT_QTYPE_NVFP4, "nvfp4", 4, QUANT_CODE_FP4, QUANT_DTYPE_U8, 6.0f, 16,
+           QUANT_SCALE_NVFP4, 0.0f, convert_e2m1, level_e2m1),
 };
+
+float quant_nvfp4_global_scale(float amax)
+{
+    float a = amax > FLT_MIN ? amax : FLT_MIN;
+    float g = 2688.0f * (1.0f / a);
+    return qn_nonfinite(g) ? 1.0f : g;
+}
 
 const quant_qtype_traits *quant_qtype_traits_get(quant_qtype qtype)
 {
@@ -174,7 +226,7 @@ quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *
     }
     return quant_fail(err, QUANT_ERR_QTYPE,
                       "unknown qtype \"%.64s\" (expected int2..int8, int16, uint4, uint8, nf4, "
-                      "float8_e4m3fn, float8_e5m2)",
+                      "float8_e4m3fn, float8_e5m2, mxfp8, mxfp8_16, mxfp4, nvfp4)",
                       name);
 }
 

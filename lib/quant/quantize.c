@@ -271,11 +271,23 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
     return st;
 }
 
+/* nvfp4 without a given global scale: g from max |x| over the whole tensor (SPEC 2b). */
+static quant_status derive_global_scale(quant_ctx *ctx, const quant_tensor *x, quant_plan *p,
+                                        quant_error *err)
+{
+    if (p->traits->scale_kind != QUANT_SCALE_NVFP4 || p->global_scale != 0.0f) return QUANT_OK;
+    float amax = 0.0f;
+    QUANT_RETURN_IF_ERR(quant_absmax_all(ctx, x, &amax, err));
+    p->global_scale = quant_nvfp4_global_scale(amax);
+    return QUANT_OK;
+}
+
 quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_tensor *x, void *q,
                             float *scale, int32_t *zero_point, quant_error *err)
 {
     quant_plan p;
     QUANT_RETURN_IF_ERR(check_args(ctx, how, x, &p, err));
+    QUANT_RETURN_IF_ERR(derive_global_scale(ctx, x, &p, err));
     if (!scale || (!q && p.numel > 0)) return quant_fail(err, QUANT_ERR_ARG, "scale or q is NULL");
     if (p.method.asymmetric && !zero_point)
         return quant_fail(err, QUANT_ERR_ARG, "zero_point is NULL for an asymmetric calibration");

@@ -8,7 +8,7 @@
 #include "numerics.h"
 
 /* sqrt(FLT_MIN) = 2^-63 exactly. */
-#define QUANT_TINY 0x1p-63f
+#define QUANT_TINY QN_TINY_SCALE
 
 /* Rounds s to the scale dtype (nearest even) and back to float32. */
 static float round_scale(float s, quant_dtype dtype)
@@ -36,11 +36,37 @@ static quant_status finish_scale(float s, quant_dtype dtype, int64_t i, float *o
     return QUANT_OK;
 }
 
+/* SPEC 2b: the MX power of two, or nvfp4's e_b under the plan's global scale g. */
+static quant_status microscaling_range(const quant_plan *plan, const quant_calibration *calib,
+                                       int64_t n, float *scale, int64_t first, quant_error *err)
+{
+    const quant_qtype_traits *t = plan->traits;
+    if (t->scale_kind == QUANT_SCALE_MX) {
+        for (int64_t i = 0; i < n; i++) {
+            scale[i] = qn_mx_scale(calib->absmax[i], t->symmetric_bound, t->scale_constant);
+            if (qn_nonfinite(scale[i])) /* only from an absmax near FLT_MAX times a factor */
+                return quant_fail(err, QUANT_ERR_RANGE,
+                                  "%s scale of absmax %g (element %lld) is not finite", t->name,
+                                  (double)calib->absmax[i], (long long)(first + i));
+        }
+        return QUANT_OK;
+    }
+    float g = plan->global_scale;
+    if (!(g > 0.0f) || qn_nonfinite(g))
+        return quant_fail(err, QUANT_ERR_ARG,
+                          "nvfp4 needs the tensor's global scale (how->global_scale, from "
+                          "quant_nvfp4_global_scale of the tensor's absmax)");
+    for (int64_t i = 0; i < n; i++) scale[i] = qn_nvfp4_block_scale(calib->absmax[i], g);
+    return QUANT_OK;
+}
+
 quant_status quant_scale_range(const quant_plan *plan, quant_dtype scale_dtype,
                                const quant_calibration *calib, int64_t n, float *scale,
                                int32_t *zero_point, int64_t first, quant_error *err)
 {
     const quant_qtype_traits *t = plan->traits;
+    if (t->scale_kind != QUANT_SCALE_LINEAR)
+        return microscaling_range(plan, calib, n, scale, first, err);
     if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32) {
         /* the common case, in two simple loops the compiler vectorizes */
         const float bound = t->symmetric_bound;

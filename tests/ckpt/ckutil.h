@@ -67,5 +67,6 @@ Suite *suite_srq_ckpt(void);
 Suite *suite_confine(void);
 Suite *suite_check(void);
 Suite *suite_plan(void);
+Suite *suite_microscaling_ckpt(void);
 
 #endif

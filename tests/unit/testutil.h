@@ -41,5 +41,6 @@ Suite *suite_quantize(void);
 Suite *suite_pack(void);
 Suite *suite_props(void);
 Suite *suite_ctx(void);
+Suite *suite_microscaling(void);
 
 #endif

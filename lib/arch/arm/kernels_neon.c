@@ -220,9 +220,31 @@ ALWAYS_INLINE uint32x4_t nf4_codes(float32x4_t v)
     return vaddq_u32(vandq_u32(idx, vdupq_n_u32(0xffu)), cnt);
 }
 
+/* e2m1 codes as qn_quant_e2m1: the magnitude code counts the midpoints |v| passes (> for the
+ * ties that go down to an even code, >= for those that go up), the sign bit becomes bit 3. NaN
+ * compares false everywhere: magnitude 0, as the scalar path. */
+ALWAYS_INLINE uint32x4_t e2m1_codes(float32x4_t v)
+{
+    float32x4_t a = vabsq_f32(v);
+    uint32x4_t m = vdupq_n_u32(0);
+#define E2M1_PAST(t, cmp) m = vsubq_u32(m, cmp(a, vdupq_n_f32(t))) /* a true compare is -1 */
+    E2M1_PAST(0.25f, vcgtq_f32);
+    E2M1_PAST(0.75f, vcgeq_f32);
+    E2M1_PAST(1.25f, vcgtq_f32);
+    E2M1_PAST(1.75f, vcgeq_f32);
+    E2M1_PAST(2.5f, vcgtq_f32);
+    E2M1_PAST(3.5f, vcgeq_f32);
+    E2M1_PAST(5.0f, vcgtq_f32);
+#undef E2M1_PAST
+    uint32x4_t sign = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(v), 28), vdupq_n_u32(8u));
+    return vorrq_u32(m, sign);
+}
+
 ALWAYS_INLINE uint32x4_t codes4(quant_kcode kc, float32x4_t v, float32x4_t qmin, float32x4_t qmax)
 {
     switch (kc) {
+    case QK_E2M1:
+        return e2m1_codes(v);
     case QK_E4M3:
         return fp8_codes(v, QN_E4M3_MAX, 3, 7);
     case QK_E5M2:
@@ -559,6 +581,8 @@ static int quantize_neon(const quant_krow *r, const float *x, int64_t n, int64_t
         return quantize_kc(QK_E5M2, r, x, n, c0, codes);
     case QK_NF4:
         return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    case QK_E2M1:
+        return quantize_kc(QK_E2M1, r, x, n, c0, codes);
     default:
         return quant_generic_quantize(r, x, n, c0, codes);
     }
@@ -592,7 +616,8 @@ ALWAYS_INLINE float32x4_t fp8_levels(uint32x4_t c, int M, int bias, bool has_inf
     return vreinterpretq_f32_u32(vorrq_u32(bits, sign));
 }
 
-/* NF4 index (low nibble) -> level, by a 64-byte table lookup: lane i reads bytes 4k..4k+3. */
+/* NF4 index or e2m1 code (low nibble) -> level, by a 64-byte table lookup: lane i reads bytes
+ * 4k..4k+3 of the 16-float table. */
 ALWAYS_INLINE float32x4_t nf4_levels(uint32x4_t c, uint8x16x4_t tab)
 {
     uint32x4_t k = vandq_u32(c, vdupq_n_u32(15u));
@@ -613,6 +638,7 @@ ALWAYS_INLINE float32x4_t levels4(quant_kcode kc, uint32x4_t c, uint8x16x4_t tab
     case QK_E5M2:
         return fp8_levels(c, 2, 15, true);
     case QK_NF4:
+    case QK_E2M1:
         return nf4_levels(c, tab);
     default:
         return vcvtq_f32_u32(c);
@@ -670,9 +696,10 @@ ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     uint8x16x4_t tab = {{vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0)}};
-    if (kc == QK_NF4)
+    if (kc == QK_NF4 || kc == QK_E2M1)
         for (int i = 0; i < 4; i++)
-            tab.val[i] = vreinterpretq_u8_f32(vld1q_f32(quant_nf4_levels + 4 * i));
+            tab.val[i] = vreinterpretq_u8_f32(
+                vld1q_f32((kc == QK_NF4 ? quant_nf4_levels : quant_e2m1_levels) + 4 * i));
     if (r->tile == 1) {
         int64_t j = 0;
         for (; j + 4 <= n; j += 4) {
@@ -718,6 +745,9 @@ static void dequantize_neon(const quant_krow *r, const void *codes, int64_t n, i
         break;
     case QK_NF4:
         dequantize_kc(QK_NF4, r, codes, n, c0, out);
+        break;
+    case QK_E2M1:
+        dequantize_kc(QK_E2M1, r, codes, n, c0, out);
         break;
     default:
         quant_generic_dequantize(r, codes, n, c0, out);

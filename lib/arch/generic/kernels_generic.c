@@ -71,6 +71,9 @@ static inline void put_code(quant_kcode kc, void *codes, int64_t j, float v, flo
     case QK_NF4:
         ((uint8_t *)codes)[j] = qn_nf4_index(v);
         break;
+    case QK_E2M1:
+        ((uint8_t *)codes)[j] = qn_quant_e2m1(v);
+        break;
     default:
         break;
     }
@@ -125,6 +128,8 @@ static inline float code_level(quant_kcode kc, const void *codes, int64_t j)
         return qn_fp8_to_f32(((const uint8_t *)codes)[j], 2, 15, 1);
     case QK_NF4:
         return quant_nf4_levels[((const uint8_t *)codes)[j] & 15u];
+    case QK_E2M1:
+        return qn_e2m1_to_f32(((const uint8_t *)codes)[j]);
     default:
         return 0.0f;
     }

@@ -238,9 +238,33 @@ ALWAYS_INLINE __m256i nf4_codes(__m256 v)
                             _mm256_add_epi32(_mm256_add_epi32(c0, c1), c2));
 }
 
+/* e2m1 codes as qn_quant_e2m1: the magnitude code counts the midpoints |v| passes (> for the
+ * ties that go down to an even code, >= for those that go up), the sign bit becomes bit 3. NaN
+ * compares false everywhere: magnitude 0, as the scalar path. */
+ALWAYS_INLINE __m256i e2m1_codes(__m256 v)
+{
+    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    __m256i m = _mm256_setzero_si256();
+#define E2M1_PAST(t, pred) /* each true compare is -1 */                                           \
+    m = _mm256_sub_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), pred)))
+    E2M1_PAST(0.25f, _CMP_GT_OQ);
+    E2M1_PAST(0.75f, _CMP_GE_OQ);
+    E2M1_PAST(1.25f, _CMP_GT_OQ);
+    E2M1_PAST(1.75f, _CMP_GE_OQ);
+    E2M1_PAST(2.5f, _CMP_GT_OQ);
+    E2M1_PAST(3.5f, _CMP_GE_OQ);
+    E2M1_PAST(5.0f, _CMP_GT_OQ);
+#undef E2M1_PAST
+    __m256i sign =
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 28), _mm256_set1_epi32(8));
+    return _mm256_or_si256(m, sign);
+}
+
 ALWAYS_INLINE __m256i codes8(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
 {
     switch (kc) {
+    case QK_E2M1:
+        return e2m1_codes(v);
     case QK_E4M3:
         return fp8_codes(v, QN_E4M3_MAX, 3, 7);
     case QK_E5M2:
@@ -551,7 +575,7 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
         return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
     }
     /* tiny tiles, and zero points on fp8/nf4 (never asked by the drivers), stay scalar */
-    if (r->tile < 8 || (r->zp && (kc == QK_E4M3 || kc == QK_E5M2 || kc == QK_NF4)))
+    if (r->tile < 8 || (r->zp && (kc == QK_E4M3 || kc == QK_E5M2 || kc == QK_NF4 || kc == QK_E2M1)))
         return quant_generic_quantize(r, x, n, c0, codes);
     if (r->tile < 64 && r->tile % 8 == 0 && c0 % 8 == 0) { /* small tiles: many groups */
         grouped_kc(kc, r, x, n, c0, out);
@@ -584,6 +608,8 @@ static int quantize_avx2(const quant_krow *r, const float *x, int64_t n, int64_t
         return quantize_kc(QK_E5M2, r, x, n, c0, codes);
     case QK_NF4:
         return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    case QK_E2M1:
+        return quantize_kc(QK_E2M1, r, x, n, c0, codes);
     default:
         return quant_generic_quantize(r, x, n, c0, codes);
     }

@@ -317,12 +317,37 @@ ALWAYS_INLINE __m512i nf4_codes(__m512 v, const nf4_grid *t, __m512 *thr)
     return _mm512_mask_sub_epi32(base, above, base, _mm512_set1_epi32(-1));
 }
 
+/* e2m1 codes as qn_quant_e2m1: the magnitude code counts the midpoints |v| passes (> for the
+ * ties that go down to an even code, >= for those that go up), the sign bit becomes bit 3. NaN
+ * compares false everywhere: magnitude 0, as the scalar path. */
+ALWAYS_INLINE __m512i e2m1_codes(__m512 v)
+{
+    __m512 a = _mm512_abs_ps(v);
+    __m512i m = _mm512_setzero_si512();
+    const __m512i one = _mm512_set1_epi32(1);
+#define E2M1_PAST(t, pred)                                                                         \
+    m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), pred), m, one)
+    E2M1_PAST(0.25f, _CMP_GT_OQ);
+    E2M1_PAST(0.75f, _CMP_GE_OQ);
+    E2M1_PAST(1.25f, _CMP_GT_OQ);
+    E2M1_PAST(1.75f, _CMP_GE_OQ);
+    E2M1_PAST(2.5f, _CMP_GT_OQ);
+    E2M1_PAST(3.5f, _CMP_GE_OQ);
+    E2M1_PAST(5.0f, _CMP_GT_OQ);
+#undef E2M1_PAST
+    __m512i sign =
+        _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 28), _mm512_set1_epi32(8));
+    return _mm512_or_si512(m, sign);
+}
+
 /* Codes of scaled values, as int32 lanes. */
 ALWAYS_INLINE __m512i codes16(quant_kcode kc, __m512 v, __m512 qmin, __m512 qmax,
                               const nf4_grid *grid)
 {
     __m512 thr;
     switch (kc) {
+    case QK_E2M1:
+        return e2m1_codes(v);
     case QK_E4M3:
         return fp8_codes(v, QN_E4M3_MAX, 3, 7);
     case QK_E5M2:
@@ -791,6 +816,8 @@ static int quantize_avx512(const quant_krow *r, const float *x, int64_t n, int64
         return quantize_kc(QK_E5M2, r, x, n, c0, codes);
     case QK_NF4:
         return quantize_kc(QK_NF4, r, x, n, c0, codes);
+    case QK_E2M1:
+        return quantize_kc(QK_E2M1, r, x, n, c0, codes);
     default:
         return quant_generic_quantize(r, x, n, c0, codes);
     }
@@ -825,7 +852,7 @@ ALWAYS_INLINE __m512 fp8_levels(__m512i c, int M, int bias, bool has_inf)
 }
 
 /* Levels of the 16 codes at c (lanes m). */
-ALWAYS_INLINE __m512 levels16(quant_kcode kc, const uint8_t *c, __mmask16 m, __m512 nf4_levels)
+ALWAYS_INLINE __m512 levels16(quant_kcode kc, const uint8_t *c, __mmask16 m, __m512 table)
 {
     if (kc == QK_I16)
         return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m, c)));
@@ -838,7 +865,8 @@ ALWAYS_INLINE __m512 levels16(quant_kcode kc, const uint8_t *c, __mmask16 m, __m
     case QK_E5M2:
         return fp8_levels(_mm512_cvtepu8_epi32(b), 2, 15, true);
     case QK_NF4: /* vpermps reads the low 4 index bits: code & 15 */
-        return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(b), nf4_levels);
+    case QK_E2M1:
+        return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(b), table);
     default:
         return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
     }
@@ -860,7 +888,9 @@ ALWAYS_INLINE void dequantize_kc(quant_kcode kc, const quant_krow *r, const uint
                                  int64_t n, int64_t c0, float *out)
 {
     const int64_t csize = kc == QK_I16 ? 2 : 1;
-    const __m512 lv = kc == QK_NF4 ? _mm512_loadu_ps(quant_nf4_levels) : _mm512_setzero_ps();
+    const __m512 lv = kc == QK_NF4    ? _mm512_loadu_ps(quant_nf4_levels)
+                      : kc == QK_E2M1 ? _mm512_loadu_ps(quant_e2m1_levels)
+                                      : _mm512_setzero_ps();
     const bool asym = r->zp != NULL;
     if (r->tile == 1) {
         for (int64_t j = 0; j < n; j += 16) {
@@ -908,6 +938,9 @@ static void dequantize_avx512(const quant_krow *r, const void *codes, int64_t n,
         break;
     case QK_NF4:
         dequantize_kc(QK_NF4, r, codes, n, c0, out);
+        break;
+    case QK_E2M1:
+        dequantize_kc(QK_E2M1, r, codes, n, c0, out);
         break;
     default:
         quant_generic_dequantize(r, codes, n, c0, out);

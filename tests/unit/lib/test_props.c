@@ -31,6 +31,29 @@ static int64_t pick_divisor(tu_rng *r, int64_t d)
     return d;
 }
 
+/* Microscaling qtypes (SPEC 2b) take one tile of their fixed size, symmetric absmax/rms and
+ * float32 scales: re-draw those parts of a case so that most of them run; nvfp4 gets its global
+ * scale given (sometimes far from the tensor's own) or derived from the tensor. */
+static void make_microscaling(tu_rng *r, pcase *c, const quant_qtype_traits *t)
+{
+    static const char *ms[] = {"absmax", "absmax,0.8", "rms,2.5", "absmax,3"};
+    static const float gs[] = {0.0f, 0.0f, 1.0f, 3.5f, 1e-3f, 1e5f};
+    int a = (int)tu_below(r, c->rank);
+    c->shape[a] = t->fixed_tile * (1 + tu_below(r, 3));
+    for (int k = 0; k < c->rank && quant_numel(c->rank, c->shape) > 60000; k++)
+        if (k != a) c->shape[k] = 3;
+    c->how.n_channel_axes = 0;
+    for (int k = 0; k < c->rank; k++)
+        if (k != a && tu_below(r, 2)) c->how.channel_axes[c->how.n_channel_axes++] = k;
+    c->how.n_tiles = 1;
+    c->how.tiles[0] =
+        (quant_tile){.axis = a - (int)tu_below(r, 2) * c->rank, .size = t->fixed_tile};
+    strcpy(c->method, ms[tu_below(r, 4)]);
+    c->how.scale_dtype = QUANT_DTYPE_F32;
+    c->how.stochastic = false;
+    if (t->scale_kind == QUANT_SCALE_NVFP4) c->how.global_scale = gs[tu_below(r, 6)];
+}
+
 static void make_case(tu_rng *r, pcase *c)
 {
     memset(c, 0, sizeof *c);
@@ -68,6 +91,7 @@ static void make_case(tu_rng *r, pcase *c)
     c->how.pack = tu_below(r, 4) != 0;
     c->how.stochastic = t->kind == QUANT_CODE_INT && tu_below(r, 6) == 0;
     c->how.sr_key = tu_next(r);
+    if (t->fixed_tile) make_microscaling(r, c, t);
     static const quant_dtype in[] = {QUANT_DTYPE_F32, QUANT_DTYPE_F32, QUANT_DTYPE_BF16,
                                      QUANT_DTYPE_F16, QUANT_DTYPE_F64};
     c->dtype = in[tu_below(r, 5)];

@@ -1,0 +1,73 @@
+/* global_scale.c -- nvfp4's per-tensor global scale g in the pipeline (SPEC 2b). g comes from
+ * max |x| over the whole tensor and the native layout records it in the header's metadata, so
+ * before a shard's header is written one pass reads each nvfp4 tensor, a chunk at a time, sets
+ * g in its plan (every unit then quantizes with that g) and makes the metadata again.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <stdlib.h>
+
+#include "ck_internal.h"
+
+static bool needs_global_scale(const ck_tensor_plan *tp)
+{
+    return tp->quantize && quant_qtype_traits_get(tp->how.qtype)->scale_kind == QUANT_SCALE_NVFP4;
+}
+
+/* max |x| of rows [row0, row0 + rows) of the tensor, read into buf. */
+static quant_ck_status chunk_absmax(ck_run *run, const ck_shard_plan *sp, const ck_tensor_plan *tp,
+                                    int64_t row0, int64_t rows, void *buf, float *amax,
+                                    quant_ck_error *err)
+{
+    uint64_t row_bytes = (uint64_t)tp->row_elems * quant_dtype_size(tp->in_dtype);
+    quant_ck_status st = quant_st_read(sp->in, tp->in, row_bytes * (uint64_t)row0, buf,
+                                       (size_t)(row_bytes * (uint64_t)rows), err);
+    if (st != QUANT_CK_OK) return st;
+    quant_tensor x;
+    int64_t shape[2] = {rows, tp->row_elems};
+    quant_error qe;
+    quant_tensor_init(&x, tp->in_dtype, 2, shape, buf, NULL);
+    if (quant_absmax_all(run->ctx, &x, amax, &qe) == QUANT_OK) return QUANT_CK_OK;
+    if (qe.status == QUANT_ERR_NONFINITE)
+        return quant_ck_fail(err, QUANT_CK_ERR_QUANT,
+                             "tensor '%s': non-finite value (NaN or Inf) at flat index %lld",
+                             tp->in->name, (long long)(row0 * tp->row_elems + qe.index));
+    return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "tensor '%s': %s", tp->in->name, qe.message);
+}
+
+static quant_ck_status tensor_global_scale(ck_run *run, const ck_shard_plan *sp, ck_tensor_plan *tp,
+                                           quant_ck_error *err)
+{
+    int64_t d0 = tp->in->shape[0];
+    uint64_t row_bytes = (uint64_t)tp->row_elems * quant_dtype_size(tp->in_dtype);
+    uint64_t chunk = run->opts->chunk_bytes;
+    int64_t step = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
+    if (step > d0) step = d0;
+    size_t len = (size_t)(row_bytes * (uint64_t)step);
+    void *buf = ck_buf_alloc(len);
+    if (!buf) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    float amax = 0.0f;
+    quant_ck_status st = QUANT_CK_OK;
+    for (int64_t r = 0; st == QUANT_CK_OK && r < d0; r += step) {
+        float a = 0.0f;
+        st = chunk_absmax(run, sp, tp, r, d0 - r < step ? d0 - r : step, buf, &a, err);
+        if (a > amax) amax = a;
+    }
+    ck_buf_free(buf, len);
+    tp->how.global_scale = quant_nvfp4_global_scale(amax);
+    return st;
+}
+
+quant_ck_status ck_global_scales(ck_run *run, ck_shard_plan *sp, quant_ck_error *err)
+{
+    bool any = false;
+    for (size_t i = 0; i < sp->n; i++) {
+        if (!needs_global_scale(&sp->t[i])) continue;
+        quant_ck_status st = tensor_global_scale(run, sp, &sp->t[i], err);
+        if (st != QUANT_CK_OK) return st;
+        any = true;
+    }
+    if (!any || !sp->quant_meta) return QUANT_CK_OK;
+    free(sp->quant_meta);
+    sp->quant_meta = ck_native_metadata(sp);
+    return sp->quant_meta ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+}

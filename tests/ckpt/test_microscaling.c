@@ -1,0 +1,460 @@
+/* test_microscaling.c -- the microscaling qtypes (mxfp8, mxfp8_16, mxfp4, nvfp4; SPEC 2b) through
+ * the checkpoint side: rule refusals (tile, method, scale dtype, static activations), plan-time
+ * refusals (a dimension the tile does not divide, the compressed-tensors layout), the native
+ * layout on the stories260K fixture through `quant quantize`, `quant dequantize` and
+ * `quant inspect --json` (qvalue and scale dtypes and shapes, every scale recomputed here from the
+ * input, nvfp4's global_scale, dequantized = level(q) * scale), and nvfp4 in a two-pass (chunked)
+ * run.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckutil.h"
+#include "quant_pipeline.h"
+#include "quant_rules.h"
+
+/* ---- rule refusals ------------------------------------------------------------------------- */
+
+static void refused(const char *json, const char *want1, const char *want2)
+{
+    quant_ruleset *rs = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_ruleset_parse(json, strlen(json), "r.json", &rs, &err),
+                     QUANT_CK_ERR_RULES);
+    ck_assert_msg(strstr(err.message, "rule 0") && strstr(err.message, want1) &&
+                      strstr(err.message, want2),
+                  "%s: %s", json, err.message);
+}
+
+START_TEST(rules_refuse_wrong_tiles_methods_scale_dtypes)
+{
+    static const char *const q[4] = {"mxfp8", "mxfp8_16", "mxfp4", "nvfp4"};
+    static const char *const wrong_tile[4] = {"16", "32", "16", "32"};
+    char json[256];
+    for (int i = 0; i < 4; i++) {
+#define RULE(extra) snprintf(json, sizeof json, "[{\"weight_qtype\": \"%s\", %s}]", q[i], extra)
+        RULE("\"pack\": true");
+        quant_ruleset *rs = NULL;
+        quant_ck_error err;
+        ck_assert_int_eq(quant_ruleset_parse(json, strlen(json), NULL, &rs, &err), QUANT_CK_OK);
+        quant_ruleset_free(rs);
+        char t[64];
+        snprintf(t, sizeof t, "\"tile_size\": %s", wrong_tile[i]);
+        RULE(t);
+        refused(json, "tile_size", wrong_tile[i]);
+        RULE("\"tile_size\": 0.5");
+        refused(json, "tile_size", "fraction 0.5");
+        RULE("\"tile_size\": {\"0\": 32, \"1\": 32}");
+        refused(json, "tile_size", "2-D");
+        RULE("\"tile_size\": {\"1\": 16}");
+        refused(json, "tile_size", "object");
+        RULE("\"weight_calibration_method\": \"minmax\"");
+        refused(json, "weight_calibration_method", "minmax");
+        RULE("\"weight_calibration_method\": \"fixed,2\"");
+        refused(json, "weight_calibration_method", "fixed,2");
+        RULE("\"scale_dtype\": \"bfloat16\"");
+        refused(json, "scale_dtype", "bfloat16");
+        RULE("\"scale_dtype\": \"float16\"");
+        refused(json, "scale_dtype", "float16");
+        RULE("\"stochastic_rounding\": true");
+        refused(json, "stochastic_rounding", q[i]);
+        snprintf(json, sizeof json,
+                 "[{\"weight_qtype\": \"int8\", \"act_qtype\": \"%s\", \"act_static_scale\": "
+                 "true}]",
+                 q[i]);
+        refused(json, "act_static_scale", q[i]);
+#undef RULE
+    }
+    /* the fixed size itself is accepted */
+    static const char ok[] = "[{\"weight_qtype\": \"nvfp4\", \"tile_size\": 16}, "
+                             "{\"weight_qtype\": \"mxfp8\", \"tile_size\": 32, "
+                             "\"weight_calibration_method\": \"rms,3\"}]";
+    quant_ruleset *rs = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_ruleset_parse(ok, strlen(ok), NULL, &rs, &err), QUANT_CK_OK);
+    quant_ruleset_free(rs);
+}
+END_TEST
+
+/* A dimension the tile does not divide (down_proj: 172 columns), and the compressed-tensors
+ * layout: refused at plan time naming tensor and rule, nothing written. */
+START_TEST(plan_time_refusals)
+{
+    char *tmp = ck_tmpdir(), *out = ck_join(tmp, "out");
+    char *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_ck_error err;
+    ck_assert_int_ne(
+        ck_quantize("[{\"module_path\": \".*down_proj\", \"weight_qtype\": \"mxfp4\"}]", in, out,
+                    &o, NULL, &err),
+        QUANT_CK_OK);
+    ck_assert_msg(strstr(err.message, "down_proj") && strstr(err.message, "rule 0") &&
+                      strstr(err.message, "172"),
+                  "%s", err.message);
+    ck_assert_int_lt(access(out, F_OK), 0);
+    static const char *const q[4] = {"mxfp8", "mxfp8_16", "mxfp4", "nvfp4"};
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    for (int i = 0; i < 4; i++) {
+        char rules[128];
+        snprintf(rules, sizeof rules, "[{\"module_path\": \".*q_proj\", \"weight_qtype\": \"%s\"}]",
+                 q[i]);
+        ck_assert_int_eq(ck_quantize(rules, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.message, "not yet written") && strstr(err.message, q[i]) &&
+                          strstr(err.message, "rule 0"),
+                      "%s", err.message);
+        ck_assert_int_lt(access(out, F_OK), 0);
+    }
+    ck_rmtree(tmp);
+    free(tmp);
+    free(out);
+    free(in);
+}
+END_TEST
+
+/* ---- scales recomputed here (SPEC 2b, written out again on purpose) ------------------------- */
+
+static float bits_to_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t f_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float ref_mx(float absmax, float bound, double c)
+{
+    float s = absmax / bound;
+    if (s < sqrtf(0x1p-126f)) s = 1.0f;
+    float t = quant_bf16_to_f32(quant_f32_to_bf16(s * (float)c));
+    return bits_to_f(f_to_bits(t) & 0xff800000u); /* 2^floor(log2 t) */
+}
+
+static float ref_nv(float absmax, float g)
+{
+    float v = (absmax / 6.0f) * g;
+    float sb = quant_e4m3fn_to_f32(quant_f32_to_e4m3fn(v > 448.0f ? 448.0f : v));
+    return (sb == 0.0f ? 0.125f : sb) / g;
+}
+
+/* The block's calibration as the rule says (absmax, absmax,0.9, rms,3). */
+static float block_calib(const float *x, int64_t n, const char *method)
+{
+    float am = 0.0f;
+    double ss = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        am = fabsf(x[j]) > am ? fabsf(x[j]) : am;
+        ss += (double)x[j] * (double)x[j];
+    }
+    if (strcmp(method, "absmax,0.9") == 0) return am * 0.9f;
+    if (strcmp(method, "rms,3") == 0) return (float)sqrt(ss / (double)n) * 3.0f;
+    return am;
+}
+
+/* ---- the fixture through the quant binary ---------------------------------------------------- */
+
+/* Runs quant ARGS with stdout into `out` (or /dev/null); returns its exit status. */
+static int run_quant_to(const char *const *args, const char *out)
+{
+    const char *bin = getenv("QUANT_BIN");
+    ck_assert_msg(bin && *bin && access(bin, X_OK) == 0, "QUANT_BIN must name the quant binary");
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        int o = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
+        if (null < 0 || o < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(o, STDOUT_FILENO) < 0)
+            _exit(126);
+        char *argv[12];
+        int n = 0;
+        argv[n++] = (char *)"quant";
+        while (args[n - 1] && n < 11) {
+            argv[n] = (char *)args[n - 1];
+            n++;
+        }
+        argv[n] = NULL;
+        execv(bin, argv);
+        _exit(127);
+    }
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
+}
+
+static int run_quant(const char *const *args)
+{
+    return run_quant_to(args, NULL);
+}
+
+/* `quant inspect --json` of the first output shard: nvfp4 rows carry global_scale, the others
+ * not; the qtype and the scale dtype are as written. */
+static void check_inspect(const char *tmp, const char *out)
+{
+    char *shard = ck_join(out, "model-00001-of-00002.safetensors"), *js = ck_join(tmp, "i.json");
+    ck_assert_int_eq(run_quant_to((const char *const[]){"inspect", "--json", shard, NULL}, js), 0);
+    json_error_t je;
+    json_t *doc = json_load_file(js, 0, &je);
+    ck_assert_msg(doc != NULL, "%s", je.text);
+    size_t i, nv = 0;
+    json_t *row;
+    json_array_foreach(json_object_get(doc, "tensors"), i, row)
+    {
+        const char *q = json_string_value(json_object_get(row, "qtype"));
+        json_t *g = json_object_get(row, "global_scale");
+        if (q && strcmp(q, "nvfp4") == 0) {
+            ck_assert(json_is_number(g) && json_number_value(g) > 0);
+            nv++;
+        } else {
+            ck_assert_ptr_null(g);
+        }
+        if (q) ck_assert_str_eq(json_string_value(json_object_get(row, "scale_dtype")), "F32");
+    }
+    ck_assert_int_eq(nv, 6); /* gate and up of layers 0..2 */
+    json_decref(doc);
+    free(shard);
+    free(js);
+}
+
+static const char fixture_rules[] =
+    "[{\"module_path\": \".*self_attn\\\\.(q|k)_proj\", \"weight_qtype\": \"mxfp8\"},\n"
+    " {\"module_path\": \".*self_attn\\\\.v_proj\", \"weight_qtype\": \"mxfp8_16\",\n"
+    "  \"weight_calibration_method\": \"rms,3\"},\n"
+    " {\"module_path\": \".*self_attn\\\\.o_proj\", \"weight_qtype\": \"mxfp4\", \"tile_size\": "
+    "32},\n"
+    " {\"module_path\": \".*mlp\\\\.(gate|up)_proj\", \"weight_qtype\": \"nvfp4\",\n"
+    "  \"weight_calibration_method\": \"absmax,0.9\"}]\n";
+
+typedef struct part {
+    const quant_st_tensor *t;
+    void *raw;
+} part;
+
+static part read_part(quant_st_file *f, const char *name, const char *suffix)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", name, suffix);
+    part p = {quant_st_find(f, full), NULL};
+    ck_assert_msg(p.t != NULL, "%s: no %s", f->path, full);
+    size_t n = (size_t)quant_st_nbytes(p.t);
+    p.raw = malloc(n + 1);
+    quant_ck_error err;
+    ck_assert_msg(quant_st_read(f, p.t, 0, p.raw, n, &err) == QUANT_CK_OK, "%s", err.message);
+    return p;
+}
+
+/* Checks one quantized tensor of the output against the input and the dequantized output. */
+static void check_tensor(quant_st_file *in, quant_st_file *out, quant_st_file *deq,
+                         const char *name, const json_t *info, int *seen)
+{
+    quant_qtype q;
+    ck_assert_int_eq(quant_qtype_parse(json_string_value(json_object_get(info, "qtype")), &q, NULL),
+                     QUANT_OK);
+    const quant_qtype_traits *tr = quant_qtype_traits_get(q);
+    seen[q - QUANT_QTYPE_MXFP8]++;
+    const char *method = json_string_value(json_object_get(info, "calibration"));
+    part x = read_part(in, name, ""), qv = read_part(out, name, ".qvalue"),
+         sc = read_part(out, name, ".scale"), dq = read_part(deq, name, "");
+    int64_t rows = x.t->shape[0], cols = x.t->shape[1], tile = tr->fixed_tile, ng = cols / tile;
+    /* dtypes and shapes of the native layout */
+    ck_assert_int_eq(qv.t->dtype, tr->bits == 4 ? QUANT_ST_U8 : QUANT_ST_F8_E4M3);
+    ck_assert_int_eq(qv.t->shape[1], tr->bits == 4 ? cols / 2 : cols);
+    ck_assert_int_eq(sc.t->dtype, QUANT_ST_F32);
+    ck_assert_int_eq(sc.t->shape[0], rows);
+    ck_assert_int_eq(sc.t->shape[1], ng);
+    ck_assert_int_eq(dq.t->dtype, QUANT_ST_F32);
+    float *xf = malloc((size_t)(rows * cols) * sizeof *xf);
+    float amax = 0.0f;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        xf[i] = quant_bf16_to_f32(((const uint16_t *)x.raw)[i]);
+        amax = fabsf(xf[i]) > amax ? fabsf(xf[i]) : amax;
+    }
+    float g = 0.0f;
+    const json_t *gj = json_object_get(info, "global_scale");
+    if (q == QUANT_QTYPE_NVFP4) {
+        /* g = f32(2688 * f32(1 / A)), A = max |x| of the whole tensor before the 0.9 factor */
+        ck_assert_msg(json_is_number(gj), "%s: no global_scale", name);
+        g = 2688.0f * (1.0f / amax);
+        ck_assert_float_eq((float)json_number_value(gj), g);
+    } else {
+        ck_assert_ptr_null(gj);
+    }
+    const float *s = sc.raw;
+    const uint8_t *codes = qv.raw;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < ng; b++) {
+            const float *blk = xf + r * cols + b * tile;
+            float cal = block_calib(blk, tile, method);
+            float want = q == QUANT_QTYPE_NVFP4 ? ref_nv(cal, g)
+                         : tr->bits == 8        ? ref_mx(cal, 448.0f, 60.0 / 31.0)
+                                                : ref_mx(cal, 6.0f, 12.0 / 7.0);
+            ck_assert_msg(s[r * ng + b] == want, "%s scale [%lld, %lld]: %a, want %a", name,
+                          (long long)r, (long long)b, (double)s[r * ng + b], (double)want);
+            for (int64_t j = 0; j < tile; j++) {
+                int64_t c = b * tile + j, k = r * cols + c;
+                int code = tr->bits == 8 ? codes[k]
+                                         : (codes[r * (cols / 2) + c / 2] >> (4 * (c & 1))) & 15;
+                float d = ((const float *)dq.raw)[k];
+                ck_assert(d == tr->level(code) * want);
+                ck_assert(code == tr->convert(xf[k] / want)); /* q = convert(x / scale) */
+            }
+        }
+    free(xf);
+    free(x.raw);
+    free(qv.raw);
+    free(sc.raw);
+    free(dq.raw);
+}
+
+START_TEST(fixture_quantize_then_dequantize)
+{
+    char *tmp = ck_tmpdir(), *rules = ck_join(tmp, "rules.json"), *out = ck_join(tmp, "q"),
+         *deq = ck_join(tmp, "d"), *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    ck_write_file(rules, fixture_rules, strlen(fixture_rules));
+    ck_assert_int_eq(
+        run_quant((const char *const[]){"quantize", "--rules", rules, "--quiet", in, out, NULL}),
+        0);
+    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", out, deq, NULL}), 0);
+    check_inspect(tmp, out);
+    int seen[4] = {0};
+    static const char *const shards[2] = {"model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"};
+    for (int s = 0; s < 2; s++) {
+        char *pi = ck_join(in, shards[s]), *po = ck_join(out, shards[s]),
+             *pd = ck_join(deq, shards[s]);
+        quant_st_file *fi = NULL, *fo = NULL, *fd = NULL;
+        quant_ck_error err;
+        ck_assert(quant_st_open(pi, &fi, &err) == QUANT_CK_OK);
+        ck_assert(quant_st_open(po, &fo, &err) == QUANT_CK_OK);
+        ck_assert(quant_st_open(pd, &fd, &err) == QUANT_CK_OK);
+        json_t *meta = json_loads(quant_st_meta(fo, "quantization"), 0, NULL);
+        const char *name;
+        json_t *info;
+        json_object_foreach(json_object_get(meta, "tensors"), name, info)
+            check_tensor(fi, fo, fd, name, info, seen);
+        json_decref(meta);
+        quant_st_close(fi);
+        quant_st_close(fo);
+        quant_st_close(fd);
+        free(pi);
+        free(po);
+        free(pd);
+    }
+    /* five layers: q and k mxfp8, v mxfp8_16, o mxfp4, gate and up nvfp4 */
+    ck_assert_int_eq(seen[0], 10);
+    ck_assert_int_eq(seen[1], 5);
+    ck_assert_int_eq(seen[2], 5);
+    ck_assert_int_eq(seen[3], 10);
+    ck_rmtree(tmp);
+    free(tmp);
+    free(rules);
+    free(out);
+    free(deq);
+    free(in);
+}
+END_TEST
+
+/* nvfp4 with both axes contracted: one scale row for the whole tensor, which exceeds a chunk,
+ * so the run calibrates unit by unit then quantizes; the codes and scales must equal a run that
+ * holds the tensor in one unit and libquant on the whole tensor, and g the whole tensor's. */
+START_TEST(nvfp4_two_pass_equals_one_pass)
+{
+    enum { R = 512, C = 128 };
+    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in.safetensors");
+    float *x = malloc(R * C * sizeof *x);
+    ck_fill(x, R * C, 7, 0.05f);
+    x[300 * C + 5] = -2.5f; /* A */
+    ck_gen_tensor t = {"m.w", "F32", 2, {R, C}, x, R * C * sizeof *x};
+    ck_gen_file(in, &t, 1, NULL);
+    static const char rules[] = "[{\"weight_qtype\": \"nvfp4\", \"contraction_axes\": [0, 1], "
+                                "\"pack\": false}]";
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_ck_error err;
+    o.chunk_bytes = 64 * 1024; /* 256 KiB tensor: four units per pass */
+    char *a = ck_join(tmp, "a.safetensors"), *b = ck_join(tmp, "b.safetensors");
+    ck_assert_msg(ck_quantize(rules, in, a, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    o.chunk_bytes = 16u << 20;
+    ck_assert_msg(ck_quantize(rules, in, b, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    uint8_t *qa = NULL, *qb = NULL;
+    float *sa = NULL, *sb = NULL;
+    const char *files[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        quant_st_file *f = NULL;
+        ck_assert(quant_st_open(files[k], &f, &err) == QUANT_CK_OK);
+        part qv = read_part(f, "m.w", ".qvalue"), sc = read_part(f, "m.w", ".scale");
+        ck_assert_int_eq(sc.t->shape[0], 1);
+        ck_assert_int_eq(sc.t->shape[1], C / 16);
+        ck_assert_int_eq(qv.t->dtype, QUANT_ST_U8); /* pack false: one e2m1 code per byte */
+        ck_assert_int_eq(qv.t->shape[0], R);
+        ck_assert_int_eq(qv.t->shape[1], C);
+        json_t *meta = json_loads(quant_st_meta(f, "quantization"), 0, NULL);
+        json_t *e = json_object_get(json_object_get(meta, "tensors"), "m.w");
+        ck_assert_float_eq((float)json_number_value(json_object_get(e, "global_scale")),
+                           quant_nvfp4_global_scale(2.5f));
+        json_decref(meta);
+        if (k == 0)
+            qa = qv.raw, sa = sc.raw;
+        else
+            qb = qv.raw, sb = sc.raw;
+        quant_st_close(f);
+    }
+    ck_assert_int_eq(memcmp(qa, qb, R * C), 0);
+    ck_assert_int_eq(memcmp(sa, sb, (C / 16) * sizeof(float)), 0);
+    /* libquant on the whole tensor */
+    quant_ctx *ctx = quant_ctx_new(NULL, NULL);
+    quant_how how;
+    quant_how_init(&how, QUANT_QTYPE_NVFP4);
+    how.pack = false;
+    how.tiles[how.n_tiles++] = (quant_tile){.axis = 1, .size = 16};
+    quant_tensor xt;
+    int64_t shape[2] = {R, C};
+    quant_tensor_init(&xt, QUANT_DTYPE_F32, 2, shape, x, NULL);
+    uint8_t *q = malloc(R * C);
+    float s[C / 16];
+    quant_error qe;
+    ck_assert_int_eq(quant_quantize(ctx, &how, &xt, q, s, NULL, &qe), QUANT_OK);
+    ck_assert_int_eq(memcmp(q, qa, R * C), 0);
+    ck_assert_int_eq(memcmp(s, sa, sizeof s), 0);
+    quant_ctx_free(ctx);
+    free(q);
+    free(qa);
+    free(qb);
+    free(sa);
+    free(sb);
+    free(x);
+    ck_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(a);
+    free(b);
+}
+END_TEST
+
+Suite *suite_microscaling_ckpt(void)
+{
+    Suite *s = suite_create("microscaling");
+    TCase *tc = tcase_create("spec2b");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rules_refuse_wrong_tiles_methods_scale_dtypes);
+    tcase_add_test(tc, plan_time_refusals);
+    tcase_add_test(tc, fixture_quantize_then_dequantize);
+    tcase_add_test(tc, nvfp4_two_pass_equals_one_pass);
+    suite_add_tcase(s, tc);
+    return s;
+}
