@@ -48,6 +48,14 @@ bool cli_parse_threads(const char *cmd, const char *s, int *out);
 /* ---- formatting (util.c) ------------------------------------------------------------------ */
 
 /* 1536 -> "1.5 KiB"; below 1 KiB: "512 B". */
+/* Text tables (table.c): row(user, i, cells) fills cells[0..ncols) for row i (pointers valid until
+ * the next call); columns from right_from on (and the last) are right-aligned. */
+#define CLI_TABLE_MAX_COLS 16
+typedef void (*cli_row_fn)(void *user, size_t row, const char **cells);
+void cli_print_table(const char *const *heads, int ncols, int right_from, size_t nrows,
+                     cli_row_fn row, void *user);
+/* "[a, b]" into buf. */
+void cli_fmt_shape(int rank, const int64_t *shape, char *buf, size_t cap);
 void cli_fmt_bytes(uint64_t n, char *buf, size_t cap);
 /* Seconds -> "0:07", "12:34", "1:02:03". */
 void cli_fmt_duration(double seconds, char *buf, size_t cap);

@@ -215,18 +215,9 @@ typedef struct cells {
     char shape[QUANT_MAX_RANK * 22 + 4], smin[32], smax[32], size[32], qtype[64];
 } cells;
 
-static void fmt_shape(int rank, const int64_t *shape, char *buf, size_t cap)
-{
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < rank && used < cap; i++)
-        used +=
-            (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (used < cap) snprintf(buf + used, cap - used, "]");
-}
-
 static void row_cells(const row *r, cells *c)
 {
-    fmt_shape(r->rank, r->shape, c->shape, sizeof c->shape);
+    cli_fmt_shape(r->rank, r->shape, c->shape, sizeof c->shape);
     snprintf(c->smin, sizeof c->smin, "%.6g", r->smin);
     snprintf(c->smax, sizeof c->smax, "%.6g", r->smax);
     cli_fmt_bytes(r->bytes, c->size, sizeof c->size);
@@ -261,24 +252,24 @@ static void print_metadata(const inspection *in)
     }
 }
 
+typedef struct inspect_rows {
+    const inspection *in;
+    cells scratch; /* the row's cells, valid until the next row */
+} inspect_rows;
+
+static void inspect_row(void *user, size_t i, const char **out)
+{
+    inspect_rows *t = user;
+    row_cells(&t->in->rows[i], &t->scratch);
+    memcpy(out, t->scratch.c, sizeof t->scratch.c);
+}
+
 static void print_table(const inspection *in)
 {
     static const char *const heads[N_COLS] = {"NAME",      "DTYPE",     "SHAPE", "QTYPE",
                                               "SCALE MIN", "SCALE MAX", "SIZE"};
-    int w[N_COLS];
-    for (int k = 0; k < N_COLS; k++) w[k] = (int)strlen(heads[k]);
-    cells c;
-    for (size_t i = 0; i < in->n; i++) {
-        row_cells(&in->rows[i], &c);
-        for (int k = 0; k < N_COLS; k++)
-            if ((int)strlen(c.c[k]) > w[k]) w[k] = (int)strlen(c.c[k]);
-    }
-    for (int k = 0; k < N_COLS; k++) printf(k == N_COLS - 1 ? "%*s\n" : "%-*s  ", w[k], heads[k]);
-    for (size_t i = 0; i < in->n; i++) {
-        row_cells(&in->rows[i], &c);
-        for (int k = 0; k < N_COLS; k++) /* numbers right-aligned, words left */
-            printf(k == N_COLS - 1 ? "%*s\n" : k >= COL_SMIN ? "%*s  " : "%-*s  ", w[k], c.c[k]);
-    }
+    inspect_rows t = {.in = in};
+    cli_print_table(heads, N_COLS, COL_SMIN, in->n, inspect_row, &t);
 }
 
 static void print_text(const inspection *in)

@@ -85,20 +85,11 @@ typedef struct cells {
     char rule[96], scale[QUANT_MAX_RANK * 22 + 4], bytes[32];
 } cells;
 
-static void fmt_shape(int rank, const int64_t *shape, char *buf, size_t cap)
-{
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < rank && used < cap; i++)
-        used +=
-            (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (used < cap) snprintf(buf + used, cap - used, "]");
-}
-
 static void entry_cells(const quant_plan_entry *e, cells *c)
 {
     if (e->quantized) {
         snprintf(c->rule, sizeof c->rule, "rule %ld", e->rule);
-        fmt_shape(e->rank, e->scale_shape, c->scale, sizeof c->scale);
+        cli_fmt_shape(e->rank, e->scale_shape, c->scale, sizeof c->scale);
     } else {
         snprintf(c->rule, sizeof c->rule, "copied: %s", e->reason);
     }
@@ -110,23 +101,23 @@ static void entry_cells(const quant_plan_entry *e, cells *c)
     c->c[COL_BYTES] = c->bytes;
 }
 
+typedef struct plan_rows {
+    const quant_plan *plan;
+    cells scratch; /* the row's cells, valid until the next row */
+} plan_rows;
+
+static void plan_row(void *user, size_t i, const char **out)
+{
+    plan_rows *t = user;
+    entry_cells(quant_plan_entry_at(t->plan, i), &t->scratch);
+    memcpy(out, t->scratch.c, sizeof t->scratch.c);
+}
+
 static void print_table(const quant_plan *p)
 {
     static const char *const heads[N_COLS] = {"TENSOR", "RULE", "QTYPE", "SCALE SHAPE", "OUTPUT"};
-    int w[N_COLS];
-    for (int k = 0; k < N_COLS; k++) w[k] = (int)strlen(heads[k]);
-    cells c;
-    for (size_t i = 0; i < quant_plan_count(p); i++) {
-        entry_cells(quant_plan_entry_at(p, i), &c);
-        for (int k = 0; k < N_COLS; k++)
-            if ((int)strlen(c.c[k]) > w[k]) w[k] = (int)strlen(c.c[k]);
-    }
-    for (int k = 0; k < N_COLS; k++) printf(k == N_COLS - 1 ? "%*s\n" : "%-*s  ", w[k], heads[k]);
-    for (size_t i = 0; i < quant_plan_count(p); i++) {
-        entry_cells(quant_plan_entry_at(p, i), &c);
-        for (int k = 0; k < N_COLS; k++) /* bytes right-aligned, words left */
-            printf(k == N_COLS - 1 ? "%*s\n" : "%-*s  ", w[k], c.c[k]);
-    }
+    plan_rows t = {.plan = p};
+    cli_print_table(heads, N_COLS, COL_BYTES, quant_plan_count(p), plan_row, &t);
 }
 
 /* The totals, the static activation scales, and one line per unused rule with its regex. */

@@ -19,6 +19,7 @@
 #include "job_source.h"
 #include "jobs.h"
 #include "req_limits.h"
+#include "router.h"
 #include "quant_pipeline.h"
 #include "quant_st.h"
 #include "stats.h"
@@ -279,25 +280,39 @@ static bool queue_has_room(qd_req *r)
 /* POST /v1/jobs, before the body: what the query (an upload) or the headers already tell --
  * layout, stats_model and rule set (an upload names them in the query), the queue's room and
  * the data directory's -- so a job that cannot be accepted never costs its body. */
-enum MHD_Result qd_h_job_precheck(qd_req *r)
+qd_payload qd_shard_or_json(qd_req *r, const char *takes)
 {
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-    bool upload = ct && strncmp(ct, "application/octet-stream", 24) == 0;
-    if (!upload && (!ct || strncmp(ct, "application/json", 16) != 0))
-        return qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
-                              "POST /v1/jobs takes a shard as application/octet-stream (curl -X "
-                              "POST -H 'Content-Type: application/octet-stream' -T FILE "
-                              "'URL?ruleset=NAME'), or a job on a server-side checkpoint as "
-                              "application/json; the Content-Type was %s",
-                              ct ? ct : "missing");
-    if (!queue_has_room(r)) return MHD_YES;
-    if (!upload) return qd_limit_disk(r, 0), MHD_YES; /* JSON: a path job, checked whole later */
+    if (ct && strncmp(ct, "application/octet-stream", 24) == 0) return QD_PAYLOAD_SHARD;
+    if (ct && strncmp(ct, "application/json", 16) == 0) return QD_PAYLOAD_JSON;
+    qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
+                   "%s %s takes %s; the Content-Type was %s", r->method, r->route->pattern, takes,
+                   ct ? ct : "missing");
+    return QD_PAYLOAD_REPLIED;
+}
+
+bool qd_shard_query_ok(qd_req *r, enum MHD_Result *ret)
+{
+    *ret = MHD_YES;
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
     if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
-        return MHD_YES;
+        return false;
     char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
     free(rules);
-    if (!rules) return r->replied ? MHD_YES : MHD_NO;
+    if (!rules) *ret = r->replied ? MHD_YES : MHD_NO;
+    return rules != NULL;
+}
+
+enum MHD_Result qd_h_job_precheck(qd_req *r)
+{
+    qd_payload kind =
+        qd_shard_or_json(r, "a shard as application/octet-stream (curl -X POST -H 'Content-Type: "
+                            "application/octet-stream' -T FILE 'URL?ruleset=NAME'), or a job on a "
+                            "server-side checkpoint as application/json");
+    if (kind == QD_PAYLOAD_REPLIED || !queue_has_room(r)) return MHD_YES;
+    if (kind == QD_PAYLOAD_JSON) return qd_limit_disk(r, 0), MHD_YES; /* a path job: later */
+    enum MHD_Result ret;
+    if (!qd_shard_query_ok(r, &ret)) return ret;
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
     qd_limit_disk(r, n);

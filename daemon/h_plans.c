@@ -106,21 +106,12 @@ static enum MHD_Result plan_from_upload(qd_req *r)
  * whole shard is never sent for its header), and the disk reserve. */
 enum MHD_Result qd_h_plan_precheck(qd_req *r)
 {
-    const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-    bool upload = ct && strncmp(ct, "application/octet-stream", 24) == 0;
-    if (!upload && (!ct || strncmp(ct, "application/json", 16) != 0))
-        return qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
-                              "POST /v1/plans takes a shard's header as application/octet-stream "
-                              "('URL?ruleset=NAME'), or a plan of a server-side checkpoint as "
-                              "application/json; the Content-Type was %s",
-                              ct ? ct : "missing");
-    if (!upload) return MHD_YES;
-    const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
-    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
-        return MHD_YES;
-    char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
-    free(rules);
-    if (!rules) return r->replied ? MHD_YES : MHD_NO;
+    qd_payload kind = qd_shard_or_json(r, "a shard's header as application/octet-stream "
+                                          "('URL?ruleset=NAME'), or a plan of a server-side "
+                                          "checkpoint as application/json");
+    if (kind != QD_PAYLOAD_SHARD) return MHD_YES;
+    enum MHD_Result ret;
+    if (!qd_shard_query_ok(r, &ret)) return ret;
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
     if (n > HEADER_MAX)

@@ -59,6 +59,13 @@ enum MHD_Result qd_h_plan_create(qd_req *r);
 char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules);
 bool qd_layout_ok(qd_req *r, const char *layout);
 bool qd_stats_model_ok(qd_req *r, const char *model);
+/* The body POST /v1/jobs and POST /v1/plans take, by Content-Type: a shard (octet-stream) or
+ * JSON. Anything else is answered 415 with `takes`, what the route takes (QD_PAYLOAD_REPLIED). */
+typedef enum qd_payload { QD_PAYLOAD_SHARD, QD_PAYLOAD_JSON, QD_PAYLOAD_REPLIED } qd_payload;
+qd_payload qd_shard_or_json(qd_req *r, const char *takes);
+/* A shard's query: layout, stats_model and ruleset name what exists (replies 4xx otherwise;
+ * false then, with *ret what the precheck returns). */
+bool qd_shard_query_ok(qd_req *r, enum MHD_Result *ret);
 
 /* A job on a server-side path from a JSON body, as POST /v1/jobs and POST /v1/plans take it
  * (h_jobs.c): fields ruleset | rules, layout, stats_model, source {"path"} checked, the rule set
