@@ -187,12 +187,19 @@ static inline uint8_t qn_nf4_index(float v)
  * the code above it is even (0.75 -> 2, 1.75 -> 4, 3.5 -> 6; 0.25 -> 0, 1.25 -> 2, 2.5 -> 4,
  * 5 -> 6). Clipping needs no step: everything past 5 is code 7. The sign bit is kept, so -0.1
  * (and -0) give code 8. NaN (never kept: non-finite input is an error) gives a zero code. */
+/* The midpoints, each as X(midpoint, reached): `reached` 1 when reaching it counts (the code
+ * above is even), 0 when |v| must pass it. One list for the scalar path and every ISA's kernel. */
+#define QN_E2M1_MIDPOINTS(X)                                                                       \
+    X(0.25f, 0) X(0.75f, 1) X(1.25f, 0) X(1.75f, 1) X(2.5f, 0) X(3.5f, 1) X(5.0f, 0)
+
 static inline uint8_t qn_quant_e2m1(float v)
 {
     uint8_t sign = (uint8_t)((qn_bits(v) >> 28) & 8u);
     float a = qn_float(qn_bits(v) & 0x7fffffffu);
-    int m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
-            (a > 5.0f);
+    int m = 0;
+#define QN_E2M1_PAST(t, reached) m += (reached) ? a >= (t) : a > (t);
+    QN_E2M1_MIDPOINTS(QN_E2M1_PAST)
+#undef QN_E2M1_PAST
     return (uint8_t)(sign | (uint8_t)m);
 }
 

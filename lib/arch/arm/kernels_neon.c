@@ -227,14 +227,9 @@ ALWAYS_INLINE uint32x4_t e2m1_codes(float32x4_t v)
 {
     float32x4_t a = vabsq_f32(v);
     uint32x4_t m = vdupq_n_u32(0);
-#define E2M1_PAST(t, cmp) m = vsubq_u32(m, cmp(a, vdupq_n_f32(t))) /* a true compare is -1 */
-    E2M1_PAST(0.25f, vcgtq_f32);
-    E2M1_PAST(0.75f, vcgeq_f32);
-    E2M1_PAST(1.25f, vcgtq_f32);
-    E2M1_PAST(1.75f, vcgeq_f32);
-    E2M1_PAST(2.5f, vcgtq_f32);
-    E2M1_PAST(3.5f, vcgeq_f32);
-    E2M1_PAST(5.0f, vcgtq_f32);
+#define E2M1_PAST(t, reached) /* a true compare is -1 */                                           \
+    m = vsubq_u32(m, (reached) ? vcgeq_f32(a, vdupq_n_f32(t)) : vcgtq_f32(a, vdupq_n_f32(t)));
+    QN_E2M1_MIDPOINTS(E2M1_PAST)
 #undef E2M1_PAST
     uint32x4_t sign = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(v), 28), vdupq_n_u32(8u));
     return vorrq_u32(m, sign);

@@ -245,15 +245,10 @@ ALWAYS_INLINE __m256i e2m1_codes(__m256 v)
 {
     __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
     __m256i m = _mm256_setzero_si256();
-#define E2M1_PAST(t, pred) /* each true compare is -1 */                                           \
-    m = _mm256_sub_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), pred)))
-    E2M1_PAST(0.25f, _CMP_GT_OQ);
-    E2M1_PAST(0.75f, _CMP_GE_OQ);
-    E2M1_PAST(1.25f, _CMP_GT_OQ);
-    E2M1_PAST(1.75f, _CMP_GE_OQ);
-    E2M1_PAST(2.5f, _CMP_GT_OQ);
-    E2M1_PAST(3.5f, _CMP_GE_OQ);
-    E2M1_PAST(5.0f, _CMP_GT_OQ);
+#define E2M1_PAST(t, reached) /* each true compare is -1 */                                        \
+    m = _mm256_sub_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(                                     \
+                                a, _mm256_set1_ps(t), (reached) ? _CMP_GE_OQ : _CMP_GT_OQ)));
+    QN_E2M1_MIDPOINTS(E2M1_PAST)
 #undef E2M1_PAST
     __m256i sign =
         _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 28), _mm256_set1_epi32(8));

@@ -325,15 +325,10 @@ ALWAYS_INLINE __m512i e2m1_codes(__m512 v)
     __m512 a = _mm512_abs_ps(v);
     __m512i m = _mm512_setzero_si512();
     const __m512i one = _mm512_set1_epi32(1);
-#define E2M1_PAST(t, pred)                                                                         \
-    m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), pred), m, one)
-    E2M1_PAST(0.25f, _CMP_GT_OQ);
-    E2M1_PAST(0.75f, _CMP_GE_OQ);
-    E2M1_PAST(1.25f, _CMP_GT_OQ);
-    E2M1_PAST(1.75f, _CMP_GE_OQ);
-    E2M1_PAST(2.5f, _CMP_GT_OQ);
-    E2M1_PAST(3.5f, _CMP_GE_OQ);
-    E2M1_PAST(5.0f, _CMP_GT_OQ);
+#define E2M1_PAST(t, reached)                                                                      \
+    m = _mm512_mask_add_epi32(                                                                     \
+        m, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), (reached) ? _CMP_GE_OQ : _CMP_GT_OQ), m, one);
+    QN_E2M1_MIDPOINTS(E2M1_PAST)
 #undef E2M1_PAST
     __m512i sign =
         _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 28), _mm512_set1_epi32(8));
