@@ -79,6 +79,7 @@ typedef struct ck_tensor_plan {
     bool asym;
     ck_codec codec;
     bool zp_packed;         /* compressed-tensors: zero points in int32 words packed along dim 0 */
+    bool scale_e8m0;        /* compressed-tensors mxfp4 / mxfp8: the scale as U8 127 + log2(s) */
     long out[CK_OUT_ROLES]; /* indices into the shard's output list (copy: out[DATA] only) */
     /* work split along axis 0 */
     int64_t row_elems; /* elements per axis-0 index */
@@ -154,6 +155,11 @@ int64_t ck_pack32_words(int64_t n, int bits);
  * compressed-tensors' int32 words packed along dim 0), in a ck_buf_alloc buffer of *len bytes;
  * NULL on allocation failure. */
 void *ck_encode_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len);
+/* mxfp4 and mxfp8 in compressed-tensors (SPEC 2b). */
+bool ck_ct_is_mx(quant_qtype q);
+/* n power-of-two scales as U8 E8M0 (127 + log2 s) in a ck_buf_alloc buffer of n bytes; NULL when
+ * out of memory or a scale is not a power of two in 2^-127..2^127. */
+void *ck_ct_encode_e8m0(const float *scale, size_t n);
 void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len);
 
 /* compressed-tensors' quantization_config, gathered over every shard of a run. */

@@ -153,6 +153,16 @@ static quant_ck_status emit_params(ck_compute *c, ck_unit *u, quant_ck_error *er
 {
     const ck_tensor_plan *tp = u->tp;
     size_t n = (size_t)tp->scale_numel;
+    if (tp->scale_e8m0) {
+        void *e = ck_ct_encode_e8m0(c->st.scale, n);
+        if (!e)
+            return quant_ck_fail(err, QUANT_CK_ERR_QUANT,
+                                 "tensor '%s' (rule %ld): a scale is not a power of two in "
+                                 "2^-127..2^127, so E8M0 cannot hold it (or out of memory)",
+                                 tp->in->name, tp->rule);
+        add_piece(u, tp->out[CK_OUT_SCALE], 0, e, n, n);
+        return QUANT_CK_OK;
+    }
     size_t ssize = quant_dtype_size(tp->how.scale_dtype);
     void *s = ck_buf_alloc(n * ssize);
     if (!s) return nomem(err);

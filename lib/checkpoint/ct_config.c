@@ -44,10 +44,14 @@ static json_t *weight_args(const ck_tensor_plan *tp)
     const quant_qtype_traits *tr = quant_qtype_traits_get(tp->how.qtype);
     int64_t out = tp->in->shape[0], in = tp->in->shape[1];
     int64_t s0 = tp->scale_shape[0], s1 = tp->scale_shape[1];
-    bool fp = tr->kind == QUANT_CODE_FP8;
+    bool fp = tr->kind == QUANT_CODE_FP8 || tr->kind == QUANT_CODE_FP4;
     json_t *a = json_pack("{s:i, s:s, s:b, s:b}", "num_bits", tr->bits, "type",
                           fp ? "float" : "int", "symmetric", !tp->asym, "dynamic", 0);
     if (!a) return NULL;
+    if (ck_ct_is_mx(tp->how.qtype)) { /* the MXFP4A16 / MXFP8A16 presets: E8M0 scales as uint8 */
+        json_object_set_new(a, "scale_dtype", json_string("torch.uint8"));
+        json_object_set_new(a, "zp_dtype", json_null());
+    }
     ck_ct_strategy strategy = ck_ct_strategy_of(tp);
     json_object_set_new(a, "strategy", json_string(ck_ct_strategy_name(strategy)));
     if (strategy == CK_CT_GROUP) {
@@ -81,6 +85,8 @@ static json_t *act_args(const ck_tensor_plan *tp)
 
 static const char *format_of(const ck_tensor_plan *tp)
 {
+    if (tp->how.qtype == QUANT_QTYPE_MXFP4) return "mxfp4-pack-quantized";
+    if (tp->how.qtype == QUANT_QTYPE_MXFP8) return "mxfp8-quantized";
     if (tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN) return "float-quantized";
     return tp->codec == CK_CODEC_PACK32 ? "pack-quantized" : "int-quantized";
 }

@@ -9,9 +9,14 @@
  *    weight-only -> `pack-quantized` (P.weight_packed I32 + P.weight_shape I64[2]), densely
  *    packed (ceil(n*bits/32) words: compressed-tensors 0.18.0 or later for int3/5/6/7);
  *  - float8_e4m3fn weights -> `float-quantized` (P.weight F8_E4M3);
- *  - the microscaling qtypes (SPEC 2b: mxfp8 -> mxfp8-quantized, mxfp4 -> mxfp4-pack-quantized,
- *    nvfp4 -> nvfp4-pack-quantized) are not yet written by this layout and are refused at plan
- *    time naming the rule; mxfp8_16 has no compressed-tensors form at all;
+ *  - mxfp4 -> `mxfp4-pack-quantized` (P.weight_packed U8 [out, ceil(in/2)], two e2m1 codes a
+ *    byte, element 2i in the low nibble; no weight_shape) and mxfp8 -> `mxfp8-quantized`
+ *    (P.weight F8_E4M3 [out, in]), both with P.weight_scale U8 E8M0 = 127 + log2(scale) shaped
+ *    [out, in/32] (compressed-tensors' compressors/mxfp4, compressors/mxfp8, mx_utils.py); one
+ *    scale row per output row, so the input axis alone is contracted;
+ *  - nvfp4 (nvfp4-pack-quantized) is not yet written: vLLM takes the max of the global scales of
+ *    fused q/k/v and gate/up partitions, so those groups need one shared global scale; refused
+ *    at plan time naming the rule; mxfp8_16 has no compressed-tensors form at all;
  *  - scales P.weight_scale: tensor [1], channel [out,1], group [out,in/g], block [out/bh,in/bw];
  *  - asymmetric ints add P.weight_zero_point: int32 words packed along dim 0 for pack-quantized
  *    channel and group (compressed-tensors' PACK_ZP_STRATS), else I8 shaped like the scale;
@@ -28,8 +33,13 @@
  *  - int8 weights + int8 activations, tensor or channel, symmetric -> W8A8Int8;
  *  - int4 weights + int8 dynamic per-token activations, channel or group, symmetric -> W4A8Int;
  *  - float8_e4m3fn weights, tensor / channel / block, symmetric, weight-only or with
- *    float8_e4m3fn activations -> W8A16Fp8 / W8A8Fp8.
+ *    float8_e4m3fn activations -> W8A16Fp8 / W8A8Fp8;
+ *  - mxfp4 weight-only -> W4A16Mxfp4 (_is_mxfp4: group 32, float, 4 bits, symmetric; the
+ *    activations are not looked at);
+ *  - mxfp8 weight-only -> W8A8Mxfp8 (_is_mxfp8: also scale_dtype torch.uint8), which quantizes
+ *    the activations to mxfp8 at run time whatever the config says.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +89,23 @@ void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t 
     return out;
 }
 
+/* compressed-tensors' compress_mx_scale: 127 + floor(log2(scale)) as U8. MX scales are powers of
+ * two within 2^-127..2^127 (the tiny rule keeps them above 2^-63); anything else fails. */
+void *ck_ct_encode_e8m0(const float *scale, size_t n)
+{
+    uint8_t *out = ck_buf_alloc(n);
+    for (size_t i = 0; out && i < n; i++) {
+        int e;
+        float m = frexpf(scale[i], &e); /* scale = m * 2^e, m in [0.5, 1) */
+        if (m != 0.5f || e - 1 < -127 || e - 1 > 127) {
+            ck_buf_free(out, n);
+            return NULL;
+        }
+        out[i] = (uint8_t)(127 + e - 1);
+    }
+    return out;
+}
+
 static quant_ck_status unsupported(const ck_tensor_plan *tp, quant_ck_error *err, const char *why)
 {
     return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
@@ -94,6 +121,11 @@ static bool is_channel_axis(const quant_how *how, int axis)
     return false;
 }
 
+bool ck_ct_is_mx(quant_qtype q)
+{
+    return q == QUANT_QTYPE_MXFP8 || q == QUANT_QTYPE_MXFP4;
+}
+
 /* Checks the tensor, qtype and axes against what the format can hold. */
 static quant_ck_status ct_check(const ck_tensor_plan *tp, quant_ck_error *err)
 {
@@ -102,15 +134,24 @@ static quant_ck_status ct_check(const ck_tensor_plan *tp, quant_ck_error *err)
     if (len < 8 || strcmp(t->name + len - 7, ".weight") != 0 || t->rank != 2)
         return unsupported(tp, err, "only rank-2 weights named <module>.weight are quantized");
     quant_qtype q = tp->how.qtype;
-    if (quant_qtype_traits_get(q)->fixed_tile)
+    if (q == QUANT_QTYPE_MXFP8_16)
+        return unsupported(tp, err,
+                           "mxfp8_16 has no compressed-tensors form (its mx formats have groups "
+                           "of 32); use mxfp8, or the native layout");
+    if (q == QUANT_QTYPE_NVFP4)
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
-                             "tensor '%s' (rule %ld): %s is not yet written by the "
-                             "compressed-tensors layout%s; use the native layout",
-                             t->name, tp->rule, quant_qtype_traits_get(q)->name,
-                             q == QUANT_QTYPE_MXFP8_16 ? " (and has no compressed-tensors form)"
-                                                       : "");
-    if (!(q <= QUANT_QTYPE_INT8 || q == QUANT_QTYPE_FP8_E4M3FN))
-        return unsupported(tp, err, "weight qtypes are int2..int8 and float8_e4m3fn");
+                             "tensor '%s' (rule %ld): nvfp4 is not yet written by the "
+                             "compressed-tensors layout (vLLM takes the max of the global scales "
+                             "of fused q/k/v and gate/up partitions, so they need one shared "
+                             "global scale); use the native layout",
+                             t->name, tp->rule);
+    if (!(q <= QUANT_QTYPE_INT8 || q == QUANT_QTYPE_FP8_E4M3FN || ck_ct_is_mx(q)))
+        return unsupported(tp, err,
+                           "weight qtypes are int2..int8 and float8_e4m3fn, or mxfp8 and mxfp4");
+    if (ck_ct_is_mx(q) && ck_ct_strategy_of(tp) != CK_CT_GROUP)
+        return unsupported(tp, err,
+                           "mxfp8 and mxfp4 have one scale per 32 inputs of each output row "
+                           "(strategy group); contract the input (last) axis alone");
     if (is_channel_axis(&tp->how, 1))
         return unsupported(tp, err, "the input (last) axis must be a contraction axis");
     if (tp->r->has_act_qtype && tp->r->act_qtype != QUANT_QTYPE_INT8 &&
@@ -140,9 +181,11 @@ const char *ck_ct_strategy_name(ck_ct_strategy s)
 typedef enum { ACT_NONE, ACT_INT8, ACT_FP8 } ct_act;
 
 /* A rule's scheme as vLLM's compressed-tensors scheme selection sees it. */
+typedef enum { W_INT, W_FP8, W_MX } ct_weight;
+
 typedef struct ct_scheme {
     int bits;
-    bool fp; /* float8_e4m3fn weights, else intN */
+    ct_weight w; /* intN, float8_e4m3fn, or mxfp4 / mxfp8 */
     ck_ct_strategy strategy;
     bool asym;
     ct_act act;
@@ -156,44 +199,49 @@ static bool channel_or_group(const ct_scheme *s)
 
 static bool int_w_fp8_act(const ct_scheme *s)
 {
-    return !s->fp && s->act == ACT_FP8;
+    return s->w == W_INT && s->act == ACT_FP8;
 }
 
 static bool fp8_w_int8_act(const ct_scheme *s)
 {
-    return s->fp && s->act == ACT_INT8;
+    return s->w == W_FP8 && s->act == ACT_INT8;
 }
 
 static bool odd_bits_with_act(const ct_scheme *s)
 {
-    return !s->fp && s->act != ACT_NONE && s->bits != 4 && s->bits != 8;
+    return s->w == W_INT && s->act != ACT_NONE && s->bits != 4 && s->bits != 8;
 }
 
 static bool w8a8_not_symmetric_tensor_channel(const ct_scheme *s)
 {
-    return !s->fp && s->bits == 8 && s->act == ACT_INT8 &&
+    return s->w == W_INT && s->bits == 8 && s->act == ACT_INT8 &&
            (s->asym || !(s->strategy == CK_CT_TENSOR || s->strategy == CK_CT_CHANNEL));
 }
 
 static bool w4a8_unsupported(const ct_scheme *s)
 {
-    return !s->fp && s->bits == 4 && s->act == ACT_INT8 &&
+    return s->w == W_INT && s->bits == 4 && s->act == ACT_INT8 &&
            (s->asym || !channel_or_group(s) || s->act_static);
 }
 
 static bool weight_only_not_channel_group(const ct_scheme *s)
 {
-    return !s->fp && s->act == ACT_NONE && !channel_or_group(s);
+    return s->w == W_INT && s->act == ACT_NONE && !channel_or_group(s);
 }
 
 static bool weight_only_asym_bits(const ct_scheme *s)
 {
-    return !s->fp && s->act == ACT_NONE && s->asym && s->bits != 4 && s->bits != 8;
+    return s->w == W_INT && s->act == ACT_NONE && s->asym && s->bits != 4 && s->bits != 8;
+}
+
+static bool mx_with_act(const ct_scheme *s)
+{
+    return s->w == W_MX && s->act != ACT_NONE;
 }
 
 static bool fp8_group(const ct_scheme *s)
 {
-    return s->fp && s->strategy == CK_CT_GROUP;
+    return s->w == W_FP8 && s->strategy == CK_CT_GROUP;
 }
 
 /* What compressed-tensors can store but vLLM (compressed_tensors.py _get_scheme_from_parts and
@@ -226,6 +274,8 @@ static const struct {
      "contraction on the input axis, or a tile_size on it alone"},
     {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only; use a "
                             "symmetric weight_calibration_method, or int4 or int8"},
+    {mx_with_act, "vLLM serves mxfp4 weight-only whatever the activations (W4A16Mxfp4) and "
+                  "quantizes mxfp8's activations to mxfp8 (W8A8Mxfp8); use no act_qtype"},
     {fp8_group, "vLLM takes float8_e4m3fn weights with a per-tensor, per-channel or block scale "
                 "(W8A8Fp8, W8A16Fp8); use no tile_size, or a 2-D tile_size"},
 };
@@ -246,7 +296,9 @@ static quant_ck_status ct_check_servable(const ck_tensor_plan *tp, quant_ck_erro
     const quant_rule *r = tp->r;
     const quant_qtype_traits *tr = quant_qtype_traits_get(tp->how.qtype);
     ct_scheme s = {.bits = tr->bits,
-                   .fp = tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN,
+                   .w = ck_ct_is_mx(tp->how.qtype)                ? W_MX
+                        : tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN ? W_FP8
+                                                                  : W_INT,
                    .strategy = ck_ct_strategy_of(tp),
                    .asym = tp->asym,
                    .act = !r->has_act_qtype                        ? ACT_NONE
@@ -290,12 +342,33 @@ static long add_zero_point(ck_shard_plan *sp, ck_tensor_plan *tp, const char *mo
     return add_named(sp, module, "weight_zero_point", QUANT_ST_I32, 2, zshape);
 }
 
+/* mxfp4 -> weight_packed U8 (libquant's nibbles: element 2i low), mxfp8 -> weight F8_E4M3; both
+ * with weight_scale U8 E8M0 and no weight_shape (compressed-tensors' MXFP4PackedCompressor and
+ * MXFP8QuantizationCompressor). */
+static quant_ck_status mx_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, const char *module,
+                                  quant_ck_error *err)
+{
+    const quant_st_tensor *t = tp->in;
+    bool fp4 = tp->how.qtype == QUANT_QTYPE_MXFP4;
+    int64_t dshape[2] = {t->shape[0], fp4 ? (t->shape[1] + 1) / 2 : t->shape[1]};
+    tp->how.pack = fp4;
+    tp->codec = CK_CODEC_RAW;
+    tp->scale_e8m0 = true;
+    tp->out[CK_OUT_DATA] = add_named(sp, module, fp4 ? "weight_packed" : "weight",
+                                     fp4 ? QUANT_ST_U8 : QUANT_ST_F8_E4M3, 2, dshape);
+    tp->out[CK_OUT_SCALE] = add_named(sp, module, "weight_scale", QUANT_ST_U8, 2, tp->scale_shape);
+    if (tp->out[CK_OUT_DATA] < 0 || tp->out[CK_OUT_SCALE] < 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return QUANT_CK_OK;
+}
+
 quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err)
 {
     const quant_st_tensor *t = tp->in;
     char module[4096];
     if (strlen(t->name) >= sizeof module) return unsupported(tp, err, "name too long");
     quant_module_path(t->name, module, sizeof module);
+    if (ck_ct_is_mx(tp->how.qtype)) return mx_outputs(sp, tp, module, err);
     int bits = quant_qtype_traits_get(tp->how.qtype)->bits;
     bool is_float = tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN;
     bool packed = !is_float && !tp->r->has_act_qtype;

@@ -1,10 +1,12 @@
 /* test_microscaling.c -- the microscaling qtypes (mxfp8, mxfp8_16, mxfp4, nvfp4; SPEC 2b) through
  * the checkpoint side: rule refusals (tile, method, scale dtype, static activations), plan-time
- * refusals (a dimension the tile does not divide, the compressed-tensors layout), the native
+ * refusals (a dimension the tile does not divide; in the compressed-tensors layout mxfp8_16,
+ * nvfp4, mxfp4 / mxfp8 beyond the input axis or with activations), the native
  * layout on the stories260K fixture through `quant quantize`, `quant dequantize` and
  * `quant inspect --json` (qvalue and scale dtypes and shapes, every scale recomputed here from the
  * input, nvfp4's global_scale, dequantized = level(q) * scale), and nvfp4 in a two-pass (chunked)
- * run.
+ * run; mxfp4 and mxfp8 in the compressed-tensors layout decoded as compressed-tensors does and
+ * compared with the native output bit for bit, with their quantization_config.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,15 +105,25 @@ START_TEST(plan_time_refusals)
                       strstr(err.message, "172"),
                   "%s", err.message);
     ck_assert_int_lt(access(out, F_OK), 0);
-    static const char *const q[4] = {"mxfp8", "mxfp8_16", "mxfp4", "nvfp4"};
+    /* compressed-tensors: mxfp8_16 has no form there, nvfp4 is not written yet, mxfp4 / mxfp8
+     * are per-group along the input axis only, and vLLM serves them without activations */
+    static const struct {
+        const char *rule, *want1, *want2;
+    } ct[] = {
+        {"\"weight_qtype\": \"mxfp8_16\"", "no compressed-tensors form", "mxfp8_16"},
+        {"\"weight_qtype\": \"nvfp4\"", "nvfp4 is not yet written", "global scale"},
+        {"\"weight_qtype\": \"mxfp4\", \"contraction_axes\": [0, 1]", "strategy group",
+         "input (last) axis"},
+        {"\"weight_qtype\": \"mxfp8\", \"act_qtype\": \"float8_e4m3fn\"", "vLLM", "no act_qtype"},
+        {"\"weight_qtype\": \"mxfp4\", \"act_qtype\": \"int8\"", "W4A16Mxfp4", "no act_qtype"},
+    };
     o.layout = QUANT_LAYOUT_CTENSORS;
-    for (int i = 0; i < 4; i++) {
-        char rules[128];
-        snprintf(rules, sizeof rules, "[{\"module_path\": \".*q_proj\", \"weight_qtype\": \"%s\"}]",
-                 q[i]);
+    for (size_t i = 0; i < sizeof ct / sizeof ct[0]; i++) {
+        char rules[160];
+        snprintf(rules, sizeof rules, "[{\"module_path\": \".*q_proj\", %s}]", ct[i].rule);
         ck_assert_int_eq(ck_quantize(rules, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
-        ck_assert_msg(strstr(err.message, "not yet written") && strstr(err.message, q[i]) &&
-                          strstr(err.message, "rule 0"),
+        ck_assert_msg(strstr(err.message, ct[i].want1) && strstr(err.message, ct[i].want2) &&
+                          strstr(err.message, "rule 0") && strstr(err.message, "q_proj"),
                       "%s", err.message);
         ck_assert_int_lt(access(out, F_OK), 0);
     }
@@ -446,6 +459,166 @@ START_TEST(nvfp4_two_pass_equals_one_pass)
 }
 END_TEST
 
+/* ---- the compressed-tensors layout: mxfp4 and mxfp8 ------------------------------------------ */
+
+/* compressed-tensors' decoding, written out again here: e2m1 code -> value (sign in bit 3; its
+ * unpack_fp4_from_uint8 takes element 2i from the low nibble), E8M0 e -> 2^(e - 127)
+ * (decompress_mx_scale), float8_e4m3fn as torch converts it; weight = value * scale. */
+static float ct_e2m1(int code)
+{
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return (code & 8) ? -mag[code & 7] : mag[code & 7];
+}
+
+static float ct_decode(const part *data, const part *scale, int64_t r, int64_t c, bool fp4)
+{
+    int64_t cols = fp4 ? data->t->shape[1] * 2 : data->t->shape[1], ng = scale->t->shape[1];
+    const uint8_t *d = data->raw;
+    float v = fp4 ? ct_e2m1((d[r * (cols / 2) + c / 2] >> (4 * (c & 1))) & 15)
+                  : quant_e4m3fn_to_f32(d[r * cols + c]);
+    int e = ((const uint8_t *)scale->raw)[r * ng + c / 32];
+    return v * ldexpf(1.0f, e - 127);
+}
+
+/* One weight of both outputs: names, dtypes, shapes, the same codes, and compressed-tensors'
+ * decoding equal to `quant dequantize` of the native output bit for bit. */
+static void check_ct_weight(quant_st_file *ct, quant_st_file *nat, quant_st_file *deq,
+                            const char *module, bool fp4, int64_t rows, int64_t cols)
+{
+    char w[64];
+    snprintf(w, sizeof w, "%s.weight", module);
+    part d = read_part(ct, module, fp4 ? ".weight_packed" : ".weight"),
+         s = read_part(ct, module, ".weight_scale"), qv = read_part(nat, w, ".qvalue"),
+         dq = read_part(deq, w, "");
+    ck_assert_int_eq(d.t->dtype, fp4 ? QUANT_ST_U8 : QUANT_ST_F8_E4M3);
+    ck_assert_int_eq(d.t->rank, 2);
+    ck_assert_int_eq(d.t->shape[0], rows);
+    ck_assert_int_eq(d.t->shape[1], fp4 ? cols / 2 : cols);
+    ck_assert_int_eq(s.t->dtype, QUANT_ST_U8);
+    ck_assert_int_eq(s.t->rank, 2);
+    ck_assert_int_eq(s.t->shape[0], rows);
+    ck_assert_int_eq(s.t->shape[1], cols / 32);
+    char absent[64];
+    snprintf(absent, sizeof absent, "%s.weight_shape", module);
+    ck_assert_ptr_null(quant_st_find(ct, absent));
+    snprintf(absent, sizeof absent, "%s.weight_zero_point", module);
+    ck_assert_ptr_null(quant_st_find(ct, absent));
+    if (fp4) ck_assert_ptr_null(quant_st_find(ct, w)); /* mxfp8 keeps the name P.weight */
+    ck_assert_int_eq(quant_st_nbytes(d.t), quant_st_nbytes(qv.t));
+    ck_assert_int_eq(memcmp(d.raw, qv.raw, (size_t)quant_st_nbytes(d.t)), 0);
+    const float *ref = dq.raw;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = ct_decode(&d, &s, r, c, fp4);
+            ck_assert_msg(f_to_bits(v) == f_to_bits(ref[r * cols + c]), "%s [%lld, %lld]: %a != %a",
+                          module, (long long)r, (long long)c, (double)v, (double)ref[r * cols + c]);
+        }
+    free(d.raw);
+    free(s.raw);
+    free(qv.raw);
+    free(dq.raw);
+}
+
+/* quantization_config: one group per format, the MXFP4A16 / MXFP8A16 presets' weights. */
+static void check_ct_group(const json_t *groups, const char *format, int bits, const char *target)
+{
+    const char *key;
+    json_t *g;
+    json_object_foreach((json_t *)groups, key, g)
+    {
+        if (strcmp(json_string_value(json_object_get(g, "format")), format) != 0) continue;
+        json_t *wa = json_object_get(g, "weights");
+        ck_assert_int_eq(json_integer_value(json_object_get(wa, "num_bits")), bits);
+        ck_assert_str_eq(json_string_value(json_object_get(wa, "type")), "float");
+        ck_assert_str_eq(json_string_value(json_object_get(wa, "strategy")), "group");
+        ck_assert_int_eq(json_integer_value(json_object_get(wa, "group_size")), 32);
+        ck_assert(json_is_true(json_object_get(wa, "symmetric")));
+        ck_assert(json_is_false(json_object_get(wa, "dynamic")));
+        ck_assert_str_eq(json_string_value(json_object_get(wa, "scale_dtype")), "torch.uint8");
+        ck_assert(json_is_null(json_object_get(wa, "zp_dtype")));
+        ck_assert(json_is_null(json_object_get(g, "input_activations")));
+        json_t *targets = json_object_get(g, "targets");
+        ck_assert_int_eq(json_array_size(targets), 1);
+        ck_assert_str_eq(json_string_value(json_array_get(targets, 0)), target);
+        return;
+    }
+    ck_abort_msg("no config group of format %s", format);
+}
+
+START_TEST(ctensors_mx_equals_native)
+{
+    enum { RA = 6, CA = 96, RB = 5, CB = 64 };
+    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
+         *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    float *a = malloc(RA * CA * sizeof *a), *b = malloc(RB * CB * sizeof *b), head[32];
+    ck_fill(a, RA * CA, 31, 1.0f);
+    ck_fill(b, RB * CB, 32, 1.0f);
+    ck_fill(head, 32, 33, 1.0f);
+    for (int j = 0; j < CA; j++) a[CA + j] *= 1e-3f, a[2 * CA + j] *= 300.0f; /* other scales */
+    for (int j = 0; j < CB; j++) b[CB + j] *= 1e-4f, b[2 * CB + j] *= 2000.0f;
+    a[3 * CA + 7] = -0.0f; /* the sign of zero is kept: code 8 */
+    ck_gen_tensor t[] = {{"a.proj.weight", "F32", 2, {RA, CA}, a, RA * CA * sizeof *a},
+                         {"b.proj.weight", "F32", 2, {RB, CB}, b, RB * CB * sizeof *b},
+                         {"lm_head.weight", "F32", 2, {4, 8}, head, sizeof head}};
+    char *shard = ck_join(in, "model.safetensors"), *cfg = ck_join(in, "config.json");
+    ck_gen_file(shard, t, 3, NULL);
+    ck_write_file(cfg, "{\"model_type\":\"llama\"}", 22);
+    static const char rules[] = "[{\"module_path\": \"a\\\\.proj\", \"weight_qtype\": \"mxfp4\", "
+                                "\"weight_calibration_method\": \"rms,3\"},"
+                                " {\"module_path\": \"b\\\\.proj\", \"weight_qtype\": \"mxfp8\"}]";
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+    char *pc = ck_join(ctd, "model.safetensors"), *pn = ck_join(nat, "model.safetensors"),
+         *pd = ck_join(deq, "model.safetensors");
+    quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
+    ck_assert(quant_st_open(pc, &fc, &err) == QUANT_CK_OK);
+    ck_assert(quant_st_open(pn, &fn, &err) == QUANT_CK_OK);
+    ck_assert(quant_st_open(pd, &fd, &err) == QUANT_CK_OK);
+    check_ct_weight(fc, fn, fd, "a.proj", true, RA, CA);
+    check_ct_weight(fc, fn, fd, "b.proj", false, RB, CB);
+    const uint8_t *packed = NULL;
+    part pa = read_part(fc, "a.proj", ".weight_packed");
+    packed = pa.raw;
+    ck_assert_int_eq((packed[(3 * CA + 7) / 2] >> 4) & 15, 8);
+    free(pa.raw);
+    quant_st_close(fc);
+    quant_st_close(fn);
+    quant_st_close(fd);
+    char *pcfg = ck_join(ctd, "config.json");
+    json_t *root = json_load_file(pcfg, 0, NULL);
+    json_t *qc = json_object_get(root, "quantization_config");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "quant_method")), "compressed-tensors");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "format")), "mixed-precision");
+    json_t *groups = json_object_get(qc, "config_groups");
+    ck_assert_int_eq(json_object_size(groups), 2);
+    check_ct_group(groups, "mxfp4-pack-quantized", 4, "a.proj");
+    check_ct_group(groups, "mxfp8-quantized", 8, "b.proj");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(qc, "ignore"), 0)),
+                     "lm_head");
+    json_decref(root);
+    ck_rmtree(tmp);
+    free(pcfg);
+    free(pc);
+    free(pn);
+    free(pd);
+    free(shard);
+    free(cfg);
+    free(a);
+    free(b);
+    free(tmp);
+    free(in);
+    free(nat);
+    free(ctd);
+    free(deq);
+}
+END_TEST
+
 Suite *suite_microscaling_ckpt(void)
 {
     Suite *s = suite_create("microscaling");
@@ -455,6 +628,7 @@ Suite *suite_microscaling_ckpt(void)
     tcase_add_test(tc, plan_time_refusals);
     tcase_add_test(tc, fixture_quantize_then_dequantize);
     tcase_add_test(tc, nvfp4_two_pass_equals_one_pass);
+    tcase_add_test(tc, ctensors_mx_equals_native);
     suite_add_tcase(s, tc);
     return s;
 }
