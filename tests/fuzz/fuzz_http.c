@@ -114,8 +114,9 @@ static void write_model(const char *path)
     for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     memcpy(buf + 8, header, hlen);
     memset(buf + 8 + hlen, ' ', padded - hlen);
-    float *w = (float *)(buf + 8 + padded);
+    float w[32]; /* little-endian on every machine this builds for */
     for (int i = 0; i < 32; i++) w[i] = (float)(i - 16) / 8.0f;
+    memcpy(buf + 8 + padded, w, sizeof w);
     write_file(path, buf, 8 + padded + 128);
 }
 
