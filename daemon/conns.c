@@ -1,9 +1,10 @@
 /* conns.c -- the connection guard (see conns.h): one record per connection in a list, the
  * per-address counts in a small hash table, and a reaper thread that shuts down the sockets of
- * connections past their phase's deadline. Everything is under one mutex, held only briefly:
- * phase changes are a few per request, body progress is a relaxed atomic. libmicrohttpd calls
- * the CLOSED notification before it closes the socket, and the record leaves the list under the
- * mutex there, so a socket the reaper shuts down is always still the connection's own.
+ * connections past their phase's deadline, and of idle ones whose client has shut its side.
+ * Everything is under one mutex, held only briefly: phase changes are a few per request, body
+ * progress is a relaxed atomic. libmicrohttpd calls the CLOSED notification before it closes the
+ * socket, and the record leaves the list under the mutex there, so a socket the reaper shuts
+ * down (or peeks at) is always still the connection's own.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <netinet/in.h>
@@ -42,6 +43,7 @@ struct qd_conn {
     double since;           /* monotonic seconds: when the phase began */
     _Atomic uint64_t bytes; /* body bytes received in P_BODY */
     bool cut;               /* shut down by the reaper */
+    double eof_since;       /* `since` of the phase in which the peer's end was seen, or -1 */
 };
 
 struct qd_conns {
@@ -154,6 +156,7 @@ static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
     if (ad) key_of(ad->client_addr, &c->ip);
     c->ph = P_NEW;
     c->since = now_s();
+    c->eof_since = -1;
     pthread_mutex_lock(&g->mu);
     c->next = g->head;
     if (g->head) g->head->prev = c;
@@ -262,6 +265,26 @@ static bool overdue(const qd_config *cfg, const qd_conn *c, double t, cut_reason
     return false;
 }
 
+/* Whether the peer has shut its sending side and libmicrohttpd has read everything it sent:
+ * nothing more can arrive on fd. */
+static bool peer_done(int fd)
+{
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* A connection waiting for a request (P_NEW, P_NEXT) whose peer has shut its side can never
+ * send one, but libmicrohttpd 0.9.75 keeps it until header_timeout (or idle_timeout): it is
+ * closed once its end has been seen on two sweeps in the same phase (a request read whole but
+ * not yet handed to its handler changes the phase within microseconds, never 250 ms). */
+static bool finished_peer(qd_conn *c)
+{
+    if ((c->ph != P_NEW && c->ph != P_NEXT) || !peer_done(c->fd)) return false;
+    if (c->eof_since == c->since) return true;
+    c->eof_since = c->since;
+    return false;
+}
+
 static void sweep(qd_conns *g)
 {
     unsigned cut[CUT_COUNT] = {0}, refused[2];
@@ -269,7 +292,13 @@ static void sweep(qd_conns *g)
     pthread_mutex_lock(&g->mu);
     for (qd_conn *c = g->head; c; c = c->next) {
         cut_reason why;
-        if (c->cut || c->fd < 0 || !overdue(g->cfg, c, t, &why)) continue;
+        if (c->cut || c->fd < 0) continue;
+        if (finished_peer(c)) { /* not a limit: the client is done */
+            shutdown(c->fd, SHUT_RDWR);
+            c->cut = true;
+            continue;
+        }
+        if (!overdue(g->cfg, c, t, &why)) continue;
         shutdown(c->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
         c->cut = true;
         cut[why]++;

@@ -1,8 +1,8 @@
 /* test_limits.c -- the limits that must hold under abuse, through the real quantd and raw
- * sockets: slow clients cut off while others are served (header_timeout, body_min_rate), the
- * per-address connection limit, the in-memory body budget under 16 slow large posts (503 and a
- * bound on RSS), the queue cap (429), the disk reserve (507), uploads refused from their headers
- * alone, and retention of finished jobs' outputs (410).
+ * sockets: slow clients cut off while others are served (header_timeout, body_min_rate),
+ * half-closed clients let go at once, the per-address connection limit, the in-memory body budget
+ * under 16 slow large posts (503 and a bound on RSS), the queue cap (429), the disk reserve (507),
+ * uploads refused from their headers alone, and retention of finished jobs' outputs (410).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -170,6 +170,46 @@ START_TEST(test_slow_headers)
 END_TEST
 
 /* A body trickled below body_min_rate after its grace is cut; a normal post is not. */
+/* A client that shuts its sending side is done: once its requests are answered (or when its
+ * request can no longer complete), its connection is closed within a sweep or two instead of
+ * being held for idle_timeout or header_timeout; a kept-alive client that has not shut its side
+ * keeps its connection. */
+START_TEST(test_half_closed)
+{
+    qdp d;
+    qdp_start(&d, NULL); /* header_timeout 10 s, idle_timeout 60 s */
+    static const char *const reqs[] = {
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",   /* answered, then closed */
+        "PUT /v1/rulesets/a HTTP/1.1\r\nHost: x\r\n", /* headers cut short */
+    };
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        int fd = raw_connect(&d);
+        double t0 = qdt_now_s();
+        ck_assert(send_all(fd, reqs[i], strlen(reqs[i])));
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+        char buf[4096];
+        ssize_t k = read_within(fd, buf, sizeof buf, 3000);
+        if (i == 0) {
+            ck_assert_msg(k > 0 && status_in(buf) == 200, "%zd: %s", k, k > 0 ? buf : "");
+            k = read_within(fd, buf, sizeof buf, 3000);
+        }
+        ck_assert_msg(k == 0, "request %zu: the connection stayed open (%zd)", i, k);
+        ck_assert_msg(qdt_now_s() - t0 < 2.5, "closed after %.1f s", qdt_now_s() - t0);
+        close(fd);
+    }
+    int ka = raw_connect(&d);
+    char buf[4096];
+    for (int round = 0; round < 2; round++) {
+        ck_assert(send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
+        ck_assert_int_gt(read_within(ka, buf, sizeof buf, 2000), 0);
+        ck_assert_int_eq(status_in(buf), 200);
+        usleep(1200 * 1000); /* several sweeps */
+    }
+    close(ka);
+    qdp_stop(&d);
+}
+END_TEST
+
 START_TEST(test_slow_body)
 {
     qdp d;
@@ -560,6 +600,7 @@ Suite *suite_limits(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_slow_headers);
     tcase_add_test(tc, test_slow_body);
+    tcase_add_test(tc, test_half_closed);
     tcase_add_test(tc, test_per_ip_limit);
     tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_body_budget_chunked);

@@ -2,9 +2,9 @@
  * statistics, tokens, workers, housekeeping, HTTP on a loopback port) runs in this process,
  * started once under the harness's temporary directory, and each input is sent as raw bytes on a
  * fresh connection, followed by a last request of the harness's own (GET /healthz with
- * "Connection: close", so the daemon closes once it has answered what it can: a client that only
- * shuts its write side is kept, like an idle keep-alive connection, until the idle timeout),
- * then the write side is shut and the answer read until the daemon closes.
+ * "Connection: close", so the daemon closes as soon as it has answered what it can, rather than
+ * when the connection guard notices the shut write side a sweep or two later), then the write
+ * side is shut and the answer read until the daemon closes.
  *
  * The input is one or more HTTP/1.1 requests with bodies. Markers make mutated inputs mean
  * something: "@SRC@" becomes the source root (a small safetensors file model.safetensors, a
