@@ -35,6 +35,10 @@ int cli_getopt_error(const char *cmd, int c, char **argv);
  * CLI_EXIT_FAIL. */
 int cli_ck_error(const quant_ck_error *err);
 
+/* Prints a document (malloc'd JSON text, freed here) and a newline on stdout: CLI_EXIT_OK, or
+ * "out of memory" and CLI_EXIT_FAIL when text is NULL. */
+int cli_put_text(char *text);
+
 /* Prints "quant: warning: <message>\n" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -342,13 +342,7 @@ static int print_json(const inspection *in)
     json_t *root = inspection_json(in);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
-    if (!text) {
-        cli_error("out of memory");
-        return CLI_EXIT_FAIL;
-    }
-    puts(text);
-    free(text);
-    return CLI_EXIT_OK;
+    return cli_put_text(text);
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */

@@ -144,14 +144,7 @@ static void print_totals(const quant_plan *p, const quant_ruleset *rules)
 
 static int print_json(const quant_plan *p)
 {
-    char *text = quant_plan_json(p);
-    if (!text) {
-        cli_error("out of memory");
-        return CLI_EXIT_FAIL;
-    }
-    puts(text);
-    free(text);
-    return CLI_EXIT_OK;
+    return cli_put_text(quant_plan_json(p));
 }
 
 int cmd_plan(int argc, char **argv)

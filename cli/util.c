@@ -163,3 +163,14 @@ void cli_clean_stale(const char *path, const char *also)
     free(dir);
     free(other);
 }
+
+int cli_put_text(char *text)
+{
+    if (!text) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    puts(text);
+    free(text);
+    return CLI_EXIT_OK;
+}

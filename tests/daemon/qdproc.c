@@ -3,12 +3,16 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -290,7 +294,7 @@ json_t *qdp_json(const qdp_resp *r)
     return doc;
 }
 
-static json_t *get_job(qdp *d, long long id)
+json_t *qdp_get_job(qdp *d, long long id)
 {
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%lld", id);
@@ -305,7 +309,7 @@ json_t *qdp_wait_job(qdp *d, long long id, double timeout_s)
 {
     double t0 = qdt_now_s();
     for (;;) {
-        json_t *j = get_job(d, id);
+        json_t *j = qdp_get_job(d, id);
         const char *st = json_string_value(json_object_get(j, "state"));
         if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) ||
             qdt_now_s() - t0 > timeout_s)
@@ -319,7 +323,7 @@ json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s
 {
     double t0 = qdt_now_s();
     for (;;) {
-        json_t *j = get_job(d, id);
+        json_t *j = qdp_get_job(d, id);
         if (strcmp(json_string_value(json_object_get(j, "state")), state) == 0) return j;
         ck_assert_msg(qdt_now_s() - t0 < timeout_s, "job %lld: still %s after %.0f s, wanted %s",
                       id, json_string_value(json_object_get(j, "state")), timeout_s, state);
@@ -364,4 +368,27 @@ int qdp_start_fail(qdp *d, const char *const *extra, char **log)
     free(port_file);
     free(log_path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int qdp_raw_connect(const qdp *d)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+bool qdp_send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        c += k;
+        n -= (size_t)k;
+    }
+    return true;
 }

@@ -64,6 +64,13 @@ json_t *qdp_json(const qdp_resp *r);
 /* Polls GET /v1/jobs/ID until its state is not queued/running (or timeout_s passes); returns
  * the job JSON. */
 json_t *qdp_wait_job(qdp *d, long long id, double timeout_s);
+/* GET /v1/jobs/ID, which must answer 200: the job's JSON (the caller decrefs). */
+json_t *qdp_get_job(qdp *d, long long id);
+
+/* Raw sockets, for what libcurl would normalize: a connection to d (fails the test when it
+ * cannot be made), and every byte of p sent (false when the server closed or failed). */
+int qdp_raw_connect(const qdp *d);
+bool qdp_send_all(int fd, const void *p, size_t n);
 /* Polls until the job's state equals `state`; returns the job JSON. */
 json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s);
 

@@ -2,10 +2,10 @@
  * body, of a running job (with jobs queued behind it) and of a burst of statistics posts from
  * several threads, each followed by a restart on the same data directory. After each: the crash
  * image and the final database pass PRAGMA integrity_check and foreign_key_check, nothing partial
- * is listed, served or left on disk (DATA/tmp empty, no *.quant-partial-* or *.quant-tmp-* under DATA/jobs),
- * every acknowledged statistics post is counted and retries with their Idempotency-Key count
- * exactly once, and queued jobs run to success. Then a full disk (root only: a 64 MiB tmpfs as
- * the data directory): the job fails cleanly, naming no server path, and quantd goes on serving.
+ * is listed, served or left on disk (DATA/tmp empty, no *.quant-partial-* or *.quant-tmp-* under
+ * DATA/jobs), every acknowledged statistics post is counted and retries with their Idempotency-Key
+ * count exactly once, and queued jobs run to success. Then a full disk (root only: a 64 MiB tmpfs
+ * as the data directory): the job fails cleanly, naming no server path, and quantd goes on serving.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -225,17 +225,6 @@ static long long path_job(qdp *d, const char *file)
     return id;
 }
 
-static json_t *job_of(qdp *d, long long id)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/%lld", id);
-    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
-    ck_assert_msg(r.status == 200, "GET %s: %ld %s", path, r.status, r.body);
-    json_t *j = qdp_json(&r);
-    qdp_resp_free(&r);
-    return j;
-}
-
 static const char *state_of(json_t *job)
 {
     return json_string_value(json_object_get(job, "state"));
@@ -256,7 +245,7 @@ static char *wait_success(qdp *d, long long id, double timeout_s)
 /* Neither listed nor served: a job that has not succeeded has no outputs, and its files 409. */
 static void assert_unpublished(qdp *d, long long id)
 {
-    json_t *j = job_of(d, id);
+    json_t *j = qdp_get_job(d, id);
     ck_assert_msg(strcmp(state_of(j), "succeeded") != 0, "job %lld already succeeded", id);
     ck_assert_msg(json_object_get(j, "outputs") == NULL, "job %lld (%s) lists outputs", id,
                   state_of(j));
@@ -296,28 +285,6 @@ static size_t count_jobs(qdp *d)
 /* ---- kill -9 during an upload ------------------------------------------------------------------
  */
 
-static int raw_connect(const qdp *d)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR) continue;
-        ck_assert_msg(k > 0, "send: %s", strerror(errno));
-        c += k;
-        n -= (size_t)k;
-    }
-}
-
 /* Starts an upload of file with its whole Content-Length and sends its first `part` bytes. */
 static int upload_part(const qdp *d, const char *file, size_t part)
 {
@@ -325,20 +292,20 @@ static int upload_part(const qdp *d, const char *file, size_t part)
     ck_assert_int_ge(in, 0);
     struct stat sb;
     ck_assert_int_eq(fstat(in, &sb), 0);
-    int fd = raw_connect(d);
+    int fd = qdp_raw_connect(d);
     char head[512];
     int n = snprintf(head, sizeof head,
                      "POST /v1/jobs?ruleset=int8 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                      "Content-Type: application/octet-stream\r\nContent-Length: %lld\r\n\r\n",
                      (long long)sb.st_size);
-    send_all(fd, head, (size_t)n);
+    ck_assert_msg(qdp_send_all(fd, head, (size_t)n), "send: %s", strerror(errno));
     char *buf = malloc(MIB);
     ck_assert_ptr_nonnull(buf);
     for (size_t sent = 0; sent < part;) {
         size_t want = part - sent < (size_t)MIB ? part - sent : (size_t)MIB;
         ssize_t got = read(in, buf, want);
         ck_assert_int_gt(got, 0);
-        send_all(fd, buf, (size_t)got);
+        ck_assert_msg(qdp_send_all(fd, buf, (size_t)got), "send: %s", strerror(errno));
         sent += (size_t)got;
     }
     free(buf);
@@ -406,7 +373,7 @@ static void wait_partial_output(qdp *d, long long id)
     char *dir = qdt_join(d->data_dir, name);
     double t0 = qdt_now_s();
     for (;;) {
-        json_t *j = job_of(d, id);
+        json_t *j = qdp_get_job(d, id);
         bool running = strcmp(state_of(j), "running") == 0;
         long long done =
             json_integer_value(json_object_get(json_object_get(j, "progress"), "bytes_done"));
@@ -441,10 +408,10 @@ START_TEST(test_kill_running_job)
     char *sha_a = wait_success(&d, a, 300), *sha_b = wait_success(&d, b, 300);
     free(wait_success(&d, c, 120));
     ck_assert_str_eq(sha_a, sha_b);
-    json_t *j = job_of(&d, a);
+    json_t *j = qdp_get_job(&d, a);
     ck_assert_int_eq(json_integer_value(json_object_get(j, "attempts")), 2);
     json_decref(j);
-    j = job_of(&d, b);
+    j = qdp_get_job(&d, b);
     ck_assert_int_eq(json_integer_value(json_object_get(j, "attempts")), 1);
     json_decref(j);
     assert_served(&d, a, sha_a);

@@ -37,16 +37,6 @@ typedef struct raw_reply {
     char body[4096]; /* the first of them, NUL-terminated */
 } raw_reply;
 
-static int raw_connect(const qdp *d)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
 /* Reads from fd until the server closes (10 s at most) into buf (NUL-terminated), closes fd;
  * returns the bytes read. */
 static size_t raw_read_all(int fd, char *buf, size_t cap)
@@ -70,7 +60,7 @@ static size_t raw_read_all(int fd, char *buf, size_t cap)
 static raw_reply raw_request(const qdp *d, const char *method, const char *target,
                              const char *extra)
 {
-    int fd = raw_connect(d);
+    int fd = qdp_raw_connect(d);
     char req[4096];
     int n = snprintf(req, sizeof req,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%sConnection: close\r\n\r\n", method,
@@ -96,7 +86,7 @@ static raw_reply raw_request(const qdp *d, const char *method, const char *targe
  * came back (a static buffer, NUL-terminated). */
 static const char *raw_exchange(const qdp *d, const char *bytes)
 {
-    int fd = raw_connect(d);
+    int fd = qdp_raw_connect(d);
     size_t n = strlen(bytes);
     ck_assert_int_eq(send(fd, bytes, n, MSG_NOSIGNAL), (ssize_t)n);
     static char buf[1 << 16];

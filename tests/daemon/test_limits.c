@@ -41,29 +41,6 @@
 
 /* ---- raw HTTP -------------------------------------------------------------------------------- */
 
-static int raw_connect(const qdp *d)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
-static bool send_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        c += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
 /* What the server sent within ms (NUL-terminated in buf): > 0 bytes, 0 when it closed the
  * connection, -1 when it sent nothing in time. */
 static ssize_t read_within(int fd, char *buf, size_t len, int ms)
@@ -97,13 +74,13 @@ static int status_in(const char *buf)
 static int open_request(const qdp *d, const char *method, const char *path, const char *type,
                         unsigned long long length)
 {
-    int fd = raw_connect(d);
+    int fd = qdp_raw_connect(d);
     char head[1024];
     int n = snprintf(head, sizeof head,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
                      "Content-Length: %llu\r\n\r\n",
                      method, path, type, length);
-    ck_assert(send_all(fd, head, (size_t)n));
+    ck_assert(qdp_send_all(fd, head, (size_t)n));
     return fd;
 }
 
@@ -120,15 +97,15 @@ START_TEST(test_slow_headers)
     enum { N = 40 };
     int fds[N];
     for (int i = 0; i < N; i++) {
-        fds[i] = raw_connect(&d);
-        ck_assert(send_all(fds[i], "GET /healthz HTTP/1.1\r\n", 23));
+        fds[i] = qdp_raw_connect(&d);
+        ck_assert(qdp_send_all(fds[i], "GET /healthz HTTP/1.1\r\n", 23));
     }
-    int drip = raw_connect(&d);
+    int drip = qdp_raw_connect(&d);
     const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     double t0 = qdt_now_s();
     bool drip_cut = false;
     for (size_t i = 0; !drip_cut && i < strlen(req) && qdt_now_s() - t0 < 6; i++) {
-        drip_cut = !send_all(drip, req + i, 1);
+        drip_cut = !qdp_send_all(drip, req + i, 1);
         qdp_resp r = qdp_req(&d, "GET", "/healthz", NULL, NULL, 0, NULL); /* others served */
         ck_assert_int_eq(r.status, 200);
         qdp_resp_free(&r);
@@ -146,15 +123,15 @@ START_TEST(test_slow_headers)
     }
     close(drip);
     /* kept alive after a request: the next one's headers within idle + header timeouts */
-    int ka = raw_connect(&d);
+    int ka = qdp_raw_connect(&d);
     char buf[4096];
-    ck_assert(send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
+    ck_assert(qdp_send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
     ck_assert(read_within(ka, buf, sizeof buf, 2000) > 0);
     ck_assert_int_eq(status_in(buf), 200);
     t0 = qdt_now_s();
     bool cut = false;
     while (!cut && qdt_now_s() - t0 < 8) {
-        cut = !send_all(ka, "G", 1) || read_within(ka, buf, sizeof buf, 500) == 0;
+        cut = !qdp_send_all(ka, "G", 1) || read_within(ka, buf, sizeof buf, 500) == 0;
     }
     ck_assert_msg(cut && qdt_now_s() - t0 < 5, "kept-alive trickler cut after %.1f s",
                   qdt_now_s() - t0);
@@ -183,9 +160,9 @@ START_TEST(test_half_closed)
         "PUT /v1/rulesets/a HTTP/1.1\r\nHost: x\r\n", /* headers cut short */
     };
     for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
-        int fd = raw_connect(&d);
+        int fd = qdp_raw_connect(&d);
         double t0 = qdt_now_s();
-        ck_assert(send_all(fd, reqs[i], strlen(reqs[i])));
+        ck_assert(qdp_send_all(fd, reqs[i], strlen(reqs[i])));
         ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
         char buf[4096];
         ssize_t k = read_within(fd, buf, sizeof buf, 3000);
@@ -197,10 +174,10 @@ START_TEST(test_half_closed)
         ck_assert_msg(qdt_now_s() - t0 < 2.5, "closed after %.1f s", qdt_now_s() - t0);
         close(fd);
     }
-    int ka = raw_connect(&d);
+    int ka = qdp_raw_connect(&d);
     char buf[4096];
     for (int round = 0; round < 2; round++) {
-        ck_assert(send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
+        ck_assert(qdp_send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
         ck_assert_int_gt(read_within(ka, buf, sizeof buf, 2000), 0);
         ck_assert_int_eq(status_in(buf), 200);
         usleep(1200 * 1000); /* several sweeps */
@@ -219,7 +196,7 @@ START_TEST(test_slow_body)
     bool cut = false;
     char buf[256];
     while (!cut && qdt_now_s() - t0 < 6) {
-        cut = !send_all(fd, " ", 1) || read_within(fd, buf, sizeof buf, 200) == 0;
+        cut = !qdp_send_all(fd, " ", 1) || read_within(fd, buf, sizeof buf, 200) == 0;
         qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1,
                              strlen(POST1), NULL);
         ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
@@ -239,17 +216,17 @@ START_TEST(test_per_ip_limit)
     qdp d;
     qdp_start(&d, (const char *[]){"--max-connections-per-ip", "3", NULL});
     int held[3];
-    for (int i = 0; i < 3; i++) held[i] = raw_connect(&d);
+    for (int i = 0; i < 3; i++) held[i] = qdp_raw_connect(&d);
     qdt_sleep_ms(200);
-    int extra = raw_connect(&d);
+    int extra = qdp_raw_connect(&d);
     char buf[256];
-    send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
+    qdp_send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
     ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0); /* closed, no answer */
     close(extra);
     close(held[0]);
     qdt_sleep_ms(300);
-    int again = raw_connect(&d);
-    ck_assert(send_all(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
+    int again = qdp_raw_connect(&d);
+    ck_assert(qdp_send_all(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
     ck_assert(read_within(again, buf, sizeof buf, 2000) > 0);
     ck_assert_int_eq(status_in(buf), 200);
     close(again);
@@ -260,10 +237,10 @@ START_TEST(test_per_ip_limit)
     qdp_start(&d,
               (const char *[]){"--max-connections", "4", "--max-connections-per-ip", "0", NULL});
     int all[4];
-    for (int i = 0; i < 4; i++) all[i] = raw_connect(&d);
+    for (int i = 0; i < 4; i++) all[i] = qdp_raw_connect(&d);
     qdt_sleep_ms(200);
-    extra = raw_connect(&d);
-    send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
+    extra = qdp_raw_connect(&d);
+    qdp_send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
     ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0);
     close(extra);
     for (int i = 0; i < 4; i++) close(all[i]);
@@ -318,7 +295,7 @@ START_TEST(test_body_budget)
             continue;
         }
         admitted++;
-        ck_assert(send_all(fds[i], chunk, 30 * MIB));
+        ck_assert(qdp_send_all(fds[i], chunk, 30 * MIB));
     }
     ck_assert_int_eq(admitted, 2);
     ck_assert_int_eq(busy, N - 2);
