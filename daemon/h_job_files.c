@@ -7,7 +7,6 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,13 +24,8 @@
  * or 410 otherwise. */
 static bool succeeded_job(qd_req *r, int64_t *id, bool files)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(r->params[0], &end, 10);
-    if (errno || *end || v <= 0) {
-        qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %s", r->params[0]);
-        return false;
-    }
+    int64_t v;
+    if (!qd_job_id_param(r, &v)) return false;
     qd_job j;
     qd_err err;
     qd_status st = qd_store_job_get(r->app->store, v, &j, &err);
@@ -43,13 +37,13 @@ static bool succeeded_job(qd_req *r, int64_t *id, bool files)
     char when[QD_TIME_LEN];
     if (j.state != QD_JOB_SUCCEEDED)
         qd_reply_error(r, MHD_HTTP_CONFLICT, "not_ready", NULL,
-                       "job %lld is %s; its outputs exist once it has succeeded", v,
+                       "job %lld is %s; its outputs exist once it has succeeded", (long long)v,
                        qd_job_state_name(j.state));
     else if (!ok)
         qd_reply_limit(r, MHD_HTTP_GONE, "outputs_removed", "retention", 0,
                        "the outputs of job %lld were removed at %s by retention ([jobs] "
                        "retention and keep_outputs); its report and output hashes remain",
-                       v, qd_iso8601(j.outputs_removed_ms, when));
+                       (long long)v, qd_iso8601(j.outputs_removed_ms, when));
     qd_job_clear(&j);
     *id = v;
     return ok;

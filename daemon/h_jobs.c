@@ -420,24 +420,24 @@ enum MHD_Result qd_h_job_create(qd_req *r)
 /* ---- reading, listing, cancelling, deleting ---------------------------------------------------
  */
 
-/* The {id} parameter; false (after a 404) when it is not a positive integer. */
-static bool job_id(qd_req *r, int64_t *id)
+/* The one reading of a job's {id}: 1 to 18 decimal digits, nothing else (no sign, no blanks,
+ * no leading zero), so /v1/jobs/+1, /v1/jobs/01 and /v1/jobs/1/report agree on what exists. */
+bool qd_job_id_param(qd_req *r, int64_t *id)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(r->params[0], &end, 10);
-    if (errno || *end || v <= 0 || r->params[0][0] == '+') {
-        qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %s", r->params[0]);
+    const char *s = r->params[0];
+    size_t n = strlen(s);
+    if (n == 0 || n > 18 || s[0] == '0' || strspn(s, "0123456789") != n) {
+        qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %s", s);
         return false;
     }
-    *id = v;
+    *id = strtoll(s, NULL, 10);
     return true;
 }
 
 enum MHD_Result qd_h_job_get(qd_req *r)
 {
     int64_t id;
-    if (!job_id(r, &id)) return MHD_YES;
+    if (!qd_job_id_param(r, &id)) return MHD_YES;
     qd_job j;
     qd_err err;
     qd_status st = qd_store_job_get(r->app->store, id, &j, &err);
@@ -492,7 +492,7 @@ enum MHD_Result qd_h_job_list(qd_req *r)
 enum MHD_Result qd_h_job_delete(qd_req *r)
 {
     int64_t id;
-    if (!job_id(r, &id)) return MHD_YES;
+    if (!qd_job_id_param(r, &id)) return MHD_YES;
     bool running;
     qd_err err;
     qd_status st = qd_jobs_cancel(r->app->jobs, id, &running, &err);

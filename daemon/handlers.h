@@ -58,6 +58,10 @@ enum MHD_Result qd_h_plan_create(qd_req *r);
  * reply or on OOM); a layout name; a stats_model the statistics store knows (NULL is fine). */
 char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules);
 bool qd_layout_ok(qd_req *r, const char *layout);
+
+/* A job's {id} path parameter (h_jobs.c), the one parser every /v1/jobs/{id}... route uses;
+ * replies 404 and returns false unless it is 1 to 18 digits without a leading zero. */
+bool qd_job_id_param(qd_req *r, int64_t *id);
 bool qd_stats_model_ok(qd_req *r, const char *model);
 /* The body POST /v1/jobs and POST /v1/plans take, by Content-Type: a shard (octet-stream) or
  * JSON. Anything else is answered 415 with `takes`, what the route takes (QD_PAYLOAD_REPLIED). */

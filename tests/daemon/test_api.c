@@ -283,6 +283,18 @@ START_TEST(test_upload_round_trip)
     expect(&d, "GET", path, NULL, 404, "not_found");
     snprintf(path, sizeof path, "/v1/jobs/%lld/outputs/%%2e%%2e%%2fquantd.db", id);
     expect(&d, "GET", path, NULL, 404, NULL);
+    /* every /v1/jobs/{id}... route reads the id the same way: only the plain decimal form names
+     * the job (a sign, a leading zero or a blank is another, unknown, id) */
+    static const char *const id_forms[][2] = {{"+", ""}, {"0", ""}, {"%20", ""}, {"", "%20"},
+                                              {"", ".0"}};
+    static const char *const id_routes[] = {"", "/report", "/output", "/outputs/model.safetensors"};
+    for (size_t f = 0; f < sizeof id_forms / sizeof *id_forms; f++)
+        for (size_t k = 0; k < sizeof id_routes / sizeof *id_routes; k++) {
+            char idtext[64];
+            snprintf(idtext, sizeof idtext, "%s%lld%s", id_forms[f][0], id, id_forms[f][1]);
+            snprintf(path, sizeof path, "/v1/jobs/%s%s", idtext, id_routes[k]);
+            expect(&d, "GET", path, NULL, 404, "not_found");
+        }
     snprintf(path, sizeof path, "/v1/jobs/%lld/report", id);
     r = qdp_req(&d, "GET", path, NULL, NULL, 0, NULL);
     ck_assert_int_eq(r.status, 200);
