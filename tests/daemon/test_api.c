@@ -285,8 +285,8 @@ START_TEST(test_upload_round_trip)
     expect(&d, "GET", path, NULL, 404, NULL);
     /* every /v1/jobs/{id}... route reads the id the same way: only the plain decimal form names
      * the job (a sign, a leading zero or a blank is another, unknown, id) */
-    static const char *const id_forms[][2] = {{"+", ""}, {"0", ""}, {"%20", ""}, {"", "%20"},
-                                              {"", ".0"}};
+    static const char *const id_forms[][2] = {
+        {"+", ""}, {"0", ""}, {"%20", ""}, {"", "%20"}, {"", ".0"}};
     static const char *const id_routes[] = {"", "/report", "/output", "/outputs/model.safetensors"};
     for (size_t f = 0; f < sizeof id_forms / sizeof *id_forms; f++)
         for (size_t k = 0; k < sizeof id_routes / sizeof *id_routes; k++) {
