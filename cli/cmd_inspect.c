@@ -1,8 +1,8 @@
 /* cmd_inspect.c -- `quant inspect [--json] FILE`: the tensors of a safetensors file as a table
  * (name, dtype, shape, qtype, scale min/max, size) or a JSON document. In a native-layout file
- * (SPEC section 7) NAME.qvalue, NAME.scale and NAME.zero_point listed in the `quantization`
- * metadata make one row for NAME with its original dtype and shape, its qtype and the range of
- * its scale; every other tensor is a row of its own. Metadata keys are listed too.
+ * (SPEC section 7, read by the library's quant_native_read) the parts of a quantized tensor NAME
+ * make one row with its original dtype and shape, its qtype and the range of its scale; every
+ * other tensor is a row of its own. Metadata keys are listed too.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "quant_native.h"
 
 #define CMD            "inspect"
 #define META_VALUE_MAX 72          /* longer metadata values are cut in the table */
@@ -31,11 +32,11 @@ static const char usage[] =
 
 /* One logical tensor. */
 typedef struct row {
-    char *name;
+    const char *name;
     const char *dtype; /* original dtype name */
     int rank;
     int64_t shape[QUANT_MAX_RANK];
-    const char *qtype; /* NULL for a plain tensor (points into the metadata JSON) */
+    const char *qtype; /* NULL for a plain tensor */
     bool packed;       /* quantized: codes stored two per byte */
     bool has_global;   /* nvfp4: the metadata's per-tensor global scale g */
     double global_scale;
@@ -47,97 +48,47 @@ typedef struct row {
 
 typedef struct inspection {
     quant_st_file *f;
-    json_t *quant;   /* the parsed `quantization` metadata, or NULL */
-    json_t *entries; /* its "tensors" object, or NULL */
+    quant_native nat; /* the native layout's quantized tensors (none in other files) */
     size_t n;
     row *rows;
 } inspection;
 
-/* ---- grouping tensors into rows ------------------------------------------------------------- */
+/* ---- one row per logical tensor ------------------------------------------------------------- */
 
-/* The metadata entry of the quantized tensor that `tensor` is the `suffix` part of, or NULL.
- * `prefix` (capacity `cap`) receives the logical name. */
-static json_t *part_of(const inspection *in, const char *tensor, const char *suffix, char *prefix,
-                       size_t cap)
+static void quantized_row(row *r, const quant_native_tensor *e)
 {
-    size_t len = strlen(tensor), sl = strlen(suffix);
-    if (!in->entries || len <= sl || len - sl >= cap || strcmp(tensor + len - sl, suffix) != 0)
-        return NULL;
-    memcpy(prefix, tensor, len - sl);
-    prefix[len - sl] = '\0';
-    json_t *e = json_object_get(in->entries, prefix);
-    if (!json_is_object(e)) return NULL;
-    char q[4096];
-    snprintf(q, sizeof q, "%s.qvalue", prefix);
-    return quant_st_find(in->f, q) ? e : NULL; /* a part without its qvalue stays a plain tensor */
+    r->name = e->name;
+    r->qtype = quant_qtype_traits_get(e->how.qtype)->name;
+    r->packed = e->how.pack;
+    r->has_global = e->has_global_scale;
+    r->global_scale = e->global_scale;
+    r->scale = e->scale;
+    r->bytes = quant_st_nbytes(e->qvalue) + quant_st_nbytes(e->scale) +
+               (e->zero_point ? quant_st_nbytes(e->zero_point) : 0);
+    if (e->orig_dtype) r->dtype = e->orig_dtype;
+    r->rank = e->rank;
+    memcpy(r->shape, e->shape, sizeof r->shape);
 }
 
-static const quant_st_tensor *find_suffixed(const quant_st_file *f, const char *name,
-                                            const char *suffix)
+/* Adds the row of file tensor `t`: NAME for the .qvalue of a quantized tensor NAME, nothing for
+ * its other parts, the tensor itself otherwise. */
+static void add_row(inspection *in, const quant_st_tensor *t)
 {
-    char buf[4096];
-    if ((size_t)snprintf(buf, sizeof buf, "%s%s", name, suffix) >= sizeof buf) return NULL;
-    return quant_st_find(f, buf);
-}
-
-/* The row of quantized tensor `name` from its qvalue tensor `q` and metadata entry `e`. */
-static void quantized_row(const inspection *in, row *r, const quant_st_tensor *q, json_t *e)
-{
-    const quant_st_tensor *zp = find_suffixed(in->f, r->name, ".zero_point");
-    r->scale = find_suffixed(in->f, r->name, ".scale");
-    r->qtype = json_string_value(json_object_get(e, "qtype"));
-    if (!r->qtype) r->qtype = "?";
-    r->packed = json_is_true(json_object_get(e, "packed"));
-    json_t *g = json_object_get(e, "global_scale");
-    r->has_global = json_is_number(g);
-    r->global_scale = json_number_value(g);
-    r->bytes = quant_st_nbytes(q) + (r->scale ? quant_st_nbytes(r->scale) : 0) +
-               (zp ? quant_st_nbytes(zp) : 0);
-    const char *dtype = json_string_value(json_object_get(e, "orig_dtype"));
-    if (dtype) r->dtype = dtype;
-    json_t *shape = json_object_get(e, "orig_shape");
-    size_t rank = json_array_size(shape);
-    if (!json_is_array(shape) || rank > QUANT_MAX_RANK) return; /* keep the qvalue's shape */
-    for (size_t i = 0; i < rank; i++) {
-        if (!json_is_integer(json_array_get(shape, i))) return;
-        r->shape[i] = json_integer_value(json_array_get(shape, i));
-    }
-    r->rank = (int)rank;
-}
-
-/* Adds the row of file tensor `t` unless it is a scale or zero point of a quantized tensor. */
-static bool add_row(inspection *in, const quant_st_tensor *t)
-{
-    char prefix[4096];
-    if (part_of(in, t->name, ".scale", prefix, sizeof prefix) ||
-        part_of(in, t->name, ".zero_point", prefix, sizeof prefix))
-        return true;
-    json_t *e = part_of(in, t->name, ".qvalue", prefix, sizeof prefix);
-    row *r = &in->rows[in->n];
+    const quant_native_tensor *e = quant_native_owner(&in->nat, t);
+    if (e && e->qvalue != t) return;
+    row *r = &in->rows[in->n++];
     memset(r, 0, sizeof *r);
-    r->name = strdup(e ? prefix : t->name);
-    if (!r->name) return false;
-    in->n++;
+    r->name = t->name;
     r->dtype = quant_st_dtype_name(t->dtype);
     r->rank = t->rank;
     memcpy(r->shape, t->shape, sizeof r->shape);
     r->bytes = quant_st_nbytes(t);
-    if (e) quantized_row(in, r, t, e);
-    return true;
+    if (e) quantized_row(r, e);
 }
 
 static int cmp_rows(const void *a, const void *b)
 {
     return strcmp(((const row *)a)->name, ((const row *)b)->name);
-}
-
-static void parse_quantization(inspection *in)
-{
-    const char *text = quant_st_meta(in->f, "quantization");
-    if (!text) return;
-    in->quant = json_loads(text, 0, NULL); /* unparseable: every tensor shown as it is */
-    in->entries = json_object_get(in->quant, "tensors");
-    if (!json_is_object(in->entries)) in->entries = NULL;
 }
 
 /* ---- scale ranges --------------------------------------------------------------------------- */
@@ -183,9 +134,8 @@ static quant_ck_status scale_range(const quant_st_file *f, row *r, quant_ck_erro
 
 static void inspection_free(inspection *in)
 {
-    for (size_t i = 0; i < in->n; i++) free(in->rows[i].name);
     free(in->rows);
-    json_decref(in->quant);
+    quant_native_free(&in->nat);
     quant_st_close(in->f);
 }
 
@@ -193,13 +143,11 @@ static quant_ck_status inspect_file(const char *path, inspection *in, quant_ck_e
 {
     memset(in, 0, sizeof *in);
     quant_ck_status st = quant_st_open(path, &in->f, err);
+    if (st == QUANT_CK_OK) st = quant_native_read(in->f, &in->nat, err);
     if (st != QUANT_CK_OK) return st;
-    parse_quantization(in);
     in->rows = calloc(in->f->n_tensors ? in->f->n_tensors : 1, sizeof *in->rows);
     if (!in->rows) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < in->f->n_tensors; i++)
-        if (!add_row(in, &in->f->tensors[i]))
-            return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < in->f->n_tensors; i++) add_row(in, &in->f->tensors[i]);
     qsort(in->rows, in->n, sizeof *in->rows, cmp_rows);
     for (size_t i = 0; st == QUANT_CK_OK && i < in->n; i++)
         st = scale_range(in->f, &in->rows[i], err);
@@ -240,10 +188,9 @@ static void print_metadata(const inspection *in)
     printf("metadata:\n");
     for (size_t i = 0; i < in->f->n_meta; i++) {
         const char *k = in->f->meta_keys[i], *v = in->f->meta_values[i];
-        if (strcmp(k, "quantization") == 0 && in->quant) {
-            const char *fmt = json_string_value(json_object_get(in->quant, "format"));
-            printf("  %s: %s, %zu quantized tensors\n", k, fmt ? fmt : "?",
-                   json_object_size(in->entries));
+        if (strcmp(k, "quantization") == 0 && in->nat.has_metadata) {
+            printf("  %s: %s, %zu quantized tensors\n", k, in->nat.format ? in->nat.format : "?",
+                   in->nat.n);
         } else if (strlen(v) > META_VALUE_MAX) {
             printf("  %s: %.*s... (%zu bytes)\n", k, META_VALUE_MAX, v, strlen(v));
         } else {
@@ -325,10 +272,10 @@ static json_t *inspection_json(const inspection *in)
     for (size_t i = 0; meta && i < in->f->n_meta; i++)
         if (strcmp(in->f->meta_keys[i], "quantization") != 0)
             json_object_set_new(meta, in->f->meta_keys[i], json_string(in->f->meta_values[i]));
-    if (in->quant) {
+    if (in->nat.has_metadata) {
         json_decref(quant);
-        quant = json_pack("{s:O?, s:I}", "format", json_object_get(in->quant, "format"), "tensors",
-                          (json_int_t)json_object_size(in->entries));
+        quant =
+            json_pack("{s:s?, s:I}", "format", in->nat.format, "tensors", (json_int_t)in->nat.n);
     }
     for (size_t i = 0; tensors && i < in->n; i++)
         json_array_append_new(tensors, row_json(&in->rows[i]));

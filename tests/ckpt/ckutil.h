@@ -57,6 +57,7 @@ void ck_gen_file(const char *path, const ck_gen_tensor *t, size_t n, const char 
 void ck_fill(float *x, size_t n, uint64_t seed, float s);
 
 Suite *suite_st_read(void);
+Suite *suite_native_read(void);
 Suite *suite_st_write(void);
 Suite *suite_rules(void);
 Suite *suite_pipeline(void);
