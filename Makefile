@@ -85,7 +85,9 @@ QUANT_BIN := $(BUILD)/bin/quant
 QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
-QD_SRCS    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+QD_DIRS    := app config http routes jobs store stats
+QD_INC     := -Idaemon $(QD_DIRS:%=-Idaemon/%)
+QD_SRCS    := $(wildcard $(QD_DIRS:%=daemon/%/*.c))
 QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
 QD_A       := $(BUILD)/lib/libquantd.a
 QUANTD_BIN := $(BUILD)/bin/quantd
@@ -178,9 +180,9 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-migrations
 $(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CPPFLAGS) -Idaemon $(ALL_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(QD_INC) $(ALL_CFLAGS) -c $< -o $@
 
-$(QD_OBJS) $(BUILD)/obj/daemon/main.o $(QDTEST_OBJS): CPPFLAGS += -Ilib/checkpoint -Idaemon \
+$(QD_OBJS) $(BUILD)/obj/daemon/main.o $(QDTEST_OBJS): CPPFLAGS += -Ilib/checkpoint $(QD_INC) \
     -DQD_VERSION='"$(QD_VERSION)"'
 $(QD_OBJS) $(BUILD)/obj/daemon/main.o: ALL_CFLAGS += $(QD_CFLAGS)
 
@@ -222,7 +224,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/bench/%.o $(LIB_A)
 
 # The harnesses see the daemon's and the checkpoint library's internal headers. A harness may
 # define the libFuzzer entry point without tests/fuzz/fuzz.h's prototype.
-$(FUZZ_OBJS): CPPFLAGS += -Ilib/checkpoint -Idaemon -Itests/fuzz
+$(FUZZ_OBJS): CPPFLAGS += -Ilib/checkpoint $(QD_INC) -Itests/fuzz
 $(FUZZ_OBJS): ALL_CFLAGS += $(QD_CFLAGS) $(CK_CFLAGS) -Wno-missing-prototypes
 
 $(BUILD)/tests/fuzz/replay-%: $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/obj/tests/fuzz/fuzz_%.o \

@@ -222,7 +222,7 @@ START_TEST(test_spec_matches_router)
         if (found) continue;
         bad++;
         int k = snprintf(report + at, sizeof report - at,
-                         "\n  %s %s in %s is not a route of daemon/router.c", ops.v[i].method,
+                         "\n  %s %s in %s is not a route of daemon/http/router.c", ops.v[i].method,
                          ops.v[i].path, SPEC_PATH);
         if (k > 0 && (size_t)k < sizeof report - at) at += (size_t)k;
     }

@@ -1,4 +1,4 @@
-/* test_stats_store.c -- the statistics store in process (daemon/stats_*.c on a temporary
+/* test_stats_store.c -- the statistics store in process (daemon/stats/stats_*.c on a temporary
  * database): Qwix's SimpleMovingAverage (one update, two averaging, bootstrap steps), merges of
  * dumps, EMA against hand-computed values, min/max statistics, rejections (shape, kind, a name
  * twice, bad values) that store nothing of the post while the rest of its group commits, an SQL

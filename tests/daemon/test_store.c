@@ -1,9 +1,9 @@
-/* test_store.c -- the SQLite store (daemon/store*.c): every migration applied to an empty database
- * and the schema it leaves, upgrades from each earlier version, refused files (newer, foreign,
- * a failing migration changes nothing), the connection's pragmas seen from outside; rule sets;
- * the job queue (FIFO claim, progress, finish with outputs and report, requeue, cancel, delete
- * with its cascade, recovery after a crash, counts) and concurrent claims from two connections.
- * SPDX-License-Identifier: Apache-2.0
+/* test_store.c -- the SQLite store (daemon/store/store*.c): every migration applied to an empty
+ * database and the schema it leaves, upgrades from each earlier version, refused files (newer,
+ * foreign, a failing migration changes nothing), the connection's pragmas seen from outside; rule
+ * sets; the job queue (FIFO claim, progress, finish with outputs and report, requeue, cancel,
+ * delete with its cascade, recovery after a crash, counts) and concurrent claims from two
+ * connections. SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
