@@ -24,7 +24,7 @@ static bool bool_query(qd_req *r, const char *name, bool *out)
     const char *v = qd_req_query(r, name);
     *out = v && strcmp(v, "true") == 0;
     if (!v || *out || strcmp(v, "false") == 0) return true;
-    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", name, "%s must be true or false", name);
+    qd_reply_ec(r, QD_EC_INVALID, name, "%s must be true or false", name);
     return false;
 }
 
@@ -35,7 +35,7 @@ static bool load_ruleset(qd_req *r, const char *name, quant_ruleset **rs)
     qd_err err;
     qd_status st = qd_store_ruleset_get(r->app->store, name, &body, NULL, NULL, &err);
     if (st == QD_NOT_FOUND) {
-        qd_reply_error(r, 422, "unknown_ruleset", "ruleset", "no rule set named '%.64s'", name);
+        qd_reply_ec(r, QD_EC_UNKNOWN_RULESET, "ruleset", "no rule set named '%.64s'", name);
         return false;
     }
     if (st != QD_OK) {
@@ -45,7 +45,7 @@ static bool load_ruleset(qd_req *r, const char *name, quant_ruleset **rs)
     quant_ck_error ck;
     bool ok = quant_ruleset_parse(body, strlen(body), name, rs, &ck) == QUANT_CK_OK;
     free(body);
-    if (!ok) qd_reply_error(r, 422, "invalid_rules", "ruleset", "%s", ck.message);
+    if (!ok) qd_reply_ec(r, QD_EC_INVALID_RULES, "ruleset", "%s", ck.message);
     return ok;
 }
 
@@ -55,14 +55,14 @@ static bool read_query(qd_req *r, scales_query *q)
     *q = (scales_query){.name_regex = qd_req_query(r, "name")};
     if (!bool_query(r, "static_only", &q->static_only)) return false;
     if (!qtype == !ruleset) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "qtype",
-                       "give exactly one of ?qtype=QTYPE and ?ruleset=NAME");
+        qd_reply_ec(r, QD_EC_INVALID, "qtype",
+                    "give exactly one of ?qtype=QTYPE and ?ruleset=NAME");
         return false;
     }
     if (ruleset) return load_ruleset(r, ruleset, &q->rs);
     quant_error qe;
     if (quant_qtype_parse(qtype, &q->qtype, &qe) != QUANT_OK) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "qtype", "%s", qe.message);
+        qd_reply_ec(r, QD_EC_INVALID, "qtype", "%s", qe.message);
         return false;
     }
     q->has_qtype = true;
@@ -104,7 +104,7 @@ enum MHD_Result qd_h_scales_get(qd_req *r)
     qd_status st = qd_stats_read(r->app->stats, model, q.name_regex, &avg, &n, &err);
     enum MHD_Result ret;
     if (st == QD_INVALID) {
-        ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "name", "%s", err.message);
+        ret = qd_reply_ec(r, QD_EC_INVALID, "name", "%s", err.message);
     } else if (st != QD_OK) {
         ret = qd_reply_store_error(r, st, &err);
     } else {
@@ -114,8 +114,8 @@ enum MHD_Result qd_h_scales_get(qd_req *r)
             ret =
                 qd_reply_json(r, MHD_HTTP_OK, scales_json(model, s, n_scales, skipped, n_skipped));
         else if (st == QD_INVALID)
-            ret = qd_reply_error(r, 422, "invalid_scales", q.has_qtype ? "qtype" : "ruleset", "%s",
-                                 err.message);
+            ret = qd_reply_ec(r, QD_EC_INVALID_SCALES, q.has_qtype ? "qtype" : "ruleset", "%s",
+                              err.message);
         else
             ret = qd_reply_store_error(r, st, &err);
     }
