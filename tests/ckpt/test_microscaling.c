@@ -105,13 +105,19 @@ START_TEST(plan_time_refusals)
                       strstr(err.message, "172"),
                   "%s", err.message);
     ck_assert_int_lt(access(out, F_OK), 0);
-    /* compressed-tensors: mxfp8_16 has no form there, nvfp4 is not written yet, mxfp4 / mxfp8
-     * are per-group along the input axis only, and vLLM serves them without activations */
+    /* compressed-tensors: mxfp8_16 has no form there, mxfp4 / mxfp8 / nvfp4 are per-group along
+     * the input axis only, and vLLM serves them without activations (nvfp4 with activations is
+     * W4A4, which needs an input_global_scale) */
     static const struct {
         const char *rule, *want1, *want2;
     } ct[] = {
         {"\"weight_qtype\": \"mxfp8_16\"", "no compressed-tensors form", "mxfp8_16"},
-        {"\"weight_qtype\": \"nvfp4\"", "nvfp4 is not yet written", "global scale"},
+        {"\"weight_qtype\": \"nvfp4\", \"act_qtype\": \"int8\"", "W4A4Fp4", "input_global_scale"},
+        {"\"weight_qtype\": \"nvfp4\", \"act_qtype\": \"float8_e4m3fn\"", "W4A16Fp4",
+         "no act_qtype"},
+        {"\"weight_qtype\": \"nvfp4\", \"contraction_axes\": [0, 1]", "tensor_group",
+         "input (last) axis"},
+        {"\"weight_qtype\": \"nvfp4\", \"contraction_axes\": [0]", "input (last) axis", "nvfp4"},
         {"\"weight_qtype\": \"mxfp4\", \"contraction_axes\": [0, 1]", "strategy group",
          "input (last) axis"},
         {"\"weight_qtype\": \"mxfp8\", \"act_qtype\": \"float8_e4m3fn\"", "vLLM", "no act_qtype"},
