@@ -170,8 +170,10 @@ void *ck_ct_encode_e8m0(const float *scale, size_t n);
 void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len);
 /* nvfp4 in compressed-tensors: the n effective scales e_b of a tensor with global scale g back
  * to its block scales s_b as F8_E4M3 (e4m3fn(e_b * g), checked to give f32(s_b / g) == e_b
- * again), in a ck_buf_alloc buffer of n bytes; NULL when out of memory or a scale does not come
- * back (a g so large that e_b lost bits as a float32 subnormal). */
+ * again, so a reader gets libquant's e_b exactly), in a ck_buf_alloc buffer of n bytes; NULL when
+ * out of memory or a scale does not come back. e_b * g is within a few float32 ulps of s_b (12
+ * bits even when e_b is a subnormal, s_b >= 2^-9 and g <= FLT_MAX), far closer than e4m3fn's
+ * spacing, so the check is a guard. */
 void *ck_ct_encode_nvfp4_scale(const float *scale, size_t n, float g);
 /* The fused groups of compressed-tensors nvfp4 weights over all planned shards (ct_fused.c): the
  * weights vLLM loads as one layer (q/k/v_proj, gate/up_proj, ... of one parent module) are

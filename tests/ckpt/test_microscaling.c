@@ -801,12 +801,17 @@ START_TEST(ctensors_nvfp4_scales_and_round_trip)
         for (int c = 0; c < C; c++) /* each block: bmax * (j - 8) / 8, absmax bmax at j = 0 */
             x[r * C + c] = bmax[r][c / 16] * ((float)(c % 16 - 8) / 8.0f);
     x[1 * C + 20] = -0.0f; /* the sign of zero is kept: code 8 */
+    /* a tiny tensor: g = 2688 / 1e-35 is near FLT_MAX, so a zero block's e_b = 0.125 / g is a
+     * float32 subnormal, which must still come back to s_b = 0.125 */
+    float tiny[R * C];
+    for (int i = 0; i < R * C; i++) tiny[i] = i < C ? x[i] * (1e-35f / 3.7f) : 0.0f;
     char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
          *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
     ck_assert_int_eq(mkdir(in, 0755), 0);
-    ck_gen_tensor t = {"m.proj.weight", "F32", 2, {R, C}, x, sizeof x};
+    ck_gen_tensor t[2] = {{"m.proj.weight", "F32", 2, {R, C}, x, sizeof x},
+                          {"t.proj.weight", "F32", 2, {R, C}, tiny, sizeof tiny}};
     char *shard = ck_join(in, "model.safetensors");
-    ck_gen_file(shard, &t, 1, NULL);
+    ck_gen_file(shard, t, 2, NULL);
     static const char rules[] = "[{\"weight_qtype\": \"nvfp4\"}]";
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
@@ -830,10 +835,17 @@ START_TEST(ctensors_nvfp4_scales_and_round_trip)
     ck_assert_int_eq((((const uint8_t *)pk.raw)[(C + 20) / 2]) & 15, 8);
     free(pk.raw);
     same_as_native(fc, fn, fd, "m.proj", dec, R, C);
+    float a_tiny = 0.0f;
+    for (int i = 0; i < R * C; i++) a_tiny = fmaxf(a_tiny, fabsf(tiny[i]));
+    float g_tiny = quant_nvfp4_global_scale(a_tiny);
+    ck_assert(g_tiny > 1e38f && g_tiny < 3.4e38f);
+    check_nv_ct(fc, "t.proj", tiny, R, C, g_tiny, dec);
+    ck_assert(fpclassify(0.125f / g_tiny) == FP_SUBNORMAL); /* row 1: zero blocks */
+    same_as_native(fc, fn, fd, "t.proj", dec, R, C);
     quant_st_close(fc);
     quant_st_close(fn);
     quant_st_close(fd);
-    check_nv_config(ctd, 1);
+    check_nv_config(ctd, 2);
     ck_rmtree(tmp);
     free(pc);
     free(pn);
