@@ -2,8 +2,9 @@
  * some sibling Linear weights as one layer (its packed_modules_mapping: Llama's qkv_proj =
  * q_proj + k_proj + v_proj and gate_up_proj = gate_proj + up_proj, DeepSeek's fused_qkv_a_proj =
  * q_a_proj + kv_a_proj_with_mqa; FusedMoE's w13 = gate_proj + up_proj, or Mixtral's w1 + w3, of
- * one expert), and for nvfp4 (W4A16Fp4, and the MoE method) that layer has ONE global scale:
- * vLLM takes the max over the members' weight_global_scale (or requires them equal). So the
+ * one expert), and for nvfp4 that layer has ONE global scale: W4A16Fp4 takes the max over the
+ * members' weight_global_scale, the nvfp4 MoE methods take w13's first (the gate's) and only log
+ * when the up's differs. So the
  * members must have been quantized under one shared g, as llm-compressor's
  * update_fused_layer_weight_global_scales makes them (the minimum of the members' g). This file
  * finds the groups over all the run's shards (a group may span shards), links their members
