@@ -4,12 +4,12 @@
  * q_a_proj + kv_a_proj_with_mqa; FusedMoE's w13 = gate_proj + up_proj, or Mixtral's w1 + w3, of
  * one expert), and for nvfp4 that layer has ONE global scale: W4A16Fp4 takes the max over the
  * members' weight_global_scale, the nvfp4 MoE methods take w13's first (the gate's) and only log
- * when the up's differs. So the
- * members must have been quantized under one shared g, as llm-compressor's
- * update_fused_layer_weight_global_scales makes them (the minimum of the members' g). This file
- * finds the groups over all the run's shards (a group may span shards), links their members
- * through fuse_next (global_scale.c then gives them g of the max |x| over the group), and refuses
- * a group that mixes nvfp4 with anything else (vLLM wants one scheme per fused layer).
+ * when the up's differs. So the members must have been quantized under one shared g, as
+ * llm-compressor's update_fused_layer_weight_global_scales makes them (the minimum of the
+ * members' g). This file finds the groups over all the run's shards (a group may span shards),
+ * links their members through fuse_next (global_scale.c then gives them g of the max |x| over the
+ * group), and refuses a group that mixes nvfp4 with anything else (vLLM wants one scheme per
+ * fused layer).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdio.h>
