@@ -949,6 +949,61 @@ START_TEST(ctensors_nvfp4_fused_groups_across_shards)
 }
 END_TEST
 
+/* The other fused layers of vLLM's packed_modules_mapping: one expert's w1 + w3 (Mixtral) and
+ * gate_proj + up_proj (FusedMoE's w13; w2 alone), DeepSeek's q_a_proj + kv_a_proj_with_mqa; a
+ * '/'-separated path groups the same way; each expert is its own group. */
+START_TEST(ctensors_nvfp4_fused_moe_and_mla)
+{
+    enum { R = 4, C = 32, N = 11 };
+    static const fused_t t[N] = {
+        {"model.layers.0.block_sparse_moe.experts.0.w1.weight", 0, 1.0f},
+        {"model.layers.0.block_sparse_moe.experts.0.w3.weight", 0, 4.0f},
+        {"model.layers.0.block_sparse_moe.experts.0.w2.weight", 0, 2.0f},
+        {"model.layers.0.block_sparse_moe.experts.1.w1.weight", 0, 0.5f},
+        {"model.layers.0.block_sparse_moe.experts.1.w3.weight", 0, 0.25f},
+        {"model.layers.1.mlp.experts.7.gate_proj.weight", 0, 0.125f},
+        {"model.layers.1.mlp.experts.7.up_proj.weight", 0, 8.0f},
+        {"model.layers.1.self_attn.q_a_proj.weight", 0, 3.0f},
+        {"model.layers.1.self_attn.kv_a_proj_with_mqa.weight", 0, 6.0f},
+        {"enc/attn/q_proj.weight", 0, 1.5f},
+        {"enc/attn/v_proj.weight", 0, 2.5f},
+    };
+    static const float group_a[N] = {4.0f, 4.0f, 2.0f, 0.5f, 0.5f, 8.0f,
+                                     8.0f, 6.0f, 6.0f, 2.5f, 2.5f};
+    static float x[N][R * C];
+    ck_gen_tensor g[N];
+    for (int i = 0; i < N; i++) {
+        ck_fill(x[i], R * C, 60 + (uint64_t)i, 0.05f);
+        for (int k = 0; k < R * C; k++)
+            x[i][k] = fmaxf(fminf(x[i][k], t[i].amax * 0.5f), -t[i].amax * 0.5f);
+        x[i][2 * C + 9] = t[i].amax;
+        g[i] = (ck_gen_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
+    }
+    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in.safetensors"), *out = ck_join(tmp, "o");
+    ck_gen_file(in, g, N, NULL);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize("[{\"weight_qtype\": \"nvfp4\"}]", in, out, &o, NULL, &err) ==
+                      QUANT_CK_OK,
+                  "%s", err.message);
+    quant_st_file *f = NULL;
+    ck_assert(quant_st_open(out, &f, &err) == QUANT_CK_OK);
+    float dec[R * C];
+    for (int i = 0; i < N; i++) {
+        char module[96];
+        snprintf(module, sizeof module, "%.*s", (int)strlen(t[i].name) - 7, t[i].name);
+        check_nv_ct(f, module, x[i], R, C, 2688.0f * (1.0f / group_a[i]), dec);
+    }
+    quant_st_close(f);
+    ck_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(out);
+}
+END_TEST
+
 /* The stories260K fixture (two shards): every q/k/v/o/gate/up weight nvfp4 in compressed-tensors;
  * per layer q, k and v carry one identical weight_global_scale, that of the largest max |x| of the
  * three (read from the input here), and gate and up likewise; o its own. Every code and scale
@@ -1032,6 +1087,7 @@ Suite *suite_microscaling_ckpt(void)
     tcase_add_test(tc, ctensors_nvfp4_scales_and_round_trip);
     tcase_add_test(tc, ctensors_nvfp4_fused_groups_across_shards);
     tcase_add_test(tc, ctensors_nvfp4_fixture_groups);
+    tcase_add_test(tc, ctensors_nvfp4_fused_moe_and_mla);
     suite_add_tcase(s, tc);
     return s;
 }
