@@ -293,7 +293,8 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
-    if (st == QUANT_CK_OK && j->ct) st = ck_ct_fuse_groups(j->plans, j->shards.n, err);
+    if (st == QUANT_CK_OK && j->ct)
+        st = ck_ct_fuse_groups(j->plans, j->shards.n, j->shards.is_dir, err);
     if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);
     if (st == QUANT_CK_OK) st = note_unused(j, rules, err);
     return st;

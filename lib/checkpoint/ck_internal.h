@@ -177,9 +177,11 @@ void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t 
 void *ck_ct_encode_nvfp4_scale(const float *scale, size_t n, float g);
 /* The fused groups of compressed-tensors nvfp4 weights over all planned shards (ct_fused.c): the
  * weights vLLM loads as one layer (q/k/v_proj, gate/up_proj, ... of one parent module) are
- * linked through fuse_next; a group where some member is nvfp4 and another is not quantized
- * the same way is refused, naming both. */
-quant_ck_status ck_ct_fuse_groups(ck_shard_plan *plans, size_t n_plans, quant_ck_error *err);
+ * linked through fuse_next; a group where some member is nvfp4 and another is not nvfp4 is
+ * refused, naming both, and so is an nvfp4 group missing a member when the run is not `whole`
+ * (one file, maybe one shard of several: the missing member may lie in another). */
+quant_ck_status ck_ct_fuse_groups(ck_shard_plan *plans, size_t n_plans, bool whole,
+                                  quant_ck_error *err);
 
 /* compressed-tensors' quantization_config, gathered over every shard of a run. */
 typedef struct ck_ct_config ck_ct_config;

@@ -30,16 +30,27 @@ enum { N_FUSED = sizeof fused_members / sizeof fused_members[0] };
 typedef struct member {
     char *parent; /* the module path without its last component (malloc'd) */
     int row;      /* index into fused_members */
+    int slot;     /* its name's index in that row */
     ck_tensor_plan *tp;
 } member;
 
-/* The fused_members row of a leaf module name, or -1. */
-static int fused_row(const char *leaf)
+/* The fused_members row of a leaf module name (and its slot there), or -1. */
+static int fused_row(const char *leaf, int *slot)
 {
     for (int r = 0; r < N_FUSED; r++)
         for (int k = 0; k < 4 && fused_members[r][k]; k++)
-            if (strcmp(leaf, fused_members[r][k]) == 0) return r;
+            if (strcmp(leaf, fused_members[r][k]) == 0) {
+                *slot = k;
+                return r;
+            }
     return -1;
+}
+
+static int row_size(int row)
+{
+    int k = 0;
+    while (k < 4 && fused_members[row][k]) k++;
+    return k;
 }
 
 /* A rank-2 `P.weight` whose P ends in a fused member name: its entry (parent malloc'd); false
@@ -55,8 +66,9 @@ static bool as_member(ck_tensor_plan *tp, member *m, bool *nomem)
     if (cut == 0 || mlen - cut >= sizeof leaf) return false;
     memcpy(leaf, name + cut, mlen - cut);
     leaf[mlen - cut] = '\0';
-    int row = fused_row(leaf);
+    int slot = 0, row = fused_row(leaf, &slot);
     if (row < 0) return false;
+    m->slot = slot;
     m->parent = strndup(name, cut - 1);
     m->row = row;
     m->tp = tp;
@@ -82,8 +94,46 @@ static bool is_nvfp4(const ck_tensor_plan *tp)
     return tp->quantize && tp->how.qtype == QUANT_QTYPE_NVFP4;
 }
 
-/* One group m[0..n): refused when it mixes nvfp4 with anything else, else linked (nvfp4). */
-static quant_ck_status link_group(member *m, size_t n, quant_ck_error *err)
+/* "q_proj, k_proj, v_proj" or "gate_proj, up_proj" into buf. */
+static const char *row_names(int row, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < row_size(row) && len < cap; k++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? ", " : "", fused_members[row][k]);
+    return buf;
+}
+
+/* The first name of the group's row that no member has, or NULL when all are there. */
+static const char *missing_member(const member *m, size_t n)
+{
+    for (int k = 0; k < row_size(m[0].row); k++) {
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++) found = m[i].slot == k;
+        if (!found) return fused_members[m[0].row][k];
+    }
+    return NULL;
+}
+
+/* A one-file run cannot see the members of an nvfp4 group that lie in other shards. */
+static quant_ck_status partial_group(const member *nv, const member *m, size_t n,
+                                     quant_ck_error *err)
+{
+    char names[64], shown[CK_SHORT_MAX];
+    return quant_ck_fail(
+        err, QUANT_CK_ERR_UNSUPPORTED,
+        "tensor '%s' (rule %ld): the compressed-tensors layout cannot express this from one "
+        "file: vLLM loads %s of module '%s' as one layer with one nvfp4 global scale, and "
+        "%s is not in this file; if it lies in another shard of the checkpoint, the members "
+        "cannot be given one global scale here: quantize the checkpoint directory (or a quantd "
+        "job with a source path)",
+        nv->tp->in->name, nv->tp->rule, row_names(nv->row, names, sizeof names),
+        ck_short_text(nv->parent, shown, sizeof shown), missing_member(m, n));
+}
+
+/* One group m[0..n): refused when it mixes nvfp4 with anything else, or when the run is one file
+ * and a member is missing; else linked (nvfp4). */
+static quant_ck_status link_group(member *m, size_t n, bool whole, quant_ck_error *err)
 {
     const member *nv = NULL, *other = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -94,22 +144,23 @@ static quant_ck_status link_group(member *m, size_t n, quant_ck_error *err)
     }
     if (!nv) return QUANT_CK_OK;
     if (other) {
-        const char *const *names = fused_members[nv->row];
-        char shown[CK_SHORT_MAX];
+        char names[64], shown[CK_SHORT_MAX];
         return quant_ck_fail(
             err, QUANT_CK_ERR_UNSUPPORTED,
             "tensor '%s' (rule %ld): the compressed-tensors layout cannot express this: vLLM "
-            "loads %s, %s%s%s of module '%s' as one layer with one scheme and one nvfp4 global "
-            "scale, and '%s' is %s; quantize all of them with nvfp4, or none",
-            nv->tp->in->name, nv->tp->rule, names[0], names[1], names[2] ? ", " : "",
-            names[2] ? names[2] : "", ck_short_text(nv->parent, shown, sizeof shown),
-            other->tp->in->name, other->tp->quantize ? "not nvfp4" : "not quantized");
+            "loads %s of module '%s' as one layer with one scheme and one nvfp4 global scale, "
+            "and '%s' is %s; quantize all of them with nvfp4, or none",
+            nv->tp->in->name, nv->tp->rule, row_names(nv->row, names, sizeof names),
+            ck_short_text(nv->parent, shown, sizeof shown), other->tp->in->name,
+            other->tp->quantize ? "not nvfp4" : "not quantized");
     }
+    if (!whole && missing_member(m, n)) return partial_group(nv, m, n, err);
     for (size_t i = 0; i < n; i++) m[i].tp->fuse_next = m[(i + 1) % n].tp;
     return QUANT_CK_OK;
 }
 
-quant_ck_status ck_ct_fuse_groups(ck_shard_plan *plans, size_t n_plans, quant_ck_error *err)
+quant_ck_status ck_ct_fuse_groups(ck_shard_plan *plans, size_t n_plans, bool whole,
+                                  quant_ck_error *err)
 {
     size_t total = 0, n = 0;
     for (size_t s = 0; s < n_plans; s++) total += plans[s].n;
@@ -123,7 +174,7 @@ quant_ck_status ck_ct_fuse_groups(ck_shard_plan *plans, size_t n_plans, quant_ck
     if (st == QUANT_CK_OK) qsort(m, n, sizeof *m, member_cmp);
     for (size_t i = 0, j; st == QUANT_CK_OK && i < n; i = j) {
         for (j = i + 1; j < n && same_group(&m[i], &m[j]); j++) continue;
-        st = link_group(m + i, j - i, err);
+        st = link_group(m + i, j - i, whole, err);
     }
     for (size_t i = 0; m && i < n; i++) free(m[i].parent);
     free(m);

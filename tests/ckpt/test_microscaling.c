@@ -951,7 +951,10 @@ END_TEST
 
 /* The other fused layers of vLLM's packed_modules_mapping: one expert's w1 + w3 (Mixtral) and
  * gate_proj + up_proj (FusedMoE's w13; w2 alone), DeepSeek's q_a_proj + kv_a_proj_with_mqa; a
- * '/'-separated path groups the same way; each expert is its own group. */
+ * '/'-separated path groups the same way; each expert is its own group. enc/attn has q_proj and
+ * v_proj but no k_proj: given as one file, which may be one shard of several, that group is
+ * refused (its k_proj could lie in another shard); given as the checkpoint directory it is what
+ * there is, and q and v share their g. */
 START_TEST(ctensors_nvfp4_fused_moe_and_mla)
 {
     enum { R = 4, C = 32, N = 11 };
@@ -979,17 +982,24 @@ START_TEST(ctensors_nvfp4_fused_moe_and_mla)
         x[i][2 * C + 9] = t[i].amax;
         g[i] = (ck_gen_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
     }
-    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in.safetensors"), *out = ck_join(tmp, "o");
+    char *tmp = ck_tmpdir(), *dir = ck_join(tmp, "in"), *out = ck_join(tmp, "o");
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    char *in = ck_join(dir, "model.safetensors"), *shard = ck_join(out, "model.safetensors");
     ck_gen_file(in, g, N, NULL);
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     o.layout = QUANT_LAYOUT_CTENSORS;
     quant_ck_error err;
-    ck_assert_msg(ck_quantize("[{\"weight_qtype\": \"nvfp4\"}]", in, out, &o, NULL, &err) ==
-                      QUANT_CK_OK,
+    static const char rules[] = "[{\"weight_qtype\": \"nvfp4\"}]";
+    ck_assert_int_eq(ck_quantize(rules, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "tensor 'enc/attn/q_proj.weight' (rule 0)") &&
+                      strstr(err.message, "k_proj is not in this file") &&
+                      strstr(err.message, "quantize the checkpoint directory"),
                   "%s", err.message);
+    ck_assert_int_lt(access(out, F_OK), 0);
+    ck_assert_msg(ck_quantize(rules, dir, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
     quant_st_file *f = NULL;
-    ck_assert(quant_st_open(out, &f, &err) == QUANT_CK_OK);
+    ck_assert(quant_st_open(shard, &f, &err) == QUANT_CK_OK);
     float dec[R * C];
     for (int i = 0; i < N; i++) {
         char module[96];
@@ -999,7 +1009,9 @@ START_TEST(ctensors_nvfp4_fused_moe_and_mla)
     quant_st_close(f);
     ck_rmtree(tmp);
     free(tmp);
+    free(dir);
     free(in);
+    free(shard);
     free(out);
 }
 END_TEST
