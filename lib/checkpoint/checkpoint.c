@@ -293,6 +293,8 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
+    if (st == QUANT_CK_OK && j->ct)
+        st = ck_ct_fuse_groups(j->plans, j->shards.n, j->shards.is_dir, err);
     if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);
     if (st == QUANT_CK_OK) st = note_unused(j, rules, err);
     return st;
@@ -467,6 +469,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
     st = job_start(&j, rules, in, out, err);
+    if (st == QUANT_CK_OK) st = ck_global_scales(&j.run, j.plans, j.shards.n, err);
     if (st == QUANT_CK_OK)
         st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);
     job_free(&j);
