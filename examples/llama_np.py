@@ -1,15 +1,19 @@
+#!/usr/bin/env python3
 # llama_np.py -- owns the NumPy forward pass of a Llama checkpoint in Hugging Face layout that
 # collect_stats.py and eval_kld.py share (issue 13 item 5): a safetensors reader (one file, or
 # shards named by model.safetensors.index.json; F32, F16, BF16, F64), the model (embeddings,
 # RMSNorm, rotary embeddings in HF's rotate_half convention, grouped-query attention with a
 # causal mask, SwiGLU MLP, final norm, lm_head or tied embeddings), a hook that sees every linear
-# layer's input, and seeded sampling of token sequences from the model itself.
+# layer's input, and seeded sampling of token sequences from the model itself. Run as a script it
+# prints the model's shape and greedy continuation of BOS (a smoke test).
 # Python 3 and NumPy only (Debian: python3-numpy). Not a runtime: float32, batches
 # of equal-length sequences, a key/value cache for sampling only; stories260K runs in a second.
 # SPDX-License-Identifier: Apache-2.0
+import argparse
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 
@@ -220,6 +224,15 @@ class Llama:
         """An empty key/value cache for forward(): one (keys, values) entry per layer."""
         return [None] * self.n_layers
 
+    def greedy(self, n_tokens):
+        """BOS, then n_tokens tokens each the most likely next one (ties: the lowest id)."""
+        tokens = np.full((1, n_tokens + 1), self.bos, dtype=np.int64)
+        cache = self.new_cache()
+        for j in range(n_tokens):
+            logits = self.forward(tokens[:, j:j + 1], cache=cache)
+            tokens[0, j + 1] = int(np.argmax(logits[0, -1]))
+        return tokens[0]
+
     def sample(self, n_seqs, seq_len, seed, temperature=1.0):
         """n_seqs sequences of seq_len tokens [n_seqs, seq_len] (int64): BOS, then tokens drawn
         from the model's own next-token distribution at `temperature` (numpy's PCG64 seeded
@@ -244,3 +257,25 @@ def log_softmax64(logits):
     x = np.asarray(logits, dtype=np.float64)
     m = np.max(x, axis=-1, keepdims=True)
     return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Load a Llama checkpoint (Hugging Face layout) and "
+                                "print its shape and its greedy continuation of BOS.")
+    p.add_argument("checkpoint", help="directory with config.json and safetensors")
+    p.add_argument("--greedy", type=int, default=16, metavar="N", help="tokens to decode "
+                   "(default %(default)s)")
+    a = p.parse_args(argv)
+    try:
+        m = Llama(a.checkpoint)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit("llama_np: %s" % e)
+    print("%s: dim %d, %d layers, %d heads / %d KV heads, vocab %d, %s" % (
+        a.checkpoint, m.dim, m.n_layers, m.n_heads, m.n_kv, m.vocab,
+        "lm_head" if m.has_lm_head else "tied embeddings"))
+    print("greedy from BOS: %s" % " ".join(str(t) for t in m.greedy(a.greedy)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
