@@ -128,7 +128,7 @@ def run(a):
     client = poster = None
     if not a.out:
         client = Client(a.url, a.timeout, a.token, a.cacert)
-        poster = Poster(client, a.retries)
+        poster = Poster(client, a.retries, prog="collect_stats")
     path = "/v1/models/%s/stats" % urllib.parse.quote(a.model, safe="")
     sums = {}
     for step in range(a.steps):
