@@ -141,6 +141,9 @@ class Llama:
                              % (model_dir, cfg["hidden_act"]))
         if cfg.get("rope_scaling"):
             raise ValueError("%s: rope_scaling is not implemented" % model_dir)
+        for key in ("attention_bias", "mlp_bias"):
+            if cfg.get(key):
+                raise ValueError("%s: %s: biases are not implemented" % (model_dir, key))
         if self.n_heads % self.n_kv:
             raise ValueError("%s: %d heads are not a multiple of %d KV heads"
                              % (model_dir, self.n_heads, self.n_kv))

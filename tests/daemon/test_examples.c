@@ -303,12 +303,29 @@ START_TEST(test_eval_kld_plain_and_refusals)
                  &out, &err);
     ck_assert_msg(st == 0, "exit %d: %s", st, err);
     ck_assert_msg(strstr(out, "mean KLD:  0.000000 +/- 0.000000") &&
-                      strstr(out, "same top1: "
-                                  "100.00 %") &&
-                      strstr(out, "2 x 8 tokens") && !strstr(out, "dequantize"),
+                      strstr(out, "same top1: 100.00 %") && strstr(out, "2 x 8 tokens") &&
+                      !strstr(out, "dequantize"),
                   "%s", out);
     free(out);
     free(err);
+    /* the same shards without model.safetensors.index.json: found by listing the directory */
+    char *dir = qdt_tmpdir();
+    st = run((const char *[]){"cp", SHARDED "/config.json",
+                              SHARDED "/model-00001-of-00002.safetensors",
+                              SHARDED "/model-00002-of-00002.safetensors", dir, NULL},
+             NULL, NULL);
+    ck_assert_int_eq(st, 0);
+    st = run((const char *[]){python(), EVAL, "--json", "--sequences", "2", "--seq-len", "8",
+                              SHARDED, dir, NULL},
+             &out, &err);
+    ck_assert_msg(st == 0, "exit %d: %s", st, err);
+    ck_assert_msg(strstr(out, "\"kld_mean\": 0.0,") && strstr(out, "\"top1\": 1.0,") &&
+                      strstr(out, "\"positions\": 16,") && strstr(out, "\"dequantized\": false"),
+                  "%s", out);
+    free(out);
+    free(err);
+    qdt_rmtree(dir);
+    free(dir);
     st = run((const char *[]){python(), EVAL, SHARDED, "tests/data/no-such-checkpoint", NULL}, &out,
              &err);
     ck_assert_int_eq(st, 1);
