@@ -2,7 +2,8 @@
  * (examples/llama_np.py, collect_stats.py, eval_kld.py) on the fixture with a python3 that has
  * NumPy: the forward pass against the fixture's known greedy tokens; collect_stats.py posting to
  * the real quantd (what the server then holds equals the dump the script writes with --out for
- * the same seed); eval_kld.py on checkpoints made by `quant quantize` (int4 tile 32 diverges more
+ * the same seed, and its per-tensor SRQ scales are the absmax / 127.5 of the layer they name);
+ * eval_kld.py on checkpoints made by `quant quantize` (int4 tile 32 diverges more
  * than int8 per-channel, both more than 0; an unquantized copy gives exactly 0 and full top-1
  * agreement); and the scripts' refusals. The interpreter: $QUANT_PYTHON, else the first of
  * python3 (PATH) and /usr/bin/python3 (Debian's python3-numpy) that imports numpy; none is a
@@ -197,6 +198,22 @@ START_TEST(test_collect_posts)
             ck_assert_msg(x > 0 && x <= sum * sum, "%s[%zu] = %g", act, i, x);
         }
     }
+    /* the names are the checkpoint's module paths: quantd turns each into a static int8 scale
+     * named after the layer, absmax / 127.5 (SPEC section 4) */
+    qdp_resp sr = qdp_req(&d, "GET", "/v1/models/stories/scales?qtype=int8", NULL, NULL, 0, NULL);
+    ck_assert_int_eq(sr.status, 200);
+    json_t *sdoc = qdp_json(&sr), *scales = json_object_get(sdoc, "scales");
+    ck_assert_uint_eq(json_object_size(scales), 35);
+    const char *q0 = "model/layers/0/self_attn/q_proj/dot_general0_lhs";
+    json_t *q0s = json_object_get(scales, q0);
+    ck_assert_str_eq(json_string_value(json_object_get(q0s, "tensor_base")),
+                     "model.layers.0.self_attn.q_proj.dot_general0_lhs");
+    double absmax =
+        json_real_value(json_array_get(json_object_get(json_object_get(sstats, q0), "absmax"), 0));
+    double scale = json_real_value(json_array_get(json_object_get(q0s, "scale"), 0));
+    ck_assert_msg(fabs(scale - absmax / 127.5) <= 1e-6 * scale, "%g vs %g / 127.5", scale, absmax);
+    json_decref(sdoc);
+    qdp_resp_free(&sr);
     json_decref(server);
     json_decref(file);
     qdp_resp_free(&r);
