@@ -119,6 +119,8 @@ static quant_ck_status check_static_acts(const quant_pipeline_options *o,
 {
     if (o->n_static_acts > 0 && !o->static_acts)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "static_acts is NULL");
+    if (o->n_skipped_acts > 0 && !o->skipped_acts)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "skipped_acts is NULL");
     for (size_t i = 0; i < o->n_static_acts; i++) {
         quant_ck_status st = check_static_act(&o->static_acts[i], rules, err);
         if (st != QUANT_CK_OK) return st;
@@ -380,7 +382,12 @@ static quant_ck_status job_new(ck_job *j, const quant_ruleset *rules,
     if (st != QUANT_CK_OK) return st;
     bool static_acts = opts->allow_static_acts || opts->n_static_acts > 0;
     *j = (ck_job){.run = {.opts = opts, .report = ck_report_new(opts->layout, static_acts)}};
-    return j->run.report ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (j->run.report &&
+        ck_report_set_skipped(j->run.report, opts->skipped_acts, opts->n_skipped_acts))
+        return QUANT_CK_OK;
+    quant_report_free(j->run.report);
+    j->run.report = NULL;
+    return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
 }
 
 /* quant_check_path() and quant_plan_path(): the run up to its first read of tensor data, then,

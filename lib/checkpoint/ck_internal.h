@@ -267,6 +267,8 @@ quant_report *ck_report_new(quant_layout layout, bool static_acts);
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp);
 /* Records the static activation scales a shard wrote (strings copied); false on OOM. */
 bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
+/* Records the activations skipped (quant_pipeline_options.skipped_acts, copied); false on OOM. */
+bool ck_report_set_skipped(quant_report *r, const quant_skipped_act *s, size_t n);
 /* Records the run's unused rules (copied); false on OOM. */
 bool ck_report_set_unused(quant_report *r, const long *unused, size_t n);
 
