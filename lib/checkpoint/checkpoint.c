@@ -240,6 +240,7 @@ typedef struct ck_job {
     const quant_static_act **act_list; /* scratch: one shard's static activations */
     long *unused;                      /* rules that are the first match of no tensor */
     size_t n_unused;
+    bool plan_only; /* quant_check_path / quant_plan_*: no tensor data read, nothing written */
 } ck_job;
 
 /* Places every static activation in a shard. */
@@ -288,7 +289,8 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
         size_t n_acts = acts_of_shard(j, s);
-        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, err);
+        bool later = j->plan_only && o->allow_static_acts && o->n_static_acts == 0;
+        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, later, err);
         for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
         j->run.tensors_total += f->n_tensors;
@@ -405,6 +407,7 @@ static quant_ck_status check_run(const quant_ruleset *rules, const char *in,
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
+    j.plan_only = true;
     st = job_start(&j, rules, in, NULL, err);
     if (st == QUANT_CK_OK && plan)
         st = ck_plan_doc_new(opts->layout, j.plans, j.shards.n, j.unused, j.n_unused, plan, err);
@@ -442,6 +445,7 @@ quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
+    j.plan_only = true;
     quant_st_file **files = malloc(sizeof *files);
     if (!files) st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (files) files[0] = f; /* borrowed: taken back before job_free closes the shards */

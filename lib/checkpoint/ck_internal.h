@@ -120,10 +120,12 @@ typedef struct ck_shard_plan {
 
 /* Plans every tensor of `in` by the rules (matched through the run's matcher `m`) for the
  * options' layout and chunk size, then the static activation scales `acts` (n_acts, borrowed)
- * placed in this shard. */
+ * placed in this shard. acts_later: a plan only, whose scales the statistics will give at run
+ * time; compressed-tensors' "every act_static_scale weight has its input_scale" is then left to
+ * the run. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
                               quant_rule_matcher *m, const quant_pipeline_options *o,
-                              const quant_static_act *const *acts, size_t n_acts,
+                              const quant_static_act *const *acts, size_t n_acts, bool acts_later,
                               quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */

@@ -86,7 +86,11 @@ typedef struct quant_pipeline_options {
      * first tensor whose name starts with its module path + "." (else the last shard); in the
      * compressed-tensors layout they become P.input_scale (and P.input_zero_point) of the
      * quantized weight P.weight of that module path, which must exist (QUANT_CK_ERR_UNSUPPORTED
-     * otherwise). The array is borrowed for the call. */
+     * otherwise). The array is borrowed for the call. A plan or check (quant_check_path(),
+     * quant_plan_path(), quant_plan_file()) with allow_static_acts and no static_acts stands for
+     * a run whose scales statistics will give later (a quantd job with a stats_model): there,
+     * compressed-tensors' need of an input_scale for every weight of an act_static_scale rule is
+     * left to the run, which checks it with the scales it is given. */
     bool allow_static_acts;
     const quant_static_act *static_acts;
     size_t n_static_acts;
