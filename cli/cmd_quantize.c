@@ -22,7 +22,7 @@
 #define CMD "quantize"
 
 static const char usage[] =
-    "usage: quant quantize --rules RULES.json [options] IN OUT\n"
+    "usage: quant quantize --rules RULES.json [--stats STATS.json] [options] IN OUT\n"
     "\n"
     "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
     "(sharded or not) into the directory OUT, by the rules in RULES.json. OUT must not exist\n"
