@@ -19,12 +19,15 @@ quant_act_stat *qd_stat_views(const qd_stat_avg *avg, size_t n)
     quant_act_stat *v = calloc(n ? n : 1, sizeof *v);
     for (size_t i = 0; v && i < n; i++) {
         const qd_stat_avg *a = &avg[i];
+        /* a kind without a calibration for SRQ (none yet; importance-only statistics, SPEC
+         * section 9) is skipped by the engine with its reason */
         bool known = (size_t)a->kind < sizeof kinds / sizeof kinds[0];
+        quant_stat_kind kind = known ? kinds[a->kind] : QUANT_STAT_NONE;
         v[i] = (quant_act_stat){.name = a->name,
-                                .kind = known ? kinds[a->kind] : QUANT_STAT_NONE,
+                                .kind = kind,
                                 .rank = a->rank,
-                                .a = a->a,
-                                .b = a->b,
+                                .a = kind == QUANT_STAT_NONE ? NULL : a->a,
+                                .b = kind == QUANT_STAT_MINMAX ? a->b : NULL,
                                 .count = a->count};
         memcpy(v[i].shape, a->shape, sizeof v[i].shape);
     }

@@ -231,7 +231,7 @@ static quant_ck_status read_count(reader *r, const act_keys *k, int64_t *count)
     else if (!(c >= 1 && c <= COUNT_MAX && c == floor(c)))
         st = fail(r, "must be an integer from 1 to 2^53, not %.17g", c);
     r->key = NULL;
-    *count = (int64_t)c;
+    if (st == QUANT_CK_OK) *count = (int64_t)c; /* exact: an integer up to 2^53 */
     return st;
 }
 
@@ -361,10 +361,15 @@ static quant_ck_status read_act(reader *r, const char *name, const json_t *obj)
 
 /* ---- the two document forms ------------------------------------------------------------------ */
 
+/* An activation has a "count", or a statistic that is not itself an object (a module named
+ * "min" holds objects); anything else is a module of activations. */
 static bool is_activation(const json_t *obj)
 {
-    for (int i = 0; i < K_ROLES; i++)
-        if (json_object_get(obj, key_names[i])) return true;
+    if (json_object_get(obj, key_names[K_COUNT])) return true;
+    for (int i = 0; i < K_VALUES; i++) {
+        const json_t *v = json_object_get(obj, key_names[i]);
+        if (v && !json_is_object(v)) return true;
+    }
     return false;
 }
 

@@ -103,7 +103,8 @@ QUANT_API void quant_srq_free(quant_srq *srq);
  *  - a Qwix quant_stats dump: {ACT: {"count": n, "sum_of_absmax": V} | {"count": n,
  *    "sum_of_min": V, "sum_of_max": V}}; a nested dump (Qwix's module tree, {"layers": {"0":
  *    {... {"dot_general0_lhs": {"count": ...}}}}}) names an activation by its path joined with
- *    '/'; an object is an activation when it has a "count".
+ *    '/'; an object is an activation when it has a "count" (or a
+ *    statistic that is not an object: a module may be called "min").
  * V is a number or nested lists of numbers (the nesting is the shape). An activation with the
  * averaged calibration ("absmax", or "min" and "max": the model's averaging, EMA and bootstrapping
  * included) takes it as it is; one with sums only takes sum_of_KEY / count in float64 (Qwix's

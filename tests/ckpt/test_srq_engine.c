@@ -286,6 +286,18 @@ START_TEST(test_parse_qwix)
     ck_assert_int_eq(a[1].shape[1], 3);
     ck_assert(a[1].a[2] == 0.9 / 3.0);
     quant_stats_free(s);
+    /* a module may carry a statistic's name: it holds objects, an activation does not */
+    s = parse("{\"m\": {\"min\": {\"x\": {\"count\": 1, \"absmax\": 1}}}}");
+    a = quant_stats_acts(s, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(a[0].name, "m/min/x");
+    quant_stats_free(s);
+    /* an activation without its count is named as one */
+    quant_ck_error err;
+    const char *text = "{\"m\": {\"x\": {\"absmax\": [1]}}}";
+    ck_assert_int_eq(quant_stats_parse(text, strlen(text), "d.json", &s, &err),
+                     QUANT_CK_ERR_FORMAT);
+    ck_assert_str_eq(err.message, "d.json: activation 'm/x': has no \"count\"");
 }
 END_TEST
 
