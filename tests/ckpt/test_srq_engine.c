@@ -5,7 +5,8 @@
  * refusals; quant_stats_parse on quantd's GET .../stats document (the averaged calibration taken
  * over the sums, mean_sq accepted and not used) and on Qwix dumps, flat and nested (sum / count);
  * the parser's errors, each naming the source, the activation and the key; the report's counts
- * and skipped list through a run; and `quant quantize --stats` as a user runs it.
+ * and skipped list through a run; compressed-tensors' input_scale check left by a plan to the run
+ * when the scales come later; and `quant quantize --stats` as a user runs it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <jansson.h>
@@ -449,6 +450,45 @@ START_TEST(test_run_report)
 }
 END_TEST
 
+/* compressed-tensors: a plan whose scales statistics will give later (a quantd job with a
+ * stats_model when it is submitted) leaves the "every act_static_scale weight has its
+ * input_scale" check to the run; the run makes it, and passes with the engine's scales. */
+START_TEST(test_ct_scales_later)
+{
+    char *root = ck_tmpdir(), *in = ck_join(root, "in.safetensors");
+    char *out = ck_join(root, "out.safetensors");
+    make_model(in);
+    quant_ruleset *rs = ck_rules(RUN_RULES);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    o.allow_static_acts = true;
+    quant_ck_error err;
+    ck_assert_msg(quant_check_path(rs, in, &o, &err) == QUANT_CK_OK, "%s", err.message);
+    quant_plan *plan = NULL;
+    ck_assert_msg(quant_plan_path(rs, in, &o, &plan, &err) == QUANT_CK_OK, "%s", err.message);
+    quant_plan_free(plan);
+    ck_assert_int_eq(quant_quantize_path(rs, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "m.q.weight"));
+    ck_assert_int_eq(access(out, F_OK), -1);
+    quant_stats *stats = parse(RUN_STATS);
+    size_t n;
+    const quant_act_stat *acts = quant_stats_acts(stats, &n);
+    quant_srq *srq = compute(acts, n, rs, NULL);
+    quant_srq_apply(srq, &o);
+    ck_assert_msg(quant_quantize_path(rs, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    ck_assert(ck_has_tensor(out, "m.q.input_scale"));
+    quant_srq_free(srq);
+    quant_stats_free(stats);
+    quant_ruleset_free(rs);
+    free(in);
+    free(out);
+    ck_rmtree(root);
+    free(root);
+}
+END_TEST
+
 /* Runs `quant ARGS` in root with stderr into root/err; returns the exit status. */
 static int run_quant(const char *root, const char *args)
 {
@@ -552,6 +592,7 @@ Suite *suite_srq_engine(void)
     suite_add_tcase(s, files);
     TCase *run = tcase_create("run");
     tcase_add_test(run, test_run_report);
+    tcase_add_test(run, test_ct_scales_later);
     tcase_add_test(run, test_cli_stats);
     suite_add_tcase(s, run);
     return s;
