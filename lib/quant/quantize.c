@@ -104,7 +104,7 @@ static void fused_item(void *arg, int64_t item, int worker)
         if (quant_reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
         int32_t *zp = p->method.asymmetric ? run->zp_out + off : NULL;
-        if (quant_scale_range(p, run->how->scale_dtype, &cal, ng, run->scale_out + off, zp, off,
+        if (quant_scale_range(run->rd.k, p, run->how->scale_dtype, &cal, ng, run->scale_out + off, zp, off,
                               NULL) != QUANT_OK) {
             long long cur = atomic_load(&run->bad_scale);
             while (off < cur && !atomic_compare_exchange_weak(&run->bad_scale, &cur, off)) {
@@ -237,7 +237,7 @@ static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, cons
         st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate calibration buffers");
     if (st == QUANT_OK) st = quant_calibrate_plan(ctx, p, x, &cal, err);
     if (st == QUANT_OK)
-        st = quant_scale_range(p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
+        st = quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
     if (st == QUANT_OK) st = quantize_given(ctx, how, p, x, scale, zp, q, err);
     free(cal.absmax);
     free(cal.max);
@@ -264,7 +264,7 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
                          run.acc_b, run.acc_s);
         quant_calibration cal = {p->method.asymmetric, run.cal_a, run.cal_a, run.cal_b};
         quant_reduce_finish(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s, &cal, 0);
-        st = quant_scale_range(p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
+        st = quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
                                zp ? zp + bad_scale : NULL, bad_scale, err);
     }
     run_free(&run);

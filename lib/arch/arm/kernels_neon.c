@@ -800,4 +800,6 @@ const quant_kernels quant_kernels_neon = {
     .widen_f16 = widen_f16_neon,
     .pack = pack_neon,
     .errstats = quant_generic_errstats, /* measuring is not on the hot path of NEON users yet */
+    .mx_scales = quant_generic_mx_scales,
+    .nvfp4_scales = quant_generic_nvfp4_scales,
 };

@@ -195,6 +195,18 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
+int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    for (int64_t i = 0; i < n; i++) scale[i] = qn_mx_scale(absmax[i], bound, c);
+    return 0;
+}
+
+int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale)
+{
+    for (int64_t i = 0; i < n; i++) scale[i] = qn_nvfp4_block_scale(absmax[i], g);
+    return 0;
+}
+
 const quant_kernels quant_kernels_generic = {
     .isa = QUANT_ISA_SCALAR,
     .absmax = quant_generic_absmax,
@@ -205,4 +217,6 @@ const quant_kernels quant_kernels_generic = {
     .widen_f16 = widen_f16,
     .pack = pack_row,
     .errstats = quant_generic_errstats,
+    .mx_scales = quant_generic_mx_scales,
+    .nvfp4_scales = quant_generic_nvfp4_scales,
 };

@@ -734,6 +734,68 @@ static void errstats_avx2(const float *x, const float *d, int64_t n, double acc[
     quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
 }
 
+/* ---- microscaling scales --------------------------------------------------------------------- */
+
+/* Some lane of a holds a negative, NaN or infinite value (bits above FLT_MAX's, unsigned). */
+ALWAYS_INLINE bool any_unusual(__m256 a)
+{
+    __m256i b = _mm256_castps_si256(a);
+    __m256i big = _mm256_or_si256(_mm256_cmpgt_epi32(b, _mm256_set1_epi32(0x7f7fffff)),
+                                  _mm256_cmpgt_epi32(_mm256_setzero_si256(), b));
+    return !_mm256_testz_si256(big, big);
+}
+
+/* qn_mx_scale per lane (see kernels_avx512.c). */
+ALWAYS_INLINE __m256 mx_scale8(__m256 a, float bound, float c)
+{
+    __m256 s = _mm256_div_ps(a, _mm256_set1_ps(bound));
+    s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                         _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+    __m256i b = _mm256_castps_si256(_mm256_mul_ps(s, _mm256_set1_ps(c)));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    b = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xff800000u)));
+}
+
+/* qn_nvfp4_block_scale per lane: the e4m3fn code of f32(a / 6) * g (>= 0) by fp8_codes, its
+ * value (a normal code c >= 8 is c << 20 rebiased; a subnormal one c * 2^-9, exact), 0 ->
+ * 0.125, then / g. */
+ALWAYS_INLINE __m256 nvfp4_scale8(__m256 a, __m256 g)
+{
+    __m256 v = _mm256_mul_ps(_mm256_div_ps(a, _mm256_set1_ps(6.0f)), g);
+    __m256i code = fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    __m256 normal = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_slli_epi32(code, 20), _mm256_set1_epi32((127 - 7) << 23)));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(0x1p-9f));
+    __m256 sb = _mm256_blendv_ps(normal, sub,
+                                 _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), code)));
+    sb = _mm256_blendv_ps(sb, _mm256_set1_ps(0.125f),
+                          _mm256_cmp_ps(sb, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    return _mm256_div_ps(sb, g);
+}
+
+static int mx_scales_avx2(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 a = _mm256_loadu_ps(absmax + j);
+        if (any_unusual(a)) return 1;
+        _mm256_storeu_ps(scale + j, mx_scale8(a, bound, c));
+    }
+    return quant_generic_mx_scales(absmax + j, n - j, bound, c, scale + j);
+}
+
+static int nvfp4_scales_avx2(const float *absmax, int64_t n, float g, float *scale)
+{
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 a = _mm256_loadu_ps(absmax + j);
+        if (any_unusual(a)) return 1;
+        _mm256_storeu_ps(scale + j, nvfp4_scale8(a, _mm256_set1_ps(g)));
+    }
+    return quant_generic_nvfp4_scales(absmax + j, n - j, g, scale + j);
+}
+
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -744,4 +806,6 @@ const quant_kernels quant_kernels_avx2 = {
     .widen_f16 = widen_f16_avx2,
     .pack = pack_avx2,
     .errstats = errstats_avx2,
+    .mx_scales = mx_scales_avx2,
+    .nvfp4_scales = nvfp4_scales_avx2,
 };

@@ -1023,6 +1023,53 @@ static void errstats_avx512(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
 }
 
+/* ---- microscaling scales --------------------------------------------------------------------- */
+
+/* Lanes m of a hold a negative, NaN or infinite value (bits above FLT_MAX's). */
+ALWAYS_INLINE bool any_unusual(__mmask16 m, __m512 a)
+{
+    return _mm512_mask_cmpgt_epu32_mask(m, _mm512_castps_si512(a), _mm512_set1_epi32(0x7f7fffff));
+}
+
+/* qn_mx_scale per lane: s = a / B, the tiny rule, t = bf16(s * C) rounded to nearest even (s * C
+ * is finite and positive, so the NaN case of qn_f32_to_bf16 never applies), then the exponent. */
+static int mx_scales_avx512(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
+        if (any_unusual(m, a)) return 1;
+        __m512 s = _mm512_div_ps(a, _mm512_set1_ps(bound));
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                               _mm512_set1_ps(1.0f));
+        __m512i b = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_set1_ps(c)));
+        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+        b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+        /* the bf16 truncation and the mantissa clear in one mask */
+        _mm512_mask_storeu_epi32(scale + j, m,
+                                 _mm512_and_si512(b, _mm512_set1_epi32((int)0xff800000u)));
+    }
+    return 0;
+}
+
+/* qn_nvfp4_block_scale per lane: e4m3fn(f32(a / 6) * g) by fp8_codes (clip and round to
+ * nearest even, as qn_quant_e4m3fn), back to float by fp8_levels, 0 -> 0.125, then / g. */
+static int nvfp4_scales_avx512(const float *absmax, int64_t n, float g, float *scale)
+{
+    const __m512 gv = _mm512_set1_ps(g);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
+        if (any_unusual(m, a)) return 1;
+        __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_set1_ps(6.0f)), gv);
+        __m512 sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
+        sb = _mm512_mask_mov_ps(sb, _mm512_cmp_ps_mask(sb, _mm512_setzero_ps(), _CMP_EQ_OQ),
+                                _mm512_set1_ps(0.125f));
+        _mm512_mask_storeu_ps(scale + j, m, _mm512_div_ps(sb, gv));
+    }
+    return 0;
+}
+
 const quant_kernels quant_kernels_avx512 = {
     .isa = QUANT_ISA_AVX512,
     .absmax = absmax_avx512,
@@ -1033,4 +1080,6 @@ const quant_kernels quant_kernels_avx512 = {
     .widen_f16 = widen_f16_avx512,
     .pack = pack_avx512,
     .errstats = errstats_avx512,
+    .mx_scales = mx_scales_avx512,
+    .nvfp4_scales = nvfp4_scales_avx512,
 };

@@ -718,6 +718,70 @@ START_TEST(kernels_dequantize_all_byte_codes)
 }
 END_TEST
 
+/* An absmax for the scale kernels: any finite non-negative bit pattern, or one near a rounding
+ * edge of the scales (powers of two times the bounds and e4m3 steps), zero, subnormal, tiny. */
+static float scale_input(tu_rng *r)
+{
+    switch (tu_below(r, 6)) {
+    case 0:
+        return qn_float((uint32_t)tu_below(r, 0x7f800000));
+    case 1: {
+        float p = ldexpf(1.0f, (int)tu_below(r, 250) - 125) * (tu_below(r, 2) ? 6.0f : 448.0f);
+        return qn_float(qn_bits(p) + (uint32_t)tu_below(r, 5) - 2u);
+    }
+    case 2:
+        return tu_below(r, 2) ? 0.0f : qn_float((uint32_t)tu_below(r, 0x00800000));
+    case 3:
+        return ldexpf(1.0f + (float)tu_below(r, 16) / 8.0f, (int)tu_below(r, 40) - 70);
+    case 4:
+        return qn_float(0x7f7fffffu - (uint32_t)tu_below(r, 1u << 20));
+    default:
+        return fabsf(tu_normal(r, 3.0f));
+    }
+}
+
+/* The MX and nvfp4 scale kernels of every ISA against the scalar ones, bit for bit: vectors,
+ * tails of every length, and a negative, NaN or infinite absmax (the kernel may decline). */
+START_TEST(kernels_microscaling_scales_match_generic)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {1234};
+    enum { MAXN = 100 };
+    static const float bounds[] = {448.0f, 6.0f}, cs[] = {1.0f, 1.5f, 1.9921875f};
+    static const float gs[] = {1.0f, 1.0f / 16, 3.5f, 1e-3f, 1e5f, 2688.0f / 3.0f, 1e-30f};
+    float a[MAXN], s0[MAXN], s1[MAXN];
+    for (int it = 0; it < tu_iters(4000); it++) {
+        int64_t n = tu_below(&r, MAXN);
+        for (int64_t i = 0; i < n; i++) a[i] = scale_input(&r);
+        if (n > 0 && tu_below(&r, 8) == 0) {
+            static const float odd[] = {-1.0f, -0.0f, NAN, INFINITY};
+            a[tu_below(&r, n)] = odd[tu_below(&r, 4)];
+        }
+        float bound = bounds[tu_below(&r, 2)], c = cs[tu_below(&r, 3)], g = gs[tu_below(&r, 7)];
+        for (int k = 0; k < nisa; k++) {
+            const quant_kernels *kk = quant_kernels_for(isas[k]);
+            for (int nv = 0; nv < 2; nv++) {
+                if (nv) {
+                    quant_generic_nvfp4_scales(a, n, g, s0);
+                    if (kk->nvfp4_scales(a, n, g, s1)) quant_generic_nvfp4_scales(a, n, g, s1);
+                } else {
+                    quant_generic_mx_scales(a, n, bound, c, s0);
+                    if (kk->mx_scales(a, n, bound, c, s1))
+                        quant_generic_mx_scales(a, n, bound, c, s1);
+                }
+                int64_t at = 0;
+                while (at < n && qn_bits(s0[at]) == qn_bits(s1[at])) at++;
+                ck_assert_msg(at == n, "%s %s: absmax %a (g %a, B %g, C %g) gives %a, scalar %a",
+                              quant_isa_name(isas[k]), nv ? "nvfp4" : "mx",
+                              at < n ? (double)a[at] : 0.0, (double)g, (double)bound, (double)c,
+                              at < n ? (double)s1[at] : 0.0, at < n ? (double)s0[at] : 0.0);
+            }
+        }
+    }
+}
+END_TEST
+
 Suite *suite_props(void)
 {
     Suite *s = suite_create("properties");
@@ -731,6 +795,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_dequantize_every_code);
     tcase_add_test(tc, kernels_exact_at_scaled_code_boundaries);
     tcase_add_test(tc, kernels_dequantize_all_byte_codes);
+    tcase_add_test(tc, kernels_microscaling_scales_match_generic);
     suite_add_tcase(s, tc);
     return s;
 }
