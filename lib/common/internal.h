@@ -85,7 +85,12 @@ typedef struct quant_krow {
                        element j of the chunk matching pf + j * pf_elem, or NULL; a hint that
                        never changes results */
     int64_t pf_elem;
-    bool checked; /* x is known to be finite: kernels may skip the non-finite check */
+    bool checked;      /* x is known to be finite: kernels may skip the non-finite check */
+    const float *amax; /* per column group (indexed as scale), max |x| over the group's
+                          elements, when the caller knows it (the fused path), else NULL. A
+                          hint that never changes results: kernels may give the lanes equal
+                          to -amax (a tie in every other group when the bound is qmax + 0.5,
+                          as int8's 127.5) the code of one division per group */
 } quant_krow;
 
 /* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the
@@ -115,6 +120,10 @@ typedef void (*quant_errstats_fn)(const float *x, const float *d, int64_t n, dou
 typedef int (*quant_mx_scales_fn)(const float *absmax, int64_t n, float bound, float c,
                                   float *scale);
 typedef int (*quant_nvfp4_scales_fn)(const float *absmax, int64_t n, float g, float *scale);
+/* Linear symmetric float32 scales (SPEC 4): s = absmax[i] / bound, 1 when s < 2^-63; returns
+ * nonzero when some s is not finite (scale[] then unspecified: the caller takes the checked
+ * path). */
+typedef int (*quant_lin_scales_fn)(const float *absmax, int64_t n, float bound, float *scale);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -128,6 +137,7 @@ typedef struct quant_kernels {
     quant_errstats_fn errstats;
     quant_mx_scales_fn mx_scales;
     quant_nvfp4_scales_fn nvfp4_scales;
+    quant_lin_scales_fn lin_scales;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -148,6 +158,7 @@ void quant_generic_dequantize(const quant_krow *r, const void *codes, int64_t n,
 void quant_generic_errstats(const float *x, const float *d, int64_t n, double acc[3]);
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale);
 int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale);
+int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
 /* The tail and the ordered reduction of quant_generic_errstats, for SIMD versions that ran the
  * full lane groups: adds x/d[0..n) (n < QUANT_ERR_LANES) into the lanes, then the lanes to acc. */
 void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,

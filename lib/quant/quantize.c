@@ -31,7 +31,8 @@ typedef struct quant_run {
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *pre, bool prefetch_next, bool checked)
+                        const int32_t *zp, const float *amax, const float *pre, bool prefetch_next,
+                        bool checked)
 {
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
@@ -44,7 +45,8 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
                      .qmax = (float)p->traits->qmax,
                      .pf = NULL,
                      .pf_elem = (int64_t)quant_dtype_size(src->dtype),
-                     .checked = checked};
+                     .checked = checked,
+                     .amax = amax};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -79,7 +81,7 @@ static void given_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
         if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL,
-                         false, false))
+                         NULL, false, false))
             return;
     }
 }
@@ -104,8 +106,8 @@ static void fused_item(void *arg, int64_t item, int worker)
         if (quant_reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
         int32_t *zp = p->method.asymmetric ? run->zp_out + off : NULL;
-        if (quant_scale_range(run->rd.k, p, run->how->scale_dtype, &cal, ng, run->scale_out + off, zp, off,
-                              NULL) != QUANT_OK) {
+        if (quant_scale_range(run->rd.k, p, run->how->scale_dtype, &cal, ng, run->scale_out + off,
+                              zp, off, NULL) != QUANT_OK) {
             long long cur = atomic_load(&run->bad_scale);
             while (off < cur && !atomic_compare_exchange_weak(&run->bad_scale, &cur, off)) {
             }
@@ -114,8 +116,10 @@ static void fused_item(void *arg, int64_t item, int worker)
         bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
         /* while this row is quantized from cache, pull the next one in; the reduction above
          * already proved the row finite */
-        if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL,
-                         row + 1 < end, true))
+        /* max |x| per group, as reduced (absmax calibrations only) */
+        const float *amax = p->method.kind == QUANT_CALIB_ABSMAX ? a : NULL;
+        if (quantize_row(run, row, worker, run->scale_out + off, zp, amax,
+                         one_chunk ? scratch : NULL, row + 1 < end, true))
             return;
     }
 }
@@ -237,7 +241,8 @@ static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, cons
         st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate calibration buffers");
     if (st == QUANT_OK) st = quant_calibrate_plan(ctx, p, x, &cal, err);
     if (st == QUANT_OK)
-        st = quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
+        st =
+            quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
     if (st == QUANT_OK) st = quantize_given(ctx, how, p, x, scale, zp, q, err);
     free(cal.absmax);
     free(cal.max);

@@ -45,8 +45,7 @@ static quant_status microscaling_range(const quant_kernels *k, const quant_plan 
     const quant_qtype_traits *t = plan->traits;
     if (t->scale_kind == QUANT_SCALE_MX) {
         if (k->mx_scales(calib->absmax, n, t->symmetric_bound, t->scale_constant, scale))
-            quant_generic_mx_scales(calib->absmax, n, t->symmetric_bound, t->scale_constant,
-                                    scale);
+            quant_generic_mx_scales(calib->absmax, n, t->symmetric_bound, t->scale_constant, scale);
         for (int64_t i = 0; i < n; i++) {
             if (qn_nonfinite(scale[i])) /* only from an absmax near FLT_MAX times a factor */
                 return quant_fail(err, QUANT_ERR_RANGE,
@@ -73,17 +72,9 @@ quant_status quant_scale_range(const quant_kernels *k, const quant_plan *plan,
     if (t->scale_kind != QUANT_SCALE_LINEAR)
         return microscaling_range(k ? k : &quant_kernels_generic, plan, calib, n, scale, first,
                                   err);
-    if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32) {
-        /* the common case, in two simple loops the compiler vectorizes */
-        const float bound = t->symmetric_bound;
-        for (int64_t i = 0; i < n; i++) {
-            float s = calib->absmax[i] / bound;
-            scale[i] = s < QUANT_TINY ? 1.0f : s;
-        }
-        bool finite = true;
-        for (int64_t i = 0; i < n; i++) finite &= scale[i] <= FLT_MAX;
-        if (finite) return QUANT_OK;
-    }
+    if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32 &&
+        !(k ? k : &quant_kernels_generic)->lin_scales(calib->absmax, n, t->symmetric_bound, scale))
+        return QUANT_OK; /* the common case, in the kernel set's vector form */
     if (!calib->asymmetric) {
         for (int64_t i = 0; i < n; i++)
             QUANT_RETURN_IF_ERR(finish_scale(calib->absmax[i] / t->symmetric_bound, scale_dtype,

@@ -802,4 +802,5 @@ const quant_kernels quant_kernels_neon = {
     .errstats = quant_generic_errstats, /* measuring is not on the hot path of NEON users yet */
     .mx_scales = quant_generic_mx_scales,
     .nvfp4_scales = quant_generic_nvfp4_scales,
+    .lin_scales = quant_generic_lin_scales,
 };

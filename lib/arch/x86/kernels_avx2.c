@@ -3,6 +3,7 @@
  * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
 #include <immintrin.h>
 
 #include "internal.h"
@@ -767,8 +768,8 @@ ALWAYS_INLINE __m256 nvfp4_scale8(__m256 a, __m256 g)
     __m256 normal = _mm256_castsi256_ps(
         _mm256_add_epi32(_mm256_slli_epi32(code, 20), _mm256_set1_epi32((127 - 7) << 23)));
     __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(0x1p-9f));
-    __m256 sb = _mm256_blendv_ps(normal, sub,
-                                 _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), code)));
+    __m256 sb = _mm256_blendv_ps(
+        normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), code)));
     sb = _mm256_blendv_ps(sb, _mm256_set1_ps(0.125f),
                           _mm256_cmp_ps(sb, _mm256_setzero_ps(), _CMP_EQ_OQ));
     return _mm256_div_ps(sb, g);
@@ -796,6 +797,22 @@ static int nvfp4_scales_avx2(const float *absmax, int64_t n, float g, float *sca
     return quant_generic_nvfp4_scales(absmax + j, n - j, g, scale + j);
 }
 
+/* quant_generic_lin_scales, 8 lanes at a time (see kernels_avx512.c). */
+static int lin_scales_avx2(const float *absmax, int64_t n, float bound, float *scale)
+{
+    __m256 bad = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 s = _mm256_div_ps(_mm256_loadu_ps(absmax + j), _mm256_set1_ps(bound));
+        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+        _mm256_storeu_ps(scale + j, s);
+    }
+    int tail = quant_generic_lin_scales(absmax + j, n - j, bound, scale + j);
+    return tail || !_mm256_testz_ps(bad, bad);
+}
+
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -808,4 +825,5 @@ const quant_kernels quant_kernels_avx2 = {
     .errstats = errstats_avx2,
     .mx_scales = mx_scales_avx2,
     .nvfp4_scales = nvfp4_scales_avx2,
+    .lin_scales = lin_scales_avx2,
 };

@@ -307,8 +307,8 @@ START_TEST(kernels_match_generic_on_random_chunks)
                     ck_assert_float_eq(x1[g], x2[g]);
                 }
             for (int kc = 0; kc < QK_COUNT; kc++) {
-                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f,
-                                 127.0f,          NULL, 0,     false};
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL,  -128.0f,
+                                 127.0f,          NULL, 0,     false, NULL};
                 if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 15.0f;
                 if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
                 if (kc <= QK_I16 && tu_below(&r, 2)) kr.zp = zp;
@@ -358,7 +358,7 @@ START_TEST(kernels_exact_near_ties)
                 x[i++] = w;
             }
         }
-        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0};
+        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0, NULL};
         if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
         if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
         if (tu_below(&r, 2)) kr.zp = &zp;
@@ -421,7 +421,7 @@ START_TEST(kernels_exact_at_code_boundaries)
         }
         float one = 1.0f;
         quant_kcode kc = kind == 0 ? QK_E4M3 : kind == 1 ? QK_E5M2 : QK_NF4;
-        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false};
+        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false, NULL};
         quant_generic_quantize(&kr, x, n, 0, q1);
         for (int k = 0; k < nisa; k++) {
             quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q2);
@@ -458,7 +458,7 @@ START_TEST(kernels_match_generic_on_long_chunks)
     tu_rng r = {4242};
     enum { MAXN = QUANT_CHUNK, MAXG = QUANT_CHUNK + 2 };
     static float x[MAXN], scale[MAXG], a0[MAXG], a1[MAXG], m0[MAXG], m1[MAXG], h0[MAXG], h1[MAXG];
-    static float d0[MAXN], d1[MAXN];
+    static float d0[MAXN], d1[MAXN], gmax[MAXG];
     static int32_t zp[MAXG];
     static uint8_t q0[2 * MAXN + 64], q1[2 * MAXN + 64], pf[8 * MAXN];
     static const int64_t tiles[] = {8,   9,   16,  24,   32,   48,   64,     96,
@@ -498,6 +498,7 @@ START_TEST(kernels_match_generic_on_long_chunks)
             }
             scale[g0 + g] = s;
             zp[g0 + g] = qmax > qmin ? qn_convert_int(qmin - mn / s, qmin, qmax) : 0;
+            gmax[g0 + g] = amax;
         }
         /* a few values right at and around decision points of their group */
         for (int k = 0; k < 64 && n > 0; k++) {
@@ -518,8 +519,16 @@ START_TEST(kernels_match_generic_on_long_chunks)
         if (tu_below(&r, 12) == 0) x[tu_below(&r, n)] = tu_below(&r, 2) ? NAN : INFINITY;
         int bad = 0; /* a placed value may overflow too */
         for (int64_t j = 0; j < n; j++) bad |= qn_nonfinite(x[j]);
-        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,       qmin,
-                         qmax, NULL, 0,     !bad && tu_below(&r, 2)};
+        /* the max |x| hint (the fused path's): the groups' own, or now and then a placed value */
+        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,        qmin,
+                         qmax, NULL, 0,     !bad && tu_below(&r, 2), NULL};
+        if (tu_below(&r, 3)) {
+            for (int k = 0; k < 8 && n > 0; k++) {
+                int64_t j = tu_below(&r, n);
+                gmax[(c0 + j) / tile] = fabsf(x[j]);
+            }
+            kr.amax = gmax;
+        }
         if (tu_below(&r, 2))
             kr.pf = (const char *)pf, kr.pf_elem = (int64_t[]){2, 4, 8}[tu_below(&r, 3)];
         size_t csize = kc == QK_I16 ? 2 : 1;
@@ -600,7 +609,8 @@ START_TEST(kernels_dequantize_every_code)
             scale[g] = qn_float(0x30000000u + (uint32_t)tu_below(&r, 0x1e000000));
             zp[g] = (int32_t)tu_below(&r, 300) - 150;
         }
-        quant_krow kr = {kc, tile, scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL, 0, false};
+        quant_krow kr = {kc, tile,  scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL,
+                         0,  false, NULL};
         quant_generic_dequantize(&kr, codes, n, c0, d0);
         for (int k = 0; k < nisa; k++) {
             memset(d1, 0x55, sizeof d1);
@@ -652,7 +662,7 @@ START_TEST(kernels_exact_at_scaled_code_boundaries)
         int64_t tile = (int64_t[]){N, 64, 48, 100}[tu_below(&r, 4)];
         float sc[N];
         for (int64_t g = 0; g < N; g++) sc[g] = s;
-        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0};
+        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0, NULL};
         quant_generic_quantize(&kr, x, N, 0, q0);
         for (int k = 0; k < nisa; k++) {
             quant_kernels_for(isas[k])->quantize(&kr, x, N, 0, q1);
@@ -740,15 +750,17 @@ static float scale_input(tu_rng *r)
     }
 }
 
-/* The MX and nvfp4 scale kernels of every ISA against the scalar ones, bit for bit: vectors,
- * tails of every length, and a negative, NaN or infinite absmax (the kernel may decline). */
+/* The MX, nvfp4 and linear scale kernels of every ISA against the scalar ones, bit for bit:
+ * vectors, tails of every length, and a negative, NaN or infinite absmax (the MX and nvfp4
+ * kernels may decline; the linear one must report the non-finite scale as the scalar one). */
 START_TEST(kernels_microscaling_scales_match_generic)
 {
     quant_isa isas[QUANT_ISA_COUNT];
     int nisa = tu_isas(isas);
     tu_rng r = {1234};
     enum { MAXN = 100 };
-    static const float bounds[] = {448.0f, 6.0f}, cs[] = {1.0f, 1.5f, 1.9921875f};
+    static const float bounds[] = {448.0f, 6.0f, 127.5f, 7.5f, 0.25f},
+                       cs[] = {1.0f, 1.5f, 1.9921875f};
     static const float gs[] = {1.0f, 1.0f / 16, 3.5f, 1e-3f, 1e5f, 2688.0f / 3.0f, 1e-30f};
     float a[MAXN], s0[MAXN], s1[MAXN];
     for (int it = 0; it < tu_iters(4000); it++) {
@@ -758,11 +770,15 @@ START_TEST(kernels_microscaling_scales_match_generic)
             static const float odd[] = {-1.0f, -0.0f, NAN, INFINITY};
             a[tu_below(&r, n)] = odd[tu_below(&r, 4)];
         }
-        float bound = bounds[tu_below(&r, 2)], c = cs[tu_below(&r, 3)], g = gs[tu_below(&r, 7)];
+        float bound = bounds[tu_below(&r, 5)], c = cs[tu_below(&r, 3)], g = gs[tu_below(&r, 7)];
         for (int k = 0; k < nisa; k++) {
             const quant_kernels *kk = quant_kernels_for(isas[k]);
-            for (int nv = 0; nv < 2; nv++) {
-                if (nv) {
+            for (int nv = 0; nv < 3; nv++) {
+                if (nv == 2) {
+                    int b0 = quant_generic_lin_scales(a, n, bound, s0);
+                    ck_assert_int_eq(kk->lin_scales(a, n, bound, s1), b0);
+                    if (b0) continue; /* scale[] unspecified */
+                } else if (nv) {
                     quant_generic_nvfp4_scales(a, n, g, s0);
                     if (kk->nvfp4_scales(a, n, g, s1)) quant_generic_nvfp4_scales(a, n, g, s1);
                 } else {
@@ -773,7 +789,10 @@ START_TEST(kernels_microscaling_scales_match_generic)
                 int64_t at = 0;
                 while (at < n && qn_bits(s0[at]) == qn_bits(s1[at])) at++;
                 ck_assert_msg(at == n, "%s %s: absmax %a (g %a, B %g, C %g) gives %a, scalar %a",
-                              quant_isa_name(isas[k]), nv ? "nvfp4" : "mx",
+                              quant_isa_name(isas[k]),
+                              nv == 2 ? "linear"
+                              : nv    ? "nvfp4"
+                                      : "mx",
                               at < n ? (double)a[at] : 0.0, (double)g, (double)bound, (double)c,
                               at < n ? (double)s1[at] : 0.0, at < n ? (double)s0[at] : 0.0);
             }
