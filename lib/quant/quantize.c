@@ -10,6 +10,10 @@
 #include "numerics.h"
 
 #define ITEM_ELEMS (1 << 15)
+/* The fused path prefetches the source about this far ahead (whole rows, at least the next one):
+ * a short row (a bf16 one of 4096 values is 8 KiB) quantizes too fast for the next row alone to
+ * arrive in time. */
+#define PREFETCH_AHEAD_BYTES (16 << 10)
 
 typedef struct quant_run {
     quant_reader rd;
@@ -31,7 +35,7 @@ typedef struct quant_run {
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *amax, const float *pre, bool prefetch_next,
+                        const int32_t *zp, const float *amax, const float *pre, bool prefetch,
                         bool checked)
 {
     const quant_plan *p = run->rd.plan;
@@ -54,7 +58,11 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
         const float *x = pre ? pre : quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
         void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
-        if (prefetch_next && contiguous) kr.pf = quant_row_address(src, row + 1, c0);
+        if (prefetch && contiguous) {
+            int64_t row_bytes = p->ncols * kr.pf_elem;
+            int64_t ahead = (PREFETCH_AHEAD_BYTES + row_bytes - 1) / row_bytes;
+            if (row + ahead < p->nrows) kr.pf = quant_row_address(src, row + ahead, c0);
+        }
         int bad;
         if (run->how->stochastic)
             bad = quant_generic_quantize_sr(
@@ -114,12 +122,13 @@ static void fused_item(void *arg, int64_t item, int worker)
             return;
         }
         bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
-        /* while this row is quantized from cache, pull the next one in; the reduction above
-         * already proved the row finite */
+        /* while this row is quantized from cache, pull a later one in (the next item's rows
+         * too: with one thread it comes next); the reduction above already proved the row
+         * finite */
         /* max |x| per group, as reduced (absmax calibrations only) */
         const float *amax = p->method.kind == QUANT_CALIB_ABSMAX ? a : NULL;
         if (quantize_row(run, row, worker, run->scale_out + off, zp, amax,
-                         one_chunk ? scratch : NULL, row + 1 < end, true))
+                         one_chunk ? scratch : NULL, true, true))
             return;
     }
 }

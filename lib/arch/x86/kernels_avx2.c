@@ -6,6 +6,7 @@
 #include <float.h>
 #include <immintrin.h>
 
+#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
@@ -299,17 +300,7 @@ ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(bytes));
 }
 
-/* Integer codes without a divide per element. With r = fl(1/s), b = fl(x * r) (+ zero point)
- * differs from fl(x / s) (+ zero point) by less than (|x * r| + |b|) * 2^-21. b is clipped to
- * [qmin, qmax] before rounding (the same as clipping after, qmin and qmax being integers); a
- * clipped value is then exact, and an unclipped one rounds like the division's value unless it
- * lies within `margin` of a half-integer (2^-12 covers 8-bit values and zero points, 2^-11 uint8
- * with zero points up to 255, 2^-4 int16). Lanes that close to a tie are recomputed with the
- * IEEE division. Only used when r is a normal float (else r is NaN, which counts as near). */
-ALWAYS_INLINE float int_margin(quant_kcode kc)
-{
-    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
-}
+/* Integer codes without a divide per element: the contract of ../recip_contract.h. */
 
 /* Rounded and clipped value of b = x * r [+ z]; ORs lanes too close to a tie into *near.
  * NaN propagates through the clip (operand order) so that it is caught as near. */
@@ -346,7 +337,7 @@ ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 s = _mm256_set1_ps(sc), r = _mm256_set1_ps(1.0f / sc);
-    const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
+    const __m256 limit = _mm256_set1_ps(qk_tie_limit(kc));
     for (int64_t j = 0; j < n32; j += 32) {
         prefetch32(pf, pf_elem, j);
         __m256 near = _mm256_setzero_ps();
@@ -383,9 +374,8 @@ ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, 
                                    const char *pf, int64_t pf_elem)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
     int64_t n32 = len & ~(int64_t)31, j = n32;
-    if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
+    if (qk_is_int(kc) && qk_recip_usable(sc)) {
         if (asym)
             int_blocks(kc, x, n32, sc, z, qmin, qmax, out, pf, pf_elem, true);
         else
@@ -476,7 +466,7 @@ ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, 
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
-    const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
+    const __m256 limit = _mm256_set1_ps(qk_tie_limit(kc));
     int64_t g = c0 / r->tile, left = (g + 1) * r->tile - c0, j = 0;
     int32_t redo[SUB / 8 + 1];
     int nredo = 0;
@@ -524,14 +514,14 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
                               int64_t c0, uint8_t *out)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    const bool is_int = qk_is_int(kc);
     float recip[SUB / 8 + 2], zpf[SUB / 8 + 2];
     for (int64_t j0 = 0; j0 < n; j0 += SUB) {
         int64_t m = n - j0 < SUB ? n - j0 : SUB, m8 = m & ~(int64_t)7, cj = c0 + j0;
         int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
         for (int64_t g = g0; g <= g1; g++) {
             float sc = r->scale[g];
-            recip[g - g0] = sc >= 0x1p-126f && sc <= 0x1p126f ? 1.0f / sc : __builtin_nanf("");
+            recip[g - g0] = qk_recip_or_nan(sc);
             zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
         }
         const float *xj = x + j0;

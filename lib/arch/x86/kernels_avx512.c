@@ -8,6 +8,7 @@
 #include <float.h>
 #include <immintrin.h>
 
+#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
@@ -35,7 +36,7 @@ ALWAYS_INLINE __m512i abs_bits(__m512 v)
 
 ALWAYS_INLINE bool is_int(quant_kcode kc)
 {
-    return kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    return qk_is_int(kc);
 }
 
 /* Prefetches the next row's source for the 64 values at chunk offset j: 64 * pf_elem bytes,
@@ -384,18 +385,8 @@ ALWAYS_INLINE void store64(quant_kcode kc, uint8_t *dst, __m512i a, __m512i b, _
 
 /* ---- quantize: the reciprocal path ---------------------------------------------------------- */
 
-/* Integer codes without a divide per element (the scheme of kernels_avx2.c). With r = fl(1/s),
- * b = fl(x * r) (+ zero point) differs from fl(x / s) (+ zero point) by less than
- * (|x * r| + |b|) * 2^-21. b is clipped to [qmin, qmax] before rounding (the same as clipping
- * after, qmin and qmax being integers); a clipped value is then exact, and an unclipped one
- * rounds like the division's value unless it lies within `margin` of a half-integer (2^-12
- * covers 8-bit values and zero points, 2^-11 uint8 with zero points up to 255, 2^-4 int16).
- * Lanes that close to a tie are recomputed with the IEEE division. Only used when r is a normal
- * float (else r is NaN, which counts as near). */
-ALWAYS_INLINE float int_margin(quant_kcode kc)
-{
-    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
-}
+/* Integer codes without a divide per element: the contract of ../recip_contract.h, its tie
+ * limit tested on d = b - rint(b) (vreduceps, exact). */
 
 /* NF4 (no zero point) by the same scheme. With q = x / s exactly, b = fl(x * r) and
  * v = fl(x / s) differ by at most |q| (3 * 2^-24 + 2^-48) + 2^-149 < 2^-21 when |q| <= 2, and
@@ -429,8 +420,7 @@ ALWAYS_INLINE __m512i recip_codes(quant_kcode kc, __m512 x, __m512 r, __m512 z, 
     if (asym) b = _mm512_add_ps(b, z);
     b = _mm512_min_ps(qmax, _mm512_max_ps(qmin, b));
     __m512 d = _mm512_reduce_ps(b, RNE);
-    *near =
-        _mm512_cmp_ps_mask(_mm512_abs_ps(d), _mm512_set1_ps(0.5f - int_margin(kc)), _CMP_NLT_UQ);
+    *near = _mm512_cmp_ps_mask(_mm512_abs_ps(d), _mm512_set1_ps(qk_tie_limit(kc)), _CMP_NLT_UQ);
     return _mm512_cvt_roundps_epi32(b, RNE);
 }
 
@@ -456,8 +446,9 @@ ALWAYS_INLINE void group_tables(const quant_krow *r, int64_t g0, int64_t ng, flo
         __mmask16 m = lanes(ng - i);
         if (want_recip) {
             __m512 s = _mm512_maskz_loadu_ps(m, r->scale + g0 + i);
-            __mmask16 ok = _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) &
-                           _mm512_cmp_ps_mask(s, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ);
+            __mmask16 ok =
+                _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(QK_RECIP_SCALE_MIN), _CMP_GE_OQ) &
+                _mm512_cmp_ps_mask(s, _mm512_set1_ps(QK_RECIP_SCALE_MAX), _CMP_LE_OQ);
             __m512 rc =
                 _mm512_mask_div_ps(_mm512_set1_ps(__builtin_nanf("")), ok, _mm512_set1_ps(1.0f), s);
             _mm512_mask_storeu_ps(recip + i, m, rc);
@@ -819,7 +810,7 @@ ALWAYS_INLINE void segments_kc(quant_kcode kc, const quant_krow *r, const float 
         float sc = r->scale[g];
         const __m512 s = _mm512_set1_ps(sc);
         const __m512 z = _mm512_set1_ps(asym ? (float)r->zp[g] : 0.0f);
-        const bool rec = use_recip(kc, asym) && sc >= 0x1p-126f && sc <= 0x1p126f;
+        const bool rec = use_recip(kc, asym) && qk_recip_usable(sc);
         const __m512 rc = _mm512_set1_ps(rec ? 1.0f / sc : 0.0f);
         for (; j < end; j += 16) {
             if (r->pf) _mm_prefetch(r->pf + j * r->pf_elem, _MM_HINT_T0);
