@@ -259,6 +259,110 @@ START_TEST(all_isas_and_threads_equal_scalar)
 }
 END_TEST
 
+/* One group of f for fused_small_tiles_equal_scalar: normal values, zeros, all equal to -v (every
+ * lane on a tie at -B), or one -v among small values (the lane the kernels resolve by the
+ * group's max |x|). */
+static void fill_group(tu_rng *r, float *f, int64_t tile)
+{
+    float v = 0.25f + (float)tu_below(r, 1000) / 64.0f;
+    switch (tu_below(r, 6)) {
+    case 0:
+        for (int64_t j = 0; j < tile; j++) f[j] = 0.0f;
+        break;
+    case 1:
+        for (int64_t j = 0; j < tile; j++) f[j] = -v;
+        break;
+    case 2:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, v / 8.0f);
+        f[tu_below(r, tile)] = -v;
+        break;
+    default:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, v);
+        break;
+    }
+}
+
+/* The fused per-row path at small tiles (the AVX-512 kernel's per-group max |x| and its
+ * extreme lanes; the vector scale kernels), rows of whole groups plus ties, zero groups and
+ * non-finite values, f32, bf16 and f16 input: every ISA and thread count equals the scalar run. */
+START_TEST(fused_small_tiles_equal_scalar)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {777};
+    static const quant_qtype qts[] = {QUANT_QTYPE_INT8,  QUANT_QTYPE_INT4,  QUANT_QTYPE_INT2,
+                                      QUANT_QTYPE_INT16, QUANT_QTYPE_MXFP8, QUANT_QTYPE_MXFP4,
+                                      QUANT_QTYPE_NVFP4};
+    static const int64_t tiles[] = {16, 32, 48, 64, 128};
+    static const quant_dtype dts[] = {QUANT_DTYPE_F32, QUANT_DTYPE_BF16, QUANT_DTYPE_F16};
+    for (int it = 0; it < tu_iters(120); it++) {
+        pcase c;
+        memset(&c, 0, sizeof c);
+        quant_qtype qt = qts[tu_below(&r, 7)];
+        const quant_qtype_traits *tr = quant_qtype_traits_get(qt);
+        int64_t tile = tr->fixed_tile ? tr->fixed_tile : tiles[tu_below(&r, 5)];
+        quant_how_init(&c.how, qt);
+        strcpy(c.method, tu_below(&r, 3) ? "absmax" : "absmax,0.9");
+        c.how.calibration = c.method;
+        c.how.n_channel_axes = 1;
+        c.how.channel_axes[0] = 0;
+        c.how.n_tiles = 1;
+        c.how.tiles[0] = (quant_tile){.axis = 1, .size = tile};
+        c.rank = 2;
+        c.shape[0] = 1 + tu_below(&r, 4);
+        c.shape[1] = tile * (1 + tu_below(&r, 40));
+        c.dtype = dts[tu_below(&r, 3)];
+        int64_t n = c.shape[0] * c.shape[1];
+        float *f = malloc((size_t)n * sizeof *f);
+        for (int64_t g = 0; g < n / tile; g++) fill_group(&r, f + g * tile, tile);
+        int64_t nan_at = tu_below(&r, 10) == 0 ? tu_below(&r, n) : -1;
+        if (nan_at >= 0) f[nan_at] = tu_below(&r, 2) ? NAN : -INFINITY;
+        void *data = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) {
+            if (c.dtype == QUANT_DTYPE_F32)
+                ((float *)data)[i] = f[i];
+            else if (c.dtype == QUANT_DTYPE_BF16)
+                ((uint16_t *)data)[i] = quant_f32_to_bf16(f[i]);
+            else
+                ((uint16_t *)data)[i] = quant_f32_to_f16(f[i]);
+        }
+        quant_tensor t;
+        ck_assert_int_eq(quant_tensor_init(&t, c.dtype, 2, c.shape, data, NULL), QUANT_OK);
+        char desc[400];
+        describe(&c, desc, sizeof desc);
+        int64_t ss[4];
+        ck_assert_int_eq(quant_scale_shape(&c.how, 2, c.shape, ss, NULL), QUANT_OK);
+        int64_t sn = quant_numel(2, ss), qb = quant_qvalue_bytes(&c.how, 2, c.shape);
+        result ref;
+        run_case(&c, &t, QUANT_ISA_SCALAR, 1, &ref);
+        ck_assert_msg(ref.st == (nan_at >= 0 ? QUANT_ERR_NONFINITE : QUANT_OK), "%s: status %d",
+                      desc, ref.st);
+        for (int k = 0; k < nisa; k++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                result got;
+                run_case(&c, &t, isas[k], threads, &got);
+                ck_assert_msg(got.st == ref.st && got.bad == ref.bad, "%s on %s/%d: status %d",
+                              desc, quant_isa_name(isas[k]), threads, got.st);
+                if (ref.st == QUANT_OK) {
+                    ck_assert_msg(memcmp(got.scale, ref.scale, (size_t)sn * 4) == 0,
+                                  "%s on %s/%d: scales differ", desc, quant_isa_name(isas[k]),
+                                  threads);
+                    int64_t at = 0;
+                    while (at < qb && got.q[at] == ref.q[at]) at++;
+                    ck_assert_msg(at == qb, "%s on %s/%d: code byte %lld is %#x, scalar %#x", desc,
+                                  quant_isa_name(isas[k]), threads, (long long)at,
+                                  at < qb ? got.q[at] : 0, at < qb ? ref.q[at] : 0);
+                }
+                free_result(&got);
+            }
+        }
+        free_result(&ref);
+        free(data);
+        free(f);
+    }
+}
+END_TEST
+
 /* Kernels alone: random lengths, column offsets and tile widths against the generic kernels. */
 START_TEST(kernels_match_generic_on_random_chunks)
 {
@@ -815,6 +919,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_exact_at_scaled_code_boundaries);
     tcase_add_test(tc, kernels_dequantize_all_byte_codes);
     tcase_add_test(tc, kernels_microscaling_scales_match_generic);
+    tcase_add_test(tc, fused_small_tiles_equal_scalar);
     suite_add_tcase(s, tc);
     return s;
 }
