@@ -319,19 +319,21 @@ ALWAYS_INLINE __m512i nf4_codes(__m512 v, const nf4_grid *t, __m512 *thr)
     return _mm512_mask_sub_epi32(base, above, base, _mm512_set1_epi32(-1));
 }
 
-/* e2m1 codes as qn_quant_e2m1: the magnitude code counts the midpoints |v| passes (> for the
- * ties that go down to an even code, >= for those that go up), the sign bit becomes bit 3. NaN
- * compares false everywhere: magnitude 0, as the scalar path. */
+/* e2m1 codes as qn_quant_e2m1, by the rounding add of fp8_codes: e2m1 is the float format with
+ * M = 1, bias 1 and largest value 6, so |v| clipped to 6 and rounded to nearest even on its grid
+ * gives the magnitude code; round-to-even is the midpoint list's tie rule (0.25 -> 0, 0.75 -> 2,
+ * 1.25 -> 2, 1.75 -> 4, 2.5 -> 4, 3.5 -> 6, 5 -> 6). NaN gets magnitude 0, as the scalar path. */
 ALWAYS_INLINE __m512i e2m1_codes(__m512 v)
 {
-    __m512 a = _mm512_abs_ps(v);
-    __m512i m = _mm512_setzero_si512();
-    const __m512i one = _mm512_set1_epi32(1);
-#define E2M1_PAST(t, reached)                                                                      \
-    m = _mm512_mask_add_epi32(                                                                     \
-        m, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), (reached) ? _CMP_GE_OQ : _CMP_GT_OQ), m, one);
-    QN_E2M1_MIDPOINTS(E2M1_PAST)
-#undef E2M1_PAST
+    const __m512i emin = _mm512_set1_epi32(127 << 23);
+    __m512 a = _mm512_range_ps(v, _mm512_set1_ps(6.0f), RANGE_ABSMIN_CLEAR);
+    __m512i ebits = _mm512_max_epu32(
+        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7f800000)), emin);
+    __m512i c = _mm512_add_epi32(ebits, _mm512_set1_epi32(22 << 23));
+    __m512 s = _mm512_add_round_ps(a, _mm512_castsi512_ps(c), RNE);
+    __m512i steps = _mm512_sub_epi32(_mm512_castps_si512(s), c);
+    __m512i m = _mm512_add_epi32(steps, _mm512_srli_epi32(_mm512_sub_epi32(ebits, emin), 22));
+    m = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), m);
     __m512i sign =
         _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 28), _mm512_set1_epi32(8));
     return _mm512_or_si512(m, sign);

@@ -259,6 +259,50 @@ START_TEST(all_isas_and_threads_equal_scalar)
 }
 END_TEST
 
+/* e2m1 codes of every ISA against the scalar ones (scale 1, so the kernel sees the float itself):
+ * every 509th float bit pattern (about 8.4 million, both signs, NaN and Inf included) and every
+ * float within 8 ulps of each midpoint, 0 and 6. */
+START_TEST(kernels_e2m1_sampled_floats)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    enum { N = 4096 };
+    static float x[N];
+    static uint8_t q0[N], q1[N];
+    static const float marks[] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
+    float one = 1.0f;
+    quant_krow kr = {QK_E2M1, 1 << 30, &one, NULL, 0.0f, 0.0f, NULL, 0, true, NULL};
+    uint64_t next = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t done = 0;;) {
+            int64_t n = 0;
+            if (pass == 0) {
+                for (; n < N && next < (1ull << 32); n++, next += 509)
+                    x[n] = qn_float((uint32_t)next);
+            } else {
+                for (; n < N && done < 9 * 34; n++, done++) {
+                    float m = marks[done / 34];
+                    uint32_t b = qn_bits(m) + (uint32_t)(done % 17) - 8u;
+                    x[n] = qn_float(m == 0.0f ? (uint32_t)(done % 17) : b);
+                    if (done % 34 >= 17) x[n] = -x[n];
+                }
+            }
+            if (n == 0) break;
+            quant_generic_quantize(&kr, x, n, 0, q0);
+            for (int k = 0; k < nisa; k++) {
+                quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q1);
+                int64_t at = 0;
+                while (at < n && q0[at] == q1[at]) at++;
+                ck_assert_msg(at == n, "%s: e2m1 of %a (bits %#x) is %d, scalar %d",
+                              quant_isa_name(isas[k]), at < n ? (double)x[at] : 0.0,
+                              at < n ? qn_bits(x[at]) : 0, at < n ? q1[at] : 0,
+                              at < n ? q0[at] : 0);
+            }
+        }
+    }
+}
+END_TEST
+
 /* One group of f for fused_small_tiles_equal_scalar: normal values, zeros, all equal to -v (every
  * lane on a tie at -B), or one -v among small values (the lane the kernels resolve by the
  * group's max |x|). */
@@ -920,6 +964,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_dequantize_all_byte_codes);
     tcase_add_test(tc, kernels_microscaling_scales_match_generic);
     tcase_add_test(tc, fused_small_tiles_equal_scalar);
+    tcase_add_test(tc, kernels_e2m1_sampled_floats);
     suite_add_tcase(s, tc);
     return s;
 }
