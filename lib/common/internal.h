@@ -85,7 +85,12 @@ typedef struct quant_krow {
                        element j of the chunk matching pf + j * pf_elem, or NULL; a hint that
                        never changes results */
     int64_t pf_elem;
-    bool checked; /* x is known to be finite: kernels may skip the non-finite check */
+    bool checked;      /* x is known to be finite: kernels may skip the non-finite check */
+    const float *amax; /* per column group (indexed as scale), max |x| over the group's
+                          elements, when the caller knows it (the fused path), else NULL. A
+                          hint that never changes results: kernels may give the lanes equal
+                          to -amax (a tie in every other group when the bound is qmax + 0.5,
+                          as int8's 127.5) the code of one division per group */
 } quant_krow;
 
 /* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the
@@ -108,6 +113,17 @@ typedef void (*quant_pack_fn)(const uint8_t *codes, int64_t n, uint8_t *packed);
  * element j in lane j % LANES for the full groups, the tail from lane 0, lanes added in order. */
 typedef void (*quant_errstats_fn)(const float *x, const float *d, int64_t n, double acc[3]);
 #define QUANT_ERR_LANES 8
+/* Microscaling scales (SPEC 2b) of n groups from their absmax: scale[i] =
+ * qn_mx_scale(absmax[i], bound, c), or qn_nvfp4_block_scale(absmax[i], g) (g > 0 and finite),
+ * bit for bit. A SIMD version returns nonzero, leaving scale[] unspecified, when some absmax is
+ * negative, NaN or infinite: the caller then runs the generic (scalar) one, which returns 0. */
+typedef int (*quant_mx_scales_fn)(const float *absmax, int64_t n, float bound, float c,
+                                  float *scale);
+typedef int (*quant_nvfp4_scales_fn)(const float *absmax, int64_t n, float g, float *scale);
+/* Linear symmetric float32 scales (SPEC 4): s = absmax[i] / bound, 1 when s < 2^-63; returns
+ * nonzero when some s is not finite (scale[] then unspecified: the caller takes the checked
+ * path). */
+typedef int (*quant_lin_scales_fn)(const float *absmax, int64_t n, float bound, float *scale);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -119,6 +135,9 @@ typedef struct quant_kernels {
     quant_widen_fn widen_f16;
     quant_pack_fn pack;
     quant_errstats_fn errstats;
+    quant_mx_scales_fn mx_scales;
+    quant_nvfp4_scales_fn nvfp4_scales;
+    quant_lin_scales_fn lin_scales;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -137,6 +156,9 @@ int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64
 void quant_generic_dequantize(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
                               float *out);
 void quant_generic_errstats(const float *x, const float *d, int64_t n, double acc[3]);
+int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale);
+int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale);
+int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
 /* The tail and the ordered reduction of quant_generic_errstats, for SIMD versions that ran the
  * full lane groups: adds x/d[0..n) (n < QUANT_ERR_LANES) into the lanes, then the lanes to acc. */
 void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,
@@ -221,11 +243,11 @@ void quant_calib_fixed(const quant_plan *plan, const quant_calibration *out);
 /* The whole calibration of x into out (non-fused path). */
 quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *plan, const quant_tensor *x,
                                   const quant_calibration *out, quant_error *err);
-/* Scale and zero point of n calibration entries (scale.c); `first` is the index of entry 0 in
- * the whole scale, for messages. */
-quant_status quant_scale_range(const quant_plan *plan, quant_dtype scale_dtype,
-                               const quant_calibration *calib, int64_t n, float *scale,
-                               int32_t *zero_point, int64_t first, quant_error *err);
+/* Scale and zero point of n calibration entries (scale.c) with the kernel set k (NULL: the
+ * generic one); `first` is the index of entry 0 in the whole scale, for messages. */
+quant_status quant_scale_range(const quant_kernels *k, const quant_plan *plan,
+                               quant_dtype scale_dtype, const quant_calibration *calib, int64_t n,
+                               float *scale, int32_t *zero_point, int64_t first, quant_error *err);
 /* Fills err for a non-finite value found at flat index idx. */
 quant_status quant_fail_nonfinite(quant_error *err, int64_t idx);
 

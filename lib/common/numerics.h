@@ -188,7 +188,9 @@ static inline uint8_t qn_nf4_index(float v)
  * 5 -> 6). Clipping needs no step: everything past 5 is code 7. The sign bit is kept, so -0.1
  * (and -0) give code 8. NaN (never kept: non-finite input is an error) gives a zero code. */
 /* The midpoints, each as X(midpoint, reached): `reached` 1 when reaching it counts (the code
- * above is even), 0 when |v| must pass it. One list for the scalar path and every ISA's kernel. */
+ * above is even), 0 when |v| must pass it. One list for the scalar path and the AVX2 and NEON
+ * kernels; AVX-512 rounds to nearest even on the e2m1 grid instead, the same codes for every
+ * float (checked over all 2^32 bit patterns; kernels_e2m1_sampled_floats in the unit tests). */
 #define QN_E2M1_MIDPOINTS(X)                                                                       \
     X(0.25f, 0) X(0.75f, 1) X(1.25f, 0) X(1.75f, 1) X(2.5f, 0) X(3.5f, 1) X(5.0f, 0)
 

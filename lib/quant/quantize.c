@@ -10,6 +10,10 @@
 #include "numerics.h"
 
 #define ITEM_ELEMS (1 << 15)
+/* The fused path prefetches the source about this far ahead (whole rows, at least the next one):
+ * a short row (a bf16 one of 4096 values is 8 KiB) quantizes too fast for the next row alone to
+ * arrive in time. */
+#define PREFETCH_AHEAD_BYTES (16 << 10)
 
 typedef struct quant_run {
     quant_reader rd;
@@ -31,7 +35,8 @@ typedef struct quant_run {
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *pre, bool prefetch_next, bool checked)
+                        const int32_t *zp, const float *amax, const float *pre, bool prefetch,
+                        bool checked)
 {
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
@@ -44,7 +49,8 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
                      .qmax = (float)p->traits->qmax,
                      .pf = NULL,
                      .pf_elem = (int64_t)quant_dtype_size(src->dtype),
-                     .checked = checked};
+                     .checked = checked,
+                     .amax = amax};
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -52,7 +58,11 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
         const float *x = pre ? pre : quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
         void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
-        if (prefetch_next && contiguous) kr.pf = quant_row_address(src, row + 1, c0);
+        if (prefetch && contiguous) {
+            int64_t row_bytes = p->ncols * kr.pf_elem;
+            int64_t ahead = (PREFETCH_AHEAD_BYTES + row_bytes - 1) / row_bytes;
+            if (row + ahead < p->nrows) kr.pf = quant_row_address(src, row + ahead, c0);
+        }
         int bad;
         if (run->how->stochastic)
             bad = quant_generic_quantize_sr(
@@ -79,7 +89,7 @@ static void given_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
         if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL,
-                         false, false))
+                         NULL, false, false))
             return;
     }
 }
@@ -104,18 +114,21 @@ static void fused_item(void *arg, int64_t item, int worker)
         if (quant_reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
         int32_t *zp = p->method.asymmetric ? run->zp_out + off : NULL;
-        if (quant_scale_range(p, run->how->scale_dtype, &cal, ng, run->scale_out + off, zp, off,
-                              NULL) != QUANT_OK) {
+        if (quant_scale_range(run->rd.k, p, run->how->scale_dtype, &cal, ng, run->scale_out + off,
+                              zp, off, NULL) != QUANT_OK) {
             long long cur = atomic_load(&run->bad_scale);
             while (off < cur && !atomic_compare_exchange_weak(&run->bad_scale, &cur, off)) {
             }
             return;
         }
         bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
-        /* while this row is quantized from cache, pull the next one in; the reduction above
-         * already proved the row finite */
-        if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL,
-                         row + 1 < end, true))
+        /* while this row is quantized from cache, pull a later one in (the next item's rows
+         * too: with one thread it comes next); the reduction above already proved the row
+         * finite */
+        /* max |x| per group, as reduced (absmax calibrations only) */
+        const float *amax = p->method.kind == QUANT_CALIB_ABSMAX ? a : NULL;
+        if (quantize_row(run, row, worker, run->scale_out + off, zp, amax,
+                         one_chunk ? scratch : NULL, true, true))
             return;
     }
 }
@@ -237,7 +250,8 @@ static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, cons
         st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate calibration buffers");
     if (st == QUANT_OK) st = quant_calibrate_plan(ctx, p, x, &cal, err);
     if (st == QUANT_OK)
-        st = quant_scale_range(p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
+        st =
+            quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
     if (st == QUANT_OK) st = quantize_given(ctx, how, p, x, scale, zp, q, err);
     free(cal.absmax);
     free(cal.max);
@@ -264,7 +278,7 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
                          run.acc_b, run.acc_s);
         quant_calibration cal = {p->method.asymmetric, run.cal_a, run.cal_a, run.cal_b};
         quant_reduce_finish(p, p->ncolgroups, run.acc_a, run.acc_b, run.acc_s, &cal, 0);
-        st = quant_scale_range(p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
+        st = quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->ncolgroups, scale + bad_scale,
                                zp ? zp + bad_scale : NULL, bad_scale, err);
     }
     run_free(&run);

@@ -36,14 +36,17 @@ static quant_status finish_scale(float s, quant_dtype dtype, int64_t i, float *o
     return QUANT_OK;
 }
 
-/* SPEC 2b: the MX power of two, or nvfp4's e_b under the plan's global scale g. */
-static quant_status microscaling_range(const quant_plan *plan, const quant_calibration *calib,
-                                       int64_t n, float *scale, int64_t first, quant_error *err)
+/* SPEC 2b: the MX power of two, or nvfp4's e_b under the plan's global scale g, by the kernel
+ * set's vector form (the scalar one when it declines: a negative or non-finite absmax). */
+static quant_status microscaling_range(const quant_kernels *k, const quant_plan *plan,
+                                       const quant_calibration *calib, int64_t n, float *scale,
+                                       int64_t first, quant_error *err)
 {
     const quant_qtype_traits *t = plan->traits;
     if (t->scale_kind == QUANT_SCALE_MX) {
+        if (k->mx_scales(calib->absmax, n, t->symmetric_bound, t->scale_constant, scale))
+            quant_generic_mx_scales(calib->absmax, n, t->symmetric_bound, t->scale_constant, scale);
         for (int64_t i = 0; i < n; i++) {
-            scale[i] = qn_mx_scale(calib->absmax[i], t->symmetric_bound, t->scale_constant);
             if (qn_nonfinite(scale[i])) /* only from an absmax near FLT_MAX times a factor */
                 return quant_fail(err, QUANT_ERR_RANGE,
                                   "%s scale of absmax %g (element %lld) is not finite", t->name,
@@ -56,28 +59,22 @@ static quant_status microscaling_range(const quant_plan *plan, const quant_calib
         return quant_fail(err, QUANT_ERR_ARG,
                           "nvfp4 needs the tensor's global scale (how->global_scale, from "
                           "quant_nvfp4_global_scale of the tensor's absmax)");
-    for (int64_t i = 0; i < n; i++) scale[i] = qn_nvfp4_block_scale(calib->absmax[i], g);
+    if (k->nvfp4_scales(calib->absmax, n, g, scale))
+        quant_generic_nvfp4_scales(calib->absmax, n, g, scale);
     return QUANT_OK;
 }
 
-quant_status quant_scale_range(const quant_plan *plan, quant_dtype scale_dtype,
-                               const quant_calibration *calib, int64_t n, float *scale,
-                               int32_t *zero_point, int64_t first, quant_error *err)
+quant_status quant_scale_range(const quant_kernels *k, const quant_plan *plan,
+                               quant_dtype scale_dtype, const quant_calibration *calib, int64_t n,
+                               float *scale, int32_t *zero_point, int64_t first, quant_error *err)
 {
     const quant_qtype_traits *t = plan->traits;
     if (t->scale_kind != QUANT_SCALE_LINEAR)
-        return microscaling_range(plan, calib, n, scale, first, err);
-    if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32) {
-        /* the common case, in two simple loops the compiler vectorizes */
-        const float bound = t->symmetric_bound;
-        for (int64_t i = 0; i < n; i++) {
-            float s = calib->absmax[i] / bound;
-            scale[i] = s < QUANT_TINY ? 1.0f : s;
-        }
-        bool finite = true;
-        for (int64_t i = 0; i < n; i++) finite &= scale[i] <= FLT_MAX;
-        if (finite) return QUANT_OK;
-    }
+        return microscaling_range(k ? k : &quant_kernels_generic, plan, calib, n, scale, first,
+                                  err);
+    if (!calib->asymmetric && scale_dtype == QUANT_DTYPE_F32 &&
+        !(k ? k : &quant_kernels_generic)->lin_scales(calib->absmax, n, t->symmetric_bound, scale))
+        return QUANT_OK; /* the common case, in the kernel set's vector form */
     if (!calib->asymmetric) {
         for (int64_t i = 0; i < n; i++)
             QUANT_RETURN_IF_ERR(finish_scale(calib->absmax[i] / t->symmetric_bound, scale_dtype,
@@ -105,5 +102,5 @@ quant_status quant_compute_scale(const quant_how *how, const quant_calibration *
                           plan.traits->name);
     if (calib->asymmetric ? (!calib->min || !calib->max || !zero_point) : !calib->absmax)
         return quant_fail(err, QUANT_ERR_ARG, "calibration arrays or zero_point are NULL");
-    return quant_scale_range(&plan, how->scale_dtype, calib, n, scale, zero_point, 0, err);
+    return quant_scale_range(NULL, &plan, how->scale_dtype, calib, n, scale, zero_point, 0, err);
 }

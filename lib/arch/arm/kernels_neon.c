@@ -6,6 +6,7 @@
  */
 #include <arm_neon.h>
 
+#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
@@ -276,18 +277,7 @@ ALWAYS_INLINE void store4(quant_kcode kc, uint8_t *dst, uint32x4_t a)
     memcpy(dst, &w, sizeof w);
 }
 
-/* Integer codes without a divide per element (the scheme of kernels_avx2.c). With r = fl(1/s),
- * b = fl(x * r) (+ zero point) differs from fl(x / s) (+ zero point) by less than
- * (|x * r| + |b|) * 2^-21. b is clipped to [qmin, qmax] before rounding (the same as clipping
- * after, qmin and qmax being integers); a clipped value is then exact, and an unclipped one
- * rounds like the division's value unless it lies within `margin` of a half-integer (2^-12
- * covers 8-bit values and zero points, 2^-11 uint8 with zero points up to 255, 2^-4 int16).
- * Lanes that close to a tie are recomputed with the IEEE division. Only used when r is a normal
- * float (else r is NaN, which counts as near). */
-ALWAYS_INLINE float int_margin(quant_kcode kc)
-{
-    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
-}
+/* Integer codes without a divide per element: the contract of ../recip_contract.h. */
 
 /* Rounded and clipped value of b = x * r [+ z]; clears in *ok the lanes too close to a tie.
  * NEON's fmax/fmin return NaN for a NaN operand, so a NaN b stays NaN through the clip and
@@ -332,7 +322,7 @@ ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n16, float
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const float32x4_t s = vdupq_n_f32(sc), r = vdupq_n_f32(1.0f / sc);
-    const float32x4_t limit = vdupq_n_f32(0.5f - int_margin(kc));
+    const float32x4_t limit = vdupq_n_f32(qk_tie_limit(kc));
     for (int64_t j = 0; j < n16; j += 16) {
         prefetch16(pf, pf_elem, j);
         uint32x4_t ok = vdupq_n_u32(UINT32_MAX);
@@ -369,9 +359,8 @@ ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, 
                                    uint8_t *out, const char *pf, int64_t pf_elem)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
     int64_t n16 = len & ~(int64_t)15, j = n16;
-    if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
+    if (qk_is_int(kc) && qk_recip_usable(sc)) {
         if (asym)
             int_blocks(kc, x, n16, sc, z, qmin, qmax, out, pf, pf_elem, true);
         else
@@ -451,7 +440,7 @@ ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, 
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const float32x4_t qmin = vdupq_n_f32(r->qmin), qmax = vdupq_n_f32(r->qmax);
-    const float32x4_t limit = vdupq_n_f32(0.5f - int_margin(kc));
+    const float32x4_t limit = vdupq_n_f32(qk_tie_limit(kc));
     const int64_t tile = r->tile;
     int64_t g = c0 / tile, left = (g + 1) * tile - c0, j = 0;
     int32_t redo[SUB / 4 + 1];
@@ -500,14 +489,14 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
                               int64_t c0, uint8_t *out)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    const bool is_int = qk_is_int(kc);
     float recip[SUB / 4 + 2], zpf[SUB / 4 + 2];
     for (int64_t j0 = 0; j0 < n; j0 += SUB) {
         int64_t m = n - j0 < SUB ? n - j0 : SUB, m4 = m & ~(int64_t)3, cj = c0 + j0;
         int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
         for (int64_t g = g0; g <= g1; g++) {
             float sc = r->scale[g];
-            recip[g - g0] = sc >= 0x1p-126f && sc <= 0x1p126f ? 1.0f / sc : __builtin_nanf("");
+            recip[g - g0] = qk_recip_or_nan(sc);
             zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
         }
         const float *xj = x + j0;
@@ -800,4 +789,7 @@ const quant_kernels quant_kernels_neon = {
     .widen_f16 = widen_f16_neon,
     .pack = pack_neon,
     .errstats = quant_generic_errstats, /* measuring is not on the hot path of NEON users yet */
+    .mx_scales = quant_generic_mx_scales,
+    .nvfp4_scales = quant_generic_nvfp4_scales,
+    .lin_scales = quant_generic_lin_scales,
 };

@@ -2,6 +2,7 @@
  * Every SIMD kernel must produce exactly these bits.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
 #include <math.h>
 
 #include "internal.h"
@@ -195,6 +196,29 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
+int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    for (int64_t i = 0; i < n; i++) scale[i] = qn_mx_scale(absmax[i], bound, c);
+    return 0;
+}
+
+int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale)
+{
+    for (int64_t i = 0; i < n; i++) scale[i] = qn_nvfp4_block_scale(absmax[i], g);
+    return 0;
+}
+
+int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float s = absmax[i] / bound;
+        scale[i] = s < QN_TINY_SCALE ? 1.0f : s;
+    }
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++) finite &= scale[i] <= FLT_MAX;
+    return !finite;
+}
+
 const quant_kernels quant_kernels_generic = {
     .isa = QUANT_ISA_SCALAR,
     .absmax = quant_generic_absmax,
@@ -205,4 +229,7 @@ const quant_kernels quant_kernels_generic = {
     .widen_f16 = widen_f16,
     .pack = pack_row,
     .errstats = quant_generic_errstats,
+    .mx_scales = quant_generic_mx_scales,
+    .nvfp4_scales = quant_generic_nvfp4_scales,
+    .lin_scales = quant_generic_lin_scales,
 };

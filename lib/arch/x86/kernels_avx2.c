@@ -3,8 +3,10 @@
  * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
 #include <immintrin.h>
 
+#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
@@ -298,17 +300,7 @@ ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(bytes));
 }
 
-/* Integer codes without a divide per element. With r = fl(1/s), b = fl(x * r) (+ zero point)
- * differs from fl(x / s) (+ zero point) by less than (|x * r| + |b|) * 2^-21. b is clipped to
- * [qmin, qmax] before rounding (the same as clipping after, qmin and qmax being integers); a
- * clipped value is then exact, and an unclipped one rounds like the division's value unless it
- * lies within `margin` of a half-integer (2^-12 covers 8-bit values and zero points, 2^-11 uint8
- * with zero points up to 255, 2^-4 int16). Lanes that close to a tie are recomputed with the
- * IEEE division. Only used when r is a normal float (else r is NaN, which counts as near). */
-ALWAYS_INLINE float int_margin(quant_kcode kc)
-{
-    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
-}
+/* Integer codes without a divide per element: the contract of ../recip_contract.h. */
 
 /* Rounded and clipped value of b = x * r [+ z]; ORs lanes too close to a tie into *near.
  * NaN propagates through the clip (operand order) so that it is caught as near. */
@@ -345,7 +337,7 @@ ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 s = _mm256_set1_ps(sc), r = _mm256_set1_ps(1.0f / sc);
-    const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
+    const __m256 limit = _mm256_set1_ps(qk_tie_limit(kc));
     for (int64_t j = 0; j < n32; j += 32) {
         prefetch32(pf, pf_elem, j);
         __m256 near = _mm256_setzero_ps();
@@ -382,9 +374,8 @@ ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, 
                                    const char *pf, int64_t pf_elem)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
     int64_t n32 = len & ~(int64_t)31, j = n32;
-    if (is_int && sc >= 0x1p-126f && sc <= 0x1p126f) {
+    if (qk_is_int(kc) && qk_recip_usable(sc)) {
         if (asym)
             int_blocks(kc, x, n32, sc, z, qmin, qmax, out, pf, pf_elem, true);
         else
@@ -475,7 +466,7 @@ ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, 
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
     const __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
-    const __m256 limit = _mm256_set1_ps(0.5f - int_margin(kc));
+    const __m256 limit = _mm256_set1_ps(qk_tie_limit(kc));
     int64_t g = c0 / r->tile, left = (g + 1) * r->tile - c0, j = 0;
     int32_t redo[SUB / 8 + 1];
     int nredo = 0;
@@ -523,14 +514,14 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
                               int64_t c0, uint8_t *out)
 {
     const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    const bool is_int = qk_is_int(kc);
     float recip[SUB / 8 + 2], zpf[SUB / 8 + 2];
     for (int64_t j0 = 0; j0 < n; j0 += SUB) {
         int64_t m = n - j0 < SUB ? n - j0 : SUB, m8 = m & ~(int64_t)7, cj = c0 + j0;
         int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
         for (int64_t g = g0; g <= g1; g++) {
             float sc = r->scale[g];
-            recip[g - g0] = sc >= 0x1p-126f && sc <= 0x1p126f ? 1.0f / sc : __builtin_nanf("");
+            recip[g - g0] = qk_recip_or_nan(sc);
             zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
         }
         const float *xj = x + j0;
@@ -734,6 +725,84 @@ static void errstats_avx2(const float *x, const float *d, int64_t n, double acc[
     quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
 }
 
+/* ---- microscaling scales --------------------------------------------------------------------- */
+
+/* Some lane of a holds a negative, NaN or infinite value (bits above FLT_MAX's, unsigned). */
+ALWAYS_INLINE bool any_unusual(__m256 a)
+{
+    __m256i b = _mm256_castps_si256(a);
+    __m256i big = _mm256_or_si256(_mm256_cmpgt_epi32(b, _mm256_set1_epi32(0x7f7fffff)),
+                                  _mm256_cmpgt_epi32(_mm256_setzero_si256(), b));
+    return !_mm256_testz_si256(big, big);
+}
+
+/* qn_mx_scale per lane (see kernels_avx512.c). */
+ALWAYS_INLINE __m256 mx_scale8(__m256 a, float bound, float c)
+{
+    __m256 s = _mm256_div_ps(a, _mm256_set1_ps(bound));
+    s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                         _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+    __m256i b = _mm256_castps_si256(_mm256_mul_ps(s, _mm256_set1_ps(c)));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    b = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xff800000u)));
+}
+
+/* qn_nvfp4_block_scale per lane: the e4m3fn code of f32(a / 6) * g (>= 0) by fp8_codes, its
+ * value (a normal code c >= 8 is c << 20 rebiased; a subnormal one c * 2^-9, exact), 0 ->
+ * 0.125, then / g. */
+ALWAYS_INLINE __m256 nvfp4_scale8(__m256 a, __m256 g)
+{
+    __m256 v = _mm256_mul_ps(_mm256_div_ps(a, _mm256_set1_ps(6.0f)), g);
+    __m256i code = fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    __m256 normal = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_slli_epi32(code, 20), _mm256_set1_epi32((127 - 7) << 23)));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(0x1p-9f));
+    __m256 sb = _mm256_blendv_ps(
+        normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), code)));
+    sb = _mm256_blendv_ps(sb, _mm256_set1_ps(0.125f),
+                          _mm256_cmp_ps(sb, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    return _mm256_div_ps(sb, g);
+}
+
+static int mx_scales_avx2(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 a = _mm256_loadu_ps(absmax + j);
+        if (any_unusual(a)) return 1;
+        _mm256_storeu_ps(scale + j, mx_scale8(a, bound, c));
+    }
+    return quant_generic_mx_scales(absmax + j, n - j, bound, c, scale + j);
+}
+
+static int nvfp4_scales_avx2(const float *absmax, int64_t n, float g, float *scale)
+{
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 a = _mm256_loadu_ps(absmax + j);
+        if (any_unusual(a)) return 1;
+        _mm256_storeu_ps(scale + j, nvfp4_scale8(a, _mm256_set1_ps(g)));
+    }
+    return quant_generic_nvfp4_scales(absmax + j, n - j, g, scale + j);
+}
+
+/* quant_generic_lin_scales, 8 lanes at a time (see kernels_avx512.c). */
+static int lin_scales_avx2(const float *absmax, int64_t n, float bound, float *scale)
+{
+    __m256 bad = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 s = _mm256_div_ps(_mm256_loadu_ps(absmax + j), _mm256_set1_ps(bound));
+        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+        _mm256_storeu_ps(scale + j, s);
+    }
+    int tail = quant_generic_lin_scales(absmax + j, n - j, bound, scale + j);
+    return tail || !_mm256_testz_ps(bad, bad);
+}
+
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -744,4 +813,7 @@ const quant_kernels quant_kernels_avx2 = {
     .widen_f16 = widen_f16_avx2,
     .pack = pack_avx2,
     .errstats = errstats_avx2,
+    .mx_scales = mx_scales_avx2,
+    .nvfp4_scales = nvfp4_scales_avx2,
+    .lin_scales = lin_scales_avx2,
 };

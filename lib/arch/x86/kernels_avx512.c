@@ -5,8 +5,10 @@
  * round-half-even; rare shapes run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <float.h>
 #include <immintrin.h>
 
+#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
@@ -34,7 +36,7 @@ ALWAYS_INLINE __m512i abs_bits(__m512 v)
 
 ALWAYS_INLINE bool is_int(quant_kcode kc)
 {
-    return kc == QK_I8 || kc == QK_U8 || kc == QK_I16;
+    return qk_is_int(kc);
 }
 
 /* Prefetches the next row's source for the 64 values at chunk offset j: 64 * pf_elem bytes,
@@ -317,19 +319,21 @@ ALWAYS_INLINE __m512i nf4_codes(__m512 v, const nf4_grid *t, __m512 *thr)
     return _mm512_mask_sub_epi32(base, above, base, _mm512_set1_epi32(-1));
 }
 
-/* e2m1 codes as qn_quant_e2m1: the magnitude code counts the midpoints |v| passes (> for the
- * ties that go down to an even code, >= for those that go up), the sign bit becomes bit 3. NaN
- * compares false everywhere: magnitude 0, as the scalar path. */
+/* e2m1 codes as qn_quant_e2m1, by the rounding add of fp8_codes: e2m1 is the float format with
+ * M = 1, bias 1 and largest value 6, so |v| clipped to 6 and rounded to nearest even on its grid
+ * gives the magnitude code; round-to-even is the midpoint list's tie rule (0.25 -> 0, 0.75 -> 2,
+ * 1.25 -> 2, 1.75 -> 4, 2.5 -> 4, 3.5 -> 6, 5 -> 6). NaN gets magnitude 0, as the scalar path. */
 ALWAYS_INLINE __m512i e2m1_codes(__m512 v)
 {
-    __m512 a = _mm512_abs_ps(v);
-    __m512i m = _mm512_setzero_si512();
-    const __m512i one = _mm512_set1_epi32(1);
-#define E2M1_PAST(t, reached)                                                                      \
-    m = _mm512_mask_add_epi32(                                                                     \
-        m, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), (reached) ? _CMP_GE_OQ : _CMP_GT_OQ), m, one);
-    QN_E2M1_MIDPOINTS(E2M1_PAST)
-#undef E2M1_PAST
+    const __m512i emin = _mm512_set1_epi32(127 << 23);
+    __m512 a = _mm512_range_ps(v, _mm512_set1_ps(6.0f), RANGE_ABSMIN_CLEAR);
+    __m512i ebits = _mm512_max_epu32(
+        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7f800000)), emin);
+    __m512i c = _mm512_add_epi32(ebits, _mm512_set1_epi32(22 << 23));
+    __m512 s = _mm512_add_round_ps(a, _mm512_castsi512_ps(c), RNE);
+    __m512i steps = _mm512_sub_epi32(_mm512_castps_si512(s), c);
+    __m512i m = _mm512_add_epi32(steps, _mm512_srli_epi32(_mm512_sub_epi32(ebits, emin), 22));
+    m = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), m);
     __m512i sign =
         _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 28), _mm512_set1_epi32(8));
     return _mm512_or_si512(m, sign);
@@ -383,18 +387,8 @@ ALWAYS_INLINE void store64(quant_kcode kc, uint8_t *dst, __m512i a, __m512i b, _
 
 /* ---- quantize: the reciprocal path ---------------------------------------------------------- */
 
-/* Integer codes without a divide per element (the scheme of kernels_avx2.c). With r = fl(1/s),
- * b = fl(x * r) (+ zero point) differs from fl(x / s) (+ zero point) by less than
- * (|x * r| + |b|) * 2^-21. b is clipped to [qmin, qmax] before rounding (the same as clipping
- * after, qmin and qmax being integers); a clipped value is then exact, and an unclipped one
- * rounds like the division's value unless it lies within `margin` of a half-integer (2^-12
- * covers 8-bit values and zero points, 2^-11 uint8 with zero points up to 255, 2^-4 int16).
- * Lanes that close to a tie are recomputed with the IEEE division. Only used when r is a normal
- * float (else r is NaN, which counts as near). */
-ALWAYS_INLINE float int_margin(quant_kcode kc)
-{
-    return kc == QK_I16 ? 0x1p-4f : kc == QK_U8 ? 0x1p-11f : 0x1p-12f;
-}
+/* Integer codes without a divide per element: the contract of ../recip_contract.h, its tie
+ * limit tested on d = b - rint(b) (vreduceps, exact). */
 
 /* NF4 (no zero point) by the same scheme. With q = x / s exactly, b = fl(x * r) and
  * v = fl(x / s) differ by at most |q| (3 * 2^-24 + 2^-48) + 2^-149 < 2^-21 when |q| <= 2, and
@@ -428,8 +422,7 @@ ALWAYS_INLINE __m512i recip_codes(quant_kcode kc, __m512 x, __m512 r, __m512 z, 
     if (asym) b = _mm512_add_ps(b, z);
     b = _mm512_min_ps(qmax, _mm512_max_ps(qmin, b));
     __m512 d = _mm512_reduce_ps(b, RNE);
-    *near =
-        _mm512_cmp_ps_mask(_mm512_abs_ps(d), _mm512_set1_ps(0.5f - int_margin(kc)), _CMP_NLT_UQ);
+    *near = _mm512_cmp_ps_mask(_mm512_abs_ps(d), _mm512_set1_ps(qk_tie_limit(kc)), _CMP_NLT_UQ);
     return _mm512_cvt_roundps_epi32(b, RNE);
 }
 
@@ -455,8 +448,9 @@ ALWAYS_INLINE void group_tables(const quant_krow *r, int64_t g0, int64_t ng, flo
         __mmask16 m = lanes(ng - i);
         if (want_recip) {
             __m512 s = _mm512_maskz_loadu_ps(m, r->scale + g0 + i);
-            __mmask16 ok = _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) &
-                           _mm512_cmp_ps_mask(s, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ);
+            __mmask16 ok =
+                _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(QK_RECIP_SCALE_MIN), _CMP_GE_OQ) &
+                _mm512_cmp_ps_mask(s, _mm512_set1_ps(QK_RECIP_SCALE_MAX), _CMP_LE_OQ);
             __m512 rc =
                 _mm512_mask_div_ps(_mm512_set1_ps(__builtin_nanf("")), ok, _mm512_set1_ps(1.0f), s);
             _mm512_mask_storeu_ps(recip + i, m, rc);
@@ -468,12 +462,38 @@ ALWAYS_INLINE void group_tables(const quant_krow *r, int64_t g0, int64_t ng, flo
     }
 }
 
+/* With the groups' max |x| known (r->amax; integer codes, no zero point): per group from g0
+ * (ng groups), the bits of -amax and its code by the IEEE division, as redo_flush would give it.
+ * The lanes holding -amax are then resolved without a redo: they sit on a tie in every other
+ * group when the bound is qmax + 0.5 (int8's 127.5), while other near lanes are rare (about
+ * one value in 2^11), rare enough for a branch. */
+ALWAYS_INLINE void extreme_tables(const quant_krow *r, int64_t g0, int64_t ng, int32_t *nbits,
+                                  int32_t *ncode)
+{
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    for (int64_t i = 0; i < ng; i += 16) {
+        __mmask16 m = lanes(ng - i);
+        __m512i a = _mm512_or_si512(_mm512_maskz_loadu_epi32(m, r->amax + g0 + i),
+                                    _mm512_set1_epi32((int)0x80000000u));
+        __m512 s = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, r->scale + g0 + i);
+        __m512 v = _mm512_div_ps(_mm512_castsi512_ps(a), s);
+        _mm512_mask_storeu_epi32(nbits + i, m, a);
+        _mm512_mask_storeu_epi32(ncode + i, m, int_codes(v, qmin, qmax));
+    }
+}
+
+/* Per-group tables of the extreme lanes (extreme_tables), when used. */
+typedef struct extremes {
+    int32_t nbits[SUB / 16 + 2], ncode[SUB / 16 + 2];
+} extremes;
+
 /* Codes of the 16 values at x (lanes m) of group gi (tables from g0): the reciprocal path when
- * the kind has one (near lanes reported), else the division. */
+ * the kind has one (near lanes reported), else the division. With `ext`, near lanes equal to
+ * the group's -amax take its code from the tables and are not reported. */
 ALWAYS_INLINE __m512i vec_codes(quant_kcode kc, const quant_krow *r, const float *x, __mmask16 m,
                                 int64_t gi, int64_t g0, const float *recip, const float *zpf,
                                 const nf4_grid *grid, __m512 qmin, __m512 qmax, __mmask16 *near,
-                                const bool asym)
+                                const bool asym, const extremes *ex)
 {
     __m512 xv = m == 0xffff ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(m, x);
     __m512 z = asym ? _mm512_set1_ps(zpf[gi - g0]) : _mm512_setzero_ps();
@@ -481,6 +501,12 @@ ALWAYS_INLINE __m512i vec_codes(quant_kcode kc, const quant_krow *r, const float
         __m512i k =
             recip_codes(kc, xv, _mm512_set1_ps(recip[gi - g0]), z, asym, qmin, qmax, grid, near);
         *near &= m;
+        if (ex) {
+            __mmask16 e = _mm512_mask_cmpeq_epi32_mask(*near, _mm512_castps_si512(xv),
+                                                       _mm512_set1_epi32(ex->nbits[gi - g0]));
+            k = _mm512_mask_mov_epi32(k, e, _mm512_set1_epi32(ex->ncode[gi - g0]));
+            *near = _kandn_mask16(e, *near);
+        }
         return k;
     }
     __m512 v = _mm512_maskz_div_ps(m, xv, _mm512_set1_ps(r->scale[gi]));
@@ -618,10 +644,20 @@ ALWAYS_INLINE void note_near(near_list *nl, int *nb, int64_t v, int64_t t, __mma
     _store_mask16((__mmask16 *)nl->lanes + at + 3, n3);
 }
 
+/* The 16-vector at x (lanes m) of group gi again, all by the IEEE division (the rare near lanes
+ * of the `ext` path). */
+ALWAYS_INLINE void redo_vec(quant_kcode kc, const quant_krow *r, const float *x, __mmask16 m,
+                            int64_t gi, const nf4_grid *grid, uint8_t *out)
+{
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    __m512 v = _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, x), _mm512_set1_ps(r->scale[gi]));
+    store16(kc, out, m, codes16(kc, v, qmin, qmax, grid));
+}
+
 /* Codes for x[0..m) (m <= SUB) from column cj, every 16-vector inside one column group. */
 ALWAYS_INLINE void grouped_sub(quant_kcode kc, const quant_krow *r, const float *x, int64_t m,
                                int64_t cj, const nf4_grid *grid, uint8_t *out, const char *pf,
-                               const bool asym, const int step)
+                               const bool asym, const int step, const bool ext)
 {
     const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
     const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
@@ -632,7 +668,10 @@ ALWAYS_INLINE void grouped_sub(quant_kcode kc, const quant_krow *r, const float 
     int32_t vg[SUB / 16];
     near_list nl;
     int nb = 0;
+    extremes extab;
+    const extremes *ex = ext ? &extab : NULL;
     group_tables(r, g0, ng, recip, zpf, rec);
+    if (ext) extreme_tables(r, g0, ng, extab.nbits, extab.ncode);
     int64_t g = g0, left = (g0 + 1) * tile - cj, j = 0, v = 0;
     __mmask16 n0 = 0, n1 = 0, n2 = 0, n3 = 0;
     for (; j + 64 <= m; j += 64, v += 4) {
@@ -652,15 +691,25 @@ ALWAYS_INLINE void grouped_sub(quant_kcode kc, const quant_krow *r, const float 
             vg[v + 2] = (int32_t)(gc - g0), vg[v + 3] = (int32_t)(gd - g0);
         }
         __m512i k0 =
-            vec_codes(kc, r, x + j, 0xffff, ga, g0, recip, zpf, grid, qmin, qmax, &n0, asym);
-        __m512i k1 =
-            vec_codes(kc, r, x + j + 16, 0xffff, gb, g0, recip, zpf, grid, qmin, qmax, &n1, asym);
-        __m512i k2 =
-            vec_codes(kc, r, x + j + 32, 0xffff, gc, g0, recip, zpf, grid, qmin, qmax, &n2, asym);
-        __m512i k3 =
-            vec_codes(kc, r, x + j + 48, 0xffff, gd, g0, recip, zpf, grid, qmin, qmax, &n3, asym);
+            vec_codes(kc, r, x + j, 0xffff, ga, g0, recip, zpf, grid, qmin, qmax, &n0, asym, ex);
+        __m512i k1 = vec_codes(kc, r, x + j + 16, 0xffff, gb, g0, recip, zpf, grid, qmin, qmax, &n1,
+                               asym, ex);
+        __m512i k2 = vec_codes(kc, r, x + j + 32, 0xffff, gc, g0, recip, zpf, grid, qmin, qmax, &n2,
+                               asym, ex);
+        __m512i k3 = vec_codes(kc, r, x + j + 48, 0xffff, gd, g0, recip, zpf, grid, qmin, qmax, &n3,
+                               asym, ex);
         store64(kc, out + j * csize, k0, k1, k2, k3);
-        if (rec) note_near(&nl, &nb, v, ga - g0, n0, n1, n2, n3, step);
+        if (ext) {
+            if (__builtin_expect(!_kortestz_mask16_u8(_kor_mask16(n0, n1), _kor_mask16(n2, n3)),
+                                 0)) {
+                if (n0) redo_vec(kc, r, x + j, 0xffff, ga, grid, out + j * csize);
+                if (n1) redo_vec(kc, r, x + j + 16, 0xffff, gb, grid, out + (j + 16) * csize);
+                if (n2) redo_vec(kc, r, x + j + 32, 0xffff, gc, grid, out + (j + 32) * csize);
+                if (n3) redo_vec(kc, r, x + j + 48, 0xffff, gd, grid, out + (j + 48) * csize);
+            }
+        } else if (rec) {
+            note_near(&nl, &nb, v, ga - g0, n0, n1, n2, n3, step);
+        }
     }
     /* the last vectors (up to 3 full ones, and a partial one): a block of their own */
     __mmask16 t[4] = {0, 0, 0, 0};
@@ -673,10 +722,12 @@ ALWAYS_INLINE void grouped_sub(quant_kcode kc, const quant_krow *r, const float 
         if (step == STEP_ANY) vg[v] = (int32_t)(gi - g0);
         if (q == 0) tg = gi - g0;
         if (q == 0 && step == STEP_BLOCK) vg[v / 4] = (int32_t)tg;
-        __m512i k = vec_codes(kc, r, x + j, lm, gi, g0, recip, zpf, grid, qmin, qmax, &t[q], asym);
+        __m512i k =
+            vec_codes(kc, r, x + j, lm, gi, g0, recip, zpf, grid, qmin, qmax, &t[q], asym, ex);
         store16(kc, out + j * csize, lm, k);
+        if (ext && t[q]) redo_vec(kc, r, x + j, lm, gi, grid, out + j * csize);
     }
-    if (rec) {
+    if (rec && !ext) {
         if (jt < m) note_near(&nl, &nb, jt / 16, tg, t[0], t[1], t[2], t[3], step);
         redo_near(kc, r, x, &nl, nb, v, vg, step, zpf, g0, grid, out, asym);
     }
@@ -701,9 +752,30 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
                    : tile == 32 && cj % 32 == 0    ? STEP_32
                                                    : STEP_ANY;
         if (asym && !is_int(kc)) step = -1;
+        /* small tiles only: with long ones the -amax lanes are already rare */
+        if (r->amax && is_int(kc) && !asym && tile <= 128) {
+            switch (step) {
+            case STEP_16:
+                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_16, true);
+                break;
+            case STEP_32:
+                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_32, true);
+                break;
+            case STEP_BLOCK:
+                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_BLOCK, true);
+                break;
+            case STEP_LONG:
+                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_LONG, true);
+                break;
+            default:
+                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_ANY, true);
+                break;
+            }
+            continue;
+        }
 #define GROUPED(a, st)                                                                             \
     case (st)*2 + (a):                                                                             \
-        grouped_sub(kc, r, xj, m, cj, grid, oj, pf, a, st);                                        \
+        grouped_sub(kc, r, xj, m, cj, grid, oj, pf, a, st, false);                                 \
         break
         switch (step * 2 + asym) {
             GROUPED(false, STEP_ANY);
@@ -717,7 +789,7 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
             GROUPED(true, STEP_BLOCK);
             GROUPED(true, STEP_LONG);
         default:
-            grouped_sub(kc, r, xj, m, cj, grid, oj, pf, true, STEP_ANY);
+            grouped_sub(kc, r, xj, m, cj, grid, oj, pf, true, STEP_ANY, false);
             break;
         }
 #undef GROUPED
@@ -740,7 +812,7 @@ ALWAYS_INLINE void segments_kc(quant_kcode kc, const quant_krow *r, const float 
         float sc = r->scale[g];
         const __m512 s = _mm512_set1_ps(sc);
         const __m512 z = _mm512_set1_ps(asym ? (float)r->zp[g] : 0.0f);
-        const bool rec = use_recip(kc, asym) && sc >= 0x1p-126f && sc <= 0x1p126f;
+        const bool rec = use_recip(kc, asym) && qk_recip_usable(sc);
         const __m512 rc = _mm512_set1_ps(rec ? 1.0f / sc : 0.0f);
         for (; j < end; j += 16) {
             if (r->pf) _mm_prefetch(r->pf + j * r->pf_elem, _MM_HINT_T0);
@@ -1023,6 +1095,69 @@ static void errstats_avx512(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
 }
 
+/* ---- microscaling scales --------------------------------------------------------------------- */
+
+/* Lanes m of a hold a negative, NaN or infinite value (bits above FLT_MAX's). */
+ALWAYS_INLINE bool any_unusual(__mmask16 m, __m512 a)
+{
+    return _mm512_mask_cmpgt_epu32_mask(m, _mm512_castps_si512(a), _mm512_set1_epi32(0x7f7fffff));
+}
+
+/* qn_mx_scale per lane: s = a / B, the tiny rule, t = bf16(s * C) rounded to nearest even (s * C
+ * is finite and positive, so the NaN case of qn_f32_to_bf16 never applies), then the exponent. */
+static int mx_scales_avx512(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
+        if (any_unusual(m, a)) return 1;
+        __m512 s = _mm512_div_ps(a, _mm512_set1_ps(bound));
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                               _mm512_set1_ps(1.0f));
+        __m512i b = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_set1_ps(c)));
+        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+        b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+        /* the bf16 truncation and the mantissa clear in one mask */
+        _mm512_mask_storeu_epi32(scale + j, m,
+                                 _mm512_and_si512(b, _mm512_set1_epi32((int)0xff800000u)));
+    }
+    return 0;
+}
+
+/* qn_nvfp4_block_scale per lane: e4m3fn(f32(a / 6) * g) by fp8_codes (clip and round to
+ * nearest even, as qn_quant_e4m3fn), back to float by fp8_levels, 0 -> 0.125, then / g. */
+static int nvfp4_scales_avx512(const float *absmax, int64_t n, float g, float *scale)
+{
+    const __m512 gv = _mm512_set1_ps(g);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
+        if (any_unusual(m, a)) return 1;
+        __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_set1_ps(6.0f)), gv);
+        __m512 sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
+        sb = _mm512_mask_mov_ps(sb, _mm512_cmp_ps_mask(sb, _mm512_setzero_ps(), _CMP_EQ_OQ),
+                                _mm512_set1_ps(0.125f));
+        _mm512_mask_storeu_ps(scale + j, m, _mm512_div_ps(sb, gv));
+    }
+    return 0;
+}
+
+/* quant_generic_lin_scales, 16 lanes at a time: the same IEEE division and tiny rule; a result
+ * that is not finite (NaN, or above FLT_MAX) makes it return nonzero. */
+static int lin_scales_avx512(const float *absmax, int64_t n, float bound, float *scale)
+{
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        __m512 s = _mm512_div_ps(_mm512_maskz_loadu_ps(m, absmax + j), _mm512_set1_ps(bound));
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                               _mm512_set1_ps(1.0f));
+        bad |= _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+        _mm512_mask_storeu_ps(scale + j, m, s);
+    }
+    return bad != 0;
+}
+
 const quant_kernels quant_kernels_avx512 = {
     .isa = QUANT_ISA_AVX512,
     .absmax = absmax_avx512,
@@ -1033,4 +1168,7 @@ const quant_kernels quant_kernels_avx512 = {
     .widen_f16 = widen_f16_avx512,
     .pack = pack_avx512,
     .errstats = errstats_avx512,
+    .mx_scales = mx_scales_avx512,
+    .nvfp4_scales = nvfp4_scales_avx512,
+    .lin_scales = lin_scales_avx512,
 };

@@ -259,6 +259,154 @@ START_TEST(all_isas_and_threads_equal_scalar)
 }
 END_TEST
 
+/* e2m1 codes of every ISA against the scalar ones (scale 1, so the kernel sees the float itself):
+ * every 509th float bit pattern (about 8.4 million, both signs, NaN and Inf included) and every
+ * float within 8 ulps of each midpoint, 0 and 6. */
+START_TEST(kernels_e2m1_sampled_floats)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    enum { N = 4096 };
+    static float x[N];
+    static uint8_t q0[N], q1[N];
+    static const float marks[] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
+    float one = 1.0f;
+    quant_krow kr = {QK_E2M1, 1 << 30, &one, NULL, 0.0f, 0.0f, NULL, 0, true, NULL};
+    uint64_t next = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t done = 0;;) {
+            int64_t n = 0;
+            if (pass == 0) {
+                for (; n < N && next < (1ull << 32); n++, next += 509)
+                    x[n] = qn_float((uint32_t)next);
+            } else {
+                for (; n < N && done < 9 * 34; n++, done++) {
+                    float m = marks[done / 34];
+                    uint32_t b = qn_bits(m) + (uint32_t)(done % 17) - 8u;
+                    x[n] = qn_float(m == 0.0f ? (uint32_t)(done % 17) : b);
+                    if (done % 34 >= 17) x[n] = -x[n];
+                }
+            }
+            if (n == 0) break;
+            quant_generic_quantize(&kr, x, n, 0, q0);
+            for (int k = 0; k < nisa; k++) {
+                quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q1);
+                int64_t at = 0;
+                while (at < n && q0[at] == q1[at]) at++;
+                ck_assert_msg(at == n, "%s: e2m1 of %a (bits %#x) is %d, scalar %d",
+                              quant_isa_name(isas[k]), at < n ? (double)x[at] : 0.0,
+                              at < n ? qn_bits(x[at]) : 0, at < n ? q1[at] : 0,
+                              at < n ? q0[at] : 0);
+            }
+        }
+    }
+}
+END_TEST
+
+/* One group of f for fused_small_tiles_equal_scalar: normal values, zeros, all equal to -v (every
+ * lane on a tie at -B), or one -v among small values (the lane the kernels resolve by the
+ * group's max |x|). */
+static void fill_group(tu_rng *r, float *f, int64_t tile)
+{
+    float v = 0.25f + (float)tu_below(r, 1000) / 64.0f;
+    switch (tu_below(r, 6)) {
+    case 0:
+        for (int64_t j = 0; j < tile; j++) f[j] = 0.0f;
+        break;
+    case 1:
+        for (int64_t j = 0; j < tile; j++) f[j] = -v;
+        break;
+    case 2:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, v / 8.0f);
+        f[tu_below(r, tile)] = -v;
+        break;
+    default:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, v);
+        break;
+    }
+}
+
+/* The fused per-row path at small tiles (the AVX-512 kernel's per-group max |x| and its
+ * extreme lanes; the vector scale kernels), rows of whole groups plus ties, zero groups and
+ * non-finite values, f32, bf16 and f16 input: every ISA and thread count equals the scalar run. */
+START_TEST(fused_small_tiles_equal_scalar)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {777};
+    static const quant_qtype qts[] = {QUANT_QTYPE_INT8,  QUANT_QTYPE_INT4,  QUANT_QTYPE_INT2,
+                                      QUANT_QTYPE_INT16, QUANT_QTYPE_MXFP8, QUANT_QTYPE_MXFP4,
+                                      QUANT_QTYPE_NVFP4};
+    static const int64_t tiles[] = {16, 32, 48, 64, 128};
+    static const quant_dtype dts[] = {QUANT_DTYPE_F32, QUANT_DTYPE_BF16, QUANT_DTYPE_F16};
+    for (int it = 0; it < tu_iters(120); it++) {
+        pcase c;
+        memset(&c, 0, sizeof c);
+        quant_qtype qt = qts[tu_below(&r, 7)];
+        const quant_qtype_traits *tr = quant_qtype_traits_get(qt);
+        int64_t tile = tr->fixed_tile ? tr->fixed_tile : tiles[tu_below(&r, 5)];
+        quant_how_init(&c.how, qt);
+        strcpy(c.method, tu_below(&r, 3) ? "absmax" : "absmax,0.9");
+        c.how.calibration = c.method;
+        c.how.n_channel_axes = 1;
+        c.how.channel_axes[0] = 0;
+        c.how.n_tiles = 1;
+        c.how.tiles[0] = (quant_tile){.axis = 1, .size = tile};
+        c.rank = 2;
+        c.shape[0] = 1 + tu_below(&r, 4);
+        c.shape[1] = tile * (1 + tu_below(&r, 40));
+        c.dtype = dts[tu_below(&r, 3)];
+        int64_t n = c.shape[0] * c.shape[1];
+        float *f = malloc((size_t)n * sizeof *f);
+        for (int64_t g = 0; g < n / tile; g++) fill_group(&r, f + g * tile, tile);
+        int64_t nan_at = tu_below(&r, 10) == 0 ? tu_below(&r, n) : -1;
+        if (nan_at >= 0) f[nan_at] = tu_below(&r, 2) ? NAN : -INFINITY;
+        void *data = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) {
+            if (c.dtype == QUANT_DTYPE_F32)
+                ((float *)data)[i] = f[i];
+            else if (c.dtype == QUANT_DTYPE_BF16)
+                ((uint16_t *)data)[i] = quant_f32_to_bf16(f[i]);
+            else
+                ((uint16_t *)data)[i] = quant_f32_to_f16(f[i]);
+        }
+        quant_tensor t;
+        ck_assert_int_eq(quant_tensor_init(&t, c.dtype, 2, c.shape, data, NULL), QUANT_OK);
+        char desc[400];
+        describe(&c, desc, sizeof desc);
+        int64_t ss[4];
+        ck_assert_int_eq(quant_scale_shape(&c.how, 2, c.shape, ss, NULL), QUANT_OK);
+        int64_t sn = quant_numel(2, ss), qb = quant_qvalue_bytes(&c.how, 2, c.shape);
+        result ref;
+        run_case(&c, &t, QUANT_ISA_SCALAR, 1, &ref);
+        ck_assert_msg(ref.st == (nan_at >= 0 ? QUANT_ERR_NONFINITE : QUANT_OK), "%s: status %d",
+                      desc, ref.st);
+        for (int k = 0; k < nisa; k++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                result got;
+                run_case(&c, &t, isas[k], threads, &got);
+                ck_assert_msg(got.st == ref.st && got.bad == ref.bad, "%s on %s/%d: status %d",
+                              desc, quant_isa_name(isas[k]), threads, got.st);
+                if (ref.st == QUANT_OK) {
+                    ck_assert_msg(memcmp(got.scale, ref.scale, (size_t)sn * 4) == 0,
+                                  "%s on %s/%d: scales differ", desc, quant_isa_name(isas[k]),
+                                  threads);
+                    int64_t at = 0;
+                    while (at < qb && got.q[at] == ref.q[at]) at++;
+                    ck_assert_msg(at == qb, "%s on %s/%d: code byte %lld is %#x, scalar %#x", desc,
+                                  quant_isa_name(isas[k]), threads, (long long)at,
+                                  at < qb ? got.q[at] : 0, at < qb ? ref.q[at] : 0);
+                }
+                free_result(&got);
+            }
+        }
+        free_result(&ref);
+        free(data);
+        free(f);
+    }
+}
+END_TEST
+
 /* Kernels alone: random lengths, column offsets and tile widths against the generic kernels. */
 START_TEST(kernels_match_generic_on_random_chunks)
 {
@@ -307,8 +455,8 @@ START_TEST(kernels_match_generic_on_random_chunks)
                     ck_assert_float_eq(x1[g], x2[g]);
                 }
             for (int kc = 0; kc < QK_COUNT; kc++) {
-                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f,
-                                 127.0f,          NULL, 0,     false};
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL,  -128.0f,
+                                 127.0f,          NULL, 0,     false, NULL};
                 if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 15.0f;
                 if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
                 if (kc <= QK_I16 && tu_below(&r, 2)) kr.zp = zp;
@@ -358,7 +506,7 @@ START_TEST(kernels_exact_near_ties)
                 x[i++] = w;
             }
         }
-        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0};
+        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0, NULL};
         if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
         if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
         if (tu_below(&r, 2)) kr.zp = &zp;
@@ -421,7 +569,7 @@ START_TEST(kernels_exact_at_code_boundaries)
         }
         float one = 1.0f;
         quant_kcode kc = kind == 0 ? QK_E4M3 : kind == 1 ? QK_E5M2 : QK_NF4;
-        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false};
+        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false, NULL};
         quant_generic_quantize(&kr, x, n, 0, q1);
         for (int k = 0; k < nisa; k++) {
             quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q2);
@@ -458,7 +606,7 @@ START_TEST(kernels_match_generic_on_long_chunks)
     tu_rng r = {4242};
     enum { MAXN = QUANT_CHUNK, MAXG = QUANT_CHUNK + 2 };
     static float x[MAXN], scale[MAXG], a0[MAXG], a1[MAXG], m0[MAXG], m1[MAXG], h0[MAXG], h1[MAXG];
-    static float d0[MAXN], d1[MAXN];
+    static float d0[MAXN], d1[MAXN], gmax[MAXG];
     static int32_t zp[MAXG];
     static uint8_t q0[2 * MAXN + 64], q1[2 * MAXN + 64], pf[8 * MAXN];
     static const int64_t tiles[] = {8,   9,   16,  24,   32,   48,   64,     96,
@@ -498,6 +646,7 @@ START_TEST(kernels_match_generic_on_long_chunks)
             }
             scale[g0 + g] = s;
             zp[g0 + g] = qmax > qmin ? qn_convert_int(qmin - mn / s, qmin, qmax) : 0;
+            gmax[g0 + g] = amax;
         }
         /* a few values right at and around decision points of their group */
         for (int k = 0; k < 64 && n > 0; k++) {
@@ -518,8 +667,16 @@ START_TEST(kernels_match_generic_on_long_chunks)
         if (tu_below(&r, 12) == 0) x[tu_below(&r, n)] = tu_below(&r, 2) ? NAN : INFINITY;
         int bad = 0; /* a placed value may overflow too */
         for (int64_t j = 0; j < n; j++) bad |= qn_nonfinite(x[j]);
-        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,       qmin,
-                         qmax, NULL, 0,     !bad && tu_below(&r, 2)};
+        /* the max |x| hint (the fused path's): the groups' own, or now and then a placed value */
+        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,        qmin,
+                         qmax, NULL, 0,     !bad && tu_below(&r, 2), NULL};
+        if (tu_below(&r, 3)) {
+            for (int k = 0; k < 8 && n > 0; k++) {
+                int64_t j = tu_below(&r, n);
+                gmax[(c0 + j) / tile] = fabsf(x[j]);
+            }
+            kr.amax = gmax;
+        }
         if (tu_below(&r, 2))
             kr.pf = (const char *)pf, kr.pf_elem = (int64_t[]){2, 4, 8}[tu_below(&r, 3)];
         size_t csize = kc == QK_I16 ? 2 : 1;
@@ -600,7 +757,8 @@ START_TEST(kernels_dequantize_every_code)
             scale[g] = qn_float(0x30000000u + (uint32_t)tu_below(&r, 0x1e000000));
             zp[g] = (int32_t)tu_below(&r, 300) - 150;
         }
-        quant_krow kr = {kc, tile, scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL, 0, false};
+        quant_krow kr = {kc, tile,  scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL,
+                         0,  false, NULL};
         quant_generic_dequantize(&kr, codes, n, c0, d0);
         for (int k = 0; k < nisa; k++) {
             memset(d1, 0x55, sizeof d1);
@@ -652,7 +810,7 @@ START_TEST(kernels_exact_at_scaled_code_boundaries)
         int64_t tile = (int64_t[]){N, 64, 48, 100}[tu_below(&r, 4)];
         float sc[N];
         for (int64_t g = 0; g < N; g++) sc[g] = s;
-        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0};
+        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0, NULL};
         quant_generic_quantize(&kr, x, N, 0, q0);
         for (int k = 0; k < nisa; k++) {
             quant_kernels_for(isas[k])->quantize(&kr, x, N, 0, q1);
@@ -718,6 +876,79 @@ START_TEST(kernels_dequantize_all_byte_codes)
 }
 END_TEST
 
+/* An absmax for the scale kernels: any finite non-negative bit pattern, or one near a rounding
+ * edge of the scales (powers of two times the bounds and e4m3 steps), zero, subnormal, tiny. */
+static float scale_input(tu_rng *r)
+{
+    switch (tu_below(r, 6)) {
+    case 0:
+        return qn_float((uint32_t)tu_below(r, 0x7f800000));
+    case 1: {
+        float p = ldexpf(1.0f, (int)tu_below(r, 250) - 125) * (tu_below(r, 2) ? 6.0f : 448.0f);
+        return qn_float(qn_bits(p) + (uint32_t)tu_below(r, 5) - 2u);
+    }
+    case 2:
+        return tu_below(r, 2) ? 0.0f : qn_float((uint32_t)tu_below(r, 0x00800000));
+    case 3:
+        return ldexpf(1.0f + (float)tu_below(r, 16) / 8.0f, (int)tu_below(r, 40) - 70);
+    case 4:
+        return qn_float(0x7f7fffffu - (uint32_t)tu_below(r, 1u << 20));
+    default:
+        return fabsf(tu_normal(r, 3.0f));
+    }
+}
+
+/* The MX, nvfp4 and linear scale kernels of every ISA against the scalar ones, bit for bit:
+ * vectors, tails of every length, and a negative, NaN or infinite absmax (the MX and nvfp4
+ * kernels may decline; the linear one must report the non-finite scale as the scalar one). */
+START_TEST(kernels_microscaling_scales_match_generic)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {1234};
+    enum { MAXN = 100 };
+    static const float bounds[] = {448.0f, 6.0f, 127.5f, 7.5f, 0.25f},
+                       cs[] = {1.0f, 1.5f, 1.9921875f};
+    static const float gs[] = {1.0f, 1.0f / 16, 3.5f, 1e-3f, 1e5f, 2688.0f / 3.0f, 1e-30f};
+    float a[MAXN], s0[MAXN], s1[MAXN];
+    for (int it = 0; it < tu_iters(4000); it++) {
+        int64_t n = tu_below(&r, MAXN);
+        for (int64_t i = 0; i < n; i++) a[i] = scale_input(&r);
+        if (n > 0 && tu_below(&r, 8) == 0) {
+            static const float odd[] = {-1.0f, -0.0f, NAN, INFINITY};
+            a[tu_below(&r, n)] = odd[tu_below(&r, 4)];
+        }
+        float bound = bounds[tu_below(&r, 5)], c = cs[tu_below(&r, 3)], g = gs[tu_below(&r, 7)];
+        for (int k = 0; k < nisa; k++) {
+            const quant_kernels *kk = quant_kernels_for(isas[k]);
+            for (int nv = 0; nv < 3; nv++) {
+                if (nv == 2) {
+                    int b0 = quant_generic_lin_scales(a, n, bound, s0);
+                    ck_assert_int_eq(kk->lin_scales(a, n, bound, s1), b0);
+                    if (b0) continue; /* scale[] unspecified */
+                } else if (nv) {
+                    quant_generic_nvfp4_scales(a, n, g, s0);
+                    if (kk->nvfp4_scales(a, n, g, s1)) quant_generic_nvfp4_scales(a, n, g, s1);
+                } else {
+                    quant_generic_mx_scales(a, n, bound, c, s0);
+                    if (kk->mx_scales(a, n, bound, c, s1))
+                        quant_generic_mx_scales(a, n, bound, c, s1);
+                }
+                int64_t at = 0;
+                while (at < n && qn_bits(s0[at]) == qn_bits(s1[at])) at++;
+                ck_assert_msg(at == n, "%s %s: absmax %a (g %a, B %g, C %g) gives %a, scalar %a",
+                              quant_isa_name(isas[k]),
+                              nv == 2 ? "linear"
+                              : nv    ? "nvfp4"
+                                      : "mx",
+                              at < n ? (double)a[at] : 0.0, (double)g, (double)bound, (double)c,
+                              at < n ? (double)s1[at] : 0.0, at < n ? (double)s0[at] : 0.0);
+            }
+        }
+    }
+}
+END_TEST
+
 Suite *suite_props(void)
 {
     Suite *s = suite_create("properties");
@@ -731,6 +962,9 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_dequantize_every_code);
     tcase_add_test(tc, kernels_exact_at_scaled_code_boundaries);
     tcase_add_test(tc, kernels_dequantize_all_byte_codes);
+    tcase_add_test(tc, kernels_microscaling_scales_match_generic);
+    tcase_add_test(tc, fused_small_tiles_equal_scalar);
+    tcase_add_test(tc, kernels_e2m1_sampled_floats);
     suite_add_tcase(s, tc);
     return s;
 }
