@@ -81,8 +81,8 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
-# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson) -------------------------
-QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8
+# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson, libarchive) -------------
+QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8 libarchive
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
 QD_DIRS    := app config http routes jobs store stats
