@@ -25,7 +25,7 @@
 #include "tarstream.h"
 
 enum {
-    CHUNK = 256 << 10,       /* data bytes read per step */
+    CHUNK = 256 << 10,         /* data bytes read per step */
     SPILL = CHUNK + (64 << 10) /* one step's output: a chunk, or a header, padding and the end */
 };
 
@@ -293,8 +293,8 @@ struct MHD_Response *qd_tar_response(const qd_tar_file *files, size_t n, int64_t
 {
     tar_stream *s = stream_new(files, n, mtime, size, label);
     if (!s) return NULL;
-    struct MHD_Response *resp = MHD_create_response_from_callback(size, 64 << 10, read_tar, s,
-                                                                  stream_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(size, 64 << 10, read_tar, s, stream_free);
     if (!resp) stream_free(s);
     return resp;
 }

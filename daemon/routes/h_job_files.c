@@ -272,10 +272,10 @@ enum MHD_Result qd_h_job_outputs(qd_req *r)
     for (size_t i = 0; i < f.n; i++) total += (uint64_t)f.o[i].bytes;
     char url[64];
     snprintf(url, sizeof url, "/v1/jobs/%lld/outputs.tar", (long long)f.id);
-    json_t *doc = json_pack("{s:I, s:o, s:I, s:{s:s, s:I, s:s}}", "job", (json_int_t)f.id,
-                            "outputs", qd_job_outputs_json(r->app, f.id), "bytes",
-                            (json_int_t)total, "tar", "url", url, "bytes",
-                            (json_int_t)f.tar_bytes, "etag", f.etag);
+    json_t *doc =
+        json_pack("{s:I, s:o, s:I, s:{s:s, s:I, s:s}}", "job", (json_int_t)f.id, "outputs",
+                  qd_job_outputs_json(r->app, f.id), "bytes", (json_int_t)total, "tar", "url", url,
+                  "bytes", (json_int_t)f.tar_bytes, "etag", f.etag);
     job_files_free(&f);
     return qd_reply_json(r, MHD_HTTP_OK, doc);
 }
