@@ -68,8 +68,8 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_A  := $(BUILD)/lib/libquant.a
 LIB_SO := $(BUILD)/lib/libquant.so
 
-# ---- libquant-checkpoint: safetensors, rule sets, the pipeline (jansson, PCRE2) -----------------
-CK_PKGS   := jansson libpcre2-8
+# ---- libquant-checkpoint: safetensors, rule sets, the pipeline (jansson, PCRE2, nettle) ----------
+CK_PKGS   := jansson libpcre2-8 nettle
 CK_CFLAGS  = $(shell pkg-config --cflags $(CK_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 CK_LIBS    = $(shell pkg-config --libs $(CK_PKGS) 2>/dev/null)
 CK_SRCS   := $(wildcard lib/checkpoint/*.c)
