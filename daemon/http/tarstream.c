@@ -62,6 +62,17 @@ static struct archive *new_writer(void)
     return a;
 }
 
+/* Frees an archive whose member is unfinished without padding it: marked failed, then closed
+ * (which then only writes the end-of-archive blocks and releases the output: freeing a failed
+ * archive without closing it leaks that), then freed. NULL is a no-op. */
+static void abandon(struct archive *a)
+{
+    if (!a) return;
+    archive_write_fail(a);
+    archive_write_close(a);
+    archive_write_free(a);
+}
+
 static la_ssize_t count_bytes(struct archive *a, void *user, const void *buf, size_t n)
 {
     (void)a;
@@ -81,10 +92,9 @@ static bool header_bytes(const qd_tar_file *f, uint64_t *n, char *why, size_t le
     if (!ok)
         snprintf(why, len, "%s: %s", f->name,
                  a && archive_error_string(a) ? archive_error_string(a) : "out of memory");
-    if (a) {
-        archive_write_fail(a); /* nothing more is written: no padding, no end */
-        archive_write_free(a);
-    }
+    uint64_t header = *n;
+    abandon(a);
+    *n = header;
     archive_entry_free(e);
     return ok;
 }
@@ -145,10 +155,10 @@ static void stream_free(void *cls)
 {
     tar_stream *s = cls;
     if (s->fd >= 0) close(s->fd);
-    if (s->a) {
-        archive_write_fail(s->a);
-        archive_write_free(s->a);
-    }
+    if (s->done)
+        archive_write_free(s->a); /* closed: the whole archive was written */
+    else
+        abandon(s->a); /* cut, or the client left: the member is not padded out */
     for (size_t i = 0; i < s->n; i++) {
         free((char *)s->files[i].name);
         free((char *)s->files[i].path);

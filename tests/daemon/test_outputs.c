@@ -2,8 +2,8 @@
  * GET /v1/jobs/{id}/outputs (names, sizes, SHA-256 and URLs; the tar's size and ETag) and
  * GET /v1/jobs/{id}/outputs.tar for a 2-shard directory job in both layouts: the tar read back
  * with libarchive and extracted with tar(1) gives exactly the listed files, two downloads are
- * byte-identical, HEAD and If-None-Match, 404/409/410, the roles, and a file changed on disk
- * cutting the stream.
+ * byte-identical, HEAD and If-None-Match, 404/409/410, the roles, a client leaving mid-stream,
+ * and a file changed on disk cutting the stream.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -418,6 +418,15 @@ START_TEST(test_tar_file_changed)
     char path[128], file[4096];
     snprintf(path, sizeof path, "/v1/jobs/%lld/outputs.tar", id_of(job));
     long long announced, got;
+    raw_get(&d, path, &announced, &got);
+    ck_assert_int_eq(got, announced);
+    /* a client that leaves after the first bytes: the stream is dropped, quantd serves on */
+    int fd = qdp_raw_connect(&d);
+    char req[256], head[1024];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    ck_assert(qdp_send_all(fd, req, (size_t)n));
+    ck_assert_int_gt(read(fd, head, sizeof head), 0);
+    close(fd);
     raw_get(&d, path, &announced, &got);
     ck_assert_int_eq(got, announced);
     snprintf(file, sizeof file, "%s/jobs/%lld/output/model-00002-of-00002.safetensors", d.data_dir,
