@@ -82,11 +82,11 @@ static la_ssize_t count_bytes(struct archive *a, void *user, const void *buf, si
 }
 
 /* The bytes of member f's header (pax records included), written by a throwaway archive. */
-static bool header_bytes(const qd_tar_file *f, uint64_t *n, char *why, size_t len)
+static bool header_bytes(const qd_tar_file *f, int64_t mtime, uint64_t *n, char *why, size_t len)
 {
     *n = 0;
     struct archive *a = new_writer();
-    struct archive_entry *e = member_entry(f, 0);
+    struct archive_entry *e = member_entry(f, mtime);
     bool ok = a && e && archive_write_open(a, n, NULL, count_bytes, NULL) == ARCHIVE_OK &&
               archive_write_header(a, e) == ARCHIVE_OK;
     if (!ok)
@@ -99,12 +99,13 @@ static bool header_bytes(const qd_tar_file *f, uint64_t *n, char *why, size_t le
     return ok;
 }
 
-bool qd_tar_size(const qd_tar_file *files, size_t n, uint64_t *size, char *why, size_t len)
+bool qd_tar_size(const qd_tar_file *files, size_t n, int64_t mtime, uint64_t *size, char *why,
+                 size_t len)
 {
     uint64_t total = TAR_END;
     for (size_t i = 0; i < n; i++) {
         uint64_t h;
-        if (!header_bytes(&files[i], &h, why, len)) return false;
+        if (!header_bytes(&files[i], mtime, &h, why, len)) return false;
         total += h + (files[i].bytes + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK;
     }
     *size = total;

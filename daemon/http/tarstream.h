@@ -18,9 +18,10 @@ typedef struct qd_tar_file {
     uint64_t bytes;
 } qd_tar_file;
 
-/* The exact byte size of the tar of `files` (n of them, in that order); false (with `why`)
- * when libarchive refuses a member (a name it cannot encode, say). */
-bool qd_tar_size(const qd_tar_file *files, size_t n, uint64_t *size, char *why, size_t len);
+/* The exact byte size of the tar of `files` (n of them, in that order, modified at `mtime`);
+ * false (with `why`) when libarchive refuses a member (a name it cannot encode, say). */
+bool qd_tar_size(const qd_tar_file *files, size_t n, int64_t mtime, uint64_t *size, char *why,
+                 size_t len);
 
 /* The response streaming that tar: members in the given order, each a regular file of mode
  * 0644, uid and gid 0, no user or group name, modified at `mtime` (seconds), so the same files

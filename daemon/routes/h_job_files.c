@@ -252,7 +252,7 @@ static bool job_files_load(qd_req *r, job_files *f)
         qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
         return false;
     }
-    if (!qd_tar_size(f->tar, f->n, &f->tar_bytes, why, sizeof why)) {
+    if (!qd_tar_size(f->tar, f->n, f->finished_ms / 1000, &f->tar_bytes, why, sizeof why)) {
         qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
                        "job %lld: its outputs cannot be put in a tar: %s", (long long)f->id, why);
         return false;
