@@ -1,8 +1,10 @@
-/* cmd_quantize.c -- `quant quantize --rules RULES.json IN OUT`: options, the rule set, stale
- * temporaries removed and the report target checked before the run, SIGINT and SIGTERM turned
- * into the pipeline's cancel flag, the run with its progress bar, the per-tensor report written
- * next to the output, the warnings (each unused rule, nothing quantized: the run still succeeds)
- * and the summary on stderr.
+/* cmd_quantize.c -- `quant quantize --rules RULES.json [--stats STATS.json] IN OUT`: options,
+ * the rule set, the static activation scales (SRQ) from a statistics file through the library's
+ * engine (quant_srq_compute, as a quantd job with a stats_model), stale temporaries removed and
+ * the report target checked before the run, SIGINT and SIGTERM turned into the pipeline's cancel
+ * flag, the run with its progress bar, the per-tensor report written next to the output, the
+ * warnings (each unused rule, nothing quantized: the run still succeeds) and the summary on
+ * stderr.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -15,11 +17,12 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "quant_srq.h"
 
 #define CMD "quantize"
 
 static const char usage[] =
-    "usage: quant quantize --rules RULES.json [options] IN OUT\n"
+    "usage: quant quantize --rules RULES.json [--stats STATS.json] [options] IN OUT\n"
     "\n"
     "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
     "(sharded or not) into the directory OUT, by the rules in RULES.json. OUT must not exist\n"
@@ -29,6 +32,11 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  -r, --rules FILE       the rule set (required)\n"
+    "  -s, --stats FILE       calibration statistics for static activation scales (SRQ):\n"
+    "                         quantd's GET /v1/models/MODEL/stats JSON, or a Qwix\n"
+    "                         quant_stats dump in JSON ({ACT: {\"count\": n, \"sum_of_absmax\":\n"
+    "                         ...}}); each activation gets the act_qtype of the first rule\n"
+    "                         matching its module path when that rule has act_static_scale\n"
     "  -l, --layout NAME      native (default) or compressed-tensors\n"
     "  -t, --threads N        worker threads, 0 = every CPU (default 0, at most 256)\n"
     "      --report FILE      where the per-tensor JSON report goes (default: "
@@ -41,7 +49,7 @@ static const char usage[] =
     "  -h, --help             this text\n";
 
 typedef struct quantize_args {
-    const char *rules, *report, *in, *out;
+    const char *rules, *stats, *report, *in, *out;
     quant_pipeline_options opts;
     bool quiet;
 } quantize_args;
@@ -53,6 +61,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
 {
     static const struct option longopts[] = {
         {"rules", required_argument, NULL, 'r'},
+        {"stats", required_argument, NULL, 's'},
         {"layout", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},
         {"report", required_argument, NULL, OPT_REPORT},
@@ -68,10 +77,13 @@ static int parse_args(int argc, char **argv, quantize_args *a)
     opterr = 0;
     int c;
     long v;
-    while ((c = getopt_long(argc, argv, ":r:l:t:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":r:s:l:t:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             a->rules = optarg;
+            break;
+        case 's':
+            a->stats = optarg;
             break;
         case 'l':
             if (!quant_layout_parse(optarg, &a->opts.layout))
@@ -191,8 +203,18 @@ static int write_report(const quantize_args *a, const quant_report *rep, char **
     return CLI_EXIT_OK;
 }
 
-/* Three or four lines: counts, sizes and rate, the worst SQNR, where the report went. */
-static void print_summary(const quant_report *rep, double seconds, const char *report)
+/* With --stats: how many static activation scales went out, how many activations were skipped. */
+static void print_static(const quant_report *rep)
+{
+    size_t written = quant_report_static_count(rep), skipped = quant_report_skipped_count(rep);
+    fprintf(stderr, "static activation scales: %zu written, %zu activation%s skipped%s\n", written,
+            skipped, skipped == 1 ? "" : "s", skipped ? " (the report says why)" : "");
+}
+
+/* Four or five lines: counts, sizes and rate, the worst SQNR, the unused rules, the static
+ * activation scales (with --stats), where the report went. */
+static void print_summary(const quantize_args *a, const quant_report *rep, double seconds,
+                          const char *report)
 {
     uint64_t in = 0, out = 0;
     size_t quantized = 0, n = quant_report_count(rep);
@@ -221,7 +243,9 @@ static void print_summary(const quant_report *rep, double seconds, const char *r
     const long *unused = quant_report_unused_rules(rep, &n_unused);
     fprintf(stderr, "unused rules:%s", n_unused ? "" : " none");
     for (size_t i = 0; i < n_unused; i++) fprintf(stderr, "%s %ld", i ? "," : "", unused[i]);
-    fprintf(stderr, "\nreport: %s\n", report);
+    fputc('\n', stderr);
+    if (a->stats) print_static(rep);
+    fprintf(stderr, "report: %s\n", report);
 }
 
 /* SPEC section 10: a run with unused rules succeeds and says so; so does one that quantized
@@ -258,7 +282,7 @@ static int finish(const quantize_args *a, const quant_ruleset *rules, quant_ck_s
     }
     warn_unused(rep, rules);
     int rc = write_report(a, rep, &written);
-    if (rc == CLI_EXIT_OK && !a->quiet) print_summary(rep, seconds, written);
+    if (rc == CLI_EXIT_OK && !a->quiet) print_summary(a, rep, seconds, written);
     free(written);
     return rc;
 }
@@ -282,16 +306,39 @@ static int run(quantize_args *a, const quant_ruleset *rules)
     return rc;
 }
 
+/* --stats: the file's averaged statistics through the library's SRQ engine (as a quantd job's
+ * stats_model), into the run's options; *srq stays NULL without --stats. */
+static int static_scales(quantize_args *a, const quant_ruleset *rules, quant_srq **srq)
+{
+    *srq = NULL;
+    if (!a->stats) return CLI_EXIT_OK;
+    quant_stats *stats = NULL;
+    quant_ck_error err;
+    quant_ck_status st = quant_stats_load(a->stats, &stats, &err);
+    size_t n = 0;
+    const quant_act_stat *acts = quant_stats_acts(stats, &n);
+    if (st == QUANT_CK_OK &&
+        (st = quant_srq_compute(acts, n, rules, NULL, srq, &err)) != QUANT_CK_OK)
+        quant_ck_prefix(&err, "%s", a->stats);
+    quant_stats_free(stats);
+    if (st != QUANT_CK_OK) return cli_ck_error(&err);
+    quant_srq_apply(*srq, &a->opts);
+    return CLI_EXIT_OK;
+}
+
 int cmd_quantize(int argc, char **argv)
 {
     quantize_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
     quant_ruleset *rules = NULL;
+    quant_srq *srq = NULL;
     quant_ck_error err;
     if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
-    rc = prepare(&a);
+    rc = static_scales(&a, rules, &srq);
+    if (rc == CLI_EXIT_OK) rc = prepare(&a);
     if (rc == CLI_EXIT_OK) rc = run(&a, rules);
+    quant_srq_free(srq);
     quant_ruleset_free(rules);
     return rc;
 }

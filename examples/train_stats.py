@@ -184,7 +184,8 @@ class Poster:
     times. Safe because of the key: a retry of a post quantd already stored is answered as a
     replay (Idempotent-Replayed: true) and counted once. Any other answer ends the run."""
 
-    def __init__(self, client, retries, drop_every=0):
+    def __init__(self, client, retries, drop_every=0, prog="train_stats"):
+        self.prog = prog  # the script named in messages
         self.client = client
         self.retries = retries
         self.drop_every = drop_every
@@ -213,12 +214,13 @@ class Poster:
             transient = status is None or (status // 100 == 5 and status not in PERMANENT_5XX)
             if not transient or attempt >= self.retries:
                 tail = (": " + reply.decode("utf-8", "replace")) if reply else ""
-                sys.exit("train_stats: POST %s (Idempotency-Key %s): %s%s%s" % (
-                    path, key, why, " after %d retries" % attempt if attempt else "", tail))
+                again = " after %d retries" % attempt if attempt else ""
+                sys.exit("%s: POST %s (Idempotency-Key %s): %s%s%s" % (
+                    self.prog, path, key, why, again, tail))
             wait = retry_after(resp_headers)
             wait = backoff(attempt) if wait is None else min(wait, 300.0)
-            print("train_stats: POST %s: %s; retry %d of %d in %.2f s" % (
-                path, why, attempt + 1, self.retries, wait), file=sys.stderr)
+            print("%s: POST %s: %s; retry %d of %d in %.2f s" % (
+                self.prog, path, why, attempt + 1, self.retries, wait), file=sys.stderr)
             time.sleep(wait)
             attempt += 1
             self.retried += 1

@@ -25,13 +25,14 @@ static bool unauthorized(qd_req *r, bool presented, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", "unauthorized", "message", msg,
-                          "field", "Authorization");
+    json_t *e = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", qd_ec_get(QD_EC_UNAUTHORIZED)->word,
+                          "message", msg, "field", "Authorization");
     char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
     json_decref(e);
-    qd_reply_text(
-        r, MHD_HTTP_UNAUTHORIZED, text, "application/json", MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-        presented ? "Bearer realm=\"quantd\", error=\"invalid_token\"" : "Bearer realm=\"quantd\"");
+    qd_reply_text(r, qd_ec_get(QD_EC_UNAUTHORIZED)->status, text, "application/json",
+                  MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                  presented ? "Bearer realm=\"quantd\", error=\"invalid_token\""
+                            : "Bearer realm=\"quantd\"");
     return false;
 }
 
@@ -50,8 +51,7 @@ static bool anonymous(qd_req *r)
     bool any = true;
     qd_err err;
     if (qd_tokens_any(r->app->tokens, &any, &err) != QD_OK) {
-        qd_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", NULL,
-                       "cannot check tokens: %s", err.message);
+        qd_reply_ec(r, QD_EC_UNAVAILABLE, NULL, "cannot check tokens: %s", err.message);
         return false;
     }
     if (!any && r->app->open_without_tokens) return true;
@@ -88,8 +88,7 @@ bool qd_auth_request(qd_req *r)
     qd_token_info who;
     qd_err err;
     if (qd_tokens_check(r->app->tokens, token, &check, &who, &err) != QD_OK) {
-        qd_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", NULL,
-                       "cannot check tokens: %s", err.message);
+        qd_reply_ec(r, QD_EC_UNAVAILABLE, NULL, "cannot check tokens: %s", err.message);
         return false;
     }
     if (check == QD_TOKEN_UNKNOWN) return unauthorized(r, true, "unknown or revoked token");
@@ -100,9 +99,8 @@ bool qd_auth_request(qd_req *r)
     snprintf(r->who, sizeof r->who, "%s", who.name);
     if (roles & QD_R(who.role)) return true;
     char allowed[64];
-    qd_reply_error(r, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
-                   "token '%s' has the role %s; %s %s needs %s", who.name, qd_role_name(who.role),
-                   r->method, r->route->pattern,
-                   roles_text(roles & QD_ANY_ROLE, allowed, sizeof allowed));
+    qd_reply_ec(r, QD_EC_FORBIDDEN, NULL, "token '%s' has the role %s; %s %s needs %s", who.name,
+                qd_role_name(who.role), r->method, r->route->pattern,
+                roles_text(roles & QD_ANY_ROLE, allowed, sizeof allowed));
     return false;
 }

@@ -109,15 +109,15 @@ static const char *body_limit_key(const qd_req *r)
 static enum MHD_Result reply_too_large(qd_req *r, unsigned long long n)
 {
     if (r->route->body == QD_BODY_NONE)
-        return qd_reply_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", NULL,
-                              "%s %s takes no request body", r->method, r->route->pattern);
+        return qd_reply_ec(r, QD_EC_TOO_LARGE, NULL, "%s %s takes no request body", r->method,
+                           r->route->pattern);
     if (n)
-        return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", body_limit_key(r), 0,
-                              "body of %llu bytes is over this route's limit of %zu bytes (%s)", n,
-                              r->limit, body_limit_key(r));
-    return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", body_limit_key(r), 0,
-                          "body is over this route's limit of %zu bytes (%s)", r->limit,
-                          body_limit_key(r));
+        return qd_reply_ec_limit(r, QD_EC_TOO_LARGE, body_limit_key(r), 0,
+                                 "body of %llu bytes is over this route's limit of %zu bytes (%s)",
+                                 n, r->limit, body_limit_key(r));
+    return qd_reply_ec_limit(r, QD_EC_TOO_LARGE, body_limit_key(r), 0,
+                             "body is over this route's limit of %zu bytes (%s)", r->limit,
+                             body_limit_key(r));
 }
 
 static size_t body_limit(const qd_req *r)
@@ -170,8 +170,8 @@ static enum MHD_Result body_begin(qd_req *r)
     if (r->upload_fd < 0) {
         free(r->upload_path);
         r->upload_path = NULL;
-        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
-                              "cannot create an upload file: %s", strerror(errno));
+        return qd_reply_ec(r, QD_EC_INTERNAL, NULL, "cannot create an upload file: %s",
+                           strerror(errno));
     }
     return MHD_YES;
 }
@@ -340,9 +340,9 @@ static enum MHD_Result first_call(qd_req *r)
 {
     if (url_has_control(r)) {
         qd_conn_busy(r->guard);
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", NULL,
-                              "the URL holds a control character (an escape such as %%00 or "
-                              "%%0A in the path or a query argument)");
+        return qd_reply_ec(r, QD_EC_INVALID, NULL,
+                           "the URL holds a control character (an escape such as %%00 or "
+                           "%%0A in the path or a query argument)");
     }
     /* RFC 9110 10.1.1: a client must not send 100-continue without content. libmicrohttpd
      * 0.9.75 sends "100 Continue" to such a request when the handler does not answer at once,
@@ -351,9 +351,9 @@ static enum MHD_Result first_call(qd_req *r)
      * here, which libmicrohttpd handles like any early answer. */
     if (qd_req_header(r, MHD_HTTP_HEADER_EXPECT) && !body_follows(r)) {
         qd_conn_busy(r->guard);
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "Expect",
-                              "Expect: 100-continue is for a request with a body (Content-Length "
-                              "over 0, or chunked); this one has none");
+        return qd_reply_ec(r, QD_EC_INVALID, "Expect",
+                           "Expect: 100-continue is for a request with a body (Content-Length "
+                           "over 0, or chunked); this one has none");
     }
     bool path_known;
     r->route = qd_route_match(r->method, r->url, r, &path_known);
@@ -363,8 +363,7 @@ static enum MHD_Result first_call(qd_req *r)
         return ret;
     }
     qd_conn_busy(r->guard);
-    if (!path_known)
-        return qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no route for %s", r->url);
+    if (!path_known) return qd_reply_ec(r, QD_EC_NOT_FOUND, NULL, "no route for %s", r->url);
     char allow[64];
     qd_route_allow(r->url, allow, sizeof allow);
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
@@ -382,8 +381,7 @@ static enum MHD_Result refuse(qd_req *r)
         return qd_reply_budget(r, r->body_len + r->discarded);
     case QD_REFUSE_DISK:
         if (qd_disk_room(r->app, 0, why, sizeof why)) snprintf(why, sizeof why, "disk full");
-        return qd_reply_limit(r, MHD_HTTP_INSUFFICIENT_STORAGE, "insufficient_storage",
-                              "min_free_disk", 0, "%s", why);
+        return qd_reply_ec_limit(r, QD_EC_INSUFFICIENT_STORAGE, "min_free_disk", 0, "%s", why);
     default:
         return reply_too_large(r, 0);
     }
@@ -394,8 +392,7 @@ static enum MHD_Result unanswered(qd_req *r)
 {
     qd_log(QD_LOG_ERROR, "a handler left a request unanswered", "request_id", r->id, "route",
            r->route->pattern, NULL);
-    return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
-                          "the server could not answer this request");
+    return qd_reply_ec(r, QD_EC_INTERNAL, NULL, "the server could not answer this request");
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -419,8 +416,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     qd_conn_busy(r->guard); /* the body is in: the server's turn */
     if (r->refused != QD_REFUSE_NONE) return refuse(r);
     if (r->upload_failed)
-        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
-                              "writing the upload failed (disk full?)");
+        return qd_reply_ec(r, QD_EC_INTERNAL, NULL, "writing the upload failed (disk full?)");
     unsigned suspensions = r->suspensions;
     enum MHD_Result ret = r->route->handler(r);
     if (ret == MHD_YES && !r->replied && r->suspensions == suspensions)

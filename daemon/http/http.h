@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "error_codes.h"
 
 #define QD_MAX_PARAMS    2
 #define QD_MAX_PARAM_LEN 128
@@ -83,16 +84,18 @@ enum MHD_Result qd_reply_text(qd_req *r, unsigned status, char *text, const char
                               const char *name, const char *value);
 /* body is stolen (decref'd). Sets Content-Type: application/json. */
 enum MHD_Result qd_reply_json(qd_req *r, unsigned status, json_t *body);
-/* {"error":{"code":code,"message":...,"field":field or null}} */
-enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,
-                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* A limit was hit: {"error":{"code":code,"message":...,"field":null,"limit":limit}} where limit
+/* The API error `ec` (error_codes.h: its word and HTTP status):
+ * {"error":{"code":WORD,"message":...,"field":field or null}}; server paths are taken out of
+ * the message and it is made valid UTF-8. */
+enum MHD_Result qd_reply_ec(qd_req *r, qd_ec ec, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A limit was hit: {"error":{"code":WORD,"message":...,"field":null,"limit":limit}} where limit
  * names the configuration key (SECURITY.md lists them); Retry-After: retry_after seconds when
  * it is not 0 (503, 429). */
-enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, const char *limit,
-                               unsigned retry_after, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-/* The error from a store call: 404 not_found, 409 conflict, else 500. */
+enum MHD_Result qd_reply_ec_limit(qd_req *r, qd_ec ec, const char *limit, unsigned retry_after,
+                                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The error from a store call (qd_ec_of_status): 404 not_found, 409 conflict, 400 invalid, else
+ * 500 internal. */
 enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err);
 /* A finished response (headers added by the caller), queued with status. Destroys it. */
 enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp);

@@ -99,8 +99,7 @@ static void scrub(const qd_app *app, char *msg, size_t len)
     snprintf(msg, len, "%s", clean);
 }
 
-enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, const char *field,
-                               const char *fmt, ...)
+enum MHD_Result qd_reply_ec(qd_req *r, qd_ec ec, const char *field, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -109,13 +108,14 @@ enum MHD_Result qd_reply_error(qd_req *r, unsigned status, const char *code, con
     va_end(ap);
     scrub(r->app, msg, sizeof msg);
     utf8_clean(msg);
-    json_t *e = json_pack("{s:{s:s,s:s,s:o}}", "error", "code", code, "message", msg, "field",
-                          field ? json_string(field) : json_null());
-    return qd_reply_json(r, status, e);
+    const qd_ec_info *e = qd_ec_get(ec);
+    json_t *body = json_pack("{s:{s:s,s:s,s:o}}", "error", "code", e->word, "message", msg, "field",
+                             field ? json_string(field) : json_null());
+    return qd_reply_json(r, e->status, body);
 }
 
-enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, const char *limit,
-                               unsigned retry_after, const char *fmt, ...)
+enum MHD_Result qd_reply_ec_limit(qd_req *r, qd_ec ec, const char *limit, unsigned retry_after,
+                                  const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -125,29 +125,20 @@ enum MHD_Result qd_reply_limit(qd_req *r, unsigned status, const char *code, con
     utf8_clean(msg);
     qd_metrics_limit(r->app->metrics, limit, 1);
     r->limit_hit = limit;
-    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "code", code, "message", msg, "field",
-                          "limit", limit);
-    char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
-    json_decref(e);
+    const qd_ec_info *e = qd_ec_get(ec);
+    json_t *body = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "code", e->word, "message", msg,
+                             "field", "limit", limit);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
     char after[16];
     snprintf(after, sizeof after, "%u", retry_after);
-    return qd_reply_text(r, status, text, "application/json",
+    return qd_reply_text(r, e->status, text, "application/json",
                          retry_after ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, after);
 }
 
 enum MHD_Result qd_reply_store_error(qd_req *r, qd_status st, const qd_err *err)
 {
-    switch (st) {
-    case QD_NOT_FOUND:
-        return qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "%s", err->message);
-    case QD_CONFLICT:
-        return qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", NULL, "%s", err->message);
-    case QD_INVALID:
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", NULL, "%s", err->message);
-    default:
-        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s",
-                              err->message);
-    }
+    return qd_reply_ec(r, qd_ec_of_status(st), NULL, "%s", err->message);
 }
 
 bool qd_valid_name(const char *s)
@@ -189,22 +180,21 @@ json_t *qd_req_json(qd_req *r)
 {
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (ct && strncmp(ct, "application/json", 16) != 0) {
-        qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
-                       "the body must be application/json, not %s", ct);
+        qd_reply_ec(r, QD_EC_UNSUPPORTED_MEDIA_TYPE, NULL,
+                    "the body must be application/json, not %s", ct);
         return NULL;
     }
     json_error_t je;
     json_t *doc = json_loadb(r->body ? r->body : "", r->body_len, JSON_REJECT_DUPLICATES, &je);
     if (!doc) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "bad_json", NULL, "body is not JSON: %s (line %d)",
-                       je.text, je.line);
+        qd_reply_ec(r, QD_EC_BAD_JSON, NULL, "body is not JSON: %s (line %d)", je.text, je.line);
         return NULL;
     }
     if (!json_is_object(doc)) {
         bool list = json_is_array(doc);
         json_decref(doc);
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "bad_json", NULL, "body must be a JSON object%s",
-                       list ? object_hint(r) : "");
+        qd_reply_ec(r, QD_EC_BAD_JSON, NULL, "body must be a JSON object%s",
+                    list ? object_hint(r) : "");
         return NULL;
     }
     return doc;

@@ -39,10 +39,11 @@ enum MHD_Result qd_reply_budget(qd_req *r, uint64_t wanted)
 {
     char cap[32];
     qd_config_size_text(r->app->cfg->max_body_memory, cap, sizeof cap);
-    return qd_reply_limit(r, MHD_HTTP_SERVICE_UNAVAILABLE, "busy", "max_body_memory", 2,
-                          "the server holds as many request bodies in memory as it may "
-                          "(max_body_memory = %s); this one needs %" PRIu64 " bytes: retry shortly",
-                          cap, wanted);
+    return qd_reply_ec_limit(r, QD_EC_BUSY, "max_body_memory", 2,
+                             "the server holds as many request bodies in memory as it may "
+                             "(max_body_memory = %s); this one needs %" PRIu64
+                             " bytes: retry shortly",
+                             cap, wanted);
 }
 
 /* Bytes the unprivileged may still write under dir. */
@@ -72,7 +73,6 @@ bool qd_limit_disk(qd_req *r, uint64_t incoming)
 {
     char why[256];
     if (qd_disk_room(r->app, incoming, why, sizeof why)) return true;
-    qd_reply_limit(r, MHD_HTTP_INSUFFICIENT_STORAGE, "insufficient_storage", "min_free_disk", 0,
-                   "%s", why);
+    qd_reply_ec_limit(r, QD_EC_INSUFFICIENT_STORAGE, "min_free_disk", 0, "%s", why);
     return false;
 }

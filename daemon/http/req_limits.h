@@ -1,6 +1,6 @@
 /* req_limits.h -- the limits a request is held to beyond its own body limit (req_limits.c): the
  * in-memory body budget shared by all requests, and the data directory's free-space reserve.
- * Each names its configuration key when it refuses (qd_reply_limit).
+ * Each names its configuration key when it refuses (qd_reply_ec_limit).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_REQ_LIMITS_H

@@ -1,9 +1,9 @@
 /* jobs.c -- the worker threads: claim the oldest queued job, compute its static activation
- * scales when it names a stats_model (the model's averaged statistics through the job's SRQ
- * rules), run quant_quantize_path on it with a cancel flag and a progress callback that writes to
- * the store at most every 250 ms, then publish (the outputs with the SHA-256 the pipeline took
- * while writing them, report stored with the activations written and skipped, one transaction)
- * or clean up.
+ * scales when it names a stats_model (the model's averaged statistics through the library's SRQ
+ * engine, quant_srq_compute, as `quant quantize --stats` does), run quant_quantize_path on it
+ * with a cancel flag and a progress callback that writes to the store at most every 250 ms, then
+ * publish (the outputs with the SHA-256 the pipeline took while writing them, the library's
+ * report stored as it is, one transaction) or clean up.
  * Claim + registration happen under one mutex, so a cancel never misses a job in between.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,90 +180,32 @@ static void count_quantized(qd_app *app, const quant_report *rep)
 /* ---- static activation scales (SRQ) ----------------------------------------------------------
  */
 
-/* A job's static activation scales: computed from its stats_model, in the pipeline's form. */
-typedef struct srq_input {
-    qd_act_scale *scales;
-    size_t n;
-    char **skipped; /* activations no SRQ rule matched */
-    size_t n_skipped;
-    quant_static_act *acts; /* n, pointing into scales */
-} srq_input;
-
-static void srq_free(srq_input *in)
-{
-    qd_act_scales_free(in->scales, in->n);
-    qd_strings_free(in->skipped, in->n_skipped);
-    free(in->acts);
-    memset(in, 0, sizeof *in);
-}
-
-static quant_ck_status srq_fail(quant_ck_error *ck, const char *model, const char *why)
-{
-    return quant_ck_fail(ck, QUANT_CK_ERR_ARG, "stats_model '%s': %s", model, why);
-}
-
-/* The model's averaged statistics -> SPEC section 4 for every activation an SRQ rule of `rs`
- * matches (first match decides); the others are skipped. */
+/* The model's averaged statistics through the library's SRQ engine (the rules' act_static_scale
+ * rules, first match decides): the scales, their counts and the activations skipped, which the
+ * run writes and its report lists. */
 static quant_ck_status srq_prepare(qd_app *app, const qd_job *j, const quant_ruleset *rs,
-                                   srq_input *in, quant_ck_error *ck)
+                                   quant_srq **srq, quant_ck_error *ck)
 {
     qd_stat_avg *avg = NULL;
     size_t n = 0;
     qd_err err;
     qd_status st = qd_stats_read(app->stats, j->stats_model, NULL, &avg, &n, &err);
-    if (st != QD_OK) return srq_fail(ck, j->stats_model, err.message);
-    if (n == 0) {
-        qd_stat_avgs_free(avg, n);
-        return srq_fail(ck, j->stats_model, "the model has no statistics (reset, or never posted)");
-    }
-    st = qd_act_scales(avg, n, rs, NULL, true, &in->scales, &in->n, &in->skipped, &in->n_skipped,
-                       &err);
+    if (st != QD_OK)
+        return quant_ck_fail(ck, QUANT_CK_ERR_ARG, "stats_model '%s': %s", j->stats_model,
+                             err.message);
+    quant_act_stat *views = n ? qd_stat_views(avg, n) : NULL;
+    quant_ck_status cs;
+    if (n == 0)
+        cs = quant_ck_fail(ck, QUANT_CK_ERR_ARG,
+                           "stats_model '%s': the model has no statistics (reset, or never posted)",
+                           j->stats_model);
+    else if (!views)
+        cs = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
+    else if ((cs = quant_srq_compute(views, n, rs, NULL, srq, ck)) != QUANT_CK_OK)
+        quant_ck_prefix(ck, "stats_model '%s'", j->stats_model);
+    free(views);
     qd_stat_avgs_free(avg, n);
-    if (st != QD_OK) return srq_fail(ck, j->stats_model, err.message);
-    in->acts = calloc(in->n ? in->n : 1, sizeof *in->acts);
-    if (!in->acts) return quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < in->n; i++) {
-        const qd_act_scale *a = &in->scales[i];
-        in->acts[i] = (quant_static_act){.name = a->name,
-                                         .tensor_base = a->tensor_base,
-                                         .rule = a->rule,
-                                         .qtype = a->qtype,
-                                         .rank = a->rank,
-                                         .scale = a->scale,
-                                         .zero_point = a->zero_point};
-        memcpy(in->acts[i].shape, a->shape, sizeof a->shape);
-    }
-    return QUANT_CK_OK;
-}
-
-/* The pipeline's report with, under "static_activations", each written activation's statistics
- * count and the list of activations skipped (no SRQ rule). Takes `text`; NULL on OOM. */
-static char *srq_report(char *text, const srq_input *in)
-{
-    json_t *root = json_loads(text, 0, NULL);
-    free(text);
-    json_t *sa = json_object_get(root, "static_activations");
-    json_t *skipped = json_array();
-    for (size_t i = 0; skipped && i < in->n_skipped; i++)
-        json_array_append_new(skipped, json_string(in->skipped[i]));
-    json_t *counts = json_object(); /* activation -> count (the report is in output order) */
-    for (size_t i = 0; counts && i < in->n; i++)
-        json_object_set_new(counts, in->scales[i].name, json_integer(in->scales[i].count));
-    json_t *written = json_object_get(sa, "written"), *w;
-    size_t i;
-    json_array_foreach(written, i, w)
-    {
-        json_t *count = json_object_get(counts, json_string_value(json_object_get(w, "name")));
-        if (count) json_object_set(w, "count", count);
-    }
-    json_decref(counts);
-    char *out = NULL;
-    if (!json_is_object(sa))
-        json_decref(skipped);
-    else if (json_object_set_new(sa, "skipped", skipped) == 0) /* takes skipped either way */
-        out = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    return out;
+    return cs;
 }
 
 /* ---- one job's run ----------------------------------------------------------------------------
@@ -287,10 +228,9 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     quant_ruleset *rs = NULL;
     quant_ck_status st = quant_ruleset_parse(j->rules, strlen(j->rules), "job rules", &rs, ck);
     if (st != QUANT_CK_OK) return st;
-    srq_input srq = {0};
+    quant_srq *srq = NULL;
     if (j->stats_model) st = srq_prepare(app, j, rs, &srq, ck);
     if (st != QUANT_CK_OK) {
-        srq_free(&srq);
         quant_ruleset_free(rs);
         return st;
     }
@@ -300,20 +240,18 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     o.progress = on_progress;
     o.progress_user = ctx;
     o.cancel = &s->cancel;
-    o.static_acts = srq.acts;
-    o.n_static_acts = srq.n;
+    if (srq) quant_srq_apply(srq, &o);
     o.sha256 = true; /* the outputs' ETags, taken as they are written */
     quant_report *rep = NULL;
     st = quant_quantize_path(rs, src->in, out, &o, &rep, ck);
     if (st == QUANT_CK_OK) {
         count_quantized(app, rep);
         *report_json = quant_report_json(rep);
-        if (*report_json && j->stats_model) *report_json = srq_report(*report_json, &srq);
         if (!*report_json || !written_outputs(rep, written, n_written))
             st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
     }
     quant_report_free(rep);
-    srq_free(&srq);
+    quant_srq_free(srq);
     quant_ruleset_free(rs);
     return st;
 }

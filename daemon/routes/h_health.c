@@ -17,11 +17,10 @@ enum MHD_Result qd_h_readyz(qd_req *r)
 {
     qd_err err;
     if (qd_store_ping(r->app->store, &err) != QD_OK)
-        return qd_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready", NULL, "database: %s",
-                              err.message);
+        return qd_reply_ec(r, QD_EC_NOT_READY, NULL, "database: %s", err.message);
     if (access(r->app->cfg->data_dir, W_OK) != 0 || access(r->app->tmp_dir, W_OK) != 0)
-        return qd_reply_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready", NULL,
-                              "data directory %s is not writable", r->app->cfg->data_dir);
+        return qd_reply_ec(r, QD_EC_NOT_READY, NULL, "data directory %s is not writable",
+                           r->app->cfg->data_dir);
     return qd_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ready"));
 }
 

@@ -41,14 +41,14 @@ static bool succeeded_job_at(qd_req *r, int64_t *id, bool files, int64_t *finish
     bool ok = j.state == QD_JOB_SUCCEEDED && !(files && j.outputs_removed_ms);
     char when[QD_TIME_LEN];
     if (j.state != QD_JOB_SUCCEEDED)
-        qd_reply_error(r, MHD_HTTP_CONFLICT, "not_ready", NULL,
-                       "job %lld is %s; its outputs exist once it has succeeded", (long long)v,
-                       qd_job_state_name(j.state));
+        qd_reply_ec(r, QD_EC_JOB_NOT_READY, NULL,
+                    "job %lld is %s; its outputs exist once it has succeeded", (long long)v,
+                    qd_job_state_name(j.state));
     else if (!ok)
-        qd_reply_limit(r, MHD_HTTP_GONE, "outputs_removed", "retention", 0,
-                       "the outputs of job %lld were removed at %s by retention ([jobs] "
-                       "retention and keep_outputs); its report and output hashes remain",
-                       (long long)v, qd_iso8601(j.outputs_removed_ms, when));
+        qd_reply_ec_limit(r, QD_EC_OUTPUTS_REMOVED, "retention", 0,
+                          "the outputs of job %lld were removed at %s by retention ([jobs] "
+                          "retention and keep_outputs); its report and output hashes remain",
+                          (long long)v, qd_iso8601(j.outputs_removed_ms, when));
     if (finished_ms) *finished_ms = j.finished_ms;
     qd_job_clear(&j);
     *id = v;
@@ -121,8 +121,8 @@ static enum MHD_Result serve_file(qd_req *r, const char *path, const qd_output *
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != (uint64_t)o->bytes) {
         if (fd >= 0) close(fd);
-        return qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
-                              "output %s is missing or changed on disk", o->name);
+        return qd_reply_ec(r, QD_EC_INTERNAL, NULL, "output %s is missing or changed on disk",
+                           o->name);
     }
     uint64_t size = (uint64_t)sb.st_size, from = 0, to = size ? size - 1 : 0;
     /* from and to change only for one range; no header, an invalid one and several ranges
@@ -153,13 +153,13 @@ static enum MHD_Result serve_output(qd_req *r, const char *name)
     }
     enum MHD_Result ret;
     if (!name && shards != 1)
-        ret = qd_reply_error(r, MHD_HTTP_CONFLICT, "several_outputs", NULL,
-                             "job %lld has %zu shards; fetch them by name from "
-                             "/v1/jobs/%lld/outputs/{name}",
-                             (long long)id, shards, (long long)id);
+        ret = qd_reply_ec(r, QD_EC_SEVERAL_OUTPUTS, NULL,
+                          "job %lld has %zu shards; fetch them by name from "
+                          "/v1/jobs/%lld/outputs/{name}",
+                          (long long)id, shards, (long long)id);
     else if (hit == SIZE_MAX)
-        ret = qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "job %lld has no output %s",
-                             (long long)id, name);
+        ret =
+            qd_reply_ec(r, QD_EC_NOT_FOUND, NULL, "job %lld has no output %s", (long long)id, name);
     else {
         char *dir = qd_app_job_dir(r->app, id), path[4400];
         snprintf(path, sizeof path, "%s/output/%s", dir ? dir : "", o[hit].name);
@@ -249,12 +249,12 @@ static bool job_files_load(qd_req *r, job_files *f)
     }
     free(dir);
     if (!ok) {
-        qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
+        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "out of memory");
         return false;
     }
     if (!qd_tar_size(f->tar, f->n, f->finished_ms / 1000, &f->tar_bytes, why, sizeof why)) {
-        qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
-                       "job %lld: its outputs cannot be put in a tar: %s", (long long)f->id, why);
+        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "job %lld: its outputs cannot be put in a tar: %s",
+                    (long long)f->id, why);
         return false;
     }
     tar_etag(f);

@@ -87,8 +87,7 @@ json_t *qd_job_json(qd_app *app, const qd_job *j)
 char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules)
 {
     if (name && inline_rules) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "ruleset",
-                       "give either ruleset or rules, not both");
+        qd_reply_ec(r, QD_EC_INVALID, "ruleset", "give either ruleset or rules, not both");
         return NULL;
     }
     if (inline_rules) {
@@ -98,16 +97,16 @@ char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules)
         return text;
     }
     if (!name) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "ruleset",
-                       "a job needs a rule set: ?ruleset=NAME (uploads), or \"ruleset\" or "
-                       "\"rules\" in the JSON body");
+        qd_reply_ec(r, QD_EC_INVALID, "ruleset",
+                    "a job needs a rule set: ?ruleset=NAME (uploads), or \"ruleset\" or "
+                    "\"rules\" in the JSON body");
         return NULL;
     }
     char *body = NULL;
     qd_err err;
     qd_status st = qd_store_ruleset_get(r->app->store, name, &body, NULL, NULL, &err);
     if (st == QD_NOT_FOUND)
-        qd_reply_error(r, 422, "unknown_ruleset", "ruleset", "no rule set named '%s'", name);
+        qd_reply_ec(r, QD_EC_UNKNOWN_RULESET, "ruleset", "no rule set named '%s'", name);
     else if (st != QD_OK)
         qd_reply_store_error(r, st, &err);
     return st == QD_OK ? body : NULL;
@@ -122,23 +121,23 @@ bool qd_stats_model_ok(qd_req *r, const char *model)
     qd_err err;
     qd_status st = qd_stats_model_conf(r->app->stats, model, &conf, &err);
     if (st == QD_NOT_FOUND)
-        qd_reply_error(r, 422, "unknown_stats_model", "stats_model",
-                       "no statistics for a model named '%s'", model);
+        qd_reply_ec(r, QD_EC_UNKNOWN_STATS_MODEL, "stats_model",
+                    "no statistics for a model named '%s'", model);
     else if (st != QD_OK)
         qd_reply_store_error(r, st, &err);
     return st == QD_OK;
 }
 
-const char *qd_plan_error_code(quant_ck_status st)
+qd_ec qd_plan_error_code(quant_ck_status st)
 {
     switch (st) {
     case QUANT_CK_ERR_ACCESS:
     case QUANT_CK_ERR_IO:
-        return "bad_source";
+        return QD_EC_BAD_SOURCE;
     case QUANT_CK_ERR_FORMAT:
-        return "bad_checkpoint";
+        return QD_EC_BAD_CHECKPOINT;
     default:
-        return "invalid_job"; /* a rule the checkpoint or the layout cannot take */
+        return QD_EC_INVALID_JOB; /* a rule the checkpoint or the layout cannot take */
     }
 }
 
@@ -152,7 +151,7 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
     quant_ck_status planned = qd_job_plan(r->app, j, &plan, &ck);
     if (planned == QUANT_CK_ERR_NOMEM) return MHD_NO;
     if (planned != QUANT_CK_OK)
-        return qd_reply_error(r, 422, qd_plan_error_code(planned), NULL, "%s", ck.message);
+        return qd_reply_ec(r, qd_plan_error_code(planned), NULL, "%s", ck.message);
     j->unused_rules = qd_plan_unused_json(plan); /* the job says so (SPEC section 10) */
     quant_plan_free(plan);
     if (!j->unused_rules) return MHD_NO;
@@ -179,8 +178,8 @@ bool qd_layout_ok(qd_req *r, const char *layout)
 {
     quant_layout l;
     if (quant_layout_parse(layout, &l)) return true;
-    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "layout",
-                   "layout must be \"native\" or \"compressed-tensors\", not \"%s\"", layout);
+    qd_reply_ec(r, QD_EC_INVALID, "layout",
+                "layout must be \"native\" or \"compressed-tensors\", not \"%s\"", layout);
     return false;
 }
 
@@ -190,14 +189,14 @@ static char *keep_upload(qd_req *r)
     quant_st_file *f = NULL;
     quant_ck_error ck;
     if (r->upload_bytes == 0) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "empty_body", NULL, "the upload is empty");
+        qd_reply_ec(r, QD_EC_EMPTY_BODY, NULL, "the upload is empty");
         return NULL;
     }
     if (quant_st_open(r->upload_path, &f, &ck) != QUANT_CK_OK) {
         size_t skip = strlen(r->upload_path);
         const char *msg =
             strncmp(ck.message, r->upload_path, skip) == 0 ? ck.message + skip : ck.message;
-        qd_reply_error(r, 422, "bad_safetensors", NULL, "upload%s", msg);
+        qd_reply_ec(r, QD_EC_BAD_SAFETENSORS, NULL, "upload%s", msg);
         return NULL;
     }
     quant_st_close(f);
@@ -209,7 +208,7 @@ static char *keep_upload(qd_req *r)
     char hex[33];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         free(dest);
-        qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "getrandom failed");
+        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "getrandom failed");
         return NULL;
     }
     for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
@@ -221,7 +220,7 @@ static char *keep_upload(qd_req *r)
     if (st != QD_OK) {
         qd_remove_upload(dest);
         free(dest);
-        qd_reply_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s", err.message);
+        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "%s", err.message);
         return NULL;
     }
     free(r->upload_path); /* moved: nothing to remove when the request ends */
@@ -270,10 +269,10 @@ static bool queue_has_room(qd_req *r)
         return false;
     }
     if (counts[QD_JOB_QUEUED] < cap) return true;
-    qd_reply_limit(r, MHD_HTTP_TOO_MANY_REQUESTS, "queue_full", "max_queued_jobs", 30,
-                   "%lld jobs are queued, the most this server takes (max_queued_jobs = %d); "
-                   "retry once some have run",
-                   (long long)counts[QD_JOB_QUEUED], cap);
+    qd_reply_ec_limit(r, QD_EC_QUEUE_FULL, "max_queued_jobs", 30,
+                      "%lld jobs are queued, the most this server takes (max_queued_jobs = %d); "
+                      "retry once some have run",
+                      (long long)counts[QD_JOB_QUEUED], cap);
     return false;
 }
 
@@ -285,9 +284,8 @@ qd_payload qd_shard_or_json(qd_req *r, const char *takes)
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (ct && strncmp(ct, "application/octet-stream", 24) == 0) return QD_PAYLOAD_SHARD;
     if (ct && strncmp(ct, "application/json", 16) == 0) return QD_PAYLOAD_JSON;
-    qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
-                   "%s %s takes %s; the Content-Type was %s", r->method, r->route->pattern, takes,
-                   ct ? ct : "missing");
+    qd_reply_ec(r, QD_EC_UNSUPPORTED_MEDIA_TYPE, NULL, "%s %s takes %s; the Content-Type was %s",
+                r->method, r->route->pattern, takes, ct ? ct : "missing");
     return QD_PAYLOAD_REPLIED;
 }
 
@@ -340,8 +338,7 @@ static char *source_path(qd_req *r, json_t *source)
     const char *path = json_string_value(jp);
     if (!json_is_object(source) || !path || json_object_size(source) != 1 ||
         strlen(path) != json_string_length(jp)) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "source",
-                       "source must be {\"path\": FILE_OR_DIR}");
+        qd_reply_ec(r, QD_EC_INVALID, "source", "source must be {\"path\": FILE_OR_DIR}");
         return NULL;
     }
     int dir_fd = -1;
@@ -350,8 +347,8 @@ static char *source_path(qd_req *r, json_t *source)
     qd_status st =
         qd_source_locate(path, cfg->source_roots, cfg->n_source_roots, &dir_fd, &rel, &norm, &err);
     if (st != QD_OK) {
-        qd_reply_error(r, st == QD_NOMEM ? 500 : MHD_HTTP_FORBIDDEN,
-                       st == QD_NOMEM ? "internal" : "forbidden", "source.path", "%s", err.message);
+        qd_reply_ec(r, st == QD_NOMEM ? QD_EC_INTERNAL : QD_EC_FORBIDDEN, "source.path", "%s",
+                    err.message);
         return NULL;
     }
     quant_ck_error ck;
@@ -360,7 +357,7 @@ static char *source_path(qd_req *r, json_t *source)
     free(rel);
     if (fd < 0) {
         free(norm);
-        qd_reply_error(r, 422, "bad_source", "source.path", "%s", ck.message);
+        qd_reply_ec(r, QD_EC_BAD_SOURCE, "source.path", "%s", ck.message);
         return NULL;
     }
     close(fd);
@@ -374,7 +371,7 @@ bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
     json_t *v;
     json_object_foreach(doc, key, v) if (!known_field(key))
     {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "unknown field '%s'", key);
+        qd_reply_ec(r, QD_EC_INVALID, key, "unknown field '%s'", key);
         return false;
     }
     json_t *name = json_object_get(doc, "ruleset"), *layout = json_object_get(doc, "layout");
@@ -385,7 +382,7 @@ bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
                              : stats_model && !json_is_string(stats_model) ? "stats_model"
                                                                            : NULL;
     if (not_string) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", not_string, "must be a string");
+        qd_reply_ec(r, QD_EC_INVALID, not_string, "must be a string");
         return false;
     }
     j->ruleset = (char *)json_string_value(name);
@@ -427,7 +424,7 @@ bool qd_job_id_param(qd_req *r, int64_t *id)
     const char *s = r->params[0];
     size_t n = strlen(s);
     if (n == 0 || n > 18 || s[0] == '0' || strspn(s, "0123456789") != n) {
-        qd_reply_error(r, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %s", s);
+        qd_reply_ec(r, QD_EC_NOT_FOUND, NULL, "no job %s", s);
         return false;
     }
     *id = strtoll(s, NULL, 10);
@@ -455,8 +452,7 @@ static bool query_int(qd_req *r, const char *name, long long lo, long long hi, l
     errno = 0;
     long long x = strtoll(s, &end, 10);
     if (errno || *end || !*s || x < lo || x > hi) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", name,
-                       "%s must be an integer in %lld..%lld", name, lo, hi);
+        qd_reply_ec(r, QD_EC_INVALID, name, "%s must be an integer in %lld..%lld", name, lo, hi);
         return false;
     }
     *v = x;
@@ -469,8 +465,8 @@ enum MHD_Result qd_h_job_list(qd_req *r)
     qd_job_state state = QD_JOB_STATE_COUNT;
     const char *s = qd_req_query(r, "state");
     if (s && !qd_job_state_parse(s, &state))
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "state",
-                              "state must be queued, running, succeeded, failed or cancelled");
+        return qd_reply_ec(r, QD_EC_INVALID, "state",
+                           "state must be queued, running, succeeded, failed or cancelled");
     if (!query_int(r, "after", 0, INT64_MAX, &after) || !query_int(r, "limit", 1, 1000, &limit))
         return MHD_YES;
     qd_job *jobs = NULL;

@@ -17,8 +17,8 @@ const char *qd_model_param(qd_req *r)
 {
     const char *s = r->params[0];
     if (qd_valid_name(s)) return s;
-    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "model",
-                   "model names are 1-64 characters of A-Z a-z 0-9 . _ - (not starting with '.')");
+    qd_reply_ec(r, QD_EC_INVALID, "model",
+                "model names are 1-64 characters of A-Z a-z 0-9 . _ - (not starting with '.')");
     return NULL;
 }
 
@@ -166,8 +166,7 @@ enum MHD_Result qd_h_model_put(qd_req *r)
     {
         const char *why = conf_field(key, v, &c);
         if (why) {
-            enum MHD_Result ret =
-                qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key, "%s: %s", key, why);
+            enum MHD_Result ret = qd_reply_ec(r, QD_EC_INVALID, key, "%s: %s", key, why);
             json_decref(doc); /* after the reply: key lives in doc */
             return ret;
         }

@@ -31,7 +31,7 @@ static enum MHD_Result reply_plan(qd_req *r, quant_ck_status st, const quant_pla
                                   const quant_ck_error *ck)
 {
     if (st != QUANT_CK_OK && st != QUANT_CK_ERR_NOMEM)
-        return qd_reply_error(r, 422, qd_plan_error_code(st), NULL, "%s", ck->message);
+        return qd_reply_ec(r, qd_plan_error_code(st), NULL, "%s", ck->message);
     char *text = st == QUANT_CK_OK ? quant_plan_json(plan) : NULL;
     return text ? qd_reply_text(r, MHD_HTTP_OK, text, "application/json", NULL, NULL) : MHD_NO;
 }
@@ -84,8 +84,7 @@ static quant_ck_status plan_header(qd_req *r, const char *rules, quant_plan **pl
 
 static enum MHD_Result plan_from_upload(qd_req *r)
 {
-    if (r->upload_bytes == 0)
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "empty_body", NULL, "the upload is empty");
+    if (r->upload_bytes == 0) return qd_reply_ec(r, QD_EC_EMPTY_BODY, NULL, "the upload is empty");
     char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
     if (!rules) return r->replied ? MHD_YES : MHD_NO;
     quant_ck_error ck;
@@ -94,7 +93,7 @@ static enum MHD_Result plan_from_upload(qd_req *r)
     quant_ck_status st = plan_header(r, rules, &plan, &opened, &ck);
     /* a body that is no safetensors header is 422 bad_safetensors, as for an upload job */
     enum MHD_Result ret = st == QUANT_CK_ERR_FORMAT && !opened
-                              ? qd_reply_error(r, 422, "bad_safetensors", NULL, "%s", ck.message)
+                              ? qd_reply_ec(r, QD_EC_BAD_SAFETENSORS, NULL, "%s", ck.message)
                               : reply_plan(r, st, plan, &ck);
     quant_plan_free(plan);
     free(rules);
@@ -115,11 +114,11 @@ enum MHD_Result qd_h_plan_precheck(qd_req *r)
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
     if (n > HEADER_MAX)
-        return qd_reply_limit(r, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", "max_upload", 0,
-                              "a plan takes a shard's header, at most %llu bytes (its first 8 "
-                              "bytes give the header's length N: send the first 8 + N bytes), "
-                              "not %llu bytes",
-                              HEADER_MAX, n);
+        return qd_reply_ec_limit(r, QD_EC_TOO_LARGE, "max_upload", 0,
+                                 "a plan takes a shard's header, at most %llu bytes (its first 8 "
+                                 "bytes give the header's length N: send the first 8 + N bytes), "
+                                 "not %llu bytes",
+                                 HEADER_MAX, n);
     qd_limit_disk(r, n);
     return MHD_YES;
 }

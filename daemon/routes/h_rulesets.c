@@ -11,9 +11,9 @@
 
 static enum MHD_Result bad_name(qd_req *r)
 {
-    return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "name",
-                          "rule set names are 1-64 characters of A-Z a-z 0-9 . _ - "
-                          "(not starting with '.')");
+    return qd_reply_ec(r, QD_EC_INVALID, "name",
+                       "rule set names are 1-64 characters of A-Z a-z 0-9 . _ - "
+                       "(not starting with '.')");
 }
 
 char *qd_rules_validate(qd_req *r, json_t *doc, const char *field)
@@ -23,7 +23,7 @@ char *qd_rules_validate(qd_req *r, json_t *doc, const char *field)
     quant_ruleset *rs = NULL;
     quant_ck_error ck;
     if (quant_ruleset_parse(text, strlen(text), field, &rs, &ck) != QUANT_CK_OK) {
-        qd_reply_error(r, 422, "invalid_rules", field, "%s", ck.message);
+        qd_reply_ec(r, QD_EC_INVALID_RULES, field, "%s", ck.message);
         free(text);
         return NULL;
     }
@@ -52,15 +52,14 @@ enum MHD_Result qd_h_ruleset_put(qd_req *r)
     json_object_foreach(doc, key, v) if (strcmp(key, "rules") != 0)
     {
         enum MHD_Result ret =
-            qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key,
-                           "unknown field '%s' (a rule set body is {\"rules\": [...]})", key);
+            qd_reply_ec(r, QD_EC_INVALID, key,
+                        "unknown field '%s' (a rule set body is {\"rules\": [...]})", key);
         json_decref(doc); /* after the reply: key lives in doc */
         return ret;
     }
     if (!json_is_array(json_object_get(doc, "rules"))) {
         json_decref(doc);
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "rules",
-                              "body must be {\"rules\": [...]}");
+        return qd_reply_ec(r, QD_EC_INVALID, "rules", "body must be {\"rules\": [...]}");
     }
     char *text = qd_rules_validate(r, doc, "rules");
     json_decref(doc);

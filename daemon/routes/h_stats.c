@@ -32,8 +32,7 @@ static bool query_step(qd_req *r, int64_t *step)
     if (!s) return true;
     size_t n = strlen(s);
     if (n == 0 || n > 18 || strspn(s, "0123456789") != n) {
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step",
-                       "step must be an integer from 0 to 10^18 - 1");
+        qd_reply_ec(r, QD_EC_INVALID, "step", "step must be an integer from 0 to 10^18 - 1");
         return false;
     }
     *step = strtoll(s, NULL, 10);
@@ -46,8 +45,7 @@ static bool query_merge(qd_req *r, bool *merge)
     const char *mode = qd_req_query(r, "mode");
     *merge = mode && strcmp(mode, "merge") == 0;
     if (!mode || *merge || strcmp(mode, "update") == 0) return true;
-    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "mode",
-                   "mode must be update (the default) or merge");
+    qd_reply_ec(r, QD_EC_INVALID, "mode", "mode must be update (the default) or merge");
     return false;
 }
 
@@ -57,15 +55,15 @@ static bool type_ok(qd_req *r, bool merge)
     const char *ct = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     bool binary = has_type(r, "application/octet-stream");
     if (binary && merge) {
-        qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "mode",
-                       "mode=merge takes a JSON quant_stats dump, not application/octet-stream");
+        qd_reply_ec(r, QD_EC_UNSUPPORTED_MEDIA_TYPE, "mode",
+                    "mode=merge takes a JSON quant_stats dump, not application/octet-stream");
         return false;
     }
     if (!binary && ct && !has_type(r, "application/json")) {
-        qd_reply_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
-                       "a statistics post is application/json or application/octet-stream "
-                       "(safetensors), not %s",
-                       ct);
+        qd_reply_ec(r, QD_EC_UNSUPPORTED_MEDIA_TYPE, NULL,
+                    "a statistics post is application/json or application/octet-stream "
+                    "(safetensors), not %s",
+                    ct);
         return false;
     }
     return true;
@@ -83,7 +81,7 @@ static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
     else
         st = qd_stats_parse_json(r->body, r->body_len, merge, post, &err);
     if (st == QD_INVALID)
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid_stats", "stats", "%s", err.message);
+        qd_reply_ec(r, QD_EC_INVALID_STATS, "stats", "%s", err.message);
     else if (st != QD_OK)
         qd_reply_store_error(r, st, &err);
     return st == QD_OK;
@@ -94,10 +92,10 @@ static bool key_ok(qd_req *r)
 {
     const char *key = qd_req_header(r, KEY_HEADER);
     if (!key || qd_stat_key_valid(key)) return true;
-    qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", KEY_HEADER,
-                   "an Idempotency-Key is 1-%d bytes of visible ASCII (0x21-0x7e: no spaces, no "
-                   "control characters)",
-                   QD_KEY_MAX);
+    qd_reply_ec(r, QD_EC_INVALID, KEY_HEADER,
+                "an Idempotency-Key is 1-%d bytes of visible ASCII (0x21-0x7e: no spaces, no "
+                "control characters)",
+                QD_KEY_MAX);
     return false;
 }
 
@@ -140,13 +138,12 @@ static enum MHD_Result reply_answer(qd_req *r, const qd_stat_answer *a)
 
 /* How the writer's refusals beyond the body are answered, by outcome. */
 static const struct refusal {
-    unsigned status;
-    const char *code;
-    const char *field; /* qd_reply_error's */
-    const char *limit; /* or qd_reply_limit's: the configuration key */
+    qd_ec ec;          /* QD_EC_INVALID (0): no refusal of its own */
+    const char *field; /* qd_reply_ec's */
+    const char *limit; /* or qd_reply_ec_limit's: the configuration key */
 } refusals[] = {
-    [QD_POST_KEY_CONFLICT] = {MHD_HTTP_CONFLICT, "idempotency_conflict", KEY_HEADER, NULL},
-    [QD_POST_OVER_QUOTA] = {MHD_HTTP_INSUFFICIENT_STORAGE, "quota_exceeded", NULL, "stats_quota"},
+    [QD_POST_KEY_CONFLICT] = {QD_EC_IDEMPOTENCY_CONFLICT, KEY_HEADER, NULL},
+    [QD_POST_OVER_QUOTA] = {QD_EC_QUOTA_EXCEEDED, NULL, "stats_quota"},
 };
 
 /* The handler's second call, after commit_post. */
@@ -156,10 +153,10 @@ static enum MHD_Result reply_posted(qd_req *r, const post_job *job)
     const char *msg = job->err.message;
     size_t k = (size_t)job->ans.outcome;
     const struct refusal *f = k < sizeof refusals / sizeof refusals[0] ? &refusals[k] : NULL;
-    if (f && f->limit) return qd_reply_limit(r, f->status, f->code, f->limit, 0, "%s", msg);
-    if (f && f->status) return qd_reply_error(r, f->status, f->code, f->field, "%s", msg);
+    if (f && f->limit) return qd_reply_ec_limit(r, f->ec, f->limit, 0, "%s", msg);
+    if (f && f->ec != QD_EC_INVALID) return qd_reply_ec(r, f->ec, f->field, "%s", msg);
     if (job->st == QD_INVALID) /* does not fit what is stored: kind or shape */
-        return qd_reply_error(r, MHD_HTTP_CONFLICT, "conflict", "stats", "%s", msg);
+        return qd_reply_ec(r, QD_EC_CONFLICT, "stats", "%s", msg);
     return qd_reply_store_error(r, job->st, &job->err);
 }
 
@@ -228,8 +225,8 @@ enum MHD_Result qd_h_stats_post(qd_req *r)
     }
     if (!set_step(&job->post, step)) {
         post_job_free(job);
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "step",
-                              "the step comes both in the query and in the body");
+        return qd_reply_ec(r, QD_EC_INVALID, "step",
+                           "the step comes both in the query and in the body");
     }
     if (!(job->post.model = strdup(model)) || !set_key(&job->post, key, fp)) {
         post_job_free(job);
@@ -276,8 +273,7 @@ enum MHD_Result qd_h_stats_get(qd_req *r)
     qd_model_conf c;
     qd_err err;
     qd_status st = qd_stats_read(r->app->stats, model, regex, &avg, &n, &err);
-    if (st == QD_INVALID)
-        return qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "name", "%s", err.message);
+    if (st == QD_INVALID) return qd_reply_ec(r, QD_EC_INVALID, "name", "%s", err.message);
     if (st == QD_OK) st = qd_stats_model_conf(r->app->stats, model, &c, &err);
     if (st != QD_OK) {
         qd_stat_avgs_free(avg, n);

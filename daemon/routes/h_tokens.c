@@ -47,8 +47,8 @@ static bool token_fields(qd_req *r, json_t *doc, const char **name, qd_role *rol
     {
         if (strcmp(key, "name") != 0 && strcmp(key, "role") != 0 &&
             strcmp(key, "expires_days") != 0) {
-            qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", key,
-                           "unknown field '%s' (known: name, role, expires_days)", key);
+            qd_reply_ec(r, QD_EC_INVALID, key,
+                        "unknown field '%s' (known: name, role, expires_days)", key);
             return false;
         }
     }
@@ -63,10 +63,10 @@ static bool token_fields(qd_req *r, json_t *doc, const char **name, qd_role *rol
                           ? "expires_days"
                           : NULL;
     if (bad)
-        qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", bad,
-                       "a token needs {\"name\": NAME, \"role\": \"trainer\", \"reader\" or "
-                       "\"operator\"} and may have \"expires_days\": 1..%d",
-                       QD_TOKEN_MAX_DAYS);
+        qd_reply_ec(r, QD_EC_INVALID, bad,
+                    "a token needs {\"name\": NAME, \"role\": \"trainer\", \"reader\" or "
+                    "\"operator\"} and may have \"expires_days\": 1..%d",
+                    QD_TOKEN_MAX_DAYS);
     return bad == NULL;
 }
 
@@ -95,7 +95,7 @@ enum MHD_Result qd_h_token_create(qd_req *r)
             ret = qd_reply_text(r, MHD_HTTP_CREATED, text, "application/json",
                                 MHD_HTTP_HEADER_LOCATION, loc);
         } else if (st == QD_INVALID) {
-            ret = qd_reply_error(r, MHD_HTTP_BAD_REQUEST, "invalid", "name", "%s", err.message);
+            ret = qd_reply_ec(r, QD_EC_INVALID, "name", "%s", err.message);
         } else {
             ret = qd_reply_store_error(r, st, &err);
         }

@@ -83,7 +83,7 @@ bool qd_shard_query_ok(qd_req *r, enum MHD_Result *ret);
  * other strings live in `doc`. Replies (400, 403, 422) and returns false on error. */
 bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j);
 /* The 422 code of a job that cannot be planned, by the pipeline's status (h_jobs.c). */
-const char *qd_plan_error_code(quant_ck_status st);
+qd_ec qd_plan_error_code(quant_ck_status st);
 
 /* Job JSON as the API shows it (also used by job creation's reply). */
 json_t *qd_job_json(qd_app *app, const qd_job *j);

@@ -1,7 +1,7 @@
 /* stats.h -- calibration statistics from training jobs (issue 5, SPEC section 8): what a post
  * carries, the per-model averaging settings, the single writer that group-commits posts to
  * SQLite (an answer only after its transaction committed), the reads (never blocked by the
- * writer: WAL, own connection), and static activation scales computed from the averages.
+ * writer: WAL, own connection), and the averages as the library's SRQ engine takes them.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STATS_H
@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "quant.h"
 #include "quant_rules.h"
+#include "quant_srq.h"
 #include "store.h"
 
 /* ---- what a post carries (stats_parse.c fills these) ------------------------------------------
@@ -174,35 +175,8 @@ void qd_stat_avgs_free(qd_stat_avg *a, size_t n);
 /* ---- static activation scales (stats_scales.c) ------------------------------------------------
  */
 
-/* The module path of an activation: its name with '/' read as '.', less the last component
- * ("layers/0/mlp/dot_general0_lhs" -> "layers.0.mlp"); the output tensor base is the whole
- * name with '.' ("layers.0.mlp.dot_general0_lhs", written as BASE_scale, BASE_zero_point). */
-char *qd_act_module_path(const char *name);
-char *qd_act_tensor_base(const char *name);
-
-typedef struct qd_act_scale {
-    char *name;        /* the activation */
-    char *tensor_base; /* qd_act_tensor_base(name) */
-    quant_qtype qtype;
-    long rule; /* the rule that gave the qtype, -1 for a fixed qtype */
-    int rank;
-    int64_t shape[QUANT_MAX_RANK];
-    int64_t n;
-    float *scale;
-    int32_t *zero_point; /* NULL when symmetric (absmax statistics) */
-    int64_t count;
-} qd_act_scale;
-
-/* SPEC section 4 on each averaged calibration: ABSMAX statistics give a symmetric scale,
- * MINMAX an asymmetric one with a zero point. The qtype is `fixed` when not NULL, else the
- * act_qtype of the first rule of rs whose module_path matches the activation's module path
- * (with static_only, only a rule with act_static_scale counts). Activations without such a
- * rule are not scaled: their names go to *skipped (malloc'd array of malloc'd strings).
- * count == 0 is QD_INVALID naming the activation; so is a qtype SPEC section 4 refuses. */
-qd_status qd_act_scales(const qd_stat_avg *avg, size_t n, const quant_ruleset *rs,
-                        const quant_qtype *fixed, bool static_only, qd_act_scale **out,
-                        size_t *n_out, char ***skipped, size_t *n_skipped, qd_err *err);
-void qd_act_scales_free(qd_act_scale *a, size_t n);
-void qd_strings_free(char **s, size_t n);
+/* The averages as the library's SRQ engine takes them (quant_srq_compute): n views pointing
+ * into `avg` (which must outlive them), malloc'd; NULL on allocation failure. */
+quant_act_stat *qd_stat_views(const qd_stat_avg *avg, size_t n);
 
 #endif /* QD_STATS_H */

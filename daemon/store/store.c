@@ -1,4 +1,4 @@
-/* store.c -- the store's frame: qd_fail and the job state names, opening the SQLite database
+/* store.c -- the store's frame: the job state names, opening the SQLite database
  * (pragmas, refusing foreign or newer files, the embedded migrations in one transaction),
  * prepared statements, and the locked transaction and stepping helpers that store_rulesets.c and
  * store_jobs.c build on.
@@ -22,17 +22,6 @@
 
 #define BUSY_TIMEOUT_MS 5000
 #define APPLICATION_ID  0x514E5444 /* "QNTD" in the file header: this file is quantd's */
-
-qd_status qd_fail(qd_err *err, qd_status st, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 static const char *const state_names[QD_JOB_STATE_COUNT] = {[QD_JOB_QUEUED] = "queued",
                                                             [QD_JOB_RUNNING] = "running",

@@ -119,6 +119,8 @@ static quant_ck_status check_static_acts(const quant_pipeline_options *o,
 {
     if (o->n_static_acts > 0 && !o->static_acts)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "static_acts is NULL");
+    if (o->n_skipped_acts > 0 && !o->skipped_acts)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "skipped_acts is NULL");
     for (size_t i = 0; i < o->n_static_acts; i++) {
         quant_ck_status st = check_static_act(&o->static_acts[i], rules, err);
         if (st != QUANT_CK_OK) return st;
@@ -238,6 +240,7 @@ typedef struct ck_job {
     const quant_static_act **act_list; /* scratch: one shard's static activations */
     long *unused;                      /* rules that are the first match of no tensor */
     size_t n_unused;
+    bool plan_only; /* quant_check_path / quant_plan_*: no tensor data read, nothing written */
 } ck_job;
 
 /* Places every static activation in a shard. */
@@ -286,13 +289,16 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
         size_t n_acts = acts_of_shard(j, s);
-        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, err);
+        bool later = j->plan_only && o->allow_static_acts && o->n_static_acts == 0;
+        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, later, err);
         for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
         j->run.tensors_total += f->n_tensors;
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
+    if (st == QUANT_CK_OK && j->ct)
+        st = ck_ct_fuse_groups(j->plans, j->shards.n, j->shards.is_dir, err);
     if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);
     if (st == QUANT_CK_OK) st = note_unused(j, rules, err);
     return st;
@@ -380,7 +386,12 @@ static quant_ck_status job_new(ck_job *j, const quant_ruleset *rules,
     if (st != QUANT_CK_OK) return st;
     bool static_acts = opts->allow_static_acts || opts->n_static_acts > 0;
     *j = (ck_job){.run = {.opts = opts, .report = ck_report_new(opts->layout, static_acts)}};
-    return j->run.report ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (j->run.report &&
+        ck_report_set_skipped(j->run.report, opts->skipped_acts, opts->n_skipped_acts))
+        return QUANT_CK_OK;
+    quant_report_free(j->run.report);
+    j->run.report = NULL;
+    return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
 }
 
 /* quant_check_path() and quant_plan_path(): the run up to its first read of tensor data, then,
@@ -398,6 +409,7 @@ static quant_ck_status check_run(const quant_ruleset *rules, const char *in,
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
+    j.plan_only = true;
     st = job_start(&j, rules, in, NULL, err);
     if (st == QUANT_CK_OK && plan)
         st = ck_plan_doc_new(opts->layout, j.plans, j.shards.n, j.unused, j.n_unused, plan, err);
@@ -435,6 +447,7 @@ quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
+    j.plan_only = true;
     quant_st_file **files = malloc(sizeof *files);
     if (!files) st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (files) files[0] = f; /* borrowed: taken back before job_free closes the shards */
@@ -469,6 +482,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
     st = job_start(&j, rules, in, out, err);
+    if (st == QUANT_CK_OK) st = ck_global_scales(&j.run, j.plans, j.shards.n, err);
     if (st == QUANT_CK_OK)
         st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);
     job_free(&j);

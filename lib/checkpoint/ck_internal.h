@@ -84,8 +84,9 @@ typedef enum ck_codec {
     CK_CODEC_PACK32 = 1 /* compressed-tensors: code + 2^(b-1), b bits each, LSB-first in I32 */
 } ck_codec;
 
-/* Output roles of a quantized tensor; -1 in `out` when the layout has no such tensor. */
-enum { CK_OUT_DATA = 0, CK_OUT_SCALE, CK_OUT_ZP, CK_OUT_SHAPE, CK_OUT_ROLES };
+/* Output roles of a quantized tensor; -1 in `out` when the layout has no such tensor
+ * (CK_OUT_GSCALE: compressed-tensors nvfp4's weight_global_scale). */
+enum { CK_OUT_DATA = 0, CK_OUT_SCALE, CK_OUT_ZP, CK_OUT_SHAPE, CK_OUT_GSCALE, CK_OUT_ROLES };
 
 typedef struct ck_tensor_plan {
     const quant_st_tensor *in;
@@ -101,8 +102,14 @@ typedef struct ck_tensor_plan {
     int64_t scale_numel;
     bool asym;
     ck_codec codec;
-    bool zp_packed;         /* compressed-tensors: zero points in int32 words packed along dim 0 */
-    bool scale_e8m0;        /* compressed-tensors mxfp4 / mxfp8: the scale as U8 127 + log2(s) */
+    bool zp_packed;  /* compressed-tensors: zero points in int32 words packed along dim 0 */
+    bool scale_e8m0; /* compressed-tensors mxfp4 / mxfp8: the scale as U8 127 + log2(s) */
+    bool scale_e4m3; /* compressed-tensors nvfp4: the block scale s_b as F8_E4M3 */
+    float amax;      /* nvfp4: max |x| of the tensor (global_scale.c's pass) */
+    /* compressed-tensors nvfp4: the next member of the tensor's fused group (q/k/v, gate/up, ...,
+     * possibly in another shard), a ring back to itself; NULL outside a group. The group shares
+     * one global scale, from the max |x| over its members. */
+    struct ck_tensor_plan *fuse_next;
     long out[CK_OUT_ROLES]; /* indices into the shard's output list (copy: out[DATA] only) */
     /* work split along axis 0 */
     int64_t row_elems; /* elements per axis-0 index */
@@ -136,10 +143,12 @@ typedef struct ck_shard_plan {
 
 /* Plans every tensor of `in` by the rules (matched through the run's matcher `m`) for the
  * options' layout and chunk size, then the static activation scales `acts` (n_acts, borrowed)
- * placed in this shard. */
+ * placed in this shard. acts_later: a plan only, whose scales the statistics will give at run
+ * time; compressed-tensors' "every act_static_scale weight has its input_scale" is then left to
+ * the run. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
                               quant_rule_matcher *m, const quant_pipeline_options *o,
-                              const quant_static_act *const *acts, size_t n_acts,
+                              const quant_static_act *const *acts, size_t n_acts, bool acts_later,
                               quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
@@ -184,6 +193,20 @@ bool ck_ct_is_mx(quant_qtype q);
  * out of memory or a scale is not a power of two in 2^-127..2^127. */
 void *ck_ct_encode_e8m0(const float *scale, size_t n);
 void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t *len);
+/* nvfp4 in compressed-tensors: the n effective scales e_b of a tensor with global scale g back
+ * to its block scales s_b as F8_E4M3 (e4m3fn(e_b * g), checked to give f32(s_b / g) == e_b
+ * again, so a reader gets libquant's e_b exactly), in a ck_buf_alloc buffer of n bytes; NULL when
+ * out of memory or a scale does not come back. e_b * g is within a few float32 ulps of s_b (12
+ * bits even when e_b is a subnormal, s_b >= 2^-9 and g <= FLT_MAX), far closer than e4m3fn's
+ * spacing, so the check is a guard. */
+void *ck_ct_encode_nvfp4_scale(const float *scale, size_t n, float g);
+/* The fused groups of compressed-tensors nvfp4 weights over all planned shards (ct_fused.c): the
+ * weights vLLM loads as one layer (q/k/v_proj, gate/up_proj, ... of one parent module) are
+ * linked through fuse_next; a group where some member is nvfp4 and another is not nvfp4 is
+ * refused, naming both, and so is an nvfp4 group missing a member when the run is not `whole`
+ * (one file, maybe one shard of several: the missing member may lie in another). */
+quant_ck_status ck_ct_fuse_groups(ck_shard_plan *plans, size_t n_plans, bool whole,
+                                  quant_ck_error *err);
 
 /* compressed-tensors' quantization_config, gathered over every shard of a run. */
 typedef struct ck_ct_config ck_ct_config;
@@ -269,6 +292,8 @@ quant_report *ck_report_new(quant_layout layout, bool static_acts);
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp);
 /* Records the static activation scales a shard wrote (strings copied); false on OOM. */
 bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
+/* Records the activations skipped (quant_pipeline_options.skipped_acts, copied); false on OOM. */
+bool ck_report_set_skipped(quant_report *r, const quant_skipped_act *s, size_t n);
 /* Records the run's unused rules (copied); false on OOM. */
 bool ck_report_set_unused(quant_report *r, const long *unused, size_t n);
 /* Records an output file the run wrote (strings copied; sha256 may be NULL); false on OOM. A
@@ -289,10 +314,12 @@ typedef struct ck_run {
 
 quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
                              quant_ck_error *err);
-/* nvfp4 (global_scale.c): reads every nvfp4 tensor of the shard once for max |x|, sets its
- * plan's how.global_scale and remakes the native metadata (which records g). Run before the
- * shard's header is written. */
-quant_ck_status ck_global_scales(ck_run *run, ck_shard_plan *sp, quant_ck_error *err);
+/* nvfp4 (global_scale.c): reads every nvfp4 tensor of the run's shards once for max |x|, sets
+ * each plan's how.global_scale (a fused group's members, fuse_next, all get the one from the max
+ * over the group) and remakes the native metadata (which records g). Run before any shard's
+ * header is written. */
+quant_ck_status ck_global_scales(ck_run *run, ck_shard_plan *plans, size_t n_plans,
+                                 quant_ck_error *err);
 
 /* ---- opening inputs under a directory descriptor (beneath.c) ---------------------------------
  */

@@ -148,6 +148,25 @@ static quant_ck_status emit_codes(ck_unit *u, void *q, size_t qbytes, quant_ck_e
     return add_piece(u, tp->out[CK_OUT_DATA], row_bytes * (uint64_t)u->row0, packed, len, len);
 }
 
+/* compressed-tensors nvfp4: weight_scale as the e4m3fn block scales s_b, weight_global_scale g. */
+static quant_ck_status emit_nvfp4_scales(ck_unit *u, const float *scale, size_t n,
+                                         quant_ck_error *err)
+{
+    const ck_tensor_plan *tp = u->tp;
+    float g = tp->how.global_scale;
+    void *e = ck_ct_encode_nvfp4_scale(scale, n, g);
+    if (!e)
+        return quant_ck_fail(err, QUANT_CK_ERR_QUANT,
+                             "tensor '%s' (rule %ld): an nvfp4 scale under global scale %g does "
+                             "not come back from float8_e4m3fn (or out of memory)",
+                             tp->in->name, tp->rule, (double)g);
+    add_piece(u, tp->out[CK_OUT_SCALE], 0, e, n, n);
+    float *gs = ck_buf_alloc(sizeof *gs);
+    if (!gs) return nomem(err);
+    *gs = g;
+    return add_piece(u, tp->out[CK_OUT_GSCALE], 0, gs, sizeof *gs, sizeof *gs);
+}
+
 /* The scale (and zero point, and compressed-tensors' weight_shape) once the tensor is done. */
 static quant_ck_status emit_params(ck_compute *c, ck_unit *u, quant_ck_error *err)
 {
@@ -163,6 +182,7 @@ static quant_ck_status emit_params(ck_compute *c, ck_unit *u, quant_ck_error *er
         add_piece(u, tp->out[CK_OUT_SCALE], 0, e, n, n);
         return QUANT_CK_OK;
     }
+    if (tp->scale_e4m3) return emit_nvfp4_scales(u, c->st.scale, n, err);
     size_t ssize = quant_dtype_size(tp->how.scale_dtype);
     void *s = ck_buf_alloc(n * ssize);
     if (!s) return nomem(err);

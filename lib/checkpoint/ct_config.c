@@ -52,8 +52,14 @@ static json_t *weight_args(const ck_tensor_plan *tp)
         json_object_set_new(a, "scale_dtype", json_string("torch.uint8"));
         json_object_set_new(a, "zp_dtype", json_null());
     }
+    bool nvfp4 = tp->how.qtype == QUANT_QTYPE_NVFP4;
+    if (nvfp4) { /* the NVFP4A16 preset: e4m3fn block scales under a per-tensor global scale */
+        json_object_set_new(a, "scale_dtype", json_string("torch.float8_e4m3fn"));
+        json_object_set_new(a, "zp_dtype", json_null());
+    }
     ck_ct_strategy strategy = ck_ct_strategy_of(tp);
-    json_object_set_new(a, "strategy", json_string(ck_ct_strategy_name(strategy)));
+    json_object_set_new(a, "strategy",
+                        json_string(nvfp4 ? "tensor_group" : ck_ct_strategy_name(strategy)));
     if (strategy == CK_CT_GROUP) {
         json_object_set_new(a, "group_size", json_integer(in / s1));
         json_object_set_new(a, "actorder", json_null());
@@ -87,6 +93,7 @@ static const char *format_of(const ck_tensor_plan *tp)
 {
     if (tp->how.qtype == QUANT_QTYPE_MXFP4) return "mxfp4-pack-quantized";
     if (tp->how.qtype == QUANT_QTYPE_MXFP8) return "mxfp8-quantized";
+    if (tp->how.qtype == QUANT_QTYPE_NVFP4) return "nvfp4-pack-quantized";
     if (tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN) return "float-quantized";
     return tp->codec == CK_CODEC_PACK32 ? "pack-quantized" : "int-quantized";
 }

@@ -14,9 +14,14 @@
  *    (P.weight F8_E4M3 [out, in]), both with P.weight_scale U8 E8M0 = 127 + log2(scale) shaped
  *    [out, in/32] (compressed-tensors' compressors/mxfp4, compressors/mxfp8, mx_utils.py); one
  *    scale row per output row, so the input axis alone is contracted;
- *  - nvfp4 (nvfp4-pack-quantized) is not yet written: vLLM takes the max of the global scales of
- *    fused q/k/v and gate/up partitions, so those groups need one shared global scale; refused
- *    at plan time naming the rule; mxfp8_16 has no compressed-tensors form at all;
+ *  - nvfp4 -> `nvfp4-pack-quantized` (the NVFP4A16 preset, compressed-tensors' compressors/nvfp4):
+ *    P.weight_packed U8 [out, in/2] (element 2i in the low nibble, as its unpack_fp4_from_uint8
+ *    reads), P.weight_scale F8_E4M3 [out, in/16] = s_b, P.weight_global_scale F32 [1] = g. g is
+ *    SPEC 2b's g itself, not its reciprocal: compressed-tensors divides (scale / global_scale)
+ *    and generate_gparam makes 448 * 6 / A; vLLM's W4A16Fp4 inverts it for its kernel. Members
+ *    of a fused group (ct_fused.c) share the g of their largest A. W4A4 (the NVFP4 preset) needs
+ *    a static input_global_scale per layer from activation statistics: refused;
+ *  - mxfp8_16 has no compressed-tensors form at all (its mx formats have groups of 32);
  *  - scales P.weight_scale: tensor [1], channel [out,1], group [out,in/g], block [out/bh,in/bw];
  *  - asymmetric ints add P.weight_zero_point: int32 words packed along dim 0 for pack-quantized
  *    channel and group (compressed-tensors' PACK_ZP_STRATS), else I8 shaped like the scale;
@@ -37,7 +42,9 @@
  *  - mxfp4 weight-only -> W4A16Mxfp4 (_is_mxfp4: group 32, float, 4 bits, symmetric; the
  *    activations are not looked at);
  *  - mxfp8 weight-only -> W8A8Mxfp8 (_is_mxfp8: also scale_dtype torch.uint8), which quantizes
- *    the activations to mxfp8 at run time whatever the config says.
+ *    the activations to mxfp8 at run time whatever the config says;
+ *  - nvfp4 weight-only -> W4A16Fp4 (_is_fp4a16_nvfp4: tensor_group, group 16, float, 4 bits,
+ *    symmetric, no input_activations); it takes max(weight_global_scale) over a fused layer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -86,6 +93,19 @@ void *ck_ct_pack_zero_point(const ck_tensor_plan *tp, const int32_t *zp, size_t 
     }
     free(column);
     free(packed);
+    return out;
+}
+
+void *ck_ct_encode_nvfp4_scale(const float *scale, size_t n, float g)
+{
+    uint8_t *out = ck_buf_alloc(n);
+    for (size_t i = 0; out && i < n; i++) {
+        out[i] = quant_f32_to_e4m3fn(scale[i] * g);
+        if (quant_e4m3fn_to_f32(out[i]) / g != scale[i]) {
+            ck_buf_free(out, n);
+            return NULL;
+        }
+    }
     return out;
 }
 
@@ -138,20 +158,27 @@ static quant_ck_status ct_check(const ck_tensor_plan *tp, quant_ck_error *err)
         return unsupported(tp, err,
                            "mxfp8_16 has no compressed-tensors form (its mx formats have groups "
                            "of 32); use mxfp8, or the native layout");
-    if (q == QUANT_QTYPE_NVFP4)
-        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
-                             "tensor '%s' (rule %ld): nvfp4 is not yet written by the "
-                             "compressed-tensors layout (vLLM takes the max of the global scales "
-                             "of fused q/k/v and gate/up partitions, so they need one shared "
-                             "global scale); use the native layout",
-                             t->name, tp->rule);
-    if (!(q <= QUANT_QTYPE_INT8 || q == QUANT_QTYPE_FP8_E4M3FN || ck_ct_is_mx(q)))
+    if (!(q <= QUANT_QTYPE_INT8 || q == QUANT_QTYPE_FP8_E4M3FN || ck_ct_is_mx(q) ||
+          q == QUANT_QTYPE_NVFP4))
         return unsupported(tp, err,
-                           "weight qtypes are int2..int8 and float8_e4m3fn, or mxfp8 and mxfp4");
+                           "weight qtypes are int2..int8 and float8_e4m3fn, or mxfp8, mxfp4 and "
+                           "nvfp4");
     if (ck_ct_is_mx(q) && ck_ct_strategy_of(tp) != CK_CT_GROUP)
         return unsupported(tp, err,
                            "mxfp8 and mxfp4 have one scale per 32 inputs of each output row "
                            "(strategy group); contract the input (last) axis alone");
+    if (q == QUANT_QTYPE_NVFP4 && ck_ct_strategy_of(tp) != CK_CT_GROUP)
+        return unsupported(tp, err,
+                           "nvfp4 has one block scale per 16 inputs of each output row under the "
+                           "global scale (strategy tensor_group); contract the input (last) "
+                           "axis alone");
+    if (q == QUANT_QTYPE_NVFP4 && tp->r->has_act_qtype)
+        return unsupported(tp, err,
+                           "vLLM serves nvfp4 weights with activations only as W4A4Fp4 (the "
+                           "NVFP4 preset: nvfp4 activations under a static input_global_scale "
+                           "per layer, which needs activation statistics this layout does not "
+                           "turn into that scale); use no act_qtype (NVFP4A16, served by "
+                           "W4A16Fp4), or the native layout");
     if (is_channel_axis(&tp->how, 1))
         return unsupported(tp, err, "the input (last) axis must be a contraction axis");
     if (tp->r->has_act_qtype && tp->r->act_qtype != QUANT_QTYPE_INT8 &&
@@ -181,11 +208,11 @@ const char *ck_ct_strategy_name(ck_ct_strategy s)
 typedef enum { ACT_NONE, ACT_INT8, ACT_FP8 } ct_act;
 
 /* A rule's scheme as vLLM's compressed-tensors scheme selection sees it. */
-typedef enum { W_INT, W_FP8, W_MX } ct_weight;
+typedef enum { W_INT, W_FP8, W_MX, W_NVFP4 } ct_weight;
 
 typedef struct ct_scheme {
     int bits;
-    ct_weight w; /* intN, float8_e4m3fn, or mxfp4 / mxfp8 */
+    ct_weight w; /* intN, float8_e4m3fn, mxfp4 / mxfp8, or nvfp4 */
     ck_ct_strategy strategy;
     bool asym;
     ct_act act;
@@ -297,6 +324,7 @@ static quant_ck_status ct_check_servable(const ck_tensor_plan *tp, quant_ck_erro
     const quant_qtype_traits *tr = quant_qtype_traits_get(tp->how.qtype);
     ct_scheme s = {.bits = tr->bits,
                    .w = ck_ct_is_mx(tp->how.qtype)                ? W_MX
+                        : tp->how.qtype == QUANT_QTYPE_NVFP4      ? W_NVFP4
                         : tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN ? W_FP8
                                                                   : W_INT,
                    .strategy = ck_ct_strategy_of(tp),
@@ -342,6 +370,25 @@ static long add_zero_point(ck_shard_plan *sp, ck_tensor_plan *tp, const char *mo
     return add_named(sp, module, "weight_zero_point", QUANT_ST_I32, 2, zshape);
 }
 
+/* nvfp4 -> weight_packed U8 (libquant's nibbles), weight_scale F8_E4M3 (s_b) and
+ * weight_global_scale F32 [1] (g), no weight_shape (compressed-tensors' NVFP4PackedCompressor). */
+static quant_ck_status nvfp4_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, const char *module,
+                                     quant_ck_error *err)
+{
+    const quant_st_tensor *t = tp->in;
+    int64_t dshape[2] = {t->shape[0], (t->shape[1] + 1) / 2}, one = 1;
+    tp->how.pack = true;
+    tp->codec = CK_CODEC_RAW;
+    tp->scale_e4m3 = true;
+    tp->out[CK_OUT_DATA] = add_named(sp, module, "weight_packed", QUANT_ST_U8, 2, dshape);
+    tp->out[CK_OUT_SCALE] =
+        add_named(sp, module, "weight_scale", QUANT_ST_F8_E4M3, 2, tp->scale_shape);
+    tp->out[CK_OUT_GSCALE] = add_named(sp, module, "weight_global_scale", QUANT_ST_F32, 1, &one);
+    if (tp->out[CK_OUT_DATA] < 0 || tp->out[CK_OUT_SCALE] < 0 || tp->out[CK_OUT_GSCALE] < 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    return QUANT_CK_OK;
+}
+
 /* mxfp4 -> weight_packed U8 (libquant's nibbles: element 2i low), mxfp8 -> weight F8_E4M3; both
  * with weight_scale U8 E8M0 and no weight_shape (compressed-tensors' MXFP4PackedCompressor and
  * MXFP8QuantizationCompressor). */
@@ -369,6 +416,7 @@ quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quan
     if (strlen(t->name) >= sizeof module) return unsupported(tp, err, "name too long");
     quant_module_path(t->name, module, sizeof module);
     if (ck_ct_is_mx(tp->how.qtype)) return mx_outputs(sp, tp, module, err);
+    if (tp->how.qtype == QUANT_QTYPE_NVFP4) return nvfp4_outputs(sp, tp, module, err);
     int bits = quant_qtype_traits_get(tp->how.qtype)->bits;
     bool is_float = tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN;
     bool packed = !is_float && !tp->r->has_act_qtype;

@@ -295,12 +295,7 @@ quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_pat
 {
     pipe_t p = {.run = run, .sp = sp};
     atomic_init(&p.failed, 0);
-    quant_ck_status st = ck_global_scales(run, sp, err);
-    if (st != QUANT_CK_OK) {
-        quant_ck_prefix(err, "%s", sp->in->path);
-        return st;
-    }
-    st = open_writer(&p, out_path, err);
+    quant_ck_status st = open_writer(&p, out_path, err);
     if (st == QUANT_CK_OK && run->opts->sha256) st = quant_st_writer_hash(p.w, err);
     if (st == QUANT_CK_OK) st = write_static_acts(&p, err);
     if (st != QUANT_CK_OK) {

@@ -159,7 +159,7 @@ static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
 /* The output tensors of the static activation scales placed in this shard. */
 static quant_ck_status plan_acts(ck_shard_plan *sp, quant_layout layout,
                                  const quant_static_act *const *acts, size_t n_acts,
-                                 quant_ck_error *err)
+                                 bool acts_later, quant_ck_error *err)
 {
     sp->acts = calloc(n_acts ? n_acts : 1, sizeof *sp->acts);
     if (!sp->acts) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
@@ -170,12 +170,14 @@ static quant_ck_status plan_acts(ck_shard_plan *sp, quant_layout layout,
                                                              : ck_native_act_outputs(sp, ap, err);
         if (st != QUANT_CK_OK) return st;
     }
-    return layout == QUANT_LAYOUT_CTENSORS ? ck_ct_check_static(sp, err) : QUANT_CK_OK;
+    /* scales that come later (a plan before the statistics are read) cannot be checked yet */
+    return layout == QUANT_LAYOUT_CTENSORS && !acts_later ? ck_ct_check_static(sp, err)
+                                                          : QUANT_CK_OK;
 }
 
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
                               quant_rule_matcher *m, const quant_pipeline_options *o,
-                              const quant_static_act *const *acts, size_t n_acts,
+                              const quant_static_act *const *acts, size_t n_acts, bool acts_later,
                               quant_ck_error *err)
 {
     quant_layout layout = o->layout;
@@ -195,7 +197,7 @@ quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_
         }
     }
     sp->n_tensor_out = sp->n_out;
-    quant_ck_status st = plan_acts(sp, layout, acts, n_acts, err);
+    quant_ck_status st = plan_acts(sp, layout, acts, n_acts, acts_later, err);
     if (st != QUANT_CK_OK) {
         quant_ck_prefix(err, "%s", in->path);
         return st;

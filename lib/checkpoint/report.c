@@ -1,7 +1,8 @@
 /* report.c -- the per-tensor report of a run: one entry per input tensor (rule, qtype, shapes,
- * bytes, SQNR and max error), the static activation scales written (SRQ), the unused rules
- * (SPEC section 10), the output files (size, SHA-256), its JSON form and the atomic write of
- * quant-report.json. SPDX-License-Identifier: Apache-2.0
+ * bytes, SQNR and max error), the static activation scales written (SRQ) with their statistics'
+ * counts and the activations skipped with their reasons, the unused rules (SPEC section 10), the
+ * output files (size, SHA-256), its JSON form and the atomic write of quant-report.json.
+ * SPDX-License-Identifier: Apache-2.0
  */
 #include <jansson.h>
 #include <math.h>
@@ -17,6 +18,8 @@ struct quant_report {
     bool static_acts; /* the run allowed static activation scales */
     size_t n_acts, cap_acts;
     quant_report_static_act *acts;
+    size_t n_skipped;
+    quant_skipped_act *skipped; /* strings owned */
     size_t n_unused;
     long *unused; /* rules that are the first match of no tensor (set when the run is planned) */
     size_t n_outs, cap_outs;
@@ -52,6 +55,11 @@ void quant_report_free(quant_report *r)
     ck_report_drop_outputs(r);
     free(r->outs);
     free(r->acts);
+    for (size_t i = 0; i < r->n_skipped; i++) {
+        free((char *)r->skipped[i].name);
+        free((char *)r->skipped[i].reason);
+    }
+    free(r->skipped);
     free(r->e);
     free(r->unused);
     free(r);
@@ -67,11 +75,35 @@ const quant_report_static_act *quant_report_static_at(const quant_report *r, siz
     return r && i < r->n_acts ? &r->acts[i] : NULL;
 }
 
+size_t quant_report_skipped_count(const quant_report *r)
+{
+    return r ? r->n_skipped : 0;
+}
+
+const quant_skipped_act *quant_report_skipped_at(const quant_report *r, size_t i)
+{
+    return r && i < r->n_skipped ? &r->skipped[i] : NULL;
+}
+
 static char *strdup_or_null(const char *s, bool *ok)
 {
     char *copy = s ? strdup(s) : NULL;
     if (s && !copy) *ok = false;
     return copy;
+}
+
+bool ck_report_set_skipped(quant_report *r, const quant_skipped_act *s, size_t n)
+{
+    r->skipped = calloc(n ? n : 1, sizeof *r->skipped);
+    if (!r->skipped) return false;
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        quant_skipped_act *k = &r->skipped[r->n_skipped++];
+        k->rule = s[i].rule;
+        k->name = strdup_or_null(s[i].name, &ok);
+        k->reason = strdup_or_null(s[i].reason, &ok);
+    }
+    return ok;
 }
 
 static bool add_static(quant_report *r, const char *shard, const ck_shard_plan *sp,
@@ -87,7 +119,8 @@ static bool add_static(quant_report *r, const char *shard, const ck_shard_plan *
     const quant_static_act *in = ap->act;
     quant_report_static_act *a = &r->acts[r->n_acts];
     bool ok = true;
-    *a = (quant_report_static_act){.rule = in->rule, .qtype = in->qtype, .rank = in->rank};
+    *a = (quant_report_static_act){
+        .rule = in->rule, .qtype = in->qtype, .rank = in->rank, .count = in->count};
     memcpy(a->shape, in->shape, sizeof a->shape);
     a->name = strdup_or_null(in->name ? in->name : in->tensor_base, &ok);
     a->shard = strdup_or_null(shard, &ok);
@@ -260,22 +293,38 @@ static json_t *summary_json(const quant_report *r)
                      isfinite(worst) ? json_real(worst) : json_null(), "unused_rules", unused);
 }
 
-static json_t *static_act_json(const quant_report_static_act *a)
+static json_t *rule_json(long rule)
 {
-    return json_pack("{s:s, s:s, s:o, s:s, s:o, s:s, s:o}", "name", a->name, "shard", a->shard,
-                     "rule", a->rule >= 0 ? json_integer(a->rule) : json_null(), "qtype",
-                     quant_qtype_traits_get(a->qtype)->name, "shape", dims(a->rank, a->shape),
-                     "scale", a->scale, "zero_point",
-                     a->zero_point ? json_string(a->zero_point) : json_null());
+    return rule >= 0 ? json_integer(rule) : json_null();
 }
 
-/* {"written": [...]}: the static activation scales of the run. */
+static json_t *static_act_json(const quant_report_static_act *a)
+{
+    json_t *o =
+        json_pack("{s:s, s:s, s:o, s:s, s:o, s:s, s:o}", "name", a->name, "shard", a->shard, "rule",
+                  rule_json(a->rule), "qtype", quant_qtype_traits_get(a->qtype)->name, "shape",
+                  dims(a->rank, a->shape), "scale", a->scale, "zero_point",
+                  a->zero_point ? json_string(a->zero_point) : json_null());
+    if (o && a->count > 0) json_object_set_new(o, "count", json_integer(a->count));
+    return o;
+}
+
+static json_t *skipped_json(const quant_skipped_act *k)
+{
+    return json_pack("{s:s, s:o, s:s}", "name", k->name ? k->name : "", "rule", rule_json(k->rule),
+                     "reason", k->reason ? k->reason : "");
+}
+
+/* {"written": [...], "skipped": [...]}: the static activation scales of the run, and the
+ * activations whose statistics gave none. */
 static json_t *static_acts_json(const quant_report *r)
 {
-    json_t *written = json_array();
+    json_t *written = json_array(), *skipped = json_array();
     for (size_t i = 0; written && i < r->n_acts; i++)
         json_array_append_new(written, static_act_json(&r->acts[i]));
-    return json_pack("{s:o}", "written", written);
+    for (size_t i = 0; skipped && i < r->n_skipped; i++)
+        json_array_append_new(skipped, skipped_json(&r->skipped[i]));
+    return json_pack("{s:o, s:o}", "written", written, "skipped", skipped);
 }
 
 char *quant_report_json(const quant_report *r)

@@ -56,7 +56,16 @@ typedef struct quant_static_act {
     int64_t shape[QUANT_MAX_RANK];
     const float *scale;        /* numel(shape) positive finite values */
     const int32_t *zero_point; /* numel(shape) values in [qmin, qmax]; NULL when symmetric */
+    int64_t count;             /* the statistics' count it comes from (report); 0: not known */
 } quant_static_act;
+
+/* An activation with statistics that got no static scale, and why (quant_srq_compute(); the
+ * report lists them). */
+typedef struct quant_skipped_act {
+    const char *name;
+    long rule;          /* the first rule matching its module path, -1 for none */
+    const char *reason; /* "no rule matches module path 'm.x'", ... */
+} quant_skipped_act;
 
 typedef struct quant_pipeline_options {
     int threads;                /* libquant worker threads; 0 = every CPU the process may use */
@@ -77,10 +86,18 @@ typedef struct quant_pipeline_options {
      * first tensor whose name starts with its module path + "." (else the last shard); in the
      * compressed-tensors layout they become P.input_scale (and P.input_zero_point) of the
      * quantized weight P.weight of that module path, which must exist (QUANT_CK_ERR_UNSUPPORTED
-     * otherwise). The array is borrowed for the call. */
+     * otherwise). The array is borrowed for the call. A plan or check (quant_check_path(),
+     * quant_plan_path(), quant_plan_file()) with allow_static_acts and no static_acts stands for
+     * a run whose scales statistics will give later (a quantd job with a stats_model): there,
+     * compressed-tensors' need of an input_scale for every weight of an act_static_scale rule is
+     * left to the run, which checks it with the scales it is given. */
     bool allow_static_acts;
     const quant_static_act *static_acts;
     size_t n_static_acts;
+    /* The activations whose statistics gave no static scale, for the report (borrowed, like
+     * static_acts). quant_srq_apply() (quant_srq.h) sets all of these from quant_srq_compute(). */
+    const quant_skipped_act *skipped_acts;
+    size_t n_skipped_acts;
     /* The directory `in` is resolved under (openat semantics; default AT_FDCWD). Borrowed: the
      * run neither closes nor moves it. Without no_symlinks an absolute `in` ignores it. */
     int input_dir_fd;
@@ -144,12 +161,18 @@ typedef struct quant_report_static_act {
     quant_qtype qtype;
     int rank;
     int64_t shape[QUANT_MAX_RANK];
+    int64_t count; /* quant_static_act.count (0: not known) */
 } quant_report_static_act;
 
 /*! quant_report_static_count(), quant_report_static_at() : the static activation scales written,
  * in output order (shard by shard). */
 QUANT_API size_t quant_report_static_count(const quant_report *r);
 QUANT_API const quant_report_static_act *quant_report_static_at(const quant_report *r, size_t i);
+
+/*! quant_report_skipped_count(), quant_report_skipped_at() : the activations skipped
+ * (quant_pipeline_options.skipped_acts, copied), in their order. */
+QUANT_API size_t quant_report_skipped_count(const quant_report *r);
+QUANT_API const quant_skipped_act *quant_report_skipped_at(const quant_report *r, size_t i);
 
 /* An output file a successful run published. */
 typedef struct quant_report_output {
@@ -176,8 +199,8 @@ QUANT_API const long *quant_report_unused_rules(const quant_report *r, size_t *n
  * The report as JSON text (`{"format":"quantd.report/1","layout":..,"tensors":[..],
  * "summary":{..,"unused_rules":[..]}}`, plus
  * `"static_activations":{"written":[{"name","shard","rule","qtype",
- * "shape","scale","zero_point"}]}` when the run allowed static activation scales), malloc'd;
- * NULL on allocation failure. */
+ * "shape","scale","zero_point"[,"count"]}],"skipped":[{"name","rule","reason"}]}` when the run
+ * allowed static activation scales; "count" when known), malloc'd; NULL on allocation failure. */
 QUANT_API char *quant_report_json(const quant_report *r);
 
 /*! quant_report_write() :

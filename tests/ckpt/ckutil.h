@@ -65,6 +65,7 @@ Suite *suite_ctensors(void);
 Suite *suite_cli(void);
 Suite *suite_e2e(void);
 Suite *suite_srq_ckpt(void);
+Suite *suite_srq_engine(void);
 Suite *suite_confine(void);
 Suite *suite_check(void);
 Suite *suite_plan(void);

@@ -417,6 +417,12 @@ START_TEST(test_vllm_accepts)
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"float8_e4m3fn\",\"contraction_axes\":[0,"
          "1]}]",
          "float-quantized", "tensor"},
+        /* W4A16Fp4: nvfp4 weight-only, one e4m3fn scale per 16 inputs under a global scale */
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"nvfp4\"}]", "nvfp4-pack-quantized",
+         "tensor_group"},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"nvfp4\",\"tile_size\":16,\"weight_"
+         "calibration_method\":\"rms,3\"}]",
+         "nvfp4-pack-quantized", "tensor_group"},
     };
     char *root = ck_tmpdir();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

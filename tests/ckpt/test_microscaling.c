@@ -1,12 +1,15 @@
 /* test_microscaling.c -- the microscaling qtypes (mxfp8, mxfp8_16, mxfp4, nvfp4; SPEC 2b) through
  * the checkpoint side: rule refusals (tile, method, scale dtype, static activations), plan-time
  * refusals (a dimension the tile does not divide; in the compressed-tensors layout mxfp8_16,
- * nvfp4, mxfp4 / mxfp8 beyond the input axis or with activations), the native
+ * mxfp4 / mxfp8 / nvfp4 beyond the input axis or with activations, a fused q/k/v or gate/up
+ * layer mixing nvfp4 with another scheme), the native
  * layout on the stories260K fixture through `quant quantize`, `quant dequantize` and
  * `quant inspect --json` (qvalue and scale dtypes and shapes, every scale recomputed here from the
  * input, nvfp4's global_scale, dequantized = level(q) * scale), and nvfp4 in a two-pass (chunked)
- * run; mxfp4 and mxfp8 in the compressed-tensors layout decoded as compressed-tensors does and
- * compared with the native output bit for bit, with their quantization_config.
+ * run; mxfp4, mxfp8 and nvfp4 in the compressed-tensors layout decoded as compressed-tensors
+ * does and compared with the native output bit for bit, with their quantization_config; nvfp4's
+ * global and block scales against numbers from compressed-tensors' formulas, and its fused
+ * groups (one weight_global_scale for q/k/v and for gate/up, across shards).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -105,13 +108,21 @@ START_TEST(plan_time_refusals)
                       strstr(err.message, "172"),
                   "%s", err.message);
     ck_assert_int_lt(access(out, F_OK), 0);
-    /* compressed-tensors: mxfp8_16 has no form there, nvfp4 is not written yet, mxfp4 / mxfp8
-     * are per-group along the input axis only, and vLLM serves them without activations */
+    /* compressed-tensors: mxfp8_16 has no form there, mxfp4 / mxfp8 / nvfp4 are per-group along
+     * the input axis only, and vLLM serves them without activations (nvfp4 with activations is
+     * W4A4, which needs an input_global_scale) */
     static const struct {
         const char *rule, *want1, *want2;
     } ct[] = {
         {"\"weight_qtype\": \"mxfp8_16\"", "no compressed-tensors form", "mxfp8_16"},
-        {"\"weight_qtype\": \"nvfp4\"", "nvfp4 is not yet written", "global scale"},
+        {"\"weight_qtype\": \"nvfp4\", \"act_qtype\": \"int8\"", "W4A4Fp4", "input_global_scale"},
+        {"\"weight_qtype\": \"nvfp4\", \"act_qtype\": \"float8_e4m3fn\"", "W4A16Fp4",
+         "no act_qtype"},
+        {"\"weight_qtype\": \"nvfp4\", \"contraction_axes\": [0, 1]", "tensor_group",
+         "input (last) axis"},
+        {"\"weight_qtype\": \"nvfp4\", \"contraction_axes\": [0]", "input (last) axis", "nvfp4"},
+        /* q_proj alone: vLLM's qkv_proj layer would mix nvfp4 with unquantized k and v */
+        {"\"weight_qtype\": \"nvfp4\"", "one layer with one scheme", "is not quantized"},
         {"\"weight_qtype\": \"mxfp4\", \"contraction_axes\": [0, 1]", "strategy group",
          "input (last) axis"},
         {"\"weight_qtype\": \"mxfp8\", \"act_qtype\": \"float8_e4m3fn\"", "vLLM", "no act_qtype"},
@@ -127,6 +138,18 @@ START_TEST(plan_time_refusals)
                       "%s", err.message);
         ck_assert_int_lt(access(out, F_OK), 0);
     }
+    /* gate_proj nvfp4 and up_proj int4: one fused layer, two schemes */
+    static const char mixed[] = "[{\"module_path\": \".*gate_proj\", \"weight_qtype\": \"nvfp4\"},"
+                                " {\"module_path\": \".*up_proj\", \"weight_qtype\": \"int4\"}]";
+    ck_assert_int_eq(ck_quantize(mixed, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "gate_proj, up_proj") &&
+                      strstr(err.message, "model.layers.0.mlp.up_proj.weight' is not nvfp4") &&
+                      strstr(err.message, "quantize all of them with nvfp4, or none"),
+                  "%s", err.message);
+    ck_assert_int_lt(access(out, F_OK), 0);
+    /* the native layout has no fused layers: each tensor keeps its own global scale */
+    o.layout = QUANT_LAYOUT_NATIVE;
+    ck_assert_msg(ck_quantize(mixed, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
     ck_rmtree(tmp);
     free(tmp);
     free(out);
@@ -619,6 +642,450 @@ START_TEST(ctensors_mx_equals_native)
 }
 END_TEST
 
+/* ---- the compressed-tensors layout: nvfp4 -----------------------------------------------------
+ */
+
+/* compressed-tensors' cast_to_fp4 (quantization/utils/fp4_utils.py), written out again: the e2m1
+ * magnitude index of |v| after the clamp to [-6, 6], by its thresholds (<= 0.25 -> 0, < 0.75 ->
+ * 0.5, <= 1.25 -> 1, < 1.75 -> 1.5, <= 2.5 -> 2, < 3.5 -> 3, <= 5 -> 4, else 6); its
+ * pack_fp4_to_uint8 then adds signbit << 3. */
+static int ct_cast_fp4(float v)
+{
+    static const float le[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    static const bool incl[7] = {true, false, true, false, true, false, true};
+    float a = fabsf(v);
+    int m = 0;
+    while (m < 7 && !(incl[m] ? a <= le[m] : a < le[m])) m++;
+    return (signbit(v) ? 8 : 0) | m;
+}
+
+typedef struct nv_ct {
+    part packed, scale, global;
+} nv_ct;
+
+/* The three tensors of an nvfp4 weight, their dtypes and shapes, and no P.weight, P.weight_shape
+ * or P.weight_zero_point. */
+static nv_ct read_nv_ct(quant_st_file *ct, const char *module, int64_t rows, int64_t cols)
+{
+    nv_ct t = {read_part(ct, module, ".weight_packed"), read_part(ct, module, ".weight_scale"),
+               read_part(ct, module, ".weight_global_scale")};
+    ck_assert_int_eq(t.packed.t->dtype, QUANT_ST_U8);
+    ck_assert_int_eq(t.packed.t->rank, 2);
+    ck_assert_int_eq(t.packed.t->shape[0], rows);
+    ck_assert_int_eq(t.packed.t->shape[1], cols / 2);
+    ck_assert_int_eq(t.scale.t->dtype, QUANT_ST_F8_E4M3);
+    ck_assert_int_eq(t.scale.t->rank, 2);
+    ck_assert_int_eq(t.scale.t->shape[0], rows);
+    ck_assert_int_eq(t.scale.t->shape[1], cols / 16);
+    ck_assert_int_eq(t.global.t->dtype, QUANT_ST_F32);
+    ck_assert_int_eq(t.global.t->rank, 1);
+    ck_assert_int_eq(t.global.t->shape[0], 1);
+    static const char *const absent[3] = {".weight", ".weight_shape", ".weight_zero_point"};
+    for (int i = 0; i < 3; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", module, absent[i]);
+        ck_assert_msg(quant_st_find(ct, name) == NULL, "%s written", name);
+    }
+    return t;
+}
+
+/* One nvfp4 weight of a compressed-tensors output against its input `x` (rows x cols float32)
+ * and the global scale g it must carry: each block scale byte is compressed-tensors'
+ * calculate_qparams under g (f32(absmax / 6) * g, clamped to +-448, cast to e4m3fn, 0 -> 0.125),
+ * each code its quantize (x / f32(s_b / g), cast_to_fp4, element 2i in the low nibble), and
+ * its decoding (unpack, s_b through bfloat16 as its decompress_scale does, f32(s_b / g),
+ * level * that) is returned in `dec` (rows x cols) for comparisons. */
+static void check_nv_ct(quant_st_file *ct, const char *module, const float *x, int64_t rows,
+                        int64_t cols, float g, float *dec)
+{
+    nv_ct t = read_nv_ct(ct, module, rows, cols);
+    float gs;
+    memcpy(&gs, t.global.raw, sizeof gs);
+    ck_assert_msg(f_to_bits(gs) == f_to_bits(g), "%s: weight_global_scale %a, want %a", module,
+                  (double)gs, (double)g);
+    const uint8_t *sc = t.scale.raw, *pk = t.packed.raw;
+    int64_t ng = cols / 16;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < ng; b++) {
+            const float *blk = x + r * cols + b * 16;
+            float am = 0.0f;
+            for (int j = 0; j < 16; j++) am = fabsf(blk[j]) > am ? fabsf(blk[j]) : am;
+            float v = (am / 6.0f) * g;
+            uint8_t want = quant_f32_to_e4m3fn(v > 448.0f ? 448.0f : v);
+            if (quant_e4m3fn_to_f32(want) == 0.0f) want = quant_f32_to_e4m3fn(0.125f);
+            ck_assert_msg(sc[r * ng + b] == want, "%s scale [%lld, %lld]: 0x%02x, want 0x%02x",
+                          module, (long long)r, (long long)b, sc[r * ng + b], want);
+            float sb = quant_bf16_to_f32(quant_f32_to_bf16(quant_e4m3fn_to_f32(sc[r * ng + b])));
+            float e = sb / g;
+            for (int j = 0; j < 16; j++) {
+                int64_t c = b * 16 + j;
+                int code = (pk[r * (cols / 2) + c / 2] >> (4 * (c & 1))) & 15;
+                float q = blk[j] / e;
+                q = q > 6.0f ? 6.0f : q < -6.0f ? -6.0f : q;
+                ck_assert_msg(code == ct_cast_fp4(q), "%s [%lld, %lld]: code %d, want %d", module,
+                              (long long)r, (long long)c, code, ct_cast_fp4(q));
+                dec[r * cols + c] = ct_e2m1(code) * e;
+            }
+        }
+    free(t.packed.raw);
+    free(t.scale.raw);
+    free(t.global.raw);
+}
+
+/* The decoded compressed-tensors weight equals `quant dequantize` of the native output (F32)
+ * bit for bit, and the codes are the native qvalue bytes. */
+static void same_as_native(quant_st_file *ct, quant_st_file *nat, quant_st_file *deq,
+                           const char *module, const float *dec, int64_t rows, int64_t cols)
+{
+    char w[128];
+    snprintf(w, sizeof w, "%s.weight", module);
+    part qv = read_part(nat, w, ".qvalue"), dq = read_part(deq, w, ""),
+         pk = read_part(ct, module, ".weight_packed");
+    ck_assert_int_eq(dq.t->dtype, QUANT_ST_F32);
+    ck_assert_int_eq(memcmp(pk.raw, qv.raw, (size_t)(rows * cols / 2)), 0);
+    const float *ref = dq.raw;
+    for (int64_t i = 0; i < rows * cols; i++)
+        ck_assert_msg(f_to_bits(dec[i]) == f_to_bits(ref[i]), "%s [%lld]: %a != %a", module,
+                      (long long)i, (double)dec[i], (double)ref[i]);
+    free(qv.raw);
+    free(dq.raw);
+    free(pk.raw);
+}
+
+/* NVFP4A16 in quantization_config: compressed-tensors' preset as it serializes it. */
+static void check_nv_config(const char *dir, size_t n_targets)
+{
+    char *pcfg = ck_join(dir, "config.json");
+    json_t *root = json_load_file(pcfg, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    json_t *qc = json_object_get(root, "quantization_config");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "format")), "nvfp4-pack-quantized");
+    json_t *groups = json_object_get(qc, "config_groups");
+    ck_assert_int_eq(json_object_size(groups), 1);
+    json_t *g = json_object_get(groups, "group_0");
+    ck_assert_str_eq(json_string_value(json_object_get(g, "format")), "nvfp4-pack-quantized");
+    json_t *wa = json_object_get(g, "weights");
+    ck_assert_int_eq(json_integer_value(json_object_get(wa, "num_bits")), 4);
+    ck_assert_str_eq(json_string_value(json_object_get(wa, "type")), "float");
+    ck_assert_str_eq(json_string_value(json_object_get(wa, "strategy")), "tensor_group");
+    ck_assert_int_eq(json_integer_value(json_object_get(wa, "group_size")), 16);
+    ck_assert(json_is_true(json_object_get(wa, "symmetric")));
+    ck_assert(json_is_false(json_object_get(wa, "dynamic")));
+    ck_assert_str_eq(json_string_value(json_object_get(wa, "scale_dtype")), "torch.float8_e4m3fn");
+    ck_assert(json_is_null(json_object_get(wa, "zp_dtype")));
+    ck_assert(json_is_null(json_object_get(g, "input_activations")));
+    ck_assert_int_eq(json_array_size(json_object_get(g, "targets")), n_targets);
+    json_decref(root);
+    free(pcfg);
+}
+
+/* Global and block scales against numbers computed with compressed-tensors' own formulas:
+ * generate_gparam (g = 448 * 6 / A, which torch evaluates as reciprocal(A) * 2688) and
+ * calculate_qparams for tensor_group (f32(absmax / 6) * g, clamp to +-448, .to(float8_e4m3fn),
+ * a zero scale replaced by float8_e4m3fn's eps 0.125). The expected values were computed off-line
+ * by a Python script emulating those torch float32 operations (each op rounded to float32 with
+ * struct, e4m3fn round-to-nearest-even by hand) for blocks whose absmax is, row by row,
+ * 3.7, 0.01, 1e-6, 0.3 and 2.0, 0, 0.0703, 1.55 (float32): A = 3.7, g = 726.48645 =
+ * 0x1.6b3e44p+9, f32(absmax / 6) * g = 447.99997, 1.2108107, 1.2108107e-4, 36.324322, 242.16216,
+ * 0, 8.511999, 187.67566, so s_b = 448, 1.25, 0 -> 0.125, 36, 240, 0 -> 0.125, 9, 192 (e4m3fn
+ * bytes 0x7e 0x3a 0x20 0x61 0x77 0x20 0x51 0x74). Then the codes and the decoding equal the native
+ * layout's qvalue and `quant dequantize` bit for bit. */
+START_TEST(ctensors_nvfp4_scales_and_round_trip)
+{
+    enum { R = 2, C = 64 };
+    static const float bmax[R][4] = {{3.7f, 0.01f, 1e-6f, 0.3f}, {2.0f, 0.0f, 0.0703f, 1.55f}};
+    static const uint8_t want_sb[R * 4] = {0x7e, 0x3a, 0x20, 0x61, 0x77, 0x20, 0x51, 0x74};
+    const float want_g = 0x1.6b3e44p+9f;
+    float x[R * C], dec[R * C];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) /* each block: bmax * (j - 8) / 8, absmax bmax at j = 0 */
+            x[r * C + c] = bmax[r][c / 16] * ((float)(c % 16 - 8) / 8.0f);
+    x[1 * C + 20] = -0.0f; /* the sign of zero is kept: code 8 */
+    /* a tiny tensor: g = 2688 / 1e-35 is near FLT_MAX, so a zero block's e_b = 0.125 / g is a
+     * float32 subnormal, which must still come back to s_b = 0.125 */
+    float tiny[R * C];
+    for (int i = 0; i < R * C; i++) tiny[i] = i < C ? x[i] * (1e-35f / 3.7f) : 0.0f;
+    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
+         *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    ck_gen_tensor t[2] = {{"m.proj.weight", "F32", 2, {R, C}, x, sizeof x},
+                          {"t.proj.weight", "F32", 2, {R, C}, tiny, sizeof tiny}};
+    char *shard = ck_join(in, "model.safetensors");
+    ck_gen_file(shard, t, 2, NULL);
+    static const char rules[] = "[{\"weight_qtype\": \"nvfp4\"}]";
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+    char *pc = ck_join(ctd, "model.safetensors"), *pn = ck_join(nat, "model.safetensors"),
+         *pd = ck_join(deq, "model.safetensors");
+    quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
+    ck_assert(quant_st_open(pc, &fc, &err) == QUANT_CK_OK);
+    ck_assert(quant_st_open(pn, &fn, &err) == QUANT_CK_OK);
+    ck_assert(quant_st_open(pd, &fd, &err) == QUANT_CK_OK);
+    ck_assert_float_eq(quant_nvfp4_global_scale(3.7f), want_g);
+    check_nv_ct(fc, "m.proj", x, R, C, want_g, dec);
+    part sc = read_part(fc, "m.proj", ".weight_scale");
+    ck_assert_int_eq(memcmp(sc.raw, want_sb, sizeof want_sb), 0);
+    free(sc.raw);
+    part pk = read_part(fc, "m.proj", ".weight_packed");
+    ck_assert_int_eq((((const uint8_t *)pk.raw)[(C + 20) / 2]) & 15, 8);
+    free(pk.raw);
+    same_as_native(fc, fn, fd, "m.proj", dec, R, C);
+    float a_tiny = 0.0f;
+    for (int i = 0; i < R * C; i++) a_tiny = fmaxf(a_tiny, fabsf(tiny[i]));
+    float g_tiny = quant_nvfp4_global_scale(a_tiny);
+    ck_assert(g_tiny > 1e38f && g_tiny < 3.4e38f);
+    check_nv_ct(fc, "t.proj", tiny, R, C, g_tiny, dec);
+    ck_assert(fpclassify(0.125f / g_tiny) == FP_SUBNORMAL); /* row 1: zero blocks */
+    same_as_native(fc, fn, fd, "t.proj", dec, R, C);
+    quant_st_close(fc);
+    quant_st_close(fn);
+    quant_st_close(fd);
+    check_nv_config(ctd, 2);
+    ck_rmtree(tmp);
+    free(pc);
+    free(pn);
+    free(pd);
+    free(shard);
+    free(tmp);
+    free(in);
+    free(nat);
+    free(ctd);
+    free(deq);
+}
+END_TEST
+
+/* A tensor of a fused-group run: its name, shard, and max |x|. */
+typedef struct fused_t {
+    const char *name;
+    int shard;
+    float amax;
+} fused_t;
+
+/* Fused groups across shards: q_proj in the first shard, k_proj and v_proj in the second, and
+ * gate_proj / up_proj split the same way. q/k/v all carry g of the largest A of the three (k's),
+ * gate/up g of gate's, o_proj its own; every code and block scale follows the shared g (checked as
+ * compressed-tensors computes them), and the member whose own A is the group's decodes to the
+ * native layout's `quant dequantize` bit for bit. The native layout keeps each tensor's own g. */
+START_TEST(ctensors_nvfp4_fused_groups_across_shards)
+{
+    enum { R = 32, C = 32, N = 6 };
+    static const fused_t t[N] = {
+        {"model.layers.0.self_attn.q_proj.weight", 0, 1.0f},
+        {"model.layers.0.mlp.gate_proj.weight", 0, 5.0f},
+        {"model.layers.0.self_attn.k_proj.weight", 1, 3.0f},
+        {"model.layers.0.self_attn.v_proj.weight", 1, 0.5f},
+        {"model.layers.0.mlp.up_proj.weight", 1, 0.25f},
+        {"model.layers.0.self_attn.o_proj.weight", 1, 2.0f},
+    };
+    static const float group_a[N] = {3.0f, 5.0f, 3.0f, 3.0f, 5.0f, 2.0f};
+    static float x[N][R * C];
+    for (int i = 0; i < N; i++) {
+        ck_fill(x[i], R * C, 40 + (uint64_t)i, 0.1f);
+        for (int k = 0; k < R * C; k++)
+            x[i][k] = fmaxf(fminf(x[i][k], t[i].amax * 0.5f), -t[i].amax * 0.5f);
+        x[i][7 * C + 3] = -t[i].amax;
+    }
+    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
+         *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    static const char *const shards[2] = {"model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"};
+    for (int s = 0; s < 2; s++) {
+        ck_gen_tensor g[N];
+        size_t n = 0;
+        for (int i = 0; i < N; i++)
+            if (t[i].shard == s)
+                g[n++] = (ck_gen_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
+        char *p = ck_join(in, shards[s]);
+        ck_gen_file(p, g, n, NULL);
+        free(p);
+    }
+    static const char rules[] = "[{\"module_path\": \".*_proj\", \"weight_qtype\": \"nvfp4\"}]";
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+    float *dec = malloc(R * C * sizeof *dec);
+    for (int i = 0; i < N; i++) {
+        char *pc = ck_join(ctd, shards[t[i].shard]), *pn = ck_join(nat, shards[t[i].shard]),
+             *pd = ck_join(deq, shards[t[i].shard]);
+        quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
+        ck_assert(quant_st_open(pc, &fc, &err) == QUANT_CK_OK);
+        ck_assert(quant_st_open(pn, &fn, &err) == QUANT_CK_OK);
+        ck_assert(quant_st_open(pd, &fd, &err) == QUANT_CK_OK);
+        char module[64];
+        snprintf(module, sizeof module, "%.*s", (int)strlen(t[i].name) - 7, t[i].name);
+        float g = 2688.0f * (1.0f / group_a[i]); /* generate_gparam of the group's max */
+        check_nv_ct(fc, module, x[i], R, C, g, dec);
+        if (group_a[i] == t[i].amax) same_as_native(fc, fn, fd, module, dec, R, C);
+        json_t *meta = json_loads(quant_st_meta(fn, "quantization"), 0, NULL);
+        json_t *e = json_object_get(json_object_get(meta, "tensors"), t[i].name);
+        ck_assert_float_eq((float)json_number_value(json_object_get(e, "global_scale")),
+                           2688.0f * (1.0f / t[i].amax));
+        json_decref(meta);
+        quant_st_close(fc);
+        quant_st_close(fn);
+        quant_st_close(fd);
+        free(pc);
+        free(pn);
+        free(pd);
+    }
+    check_nv_config(ctd, N);
+    free(dec);
+    ck_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(nat);
+    free(ctd);
+    free(deq);
+}
+END_TEST
+
+/* The other fused layers of vLLM's packed_modules_mapping: one expert's w1 + w3 (Mixtral) and
+ * gate_proj + up_proj (FusedMoE's w13; w2 alone), DeepSeek's q_a_proj + kv_a_proj_with_mqa; a
+ * '/'-separated path groups the same way; each expert is its own group. enc/attn has q_proj and
+ * v_proj but no k_proj: given as one file, which may be one shard of several, that group is
+ * refused (its k_proj could lie in another shard); given as the checkpoint directory it is what
+ * there is, and q and v share their g. */
+START_TEST(ctensors_nvfp4_fused_moe_and_mla)
+{
+    enum { R = 4, C = 32, N = 11 };
+    static const fused_t t[N] = {
+        {"model.layers.0.block_sparse_moe.experts.0.w1.weight", 0, 1.0f},
+        {"model.layers.0.block_sparse_moe.experts.0.w3.weight", 0, 4.0f},
+        {"model.layers.0.block_sparse_moe.experts.0.w2.weight", 0, 2.0f},
+        {"model.layers.0.block_sparse_moe.experts.1.w1.weight", 0, 0.5f},
+        {"model.layers.0.block_sparse_moe.experts.1.w3.weight", 0, 0.25f},
+        {"model.layers.1.mlp.experts.7.gate_proj.weight", 0, 0.125f},
+        {"model.layers.1.mlp.experts.7.up_proj.weight", 0, 8.0f},
+        {"model.layers.1.self_attn.q_a_proj.weight", 0, 3.0f},
+        {"model.layers.1.self_attn.kv_a_proj_with_mqa.weight", 0, 6.0f},
+        {"enc/attn/q_proj.weight", 0, 1.5f},
+        {"enc/attn/v_proj.weight", 0, 2.5f},
+    };
+    static const float group_a[N] = {4.0f, 4.0f, 2.0f, 0.5f, 0.5f, 8.0f,
+                                     8.0f, 6.0f, 6.0f, 2.5f, 2.5f};
+    static float x[N][R * C];
+    ck_gen_tensor g[N];
+    for (int i = 0; i < N; i++) {
+        ck_fill(x[i], R * C, 60 + (uint64_t)i, 0.05f);
+        for (int k = 0; k < R * C; k++)
+            x[i][k] = fmaxf(fminf(x[i][k], t[i].amax * 0.5f), -t[i].amax * 0.5f);
+        x[i][2 * C + 9] = t[i].amax;
+        g[i] = (ck_gen_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
+    }
+    char *tmp = ck_tmpdir(), *dir = ck_join(tmp, "in"), *out = ck_join(tmp, "o");
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    char *in = ck_join(dir, "model.safetensors"), *shard = ck_join(out, "model.safetensors");
+    ck_gen_file(in, g, N, NULL);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    quant_ck_error err;
+    static const char rules[] = "[{\"weight_qtype\": \"nvfp4\"}]";
+    ck_assert_int_eq(ck_quantize(rules, in, out, &o, NULL, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "tensor 'enc/attn/q_proj.weight' (rule 0)") &&
+                      strstr(err.message, "k_proj is not in this file") &&
+                      strstr(err.message, "quantize the checkpoint directory"),
+                  "%s", err.message);
+    ck_assert_int_lt(access(out, F_OK), 0);
+    ck_assert_msg(ck_quantize(rules, dir, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    quant_st_file *f = NULL;
+    ck_assert(quant_st_open(shard, &f, &err) == QUANT_CK_OK);
+    float dec[R * C];
+    for (int i = 0; i < N; i++) {
+        char module[96];
+        snprintf(module, sizeof module, "%.*s", (int)strlen(t[i].name) - 7, t[i].name);
+        check_nv_ct(f, module, x[i], R, C, 2688.0f * (1.0f / group_a[i]), dec);
+    }
+    quant_st_close(f);
+    ck_rmtree(tmp);
+    free(tmp);
+    free(dir);
+    free(in);
+    free(shard);
+    free(out);
+}
+END_TEST
+
+/* The stories260K fixture (two shards): every q/k/v/o/gate/up weight nvfp4 in compressed-tensors;
+ * per layer q, k and v carry one identical weight_global_scale, that of the largest max |x| of the
+ * three (read from the input here), and gate and up likewise; o its own. Every code and scale
+ * follows that g as compressed-tensors computes them. */
+START_TEST(ctensors_nvfp4_fixture_groups)
+{
+    char *tmp = ck_tmpdir(), *out = ck_join(tmp, "c"),
+         *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    static const char rules[] =
+        "[{\"module_path\": \".*(q|k|v|o|gate|up)_proj\", \"weight_qtype\": \"nvfp4\", "
+        "\"weight_calibration_method\": \"absmax\"}]";
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    static const char *const shards[2] = {"model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"};
+    static const char *const members[6] = {"self_attn.q_proj", "self_attn.k_proj",
+                                           "self_attn.v_proj", "self_attn.o_proj",
+                                           "mlp.gate_proj",    "mlp.up_proj"};
+    static const int group[6] = {0, 0, 0, 1, 2, 2};
+    int checked = 0;
+    for (int s = 0; s < 2; s++) {
+        char *pi = ck_join(in, shards[s]), *po = ck_join(out, shards[s]);
+        quant_st_file *fi = NULL, *fo = NULL;
+        ck_assert(quant_st_open(pi, &fi, &err) == QUANT_CK_OK);
+        ck_assert(quant_st_open(po, &fo, &err) == QUANT_CK_OK);
+        for (int layer = 0; layer < 5; layer++) {
+            char module[6][96];
+            float *x[6] = {0}, amax[3] = {0};
+            int64_t rows[6] = {0}, cols[6] = {0};
+            snprintf(module[0], sizeof module[0], "model.layers.%d.%s", layer, members[0]);
+            char w0[128];
+            snprintf(w0, sizeof w0, "%s.weight", module[0]);
+            if (!quant_st_find(fi, w0)) continue; /* the layer lies in the other shard */
+            for (int m = 0; m < 6; m++) {
+                snprintf(module[m], sizeof module[m], "model.layers.%d.%s", layer, members[m]);
+                part p = read_part(fi, module[m], ".weight");
+                rows[m] = p.t->shape[0], cols[m] = p.t->shape[1];
+                x[m] = malloc((size_t)(rows[m] * cols[m]) * sizeof(float));
+                for (int64_t k = 0; k < rows[m] * cols[m]; k++) {
+                    x[m][k] = quant_bf16_to_f32(((const uint16_t *)p.raw)[k]);
+                    amax[group[m]] = fmaxf(amax[group[m]], fabsf(x[m][k]));
+                }
+                free(p.raw);
+            }
+            for (int m = 0; m < 6; m++) {
+                float *dec = malloc((size_t)(rows[m] * cols[m]) * sizeof *dec);
+                check_nv_ct(fo, module[m], x[m], rows[m], cols[m],
+                            2688.0f * (1.0f / amax[group[m]]), dec);
+                free(dec);
+                free(x[m]);
+                checked++;
+            }
+        }
+        quant_st_close(fi);
+        quant_st_close(fo);
+        free(pi);
+        free(po);
+    }
+    ck_assert_int_eq(checked, 30);
+    check_nv_config(out, 30);
+    ck_rmtree(tmp);
+    free(tmp);
+    free(out);
+    free(in);
+}
+END_TEST
+
 Suite *suite_microscaling_ckpt(void)
 {
     Suite *s = suite_create("microscaling");
@@ -629,6 +1096,10 @@ Suite *suite_microscaling_ckpt(void)
     tcase_add_test(tc, fixture_quantize_then_dequantize);
     tcase_add_test(tc, nvfp4_two_pass_equals_one_pass);
     tcase_add_test(tc, ctensors_mx_equals_native);
+    tcase_add_test(tc, ctensors_nvfp4_scales_and_round_trip);
+    tcase_add_test(tc, ctensors_nvfp4_fused_groups_across_shards);
+    tcase_add_test(tc, ctensors_nvfp4_fixture_groups);
+    tcase_add_test(tc, ctensors_nvfp4_fused_moe_and_mla);
     suite_add_tcase(s, tc);
     return s;
 }

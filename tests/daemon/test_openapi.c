@@ -5,7 +5,8 @@
  * get/put/post/delete/patch/head/options followed by ':' indented exactly 4 spaces under it.
  * Deeper lines are ignored; the section ends at the next line with no indentation. Anything
  * the scanner cannot read that way is an error naming the line, so a spec written in another
- * style fails loudly instead of hiding routes.
+ * style fails loudly instead of hiding routes. The ErrorCode schema and the table of API
+ * errors (daemon/http/error_codes.c) name the same words with the same statuses.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <ctype.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "qdtest.h"
+#include "error_codes.h"
 #include "router.h"
 
 #define SPEC_PATH "api/openapi.yaml"
@@ -322,12 +324,73 @@ START_TEST(test_scanner)
 }
 END_TEST
 
+/* ---- the error codes against the spec ---------------------------------------------------------
+ */
+
+/* The ErrorCode schema's text: from its `description: |` to the end of its `enum:` list. */
+static const char *error_code_schema(const char *text, const char **end)
+{
+    const char *s = strstr(text, "\n    ErrorCode:\n");
+    if (!s) return NULL;
+    const char *e = strstr(s + 1, "\n    Error:\n");
+    *end = e ? e : s + strlen(s);
+    return s;
+}
+
+START_TEST(test_error_codes_match_spec)
+{
+    char *text = read_text(SPEC_PATH);
+    ck_assert_ptr_nonnull(text);
+    const char *end, *schema = error_code_schema(text, &end);
+    ck_assert_msg(schema, SPEC_PATH " has no ErrorCode schema");
+    size_t len = (size_t)(end - schema);
+    char *sch = strndup(schema, len);
+    const char *enum_at = strstr(sch, "\n      enum:\n");
+    ck_assert_ptr_nonnull(enum_at);
+    size_t listed = 0;
+    for (int ec = 0; ec < QD_EC_COUNT; ec++) {
+        const qd_ec_info *e = qd_ec_get((qd_ec)ec);
+        ck_assert_msg(e->word && e->means && e->status >= 400 && e->status <= 599,
+                      "error code %d has no word, meaning or 4xx/5xx status", ec);
+        /* the description says "`word` (STATUS..." with this row's status before the ')' */
+        char key[64], item[80], status[8];
+        snprintf(key, sizeof key, "`%s` (", e->word);
+        snprintf(item, sizeof item, "\n        - %s\n", e->word);
+        snprintf(status, sizeof status, "%u", e->status);
+        const char *d = strstr(sch, key);
+        ck_assert_msg(d && d < enum_at, "%s: ErrorCode's description does not name `%s`", SPEC_PATH,
+                      e->word);
+        const char *close = strchr(d, ')');
+        const char *st = strstr(d + strlen(key), status);
+        ck_assert_msg(st && close && st < close, "%s: `%s` is %u in daemon/http/error_codes.c",
+                      SPEC_PATH, e->word, e->status);
+        ck_assert_msg(strstr(enum_at, item), "%s: ErrorCode's enum does not list %s", SPEC_PATH,
+                      e->word);
+    }
+    /* and the enum lists no word the table lacks */
+    for (const char *p = strstr(enum_at, "\n        - "); p; p = strstr(p + 1, "\n        - ")) {
+        char word[64];
+        ck_assert_int_eq(sscanf(p, "\n        - %63[a-z_]", word), 1);
+        bool known = false;
+        for (int ec = 0; ec < QD_EC_COUNT && !known; ec++)
+            known = strcmp(qd_ec_get((qd_ec)ec)->word, word) == 0;
+        ck_assert_msg(known, "%s: ErrorCode lists %s, which quantd never answers", SPEC_PATH, word);
+        listed++;
+    }
+    ck_assert_uint_eq(listed, QD_EC_COUNT - 1); /* not_ready has two rows, one word */
+    ck_assert_int_eq(qd_ec_get((qd_ec)QD_EC_COUNT)->status, 500); /* out of range: internal */
+    free(sch);
+    free(text);
+}
+END_TEST
+
 Suite *suite_openapi(void)
 {
     Suite *s = suite_create("openapi");
     TCase *tc = tcase_create("openapi");
     tcase_add_test(tc, test_spec_matches_router);
     tcase_add_test(tc, test_scanner);
+    tcase_add_test(tc, test_error_codes_match_spec);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,10 +1,13 @@
-/* test_srq.c -- static-range quantization (SRQ) in quantd: qd_act_scales against hand-computed
- * SPEC section 4 values (symmetric and asymmetric, first rule decides, static_only, fixed qtype,
- * the tiny-scale rule, count 0 and refused qtypes), then the real quantd: statistics posted over
- * HTTP, a job with stats_model whose output holds ACT_scale and ACT_zero_point equal to the
- * hand-computed values, the activations no SRQ rule matched listed as skipped in the report, a
- * directory job putting each activation in its module's shard, and the refusals (unknown model,
- * SRQ rules without statistics, a model without statistics).
+/* test_srq.c -- static-range quantization (SRQ) in quantd, which runs libquant-checkpoint's SRQ
+ * engine (quant_srq_compute; its unit tests are in tests/ckpt/test_srq.c): the store's averages
+ * seen as the engine's input (qd_stat_views), then the real quantd: statistics posted over HTTP,
+ * a job with stats_model whose output holds ACT_scale and ACT_zero_point equal to the
+ * hand-computed values, the activations no SRQ rule matched listed as skipped (with the reason)
+ * in the report, a directory job putting each activation in its module's shard, the refusals
+ * (unknown model, SRQ rules without statistics, a model without statistics), and the issue's
+ * proof: `quant quantize --stats` on what GET .../stats returns (and on a Qwix dump posted with
+ * ?mode=merge) writes the same bytes as the job with stats_model, in both layouts, for simple and
+ * EMA averaging.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -18,195 +21,50 @@
 #include "quant_st.h"
 #include "stats.h"
 
-/* ---- qd_act_scales ------------------------------------------------------------------------------
+/* ---- qd_stat_views ------------------------------------------------------------------------------
  */
 
-/* An averaged activation of `n` values (a, and b for min/max) with shape [n] and count 2. */
-static qd_stat_avg make_avg(const char *name, qd_stat_kind kind, int64_t n, const double *a,
-                            const double *b)
+START_TEST(test_views)
 {
-    qd_stat_avg s = {.name = (char *)name, .kind = kind, .rank = 1, .n = n, .count = 2};
-    s.shape[0] = n;
-    s.a = (double *)a;
-    s.b = (double *)b;
-    return s;
-}
-
-static quant_ruleset *rules_from(const char *json)
-{
-    quant_ruleset *rs = NULL;
+    double a[2] = {1.5, 2.5}, b[2] = {3.0, 4.0};
+    qd_stat_avg avg[2] = {
+        {.name = "x/q/dot_general0_lhs", .kind = QD_STAT_ABSMAX, .rank = 1, .n = 2, .count = 3},
+        {.name = "x/k/dot_general0_lhs", .kind = QD_STAT_MINMAX, .rank = 2, .n = 2, .count = 7}};
+    avg[0].shape[0] = 2;
+    avg[0].a = a;
+    avg[1].shape[0] = 1;
+    avg[1].shape[1] = 2;
+    avg[1].a = a;
+    avg[1].b = b;
+    quant_act_stat *v = qd_stat_views(avg, 2);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_str_eq(v[0].name, "x/q/dot_general0_lhs");
+    ck_assert_int_eq(v[0].kind, QUANT_STAT_ABSMAX);
+    ck_assert_int_eq(v[0].rank, 1);
+    ck_assert_int_eq(v[0].shape[0], 2);
+    ck_assert_ptr_eq(v[0].a, a);
+    ck_assert_ptr_null(v[0].b);
+    ck_assert_int_eq(v[0].count, 3);
+    ck_assert_int_eq(v[1].kind, QUANT_STAT_MINMAX);
+    ck_assert_int_eq(v[1].rank, 2);
+    ck_assert_int_eq(v[1].shape[1], 2);
+    ck_assert_ptr_eq(v[1].b, b);
+    ck_assert_int_eq(v[1].count, 7);
+    /* the engine takes them as they are */
+    quant_srq_options o;
+    quant_srq_options_init(&o);
+    o.fixed_qtype = true;
+    quant_srq *srq = NULL;
     quant_ck_error err;
-    ck_assert_msg(quant_ruleset_parse(json, strlen(json), "test", &rs, &err) == QUANT_CK_OK, "%s",
-                  err.message);
-    return rs;
-}
-
-START_TEST(test_names)
-{
-    char *m = qd_act_module_path("layers/0/mlp/dot_general0_lhs");
-    char *b = qd_act_tensor_base("layers/0/mlp/dot_general0_lhs");
-    ck_assert_str_eq(m, "layers.0.mlp");
-    ck_assert_str_eq(b, "layers.0.mlp.dot_general0_lhs");
-    free(m);
-    free(b);
-    m = qd_act_module_path("model.layers.0/q_proj/dot_general0_lhs"); /* '.' and '/' mixed */
-    ck_assert_str_eq(m, "model.layers.0.q_proj");
-    free(m);
-    m = qd_act_module_path("dot_general0_lhs");
-    ck_assert_str_eq(m, "");
-    free(m);
-}
-END_TEST
-
-START_TEST(test_symmetric_and_asymmetric)
-{
-    const double abs_v[3] = {2.55, 0.0, 1e-30}, lo[2] = {-2.0, 0.5}, hi[2] = {4.0, 2.0};
-    const double u_lo[2] = {-2.0, -1.0}, u_hi[2] = {4.0, 3.0};
-    qd_stat_avg avg[3] = {make_avg("m/q/dot_general0_lhs", QD_STAT_ABSMAX, 3, abs_v, NULL),
-                          make_avg("m/k/dot_general0_lhs", QD_STAT_MINMAX, 2, lo, hi),
-                          make_avg("u/x/dot_general0_lhs", QD_STAT_MINMAX, 2, u_lo, u_hi)};
-    quant_ruleset *rs = rules_from(
-        "[{\"module_path\":\"m\\\\..*\",\"act_qtype\":\"int8\",\"act_static_scale\":true},"
-        " {\"module_path\":\"u\\\\..*\",\"act_qtype\":\"uint8\",\"act_static_scale\":true}]");
-    qd_act_scale *sc = NULL;
-    char **skipped = NULL;
-    size_t n = 0, n_skipped = 0;
-    qd_err err;
-    ck_assert_msg(qd_act_scales(avg, 3, rs, NULL, true, &sc, &n, &skipped, &n_skipped, &err) ==
-                      QD_OK,
-                  "%s", err.message);
-    ck_assert_uint_eq(n, 3);
-    ck_assert_uint_eq(n_skipped, 0);
-    /* absmax / 127.5, the average rounded to float once; below sqrt(FLT_MIN) -> 1 */
-    ck_assert_str_eq(sc[0].tensor_base, "m.q.dot_general0_lhs");
-    ck_assert_int_eq(sc[0].qtype, QUANT_QTYPE_INT8);
-    ck_assert_int_eq(sc[0].rule, 0);
-    ck_assert_int_eq(sc[0].count, 2);
-    ck_assert_int_eq(sc[0].rank, 1);
-    ck_assert_int_eq(sc[0].shape[0], 3);
-    ck_assert(sc[0].scale[0] == (float)2.55 / 127.5f);
-    ck_assert(sc[0].scale[1] == 1.0f);
-    ck_assert(sc[0].scale[2] == 1.0f);
-    ck_assert_ptr_null(sc[0].zero_point);
-    /* (max - min) / 255, zero point round(-128 - min / scale); a positive min counts as 0 */
-    ck_assert(sc[1].scale[0] == 6.0f / 255.0f);
-    ck_assert_int_eq(sc[1].zero_point[0], -43); /* -128 + 85 */
-    ck_assert(sc[1].scale[1] == 2.0f / 255.0f);
-    ck_assert_int_eq(sc[1].zero_point[1], -128);
-    /* uint8: [0, 255] */
-    ck_assert_int_eq(sc[2].qtype, QUANT_QTYPE_UINT8);
-    ck_assert_int_eq(sc[2].rule, 1);
-    ck_assert(sc[2].scale[0] == 6.0f / 255.0f);
-    ck_assert_int_eq(sc[2].zero_point[0], 85);
-    ck_assert(sc[2].scale[1] == 4.0f / 255.0f);
-    ck_assert_int_eq(sc[2].zero_point[1], 64); /* 63.75 rounds to 64 */
-    qd_act_scales_free(sc, n);
-    qd_strings_free(skipped, n_skipped);
-    quant_ruleset_free(rs);
-}
-END_TEST
-
-START_TEST(test_first_rule_decides)
-{
-    const double v[1] = {1.0};
-    qd_stat_avg avg[5] = {make_avg("layers/0/mlp/dot_general0_lhs", QD_STAT_ABSMAX, 1, v, NULL),
-                          make_avg("layers/1/attn/einsum0_lhs", QD_STAT_ABSMAX, 1, v, NULL),
-                          make_avg("layers/2/foo/dot_general0_lhs", QD_STAT_ABSMAX, 1, v, NULL),
-                          make_avg("other/dot_general0_lhs", QD_STAT_ABSMAX, 1, v, NULL),
-                          make_avg("dot_general0_lhs", QD_STAT_ABSMAX, 1, v, NULL)};
-    quant_ruleset *rs =
-        rules_from("[{\"module_path\":\"layers\\\\.0\\\\.mlp\",\"act_qtype\":\"int8\","
-                   "\"act_static_scale\":true},"
-                   " {\"module_path\":\"layers\\\\.1\\\\..*\",\"act_qtype\":\"int4\"},"
-                   " {\"module_path\":\"layers\\\\.2.*\",\"weight_qtype\":\"int8\"},"
-                   " {\"module_path\":\".*\",\"act_qtype\":\"int16\",\"act_static_scale\":true}]");
-    qd_act_scale *sc = NULL;
-    char **skipped = NULL;
-    size_t n = 0, n_skipped = 0;
-    qd_err err;
-    /* static_only: layers.1 matches a dynamic rule and layers.2 a rule without act_qtype; both
-     * are skipped, not handed to the catch-all rule 3 */
-    ck_assert_int_eq(qd_act_scales(avg, 5, rs, NULL, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_OK);
-    ck_assert_uint_eq(n, 3);
-    ck_assert_str_eq(sc[0].name, "layers/0/mlp/dot_general0_lhs");
-    ck_assert_int_eq(sc[0].rule, 0);
-    ck_assert_str_eq(sc[1].name, "other/dot_general0_lhs");
-    ck_assert_int_eq(sc[1].qtype, QUANT_QTYPE_INT16);
-    ck_assert(sc[1].scale[0] == 1.0f / 32768.0f);
-    ck_assert_str_eq(sc[2].name, "dot_general0_lhs"); /* module path "" matches ".*" */
-    ck_assert_int_eq(sc[2].rule, 3);
-    ck_assert_uint_eq(n_skipped, 2);
-    ck_assert_str_eq(skipped[0], "layers/1/attn/einsum0_lhs");
-    ck_assert_str_eq(skipped[1], "layers/2/foo/dot_general0_lhs");
-    qd_act_scales_free(sc, n);
-    qd_strings_free(skipped, n_skipped);
-    /* without static_only the dynamic rule's act_qtype counts */
-    ck_assert_int_eq(qd_act_scales(avg, 5, rs, NULL, false, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_OK);
-    ck_assert_uint_eq(n, 4);
-    ck_assert_int_eq(sc[1].qtype, QUANT_QTYPE_INT4);
-    ck_assert(sc[1].scale[0] == 1.0f / 7.5f);
-    ck_assert_uint_eq(n_skipped, 1);
-    qd_act_scales_free(sc, n);
-    qd_strings_free(skipped, n_skipped);
-    /* a fixed qtype: every activation, rule -1 */
-    quant_qtype fixed = QUANT_QTYPE_FP8_E4M3FN;
-    ck_assert_int_eq(qd_act_scales(avg, 5, rs, &fixed, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_OK);
-    ck_assert_uint_eq(n, 5);
-    ck_assert_uint_eq(n_skipped, 0);
-    ck_assert_int_eq(sc[4].rule, -1);
-    ck_assert(sc[4].scale[0] == 1.0f / 448.0f);
-    qd_act_scales_free(sc, n);
-    qd_strings_free(skipped, n_skipped);
-    quant_ruleset_free(rs);
-}
-END_TEST
-
-START_TEST(test_refusals)
-{
-    const double lo[1] = {-1.0}, hi[1] = {1.0};
-    qd_stat_avg avg[2] = {make_avg("a/ok", QD_STAT_MINMAX, 1, lo, hi),
-                          make_avg("a/never", QD_STAT_MINMAX, 1, lo, hi)};
-    avg[1].count = 0;
-    qd_act_scale *sc = NULL;
-    char **skipped = NULL;
-    size_t n = 0, n_skipped = 0;
-    qd_err err;
-    quant_qtype q = QUANT_QTYPE_INT8;
-    ck_assert_int_eq(qd_act_scales(avg, 2, NULL, &q, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_INVALID);
-    ck_assert_ptr_nonnull(strstr(err.message, "'a/never'"));
-    ck_assert_ptr_nonnull(strstr(err.message, "count is 0"));
-    ck_assert_ptr_null(sc);
-    ck_assert_uint_eq(n, 0);
-    /* min/max statistics on a qtype without zero points */
-    avg[1].count = 1;
-    q = QUANT_QTYPE_FP8_E4M3FN;
-    ck_assert_int_eq(qd_act_scales(avg, 2, NULL, &q, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_INVALID);
-    ck_assert_ptr_nonnull(strstr(err.message, "'a/ok'"));
-    ck_assert_ptr_nonnull(strstr(err.message, "float8_e4m3fn"));
-    ck_assert_ptr_null(sc);
-    /* two names that differ only in '/' against '.' would write the same tensors */
-    qd_stat_avg twins[2] = {make_avg("a/b", QD_STAT_MINMAX, 1, lo, hi),
-                            make_avg("a.b", QD_STAT_MINMAX, 1, lo, hi)};
-    q = QUANT_QTYPE_INT8;
-    ck_assert_int_eq(qd_act_scales(twins, 2, NULL, &q, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_INVALID);
-    ck_assert_msg(strstr(err.message, "'a/b' and 'a.b'") != NULL, "%s", err.message);
-    ck_assert_ptr_null(sc);
-    /* neither a qtype nor rules */
-    ck_assert_int_eq(qd_act_scales(avg, 2, NULL, NULL, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_INVALID);
-    /* none at all is fine */
-    q = QUANT_QTYPE_INT8;
-    ck_assert_int_eq(qd_act_scales(NULL, 0, NULL, &q, true, &sc, &n, &skipped, &n_skipped, &err),
-                     QD_OK);
-    ck_assert_uint_eq(n, 0);
-    qd_act_scales_free(sc, n);
-    qd_strings_free(skipped, n_skipped);
+    ck_assert_msg(quant_srq_compute(v, 2, NULL, &o, &srq, &err) == QUANT_CK_OK, "%s", err.message);
+    size_t n;
+    const quant_static_act *acts = quant_srq_acts(srq, &n);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(acts[0].name, "x/k/dot_general0_lhs"); /* by name */
+    ck_assert_ptr_nonnull(acts[0].zero_point);
+    ck_assert(acts[1].scale[1] == 2.5f / 127.5f);
+    quant_srq_free(srq);
+    free(v);
 }
 END_TEST
 
@@ -382,7 +240,10 @@ START_TEST(test_srq_upload_job)
     json_t *written = json_object_get(sa, "written"), *skipped = json_object_get(sa, "skipped");
     ck_assert_int_eq(json_array_size(written), 3);
     ck_assert_int_eq(json_array_size(skipped), 1);
-    ck_assert_str_eq(json_string_value(json_array_get(skipped, 0)), DN_ACT);
+    json_t *sk = json_array_get(skipped, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(sk, "name")), DN_ACT);
+    ck_assert_int_eq(json_integer_value(json_object_get(sk, "rule")), 2);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(sk, "reason")), "no act_qtype"));
     json_t *w;
     size_t i;
     bool seen_up = false;
@@ -494,26 +355,196 @@ START_TEST(test_srq_refusals)
     json_decref(wait_succeeded(&d, id));
     json_t *sa = report_srq(&d, id);
     ck_assert_int_eq(json_array_size(json_object_get(sa, "written")), 0);
-    ck_assert_int_eq(json_array_size(json_object_get(sa, "skipped")), 4);
+    json_t *skipped = json_object_get(sa, "skipped");
+    ck_assert_int_eq(json_array_size(skipped), 4);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_ptr_nonnull(
+            strstr(json_string_value(json_object_get(json_array_get(skipped, i), "reason")),
+                   "no act_qtype"));
     json_decref(sa);
     qdp_stop(&d);
+}
+END_TEST
+
+/* ---- one engine, two front ends ---------------------------------------------------------------
+ */
+
+/* Every layer's q_proj (absmax, int8, one value) and up_proj (min/max, int8 asymmetric, one
+ * value): per tensor, so the compressed-tensors layout can take them as input_scale. */
+#define PROOF_RULES                                                                                \
+    "[{\"module_path\":\".*self_attn\\\\.q_proj\",\"weight_qtype\":\"int8\","                      \
+    "\"act_qtype\":\"int8\",\"act_static_scale\":true},"                                           \
+    "{\"module_path\":\".*mlp\\\\.up_proj\",\"weight_qtype\":\"int8\",\"act_qtype\":\"int8\","     \
+    "\"act_static_scale\":true},"                                                                  \
+    "{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]"
+#define PROOF_LAYERS 5
+
+/* One post (update) for every layer: values that average to non-trivial floats. */
+static void post_proof_stats(qdp *d, const char *model, int step)
+{
+    char body[8192], path[128];
+    size_t at = (size_t)snprintf(body, sizeof body, "{\"step\": %d, \"stats\": {", step);
+    for (int l = 0; l < PROOF_LAYERS; l++)
+        at += (size_t)snprintf(
+            body + at, sizeof body - at,
+            "%s\"model/layers/%d/self_attn/q_proj/dot_general0_lhs\": {\"absmax\": [[%.9g]]}, "
+            "\"model/layers/%d/mlp/up_proj/dot_general0_lhs\": {\"min\": [[%.9g]], \"max\": "
+            "[[%.9g]]}, \"model/layers/%d/mlp/down_proj/dot_general0_lhs\": {\"absmax\": [[1]]}",
+            l ? ", " : "", l, 1.37 * (l + 1) + 0.11 * step, l, -0.3 * (l + step),
+            2.9 + 0.7 * l * step, l);
+    snprintf(body + at, sizeof body - at, "}}");
+    snprintf(path, sizeof path, "/v1/models/%s/stats", model);
+    request(d, "POST", path, body, 200);
+}
+
+/* The same statistics as a Qwix quant_stats dump (counts and sums), nested by module. */
+static void write_dump(const char *file)
+{
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"model\": {\"layers\": {", f);
+    for (int l = 0; l < PROOF_LAYERS; l++)
+        fprintf(f,
+                "%s\"%d\": {\"self_attn\": {\"q_proj\": {\"dot_general0_lhs\": {\"count\": 3, "
+                "\"sum_of_absmax\": [[%.9g]]}}}, \"mlp\": {\"up_proj\": {\"dot_general0_lhs\": "
+                "{\"count\": 3, \"sum_of_min\": [[%.9g]], \"sum_of_max\": [[%.9g]]}}}}",
+                l ? ", " : "", l, 3.1 * l + 0.7, -0.9 * l, 7.3 + l);
+    fputs("}}}", f);
+    fclose(f);
+}
+
+static void *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(*len + 1);
+    ck_assert_uint_eq(fread(p, 1, *len, f), *len);
+    fclose(f);
+    return p;
+}
+
+static void same_bytes(const char *a, const char *b)
+{
+    size_t na, nb;
+    void *x = slurp(a, &na), *y = slurp(b, &nb);
+    ck_assert_msg(na == nb && memcmp(x, y, na) == 0, "%s and %s differ", a, b);
+    free(x);
+    free(y);
+}
+
+/* The job (a directory under the source root) with stats_model = model in `layout`, and `quant
+ * quantize --stats stats_file` of the same directory: the same shards, index and report. */
+static void compare_fronts(qdp *d, const char *src, const char *model, const char *layout,
+                           const char *stats_file)
+{
+    char body[4096], path[256], cmd[8192];
+    snprintf(body, sizeof body,
+             "{\"rules\": " PROOF_RULES ", \"source\": {\"path\": \"%s/stories\"}, "
+             "\"stats_model\": \"%s\", \"layout\": \"%s\"}",
+             src, model, layout);
+    long long id = create_job(d, "/v1/jobs", body, NULL, 202, NULL);
+    json_decref(wait_succeeded(d, id));
+    char *rules = qdt_join(d->root, "proof-rules.json"), *out = qdt_join(d->root, "cli-out");
+    FILE *f = fopen(rules, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(PROOF_RULES, f);
+    fclose(f);
+    const char *bin = getenv("QUANT_BIN") ? getenv("QUANT_BIN") : "build/bin/quant";
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && %s quantize -q -l %s -r '%s' --stats '%s' '%s/stories' '%s'", out, bin,
+             layout, rules, stats_file, src, out);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    static const char *const files[] = {"model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors",
+                                        "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *mine = qdt_join(out, files[i]), *theirs = qdt_join(d->root, "job-file");
+        snprintf(path, sizeof path, "/v1/jobs/%lld/outputs/%s", id, files[i]);
+        download(d, path, theirs);
+        same_bytes(mine, theirs);
+        free(mine);
+        free(theirs);
+    }
+    /* the reports: one document, written by the library for both */
+    char *rep = qdt_join(out, "quant-report.json");
+    json_t *cli = json_load_file(rep, 0, NULL);
+    snprintf(path, sizeof path, "/v1/jobs/%lld/report", id);
+    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
+    json_t *job = qdp_json(&r);
+    qdp_resp_free(&r);
+    ck_assert_ptr_nonnull(cli);
+    ck_assert_msg(json_equal(cli, job), "reports differ for %s, %s", model, layout);
+    json_t *sa = json_object_get(job, "static_activations");
+    ck_assert_int_eq(json_array_size(json_object_get(sa, "written")), 2 * PROOF_LAYERS);
+    json_decref(cli);
+    json_decref(job);
+    free(rep);
+    free(rules);
+    free(out);
+}
+
+START_TEST(test_cli_stats_equals_job)
+{
+    char *src = qdt_tmpdir(), cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/stories", SHARDED, src);
+    ck_assert_int_eq(system(cmd), 0);
+    qdp d;
+    const char *extra[] = {"--source-root", src, NULL};
+    qdp_start(&d, extra);
+    request(&d, "PUT", "/v1/models/ema", "{\"averaging\": \"ema\", \"ema_constant\": 0.3}", 201);
+    for (int step = 1; step <= 3; step++) {
+        post_proof_stats(&d, "simple", step);
+        post_proof_stats(&d, "ema", step);
+    }
+    /* a Qwix dump: posted with ?mode=merge, and given to the command as it is */
+    char *dump = qdt_join(d.root, "dump.json");
+    write_dump(dump);
+    /* the daemon's merge takes flat names: the same dump, flattened, under "stats" */
+    char flat[16384];
+    size_t at = (size_t)snprintf(flat, sizeof flat, "{\"stats\": {");
+    for (int l = 0; l < PROOF_LAYERS; l++)
+        at += (size_t)snprintf(
+            flat + at, sizeof flat - at,
+            "%s\"model/layers/%d/self_attn/q_proj/dot_general0_lhs\": {\"count\": 3, "
+            "\"sum_of_absmax\": [[%.9g]]}, \"model/layers/%d/mlp/up_proj/dot_general0_lhs\": "
+            "{\"count\": 3, \"sum_of_min\": [[%.9g]], \"sum_of_max\": [[%.9g]]}",
+            l ? ", " : "", l, 3.1 * l + 0.7, l, -0.9 * l, 7.3 + l);
+    snprintf(flat + at, sizeof flat - at, "}}");
+    request(&d, "POST", "/v1/models/merged/stats?mode=merge", flat, 200);
+    static const char *const layouts[] = {"native", "compressed-tensors"};
+    for (size_t k = 0; k < 2; k++) {
+        for (int m = 0; m < 2; m++) {
+            const char *model = m ? "ema" : "simple";
+            char path[128], *file = qdt_join(d.root, "stats.json");
+            snprintf(path, sizeof path, "/v1/models/%s/stats", model);
+            download(&d, path, file);
+            compare_fronts(&d, src, model, layouts[k], file);
+            free(file);
+        }
+        compare_fronts(&d, src, "merged", layouts[k], dump);
+    }
+    free(dump);
+    qdp_stop(&d);
+    qdt_rmtree(src);
+    free(src);
 }
 END_TEST
 
 Suite *suite_srq(void)
 {
     Suite *s = suite_create("srq");
-    TCase *unit = tcase_create("scales");
-    tcase_add_test(unit, test_names);
-    tcase_add_test(unit, test_symmetric_and_asymmetric);
-    tcase_add_test(unit, test_first_rule_decides);
-    tcase_add_test(unit, test_refusals);
+    TCase *unit = tcase_create("views");
+    tcase_add_test(unit, test_views);
     suite_add_tcase(s, unit);
     TCase *api = tcase_create("jobs");
     tcase_set_timeout(api, 120);
     tcase_add_test(api, test_srq_upload_job);
     tcase_add_test(api, test_srq_dir_job);
     tcase_add_test(api, test_srq_refusals);
+    tcase_add_test(api, test_cli_stats_equals_job);
     suite_add_tcase(s, api);
     return s;
 }

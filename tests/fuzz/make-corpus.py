@@ -238,6 +238,32 @@ RULESETS = {
 }
 
 
+def srq_stats_seeds():
+    get = {"model": "m", "averaging": "ema", "ema_constant": 0.25, "bootstrap_steps": 0,
+           "stats": {"model/layers/0/self_attn/q_proj/dot_general0_lhs": {
+               "kind": "absmax", "count": 3, "shape": [1, 2], "updated_at": "2026-11-25T00:00:00Z",
+               "bootstrapping": False, "sum_of_absmax": [[3, 6]], "absmax": [[1.5, 2.5]],
+               "sum_of_mean_sq": [3, 6], "mean_sq": [1, 2]},
+               "model/layers/0/mlp/up_proj/dot_general0_lhs": {
+               "kind": "minmax", "count": 2, "shape": [2], "sum_of_min": [-2, 1], "min": [-1, 0.5],
+               "sum_of_max": [4, 6], "max": [2, 3]},
+               "model/layers/1/imp": {"count": 1, "mean_sq": [1, 2, 3]}}}
+    put("srq_stats", "get.json", json.dumps(get))
+    put("srq_stats", "merge-body.json",
+        '{"stats": {"a/q_proj/x": {"count": 4, "sum_of_absmax": [[2, 6]]}}}')
+    put("srq_stats", "qwix-flat.json",
+        '{"layers/0/mlp/dot_general0_lhs": {"count": 3, "sum_of_absmax": [[0.3, 0.6, 0.9]]}}')
+    put("srq_stats", "qwix-nested.json",
+        '{"layers": {"0": {"up_proj": {"einsum0_lhs": {"count": 2.0, "sum_of_min": [-1],'
+        ' "sum_of_max": [5]}}}, "1": {"x": {"count": 1, "sum_of_absmax": 1e-30}}}}')
+    put("srq_stats", "twice.json",
+        '{"a/b": {"count": 1, "absmax": 1}, "a": {"b": {"count": 1, "absmax": 2}}}')
+    put("srq_stats", "ragged.json", '{"a": {"count": 1, "absmax": [[1], [2, 3]]}}')
+    put("srq_stats", "count0.json", '{"a": {"count": 0, "sum_of_absmax": [1]}}')
+    put("srq_stats", "twins.json",
+        '{"a/b": {"count": 1, "min": -1, "max": 1}, "a.b": {"count": 1, "min": -1, "max": 1}}')
+
+
 def rules_seeds():
     for name, text in RULESETS.items():
         put("rules", name, text)
@@ -498,6 +524,7 @@ def main():
     st_read_seeds()
     stats_st_seeds()
     stats_json_seeds()
+    srq_stats_seeds()
     rules_seeds()
     config_seeds()
     router_seeds()

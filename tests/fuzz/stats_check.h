@@ -39,11 +39,9 @@ static void check_post(qd_status st, const qd_stat_post *p, bool merge, const qd
         FUZZ_CHECK(merge ? e->count >= 1 : e->count == 1);
         for (int64_t k = 0; k < n; k++)
             FUZZ_CHECK(isfinite(e->a[k]) && (!e->b || isfinite(e->b[k])));
-        /* what a job and the scales make of the name */
-        char *base = qd_act_tensor_base(e->name), *mod = qd_act_module_path(e->name);
-        FUZZ_CHECK(base && mod && strlen(base) == len && strlen(mod) < len + 1);
-        free(base);
-        free(mod);
+        /* what a job and the scales make of the name (quant_srq_compute: its module path) */
+        char mod[QD_ACT_NAME_MAX + 1];
+        FUZZ_CHECK(quant_module_path(e->name, mod, sizeof mod) && strlen(mod) < len + 1);
     }
 }
 
