@@ -68,8 +68,8 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_A  := $(BUILD)/lib/libquant.a
 LIB_SO := $(BUILD)/lib/libquant.so
 
-# ---- libquant-checkpoint: safetensors, rule sets, the pipeline (jansson, PCRE2) -----------------
-CK_PKGS   := jansson libpcre2-8
+# ---- libquant-checkpoint: safetensors, rule sets, the pipeline (jansson, PCRE2, nettle) ----------
+CK_PKGS   := jansson libpcre2-8 nettle
 CK_CFLAGS  = $(shell pkg-config --cflags $(CK_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 CK_LIBS    = $(shell pkg-config --libs $(CK_PKGS) 2>/dev/null)
 CK_SRCS   := $(wildcard lib/checkpoint/*.c)
@@ -81,8 +81,8 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
-# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson) -------------------------
-QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8
+# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson, libarchive) -------------
+QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8 libarchive
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
 QD_DIRS    := app config http routes jobs store stats

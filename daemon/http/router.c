@@ -35,6 +35,8 @@ const qd_route qd_routes[] = {
     ROUTE("GET",    "/v1/jobs/{id}",                 qd_h_job_get,          QD_BODY_NONE,   NULL, READING),
     ROUTE("DELETE", "/v1/jobs/{id}",                 qd_h_job_delete,       QD_BODY_NONE,   NULL, OPERATOR),
     ROUTE("GET",    "/v1/jobs/{id}/output",          qd_h_job_output,       QD_BODY_NONE,   NULL, READING),
+    ROUTE("GET",    "/v1/jobs/{id}/outputs",         qd_h_job_outputs,      QD_BODY_NONE,   NULL, READING),
+    ROUTE("GET",    "/v1/jobs/{id}/outputs.tar",     qd_h_job_outputs_tar,  QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/outputs/{name}",  qd_h_job_output_named, QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/report",          qd_h_job_report,       QD_BODY_NONE,   NULL, READING),
     ROUTE("POST",   "/v1/plans",                     qd_h_plan_create,      QD_BODY_UPLOAD, qd_h_plan_precheck, OPERATOR),

@@ -2,7 +2,8 @@
  * scales when it names a stats_model (the model's averaged statistics through the library's SRQ
  * engine, quant_srq_compute, as `quant quantize --stats` does), run quant_quantize_path on it
  * with a cancel flag and a progress callback that writes to the store at most every 250 ms, then
- * publish (outputs hashed, the library's report stored as it is, one transaction) or clean up.
+ * publish (the outputs with the SHA-256 the pipeline took while writing them, the library's
+ * report stored as it is, one transaction) or clean up.
  * Claim + registration happen under one mutex, so a cancel never misses a job in between.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -70,8 +71,11 @@ static void on_progress(void *user, const quant_progress *p)
         qd_log(QD_LOG_WARN, "progress not stored", "error", err.message, NULL);
 }
 
-/* The outputs: every regular file in dir, hashed. */
-static qd_status list_outputs(const char *dir, qd_output **out, size_t *n, qd_err *err)
+/* The outputs: every regular file in dir, with the size and SHA-256 the pipeline recorded as
+ * it wrote them (`done`, n_done of them). A file it did not record, or whose size differs, is
+ * hashed here and logged: that would be a bug, and the ETag must still be the file's. */
+static qd_status list_outputs(const char *dir, const qd_output *done, size_t n_done,
+                              qd_output **out, size_t *n, qd_err *err)
 {
     *out = NULL;
     *n = 0;
@@ -97,10 +101,21 @@ static qd_status list_outputs(const char *dir, qd_output **out, size_t *n, qd_er
         }
         qd_output *o = &(*out)[*n];
         memset(o, 0, sizeof *o);
-        o->name = strdup(e->d_name);
-        st = o->name ? qd_sha256_file(path, o->sha256, &o->bytes, err)
-                     : qd_fail(err, QD_NOMEM, "out of memory");
-        if (o->name) (*n)++;
+        if (!(o->name = strdup(e->d_name))) {
+            st = qd_fail(err, QD_NOMEM, "out of memory");
+            break;
+        }
+        (*n)++;
+        size_t k = 0;
+        while (k < n_done && strcmp(done[k].name, e->d_name) != 0) k++;
+        if (k < n_done && done[k].sha256[0] && done[k].bytes == (int64_t)sb.st_size) {
+            memcpy(o->sha256, done[k].sha256, sizeof o->sha256);
+            o->bytes = done[k].bytes;
+            continue;
+        }
+        qd_log(QD_LOG_WARN, "output not hashed by the pipeline; hashing it now", "file", path,
+               NULL);
+        st = qd_sha256_file(path, o->sha256, &o->bytes, err);
     }
     closedir(d);
     if (st != QD_OK) {
@@ -109,6 +124,24 @@ static qd_status list_outputs(const char *dir, qd_output **out, size_t *n, qd_er
         *n = 0;
     }
     return st;
+}
+
+/* The pipeline's record of the files it wrote (name, size, SHA-256); false on OOM. */
+static bool written_outputs(const quant_report *rep, qd_output **out, size_t *n)
+{
+    *n = quant_report_output_count(rep);
+    *out = calloc(*n ? *n : 1, sizeof **out);
+    for (size_t i = 0; *out && i < *n; i++) {
+        const quant_report_output *o = quant_report_output_at(rep, i);
+        (*out)[i].bytes = (int64_t)o->bytes;
+        if (o->sha256) snprintf((*out)[i].sha256, sizeof(*out)[i].sha256, "%s", o->sha256);
+        if (!((*out)[i].name = strdup(o->name))) {
+            qd_outputs_free(*out, i);
+            *out = NULL;
+        }
+    }
+    if (!*out) *n = 0;
+    return *out != NULL;
 }
 
 /* Where the job writes: DATA/jobs/ID/output (a directory source), or the file
@@ -186,9 +219,11 @@ int qd_jobs_threads(int quant_threads, long online_cpus, int workers)
     return n > QUANT_MAX_THREADS ? QUANT_MAX_THREADS : (int)n;
 }
 
-/* Runs the pipeline on src; on success *report_json is set. Returns the pipeline's status. */
+/* Runs the pipeline on src; on success *report_json and the files written (*written, with their
+ * SHA-256, n_written of them) are set. Returns the pipeline's status. */
 static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const qd_job_source *src,
-                                    const char *out, char **report_json, quant_ck_error *ck)
+                                    const char *out, char **report_json, qd_output **written,
+                                    size_t *n_written, quant_ck_error *ck)
 {
     quant_ruleset *rs = NULL;
     quant_ck_status st = quant_ruleset_parse(j->rules, strlen(j->rules), "job rules", &rs, ck);
@@ -206,12 +241,14 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     o.progress_user = ctx;
     o.cancel = &s->cancel;
     if (srq) quant_srq_apply(srq, &o);
+    o.sha256 = true; /* the outputs' ETags, taken as they are written */
     quant_report *rep = NULL;
     st = quant_quantize_path(rs, src->in, out, &o, &rep, ck);
     if (st == QUANT_CK_OK) {
         count_quantized(app, rep);
         *report_json = quant_report_json(rep);
-        if (!*report_json) st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
+        if (!*report_json || !written_outputs(rep, written, n_written))
+            st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
     }
     quant_report_free(rep);
     quant_srq_free(srq);
@@ -256,7 +293,7 @@ static const char *client_message(const qd_app *app, const qd_job *j, const char
 }
 
 static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, const char *msg,
-                   char *report)
+                   char *report, const qd_output *written, size_t n_written)
 {
     qd_err err;
     qd_status done;
@@ -271,7 +308,8 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         snprintf(out, sizeof out, "%s/output", dir ? dir : "");
         qd_output *outs = NULL;
         size_t n = 0;
-        done = dir ? list_outputs(out, &outs, &n, &err) : qd_fail(&err, QD_NOMEM, "no memory");
+        done = dir ? list_outputs(out, written, n_written, &outs, &n, &err)
+                   : qd_fail(&err, QD_NOMEM, "no memory");
         if (done == QD_OK)
             done = qd_store_job_finish(app->store, j->id, QD_JOB_SUCCEEDED, NULL, outs, n, report,
                                        &err);
@@ -303,6 +341,8 @@ static void run_job(qd_app *app, slot *s, const qd_job *j)
     qd_log(QD_LOG_INFO, "job started", "job", id, "source", j->source_path, NULL);
     quant_ck_error ck = {0};
     char *report = NULL, *out = NULL, why[256];
+    qd_output *written = NULL;
+    size_t n_written = 0;
     qd_err err;
     qd_job_source src;
     quant_ck_status st = qd_job_source_open(app, j, &src, &ck);
@@ -310,9 +350,11 @@ static void run_job(qd_app *app, slot *s, const qd_job *j)
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "not started: %s", why);
     if (st == QUANT_CK_OK && !(out = output_target(app, j, src.is_dir, &err)))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s", err.message);
-    if (st == QUANT_CK_OK) st = run_pipeline(app, s, j, &src, out, &report, &ck);
+    if (st == QUANT_CK_OK)
+        st = run_pipeline(app, s, j, &src, out, &report, &written, &n_written, &ck);
     qd_job_source_close(&src);
-    finish(app, s, j, st, ck.message, report);
+    finish(app, s, j, st, ck.message, report, written, n_written);
+    qd_outputs_free(written, n_written);
     free(report);
     free(out);
 }

@@ -2,13 +2,17 @@
  * output), GET /v1/jobs/{id}/outputs/{name} (any output, by the name the store lists; never a
  * path from the request), served from the file with Content-Length, ETag (its SHA-256),
  * If-None-Match (etag.c: lists, weak comparison), one byte range (range.c: several satisfiable
- * ranges and invalid Range headers get the whole file) and If-Range; GET /v1/jobs/{id}/report.
+ * ranges and invalid Range headers get the whole file) and If-Range; GET /v1/jobs/{id}/outputs
+ * (the list, with the tar's size and ETag), GET /v1/jobs/{id}/outputs.tar (every output as one
+ * tar, tarstream.c; its ETag a hash over the list); GET /v1/jobs/{id}/report.
  * HEAD is answered by the same handlers (router.c); libmicrohttpd leaves the body out.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
+#include <archive.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +22,12 @@
 #include "etag.h"
 #include "handlers.h"
 #include "range.h"
+#include "tarstream.h"
 #include "timefmt.h"
 
 /* The job, which must have succeeded (and, for its files, still have them); replies 404, 409
- * or 410 otherwise. */
-static bool succeeded_job(qd_req *r, int64_t *id, bool files)
+ * or 410 otherwise. *finished_ms (when not NULL) gets the time it ended. */
+static bool succeeded_job_at(qd_req *r, int64_t *id, bool files, int64_t *finished_ms)
 {
     int64_t v;
     if (!qd_job_id_param(r, &v)) return false;
@@ -44,9 +49,15 @@ static bool succeeded_job(qd_req *r, int64_t *id, bool files)
                           "the outputs of job %lld were removed at %s by retention ([jobs] "
                           "retention and keep_outputs); its report and output hashes remain",
                           (long long)v, qd_iso8601(j.outputs_removed_ms, when));
+    if (finished_ms) *finished_ms = j.finished_ms;
     qd_job_clear(&j);
     *id = v;
     return ok;
+}
+
+static bool succeeded_job(qd_req *r, int64_t *id, bool files)
+{
+    return succeeded_job_at(r, id, files, NULL);
 }
 
 /* 304: If-None-Match matched; the reply carries the ETag and no body. */
@@ -167,6 +178,133 @@ enum MHD_Result qd_h_job_output(qd_req *r)
 enum MHD_Result qd_h_job_output_named(qd_req *r)
 {
     return serve_output(r, r->params[1]);
+}
+
+/* ---- every output at once: the list and the tar ------------------------------------------------
+ */
+
+/* A succeeded job's outputs (store order: by name), their files and the tar of them. */
+typedef struct job_files {
+    int64_t id, finished_ms;
+    qd_output *o;
+    size_t n;
+    qd_tar_file *tar;
+    char **paths;
+    uint64_t tar_bytes;
+    char etag[70]; /* the tar's, quoted */
+} job_files;
+
+static void job_files_free(job_files *f)
+{
+    for (size_t i = 0; f->paths && i < f->n; i++) free(f->paths[i]);
+    free(f->paths);
+    free(f->tar);
+    qd_outputs_free(f->o, f->n);
+}
+
+/* The tar's ETag: SHA-256 over what decides its bytes (the members' names, sizes and hashes in
+ * order, the modification time, libarchive's version), so a strong validator: equal tags, equal
+ * bytes. */
+static void tar_etag(job_files *f)
+{
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    char line[400];
+    int k = snprintf(line, sizeof line, "quantd.tar/1\n%s\n%lld\n", archive_version_string(),
+                     (long long)(f->finished_ms / 1000));
+    sha256_update(&ctx, (size_t)k, (const uint8_t *)line);
+    for (size_t i = 0; i < f->n; i++) {
+        sha256_update(&ctx, strlen(f->o[i].name) + 1, (const uint8_t *)f->o[i].name);
+        k = snprintf(line, sizeof line, "%lld %s\n", (long long)f->o[i].bytes, f->o[i].sha256);
+        sha256_update(&ctx, (size_t)k, (const uint8_t *)line);
+    }
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(&ctx, sizeof d, d);
+    f->etag[0] = '"';
+    for (int i = 0; i < SHA256_DIGEST_SIZE; i++) snprintf(f->etag + 1 + 2 * i, 3, "%02x", d[i]);
+    snprintf(f->etag + 1 + 2 * SHA256_DIGEST_SIZE, 3, "\"");
+}
+
+/* Loads the job's outputs and sizes their tar; replies (404, 409, 410, 500) and returns false
+ * on failure. */
+static bool job_files_load(qd_req *r, job_files *f)
+{
+    memset(f, 0, sizeof *f);
+    if (!succeeded_job_at(r, &f->id, true, &f->finished_ms)) return false;
+    qd_err err;
+    qd_status st = qd_store_job_outputs(r->app->store, f->id, &f->o, &f->n, &err);
+    if (st != QD_OK) {
+        qd_reply_store_error(r, st, &err);
+        return false;
+    }
+    char *dir = qd_app_job_dir(r->app, f->id), why[320];
+    f->tar = calloc(f->n ? f->n : 1, sizeof *f->tar);
+    f->paths = calloc(f->n ? f->n : 1, sizeof *f->paths);
+    bool ok = dir && f->tar && f->paths;
+    for (size_t i = 0; ok && i < f->n; i++) {
+        size_t len = strlen(dir) + strlen(f->o[i].name) + 16;
+        ok = (f->paths[i] = malloc(len)) != NULL;
+        if (ok) snprintf(f->paths[i], len, "%s/output/%s", dir, f->o[i].name);
+        f->tar[i] = (qd_tar_file){f->o[i].name, f->paths[i], (uint64_t)f->o[i].bytes};
+    }
+    free(dir);
+    if (!ok) {
+        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "out of memory");
+        return false;
+    }
+    if (!qd_tar_size(f->tar, f->n, f->finished_ms / 1000, &f->tar_bytes, why, sizeof why)) {
+        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "job %lld: its outputs cannot be put in a tar: %s",
+                    (long long)f->id, why);
+        return false;
+    }
+    tar_etag(f);
+    return true;
+}
+
+enum MHD_Result qd_h_job_outputs(qd_req *r)
+{
+    job_files f;
+    if (!job_files_load(r, &f)) {
+        job_files_free(&f);
+        return MHD_YES;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < f.n; i++) total += (uint64_t)f.o[i].bytes;
+    char url[64];
+    snprintf(url, sizeof url, "/v1/jobs/%lld/outputs.tar", (long long)f.id);
+    json_t *doc =
+        json_pack("{s:I, s:o, s:I, s:{s:s, s:I, s:s}}", "job", (json_int_t)f.id, "outputs",
+                  qd_job_outputs_json(r->app, f.id), "bytes", (json_int_t)total, "tar", "url", url,
+                  "bytes", (json_int_t)f.tar_bytes, "etag", f.etag);
+    job_files_free(&f);
+    return qd_reply_json(r, MHD_HTTP_OK, doc);
+}
+
+enum MHD_Result qd_h_job_outputs_tar(qd_req *r)
+{
+    job_files f;
+    if (!job_files_load(r, &f)) {
+        job_files_free(&f);
+        return MHD_YES;
+    }
+    enum MHD_Result ret;
+    if (qd_etag_none_match(qd_req_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH), f.etag)) {
+        ret = not_modified(r, f.etag);
+    } else {
+        char label[24], disp[64];
+        snprintf(label, sizeof label, "%lld", (long long)f.id);
+        snprintf(disp, sizeof disp, "attachment; filename=\"job-%lld.tar\"", (long long)f.id);
+        struct MHD_Response *resp =
+            qd_tar_response(f.tar, f.n, f.finished_ms / 1000, f.tar_bytes, label);
+        if (resp) {
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-tar");
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, f.etag);
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+        }
+        ret = qd_reply(r, MHD_HTTP_OK, resp);
+    }
+    job_files_free(&f);
+    return ret;
 }
 
 enum MHD_Result qd_h_job_report(qd_req *r)

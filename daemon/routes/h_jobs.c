@@ -39,7 +39,7 @@ static json_t *str_or_null(const char *s)
     return s ? json_string(s) : json_null();
 }
 
-static json_t *outputs_json(qd_app *app, int64_t id)
+json_t *qd_job_outputs_json(qd_app *app, int64_t id)
 {
     qd_output *o = NULL;
     size_t n = 0;
@@ -74,7 +74,7 @@ json_t *qd_job_json(qd_app *app, const qd_job *j)
     json_t *unused = j->unused_rules ? json_loads(j->unused_rules, 0, NULL) : NULL;
     if (out) json_object_set_new(out, "unused_rules", unused ? unused : json_null());
     if (out && j->state == QD_JOB_SUCCEEDED) {
-        json_object_set_new(out, "outputs", outputs_json(app, j->id));
+        json_object_set_new(out, "outputs", qd_job_outputs_json(app, j->id));
         json_object_set_new(out, "outputs_removed_at", time_or_null(j->outputs_removed_ms));
     }
     return out;

@@ -26,6 +26,8 @@ enum MHD_Result qd_h_job_get(qd_req *r);
 enum MHD_Result qd_h_job_delete(qd_req *r);
 enum MHD_Result qd_h_job_output(qd_req *r);
 enum MHD_Result qd_h_job_output_named(qd_req *r);
+enum MHD_Result qd_h_job_outputs(qd_req *r);
+enum MHD_Result qd_h_job_outputs_tar(qd_req *r);
 enum MHD_Result qd_h_job_report(qd_req *r);
 
 enum MHD_Result qd_h_model_list(qd_req *r);
@@ -58,6 +60,9 @@ enum MHD_Result qd_h_plan_create(qd_req *r);
  * reply or on OOM); a layout name; a stats_model the statistics store knows (NULL is fine). */
 char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules);
 bool qd_layout_ok(qd_req *r, const char *layout);
+
+/* A job's outputs as the API lists them (h_jobs.c): [{name, bytes, sha256, url}], by name. */
+json_t *qd_job_outputs_json(qd_app *app, int64_t id);
 
 /* A job's {id} path parameter (h_jobs.c), the one parser every /v1/jobs/{id}... route uses;
  * replies 404 and returns false unless it is 1 to 18 digits without a leading zero. */

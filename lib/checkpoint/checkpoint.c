@@ -322,6 +322,8 @@ static quant_ck_status ct_config_text(ck_job *j, quant_ck_error *err)
 static quant_ck_status run_dir(ck_job *j, const char *out, quant_ck_error *err)
 {
     quant_ck_status st = ck_outdir_begin(out, &j->dir, err);
+    j->dir.report = j->run.report;
+    j->dir.sha256 = j->run.opts->sha256;
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         ck_shard_plan *sp = &j->plans[s];
         char *path = ck_outdir_path(&j->dir, sp->base);
@@ -484,6 +486,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     if (st == QUANT_CK_OK)
         st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);
     job_free(&j);
+    if (st != QUANT_CK_OK) ck_report_drop_outputs(j.run.report); /* none was published */
     ck_buf_trim(); /* an idle process (a daemon between jobs) keeps no chunk buffers */
     if (report)
         *report = j.run.report;

@@ -7,6 +7,7 @@
 #define QUANT_CK_INTERNAL_H
 
 #include <dirent.h>
+#include <nettle/sha2.h>
 #include <pthread.h>
 #include <sys/stat.h>
 
@@ -52,6 +53,28 @@ void ck_queue_destroy(ck_queue *q);
 bool ck_queue_push(ck_queue *q, void *item);
 void *ck_queue_pop(ck_queue *q);
 void ck_queue_close(ck_queue *q);
+
+/* ---- SHA-256 of outputs while they are written (hash.c) ---------------------------------------
+ */
+
+/* The digest of `ctx` as 64 lowercase hex digits and a NUL. */
+void ck_sha256_hex(struct sha256_ctx *ctx, char hex[65]);
+
+/* A file's SHA-256 taken in file order while its ranges are written in any order: a thread
+ * hashes each range once everything before it is written, reading it back from `fd` (open for
+ * reading) with pread. NULL when out of memory or no thread can be started. */
+typedef struct ck_hasher ck_hasher;
+ck_hasher *ck_hasher_start(int fd, uint64_t size);
+/* Bytes [off, off + n) are written (each byte once; thread-safe). */
+void ck_hasher_wrote(ck_hasher *h, uint64_t off, uint64_t n);
+/* The file is complete: the thread goes on to its end (whether every range was reported written
+ * or not), while the caller does something else (an fsync). */
+void ck_hasher_complete(ck_hasher *h);
+/* ck_hasher_complete, then waits for the thread and frees `h`: true with `hex`; false with
+ * *error (errno) when reading back failed. */
+bool ck_hasher_finish(ck_hasher *h, char hex[65], int *error);
+/* Abandons the hash (a failed write); NULL is a no-op. */
+void ck_hasher_free(ck_hasher *h);
 
 /* ---- the plan of one shard (plan.c, layout_native.c, layout_ct.c) ---------------------------- */
 
@@ -273,6 +296,11 @@ bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_pla
 bool ck_report_set_skipped(quant_report *r, const quant_skipped_act *s, size_t n);
 /* Records the run's unused rules (copied); false on OOM. */
 bool ck_report_set_unused(quant_report *r, const long *unused, size_t n);
+/* Records an output file the run wrote (strings copied; sha256 may be NULL); false on OOM. A
+ * NULL report records nothing. */
+bool ck_report_add_output(quant_report *r, const char *name, uint64_t bytes, const char *sha256);
+/* Forgets the outputs (a run that failed published none). */
+void ck_report_drop_outputs(quant_report *r);
 
 /* ---- one shard through the pipeline (pipeline.c) --------------------------------------------- */
 
@@ -333,11 +361,18 @@ quant_ck_status ck_read_small_in(const ck_dir *d, const char *name, size_t max, 
                                  size_t *len, quant_ck_error *err);
 /* Copies the regular file `name` under `d` (contents and mode) to the new file `to`. */
 quant_ck_status ck_copy_in(const ck_dir *d, const char *name, const char *to, quant_ck_error *err);
+/* The same; `sha256` (when not NULL) gets the SHA-256 of the bytes copied (hex, 65 bytes) and
+ * `bytes` (when not NULL) their number. */
+quant_ck_status ck_copy_in_sha(const ck_dir *d, const char *name, const char *to, char *sha256,
+                               uint64_t *bytes, quant_ck_error *err);
 /* A directory stream over a duplicate of `fd` (close-on-exec), rewound; NULL with errno set. */
 DIR *ck_opendir_fd(int fd);
 /* Writes `len` bytes to `path` through a temporary file, fsync and rename. */
 quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t len,
                                      quant_ck_error *err);
+/* The same; `sha256` (when not NULL) gets the SHA-256 of `data` (hex, 65 bytes). */
+quant_ck_status ck_write_file_atomic_sha(const char *path, const void *data, size_t len,
+                                         char *sha256, quant_ck_error *err);
 /* fsyncs the directory holding `path` (best effort), after a rename into it. */
 void ck_fsync_parent(const char *path);
 /* Removes a directory tree we created (best effort). */
@@ -406,6 +441,8 @@ typedef struct ck_outdir {
     int lock_fd;      /* holds its lock (ck_temp_dir) until published or removed; -1 for none */
     void *weight_map; /* json_t object */
     uint64_t total_size;
+    quant_report *report; /* where ck_outdir_finish records the files it writes (may be NULL) */
+    bool sha256;          /* ... with their SHA-256 */
 } ck_outdir;
 
 quant_ck_status ck_outdir_begin(const char *out, ck_outdir *d, quant_ck_error *err);

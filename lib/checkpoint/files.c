@@ -1,8 +1,8 @@
 /* files.c -- small-file helpers of the checkpoint driver: whole reads of bounded size and copies
  * of input files (opened under the input directory by ck_open_in), directory streams over a
  * descriptor, atomic writes (a locked temporary file beside the target, fsync, rename over
- * nothing or a regular file only, fsync of the directory) and removal of a directory tree this
- * process created.
+ * nothing or a regular file only, fsync of the directory), each optionally hashed (SHA-256) from
+ * the bytes it writes, and removal of a directory tree this process created.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -104,6 +104,12 @@ void ck_fsync_parent(const char *path)
 quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t len,
                                      quant_ck_error *err)
 {
+    return ck_write_file_atomic_sha(path, data, len, NULL, err);
+}
+
+quant_ck_status ck_write_file_atomic_sha(const char *path, const void *data, size_t len,
+                                         char *sha256, quant_ck_error *err)
+{
     char *tmp = NULL;
     int fd;
     quant_ck_status st = ck_check_target(path, CK_TARGET_FILE, err);
@@ -116,10 +122,22 @@ quant_ck_status ck_write_file_atomic(const char *path, const void *data, size_t 
     close(fd); /* after the rename: the lock lives as long as the temporary's name */
     if (st == QUANT_CK_OK) ck_fsync_parent(path);
     free(tmp);
+    if (st == QUANT_CK_OK && sha256) {
+        struct sha256_ctx ctx;
+        sha256_init(&ctx);
+        sha256_update(&ctx, len, data);
+        ck_sha256_hex(&ctx, sha256);
+    }
     return st;
 }
 
 quant_ck_status ck_copy_in(const ck_dir *d, const char *name, const char *to, quant_ck_error *err)
+{
+    return ck_copy_in_sha(d, name, to, NULL, NULL, err);
+}
+
+quant_ck_status ck_copy_in_sha(const ck_dir *d, const char *name, const char *to, char *sha256,
+                               uint64_t *bytes, quant_ck_error *err)
 {
     int in;
     struct stat sb;
@@ -133,13 +151,20 @@ quant_ck_status ck_copy_in(const ck_dir *d, const char *name, const char *to, qu
     char buf[65536];
     ssize_t k;
     bool ok = true;
+    uint64_t total = 0;
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
     while (ok && ((k = read(in, buf, sizeof buf)) != 0)) {
         if (k < 0 && errno == EINTR) continue;
         ok = k > 0 && write_all(out, buf, (size_t)k);
+        if (ok && sha256) sha256_update(&ctx, (size_t)k, (const uint8_t *)buf);
+        if (ok) total += (uint64_t)k;
     }
     ok = fsync(out) == 0 && ok;
     ok = close(out) == 0 && ok;
     close(in);
+    if (ok && sha256) ck_sha256_hex(&ctx, sha256);
+    if (ok && bytes) *bytes = total;
     return ok ? QUANT_CK_OK : io_fail(err, "cannot copy to", to);
 }
 

@@ -2,7 +2,8 @@
  * name (OUT.quant-partial-PID-XXXXXX, locked while it lives): shards written into it, the index
  * rewritten for the output tensor names, the input's other files copied (checked beforehand: no
  * link among them when the input refuses links), then one rename publishes it (over nothing or an
- * empty directory: never a link).
+ * empty directory: never a link). Each file it writes is recorded in the run's report, with its
+ * SHA-256 (taken from the bytes written) when the run asks for it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -50,6 +51,27 @@ quant_ck_status ck_outdir_add_shard(ck_outdir *d, const char *shard, const quant
     return QUANT_CK_OK;
 }
 
+/* Records file `name` of `bytes` (its SHA-256 `hex` when the run hashes) in the report. */
+static quant_ck_status record(const ck_outdir *d, const char *name, uint64_t bytes, const char *hex,
+                              quant_ck_error *err)
+{
+    if (ck_report_add_output(d->report, name, bytes, d->sha256 ? hex : NULL)) return QUANT_CK_OK;
+    return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+}
+
+/* Writes `text` as file `name` of the directory (atomically), recorded. */
+static quant_ck_status put_text(const ck_outdir *d, const char *name, const char *text,
+                                quant_ck_error *err)
+{
+    char *path = ck_outdir_path(d, name), hex[65] = "";
+    size_t len = strlen(text);
+    quant_ck_status st =
+        path ? ck_write_file_atomic_sha(path, text, len, d->sha256 ? hex : NULL, err)
+             : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    free(path);
+    return st == QUANT_CK_OK ? record(d, name, len, hex, err) : st;
+}
+
 static bool is_shard(const ck_shards *s, const char *name)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -89,10 +111,12 @@ static quant_ck_status each_other(ck_outdir *d, const ck_shards *s, bool config_
         bool copy;
         st = other_file(s, e->d_name, config_replaced, &copy, err);
         if (st != QUANT_CK_OK || !copy || !d) continue;
-        char *to = ck_outdir_path(d, e->d_name);
-        st = to ? ck_copy_in(&s->dir, e->d_name, to, err)
+        char *to = ck_outdir_path(d, e->d_name), hex[65] = "";
+        uint64_t bytes = 0;
+        st = to ? ck_copy_in_sha(&s->dir, e->d_name, to, d->sha256 ? hex : NULL, &bytes, err)
                 : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
         free(to);
+        if (st == QUANT_CK_OK) st = record(d, e->d_name, bytes, hex, err);
     }
     closedir(dir);
     return st;
@@ -109,12 +133,7 @@ static quant_ck_status copy_others(ck_outdir *d, const ck_shards *s, const char 
                                    quant_ck_error *err)
 {
     quant_ck_status st = each_other(d, s, config_text != NULL, err);
-    if (st == QUANT_CK_OK && config_text) {
-        char *to = ck_outdir_path(d, "config.json");
-        st = to ? ck_write_file_atomic(to, config_text, strlen(config_text), err)
-                : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-        free(to);
-    }
+    if (st == QUANT_CK_OK && config_text) st = put_text(d, "config.json", config_text, err);
     return st;
 }
 
@@ -123,11 +142,9 @@ static quant_ck_status write_index(ck_outdir *d, quant_ck_error *err)
     json_t *root = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)d->total_size,
                              "weight_map", (json_t *)d->weight_map);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-    char *path = ck_outdir_path(d, CK_INDEX_NAME);
-    quant_ck_status st = text && path ? ck_write_file_atomic(path, text, strlen(text), err)
-                                      : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_ck_status st = text ? put_text(d, CK_INDEX_NAME, text, err)
+                              : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     free(text);
-    free(path);
     json_decref(root);
     return st;
 }

@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ck_internal.h"
 
@@ -274,12 +275,28 @@ static quant_ck_status write_static_acts(pipe_t *p, quant_ck_error *err)
     return st;
 }
 
+/* The committed shard in the report's outputs: its size, and its SHA-256 when the run hashes. */
+static quant_ck_status record_output(pipe_t *p, const char *out_path, quant_ck_error *err)
+{
+    char hex[65];
+    uint64_t bytes = 0;
+    bool hashed = quant_st_writer_sha256(p->w, hex, &bytes);
+    if (!hashed) {
+        struct stat sb;
+        bytes = stat(out_path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    }
+    if (ck_report_add_output(p->run->report, ck_basename(out_path), bytes, hashed ? hex : NULL))
+        return QUANT_CK_OK;
+    return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+}
+
 quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_path,
                              quant_ck_error *err)
 {
     pipe_t p = {.run = run, .sp = sp};
     atomic_init(&p.failed, 0);
     quant_ck_status st = open_writer(&p, out_path, err);
+    if (st == QUANT_CK_OK && run->opts->sha256) st = quant_st_writer_hash(p.w, err);
     if (st == QUANT_CK_OK) st = write_static_acts(&p, err);
     if (st != QUANT_CK_OK) {
         quant_st_writer_free(p.w);
@@ -314,6 +331,7 @@ quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_pat
     pthread_mutex_destroy(&p.err_mu);
     st = atomic_load(&p.failed) ? quant_ck_fail(err, p.err.status, "%s", p.err.message)
                                 : quant_st_writer_commit(p.w, err);
+    if (st == QUANT_CK_OK) st = record_output(&p, out_path, err);
     quant_st_writer_free(p.w);
     if (st == QUANT_CK_OK && !ck_report_add_static(run->report, sp->base, sp))
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");

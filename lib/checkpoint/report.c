@@ -1,7 +1,7 @@
 /* report.c -- the per-tensor report of a run: one entry per input tensor (rule, qtype, shapes,
  * bytes, SQNR and max error), the static activation scales written (SRQ) with their statistics'
- * counts and the activations skipped with their reasons, the unused rules (SPEC section 10), its
- * JSON form and the atomic write of quant-report.json.
+ * counts and the activations skipped with their reasons, the unused rules (SPEC section 10), the
+ * output files (size, SHA-256), its JSON form and the atomic write of quant-report.json.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <jansson.h>
@@ -22,6 +22,8 @@ struct quant_report {
     quant_skipped_act *skipped; /* strings owned */
     size_t n_unused;
     long *unused; /* rules that are the first match of no tensor (set when the run is planned) */
+    size_t n_outs, cap_outs;
+    quant_report_output *outs; /* the files written, in the order written */
 };
 
 quant_report *ck_report_new(quant_layout layout, bool static_acts)
@@ -50,6 +52,8 @@ void quant_report_free(quant_report *r)
         free((char *)r->e[i].shard);
     }
     for (size_t i = 0; i < r->n_acts; i++) static_act_clear(&r->acts[i]);
+    ck_report_drop_outputs(r);
+    free(r->outs);
     free(r->acts);
     for (size_t i = 0; i < r->n_skipped; i++) {
         free((char *)r->skipped[i].name);
@@ -135,6 +139,49 @@ bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_pla
     for (size_t i = 0; r && i < sp->n_acts; i++)
         if (!add_static(r, shard, sp, &sp->acts[i])) return false;
     return true;
+}
+
+bool ck_report_add_output(quant_report *r, const char *name, uint64_t bytes, const char *sha256)
+{
+    if (!r) return true;
+    if (r->n_outs == r->cap_outs) {
+        size_t cap = r->cap_outs ? r->cap_outs * 2 : 8;
+        quant_report_output *o = realloc(r->outs, cap * sizeof *o);
+        if (!o) return false;
+        r->outs = o;
+        r->cap_outs = cap;
+    }
+    bool ok = true;
+    quant_report_output *o = &r->outs[r->n_outs];
+    *o = (quant_report_output){.bytes = bytes};
+    o->name = strdup_or_null(name, &ok);
+    o->sha256 = strdup_or_null(sha256, &ok);
+    if (!ok) {
+        free((char *)o->name);
+        free((char *)o->sha256);
+        return false;
+    }
+    r->n_outs++;
+    return true;
+}
+
+void ck_report_drop_outputs(quant_report *r)
+{
+    for (size_t i = 0; r && i < r->n_outs; i++) {
+        free((char *)r->outs[i].name);
+        free((char *)r->outs[i].sha256);
+    }
+    if (r) r->n_outs = 0;
+}
+
+size_t quant_report_output_count(const quant_report *r)
+{
+    return r ? r->n_outs : 0;
+}
+
+const quant_report_output *quant_report_output_at(const quant_report *r, size_t i)
+{
+    return r && i < r->n_outs ? &r->outs[i] : NULL;
 }
 
 bool ck_report_set_unused(quant_report *r, const long *unused, size_t n)

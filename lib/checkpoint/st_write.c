@@ -2,6 +2,7 @@
  * alignment descending, then name; `__metadata__` first; header padded with spaces to a multiple
  * of 8), writes the header to a sized temporary file beside the target, takes tensor data by
  * pwrite from any thread and makes the file appear by fsync + rename + fsync of the directory.
+ * On request the file's SHA-256 is taken as it is written (hash.c), finished during the fsync.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -36,6 +37,9 @@ struct quant_st_writer {
     st_out **by_name;    /* strcmp order, for quant_st_writer_index */
     uint64_t data_start; /* 8 + header length */
     uint64_t total;      /* data bytes */
+    ck_hasher *hasher;   /* quant_st_writer_hash() */
+    bool hashed;         /* committed with sha256 */
+    char sha256[65];
 };
 
 static quant_ck_status no_memory(quant_ck_error *err)
@@ -350,7 +354,27 @@ quant_ck_status quant_st_writer_pwrite(quant_st_writer *w, size_t index, uint64_
     if (!pwrite_full(w->fd, buf, n, w->data_start + t->begin + offset))
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: tensor '%s': write failed: %s", w->path,
                              t->name, strerror(errno));
+    ck_hasher_wrote(w->hasher, w->data_start + t->begin + offset, n);
     return QUANT_CK_OK;
+}
+
+quant_ck_status quant_st_writer_hash(quant_st_writer *w, quant_ck_error *err)
+{
+    if (!w || w->fd < 0 || w->hasher)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                             "quant_st_writer_hash: no open writer, or already hashing");
+    if (!(w->hasher = ck_hasher_start(w->fd, w->data_start + w->total)))
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "%s: cannot start hashing it", w->path);
+    ck_hasher_wrote(w->hasher, 0, w->data_start); /* the header, written by quant_st_writer_new */
+    return QUANT_CK_OK;
+}
+
+bool quant_st_writer_sha256(const quant_st_writer *w, char hex[65], uint64_t *bytes)
+{
+    if (!w || !w->hashed) return false;
+    memcpy(hex, w->sha256, sizeof w->sha256);
+    if (bytes) *bytes = w->data_start + w->total;
+    return true;
 }
 
 /* "dir" of "dir/name" ("." without a slash, "/" for "/name"); malloc'd. */
@@ -383,7 +407,14 @@ quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err)
     if (!w || w->committed || w->fd < 0)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_writer_commit: no open writer");
     quant_ck_status st = QUANT_CK_OK;
+    ck_hasher_complete(w->hasher); /* the rest is hashed while the file is synced */
     if (fsync(w->fd) != 0) st = io_fail(w, err, "cannot fsync");
+    int read_error = 0;
+    bool hashed = w->hasher && ck_hasher_finish(w->hasher, w->sha256, &read_error);
+    if (w->hasher && !hashed && st == QUANT_CK_OK)
+        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: cannot read it back for its SHA-256: %s",
+                           w->path, strerror(read_error));
+    w->hasher = NULL;
     if (st == QUANT_CK_OK) st = ck_publish(w->tmp, w->path, CK_TARGET_FILE, err);
     if (st != QUANT_CK_OK) unlink(w->tmp);
     close(w->fd); /* after the rename, so the temporary is locked while it has its name; after
@@ -391,6 +422,7 @@ quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err)
     w->fd = -1;
     if (st == QUANT_CK_OK) {
         w->committed = true;
+        w->hashed = hashed;
         st = fsync_dir(w, err);
     }
     free(w->tmp);
@@ -401,6 +433,7 @@ quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err)
 void quant_st_writer_free(quant_st_writer *w)
 {
     if (!w) return;
+    ck_hasher_free(w->hasher);  /* before close: it reads the file */
     if (w->tmp) unlink(w->tmp); /* before close: never unlocked under its name */
     if (w->fd >= 0) close(w->fd);
     for (size_t i = 0; w->t && i < w->n; i++) free(w->t[i].name);

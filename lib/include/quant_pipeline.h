@@ -113,6 +113,12 @@ typedef struct quant_pipeline_options {
      * a shard or the index that is not one is an error, other such entries are skipped. Messages
      * name inputs as `in` + "/" + entry, so a root-relative `in` keeps server paths out. */
     bool no_symlinks;
+    /* Compute each output file's SHA-256 while writing it (default false): the shards through
+     * quant_st_writer_hash() (a thread per shard, reading back from the page cache, finished
+     * during the fsync), the small files (index, config.json, the other files copied) from the
+     * bytes as they are written. The report's outputs (quant_report_output_at) then carry it,
+     * so a front end that needs the hashes (quantd's ETags) never reads the outputs again. */
+    bool sha256;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */
@@ -167,6 +173,19 @@ QUANT_API const quant_report_static_act *quant_report_static_at(const quant_repo
  * (quant_pipeline_options.skipped_acts, copied), in their order. */
 QUANT_API size_t quant_report_skipped_count(const quant_report *r);
 QUANT_API const quant_skipped_act *quant_report_skipped_at(const quant_report *r, size_t i);
+
+/* An output file a successful run published. */
+typedef struct quant_report_output {
+    const char *name;   /* its name in the output directory; a file run: the output's base name */
+    uint64_t bytes;     /* its size */
+    const char *sha256; /* 64 lowercase hex digits, as sha256sum prints; NULL without opts.sha256 */
+} quant_report_output;
+
+/*! quant_report_output_count(), quant_report_output_at() : the files a successful run wrote,
+ * in the order it wrote them (the shards, then the other files copied, config.json, the index);
+ * none after a failed run (it leaves nothing behind). Owned by the report. */
+QUANT_API size_t quant_report_output_count(const quant_report *r);
+QUANT_API const quant_report_output *quant_report_output_at(const quant_report *r, size_t i);
 
 /*! quant_report_unused_rules() :
  * The rules that were the first match of no tensor of the run (SPEC section 10, Qwix's

@@ -198,12 +198,30 @@ QUANT_API uint64_t quant_st_writer_total(const quant_st_writer *w);
 QUANT_API quant_ck_status quant_st_writer_pwrite(quant_st_writer *w, size_t index, uint64_t offset,
                                                  const void *buf, size_t n, quant_ck_error *err);
 
+/*! quant_st_writer_hash() :
+ * Has the writer compute the file's SHA-256 as it is written, so that no second pass over the
+ * file is needed: a thread of the writer hashes the bytes in file order as soon as everything
+ * before them has been written (quant_st_writer_pwrite() calls may come in any order, from any
+ * thread), reading them back from the file (the page cache) rather than keeping copies, so
+ * memory stays one 4 MiB buffer; quant_st_writer_commit() hashes what remains while it fsyncs.
+ * Call it before the first quant_st_writer_pwrite().
+ * @return : QUANT_CK_OK, QUANT_CK_ERR_ARG (no open writer, or called twice), QUANT_CK_ERR_NOMEM
+ *           (no memory or no thread). */
+QUANT_API quant_ck_status quant_st_writer_hash(quant_st_writer *w, quant_ck_error *err);
+
+/*! quant_st_writer_sha256() :
+ * After a successful quant_st_writer_commit() of a writer that hashed: the file's SHA-256 as 64
+ * lowercase hex digits and a NUL into `hex`, and its size into `*bytes` (when not NULL) -- the
+ * same as sha256sum of the committed file. false otherwise. */
+QUANT_API bool quant_st_writer_sha256(const quant_st_writer *w, char hex[65], uint64_t *bytes);
+
 /*! quant_st_writer_commit() :
  * fsyncs the temporary file, checks the final path again (nothing or a regular file, which is
  * replaced), renames the temporary to it and fsyncs the directory. The writer must still be
  * freed.
- * @return : QUANT_CK_OK, QUANT_CK_ERR_IO or QUANT_CK_ERR_ACCESS (a link or a non-regular file
- *           appeared at the path: left as it is); on error the temporary file is removed. */
+ * @return : QUANT_CK_OK, QUANT_CK_ERR_IO (also: a hashing writer could not read the file back)
+ *           or QUANT_CK_ERR_ACCESS (a link or a non-regular file appeared at the path: left as it
+ *           is); on error the temporary file is removed. */
 QUANT_API quant_ck_status quant_st_writer_commit(quant_st_writer *w, quant_ck_error *err);
 
 /*! quant_st_writer_free() :

@@ -70,5 +70,6 @@ Suite *suite_confine(void);
 Suite *suite_check(void);
 Suite *suite_plan(void);
 Suite *suite_microscaling_ckpt(void);
+Suite *suite_hash(void);
 
 #endif

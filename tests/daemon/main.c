@@ -25,6 +25,7 @@ int main(void)
     srunner_add_suite(sr, suite_http());
     srunner_add_suite(sr, suite_faults());
     srunner_add_suite(sr, suite_plans());
+    srunner_add_suite(sr, suite_outputs());
     srunner_add_suite(sr, suite_examples());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -24,6 +24,7 @@ Suite *suite_range(void);
 Suite *suite_http(void);
 Suite *suite_faults(void);
 Suite *suite_plans(void);
+Suite *suite_outputs(void);
 Suite *suite_examples(void);
 
 /* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */

@@ -81,6 +81,8 @@ static const struct {
     {"GET", "/v1/jobs/{id}", R | O},
     {"DELETE", "/v1/jobs/{id}", O},
     {"GET", "/v1/jobs/{id}/output", R | O},
+    {"GET", "/v1/jobs/{id}/outputs", R | O},
+    {"GET", "/v1/jobs/{id}/outputs.tar", R | O},
     {"GET", "/v1/jobs/{id}/outputs/{name}", R | O},
     {"GET", "/v1/jobs/{id}/report", R | O},
     {"POST", "/v1/plans", O}, /* like job creation: server paths, stored rule sets */
