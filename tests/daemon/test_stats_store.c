@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "migrations.h"
 #include "qdtest.h"
 #include "stats.h"
 #include "stats_internal.h"
@@ -1563,6 +1564,66 @@ START_TEST(test_mean_sq_reopen_and_uncached)
 }
 END_TEST
 
+/* A database written before migration 0006 (its stats table from 0002): the rows keep their ids,
+ * sums, EMA and last values through the rebuild, update as before, and the model takes mean_sq on
+ * new activations. */
+START_TEST(test_mean_sq_migration_keeps_rows)
+{
+    close_all();
+    qdt_rmtree(g_dir);
+    free(g_path);
+    free(g_dir);
+    g_dir = qdt_tmpdir();
+    g_path = qdt_join(g_dir, "quantd.db");
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "PRAGMA journal_mode = WAL; BEGIN", NULL, NULL, NULL),
+                     SQLITE_OK);
+    int before = 0;
+    while (before < qd_n_migrations && !strstr(qd_migrations[before].sql, "stats_mean_sq"))
+        ck_assert_int_eq(sqlite3_exec(db, qd_migrations[before++].sql, NULL, NULL, NULL),
+                         SQLITE_OK);
+    ck_assert_int_lt(before, qd_n_migrations);
+    char sql[160];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", before,
+             0x514E5444);
+    char *msg = NULL;
+    const char *rows =
+        "INSERT INTO stat_models (id, name, averaging, ema_constant, created_ms, updated_ms) "
+        "VALUES (7, 'm', 'ema', 0.5, 1, 1);"
+        /* absmax [2] = {4, 8} over 2 posts, EMA {3, 5}; min/max scalar -1/1 over 1 post, last */
+        "INSERT INTO stats (id, model_id, name, kind, shape, count, created_ms, updated_ms, sum_a, "
+        "ema_a) VALUES (40, 7, 'x', 'absmax', '[2]', 2, 1, 1, "
+        "X'00000000000010400000000000002040', X'00000000000008400000000000001440');"
+        "INSERT INTO stats (id, model_id, name, kind, shape, count, created_ms, updated_ms, sum_a, "
+        "sum_b, last_a, last_b, ema_a, ema_b) VALUES (41, 7, 'y', 'minmax', '[]', 1, 1, 1, "
+        "X'000000000000F0BF', X'000000000000F03F', X'000000000000F0BF', X'000000000000F03F', "
+        "X'000000000000F0BF', X'000000000000F03F');";
+    ck_assert_msg(sqlite3_exec(db, rows, NULL, NULL, &msg) == SQLITE_OK, "%s", msg);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    open_all(); /* migrates */
+    ck_assert_int_eq(raw_int("SELECT id FROM stats WHERE name = 'x'"), 40);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE sq_len IS NULL AND sum_sq IS NULL"),
+                     2);
+    readback rb = read_all("m", NULL);
+    const qd_stat_avg *x = find(&rb, "x"), *y = find(&rb, "y");
+    ck_assert(x && x->count == 2 && x->a[0] == 3 && x->a[1] == 5 && x->sum_a[1] == 8);
+    ck_assert_int_eq(x->n_sq, 0);
+    ck_assert_ptr_null(x->sq);
+    ck_assert(y && y->kind == QD_STAT_MINMAX && y->a[0] == -1 && y->b[0] == 1);
+    readback_free(&rb);
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_absmax("m", "x", (const double[]){5, 1}, 2, &err), QD_OK);
+    expect_avg("m", "x", 3, 4.0, false); /* 3 + 0.5 (5 - 3) */
+    ck_assert_int_eq(post_sq("m", "x", (const double[]){5, 1}, 2, (const double[]){1}, 1, &err),
+                     QD_INVALID); /* its keys stay {absmax} */
+    post_sq_ok("m", "z", (const double[]){1}, 1, (const double[]){2, 2}, 2);
+    expect_sq("m", "z", 1, (const double[]){2, 2}, (const double[]){2, 2}, 2);
+}
+END_TEST
+
 Suite *suite_stats_store(void)
 {
     Suite *s = suite_create("stats_store");
@@ -1619,6 +1680,7 @@ Suite *suite_stats_store(void)
     tcase_add_test(sq, test_mean_sq_key_set_fixed);
     tcase_add_test(sq, test_mean_sq_bad_posts);
     tcase_add_test(sq, test_mean_sq_reopen_and_uncached);
+    tcase_add_test(sq, test_mean_sq_migration_keeps_rows);
     suite_add_tcase(s, sq);
     TCase *perf = tcase_create("throughput");
     tcase_add_checked_fixture(perf, setup, teardown);
