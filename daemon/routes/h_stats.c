@@ -155,7 +155,7 @@ static enum MHD_Result reply_posted(qd_req *r, const post_job *job)
     const struct refusal *f = k < sizeof refusals / sizeof refusals[0] ? &refusals[k] : NULL;
     if (f && f->limit) return qd_reply_ec_limit(r, f->ec, f->limit, 0, "%s", msg);
     if (f && f->ec != QD_EC_INVALID) return qd_reply_ec(r, f->ec, f->field, "%s", msg);
-    if (job->st == QD_INVALID) /* does not fit what is stored: kind or shape */
+    if (job->st == QD_INVALID) /* does not fit what is stored: kind, shape or set of keys */
         return qd_reply_ec(r, QD_EC_CONFLICT, "stats", "%s", msg);
     return qd_reply_store_error(r, job->st, &job->err);
 }
