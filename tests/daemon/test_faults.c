@@ -438,6 +438,7 @@ typedef struct burst {
     int idx;
     int sent; /* posts begun, keys b<idx>-0 .. b<idx>-(sent-1) */
     bool acked[4096];
+    atomic_int *answered; /* posts answered 200 by all threads so far */
 } burst;
 
 static size_t discard(char *p, size_t size, size_t n, void *user)
@@ -469,6 +470,7 @@ static void *burst_thread(void *arg)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         curl_slist_free_all(h);
         b->acked[b->sent] = rc == CURLE_OK && status == 200;
+        if (b->acked[b->sent]) atomic_fetch_add(b->answered, 1);
         if (rc != CURLE_OK) { /* the daemon is gone: this post may or may not have landed */
             b->sent++;
             break;
@@ -529,12 +531,18 @@ START_TEST(test_kill_stats_burst)
     pthread_t t[THREADS];
     burst *b = calloc(THREADS, sizeof *b);
     ck_assert_ptr_nonnull(b);
+    atomic_int answered = 0;
     for (int i = 0; i < THREADS; i++) {
         b[i].base = d.base;
         b[i].idx = i;
+        b[i].answered = &answered;
         ck_assert_int_eq(pthread_create(&t[i], NULL, burst_thread, &b[i]), 0);
     }
+    /* mid-burst: 400 ms in, and not before some post was answered (a loaded machine may take
+     * longer for the first commit) */
     qdt_sleep_ms(400);
+    for (int waited = 0; atomic_load(&answered) == 0 && waited < 20000; waited += 20)
+        qdt_sleep_ms(20);
     ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
     int sent = 0, acked = 0;
     for (int i = 0; i < THREADS; i++) {
