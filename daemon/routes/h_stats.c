@@ -243,28 +243,17 @@ static const char *averaging_name(qd_averaging a)
     return a == QD_AVG_EMA ? "ema" : "simple";
 }
 
-/* The keys an activation carries, in the order a post names them. */
-static json_t *keys_json(const qd_stat_avg *a)
-{
-    json_t *keys = json_array();
-    if (a->kind == QD_STAT_ABSMAX) json_array_append_new(keys, json_string("absmax"));
-    if (a->kind == QD_STAT_MINMAX) {
-        json_array_append_new(keys, json_string("min"));
-        json_array_append_new(keys, json_string("max"));
-    }
-    if (a->n_sq > 0) json_array_append_new(keys, json_string("mean_sq"));
-    return keys;
-}
-
 /* One activation: its counters, sums and calibration as nested lists; mean_sq (SPEC section 9)
- * as a list of n. kind "none" (mean_sq alone) has no range statistic and a null shape. */
+ * as a list of n. kind "none" (mean_sq alone) has no range statistic: its shape is mean_sq's,
+ * [n], as libquant-checkpoint's statistics reader (quant_stats_parse) takes it. */
 static json_t *activation_json(const qd_stat_avg *a)
 {
     bool minmax = a->kind == QD_STAT_MINMAX, range = a->kind != QD_STAT_NONE;
-    json_t *o = json_pack("{s:s,s:o,s:I,s:o,s:o,s:b}", "kind", qd_stat_kind_name(a->kind), "keys",
-                          keys_json(a), "count", (json_int_t)a->count, "shape",
-                          range ? qd_json_shape(a->rank, a->shape) : json_null(), "updated_at",
-                          qd_json_time(a->updated_ms), "bootstrapping", a->bootstrapping);
+    int64_t sq_shape[1] = {a->n_sq};
+    json_t *o = json_pack(
+        "{s:s,s:I,s:o,s:o,s:b}", "kind", qd_stat_kind_name(a->kind), "count", (json_int_t)a->count,
+        "shape", range ? qd_json_shape(a->rank, a->shape) : qd_json_shape(1, sq_shape),
+        "updated_at", qd_json_time(a->updated_ms), "bootstrapping", a->bootstrapping);
     if (!o) return NULL;
     if (range) {
         json_object_set_new(o, minmax ? "sum_of_min" : "sum_of_absmax",
@@ -276,9 +265,8 @@ static json_t *activation_json(const qd_stat_avg *a)
         json_object_set_new(o, "max", qd_json_doubles(a->b, a->rank, a->shape));
     }
     if (a->n_sq > 0) {
-        int64_t shape[1] = {a->n_sq};
-        json_object_set_new(o, "sum_of_mean_sq", qd_json_doubles(a->sum_sq, 1, shape));
-        json_object_set_new(o, "mean_sq", qd_json_doubles(a->sq, 1, shape));
+        json_object_set_new(o, "sum_of_mean_sq", qd_json_doubles(a->sum_sq, 1, sq_shape));
+        json_object_set_new(o, "mean_sq", qd_json_doubles(a->sq, 1, sq_shape));
     }
     return o;
 }
