@@ -14,7 +14,8 @@
  *
  * Usage: stats-bench QUANTD_BINARY
  * Environment: QUANT_BENCH_STATS_SECONDS (seconds per load, default 30; CI uses 1), TMPDIR
- * (where quantd's data directory goes).
+ * (where quantd's data directory goes), QUANT_BENCH_STATS_MEAN_SQ=1 (the large posts also carry
+ * the importance statistic ACT/mean_sq: 2 MiB each).
  */
 #define _DEFAULT_SOURCE
 #include <arpa/inet.h>
@@ -48,6 +49,9 @@
 #define ACT_NAME     "layers/%d/mlp/dot_general0_lhs"
 
 static int quantd_port; /* where quantd listens */
+/* QUANT_BENCH_STATS_MEAN_SQ=1: each large post also carries ACT/mean_sq F32 [LARGE_VALUES]
+ * (SPEC section 9), doubling its body. */
+static bool with_mean_sq;
 
 static void *xmalloc(size_t n)
 {
@@ -233,28 +237,36 @@ typedef struct large_body {
     size_t data_start; /* where the F32 data begins */
 } large_body;
 
-/* A safetensors file of LARGE_ACTS tensors ACT/absmax, F32 [LARGE_VALUES]: 8-byte LE header
- * length, the JSON header padded with spaces to 8, the data. */
+/* Tensors per large post: ACT/absmax, and ACT/mean_sq with QUANT_BENCH_STATS_MEAN_SQ. */
+static int large_tensors(void)
+{
+    return LARGE_ACTS * (with_mean_sq ? 2 : 1);
+}
+
+/* A safetensors file of LARGE_ACTS tensors ACT/absmax (and as many ACT/mean_sq), F32
+ * [LARGE_VALUES]: 8-byte LE header length, the JSON header padded with spaces to 8, the data
+ * (every value positive, as mean_sq needs). */
 static large_body make_large_body(unsigned seed)
 {
-    size_t tensor = (size_t)LARGE_VALUES * 4, cap = (size_t)LARGE_ACTS * 160 + 64;
+    int per = with_mean_sq ? 2 : 1, tensors = large_tensors();
+    size_t tensor = (size_t)LARGE_VALUES * 4, cap = (size_t)tensors * 160 + 64;
     char *head = xmalloc(cap);
     size_t n = 0;
-    for (int i = 0; i < LARGE_ACTS; i++)
+    for (int k = 0; k < tensors; k++)
         n += (size_t)snprintf(head + n, cap - n,
-                              "%s\"" ACT_NAME "/absmax\":{\"dtype\":\"F32\",\"shape\":[%d],"
+                              "%s\"" ACT_NAME "/%s\":{\"dtype\":\"F32\",\"shape\":[%d],"
                               "\"data_offsets\":[%zu,%zu]}",
-                              i ? "," : "{", i, LARGE_VALUES, (size_t)i * tensor,
-                              (size_t)(i + 1) * tensor);
+                              k ? "," : "{", k / per, k % per ? "mean_sq" : "absmax", LARGE_VALUES,
+                              (size_t)k * tensor, (size_t)(k + 1) * tensor);
     n += (size_t)snprintf(head + n, cap - n, "}");
     while (n % 8) head[n++] = ' ';
-    large_body b = {.data_start = 8 + n, .len = 8 + n + (size_t)LARGE_ACTS * tensor};
+    large_body b = {.data_start = 8 + n, .len = 8 + n + (size_t)tensors * tensor};
     b.data = xmalloc(b.len);
     for (int i = 0; i < 8; i++) b.data[i] = (char)((uint64_t)n >> (8 * i));
     memcpy(b.data + 8, head, n);
     free(head);
     float *v = (float *)(void *)(b.data + b.data_start); /* 8 + n is a multiple of 8 */
-    for (size_t i = 0; i < (size_t)LARGE_ACTS * LARGE_VALUES; i++)
+    for (size_t i = 0; i < (size_t)tensors * LARGE_VALUES; i++)
         v[i] = 0.5f + (float)((seed + i * 2654435761u) % 4096) / 1024.0f;
     return b;
 }
@@ -263,7 +275,7 @@ static large_body make_large_body(unsigned seed)
 static void touch_large_body(large_body *b, long step)
 {
     float *v = (float *)(void *)(b->data + b->data_start);
-    for (int i = 0; i < LARGE_ACTS; i++)
+    for (int i = 0; i < large_tensors(); i++)
         v[(size_t)i * LARGE_VALUES + (size_t)step % LARGE_VALUES] = 1.0f + (float)(step % 97);
 }
 
@@ -512,8 +524,8 @@ static void print_table(double seconds, const load_result *a, const load_result 
     snprintf(what, sizeof what, "(a) JSON, %d activations x 1 value", SMALL_ACTS);
     print_row(what, SMALL_CONNS, a, ">= 5,000 posts/s, p99 <= 20 ms",
               (double)a->posts / a->seconds >= 5000 && a->p99_ms <= 20);
-    snprintf(what, sizeof what, "(b) safetensors, %d activations x %d F32", LARGE_ACTS,
-             LARGE_VALUES);
+    snprintf(what, sizeof what, "(b) safetensors, %d activations x %d F32%s", LARGE_ACTS,
+             LARGE_VALUES, with_mean_sq ? ", absmax + mean_sq" : "");
     print_row(what, LARGE_CONNS, b, ">= 200 MB/s", b->mb_per_s >= 200);
     snprintf(what, sizeof what, "(a') as (a), each post with a trainer token");
     print_row(what, SMALL_CONNS, t, ">= 5,000 posts/s, p99 <= 20 ms",
@@ -554,6 +566,8 @@ int main(int argc, char **argv)
     const char *env = getenv("QUANT_BENCH_STATS_SECONDS");
     double seconds = env ? atof(env) : 30;
     if (!(seconds > 0)) seconds = 30;
+    const char *sq = getenv("QUANT_BENCH_STATS_MEAN_SQ");
+    with_mean_sq = sq && strcmp(sq, "1") == 0;
     signal(SIGPIPE, SIG_IGN);
     char load0[32];
     snprintf(load0, sizeof load0, "%s", load_avg());

@@ -155,7 +155,7 @@ static enum MHD_Result reply_posted(qd_req *r, const post_job *job)
     const struct refusal *f = k < sizeof refusals / sizeof refusals[0] ? &refusals[k] : NULL;
     if (f && f->limit) return qd_reply_ec_limit(r, f->ec, f->limit, 0, "%s", msg);
     if (f && f->ec != QD_EC_INVALID) return qd_reply_ec(r, f->ec, f->field, "%s", msg);
-    if (job->st == QD_INVALID) /* does not fit what is stored: kind or shape */
+    if (job->st == QD_INVALID) /* does not fit what is stored: kind, shape or set of keys */
         return qd_reply_ec(r, QD_EC_CONFLICT, "stats", "%s", msg);
     return qd_reply_store_error(r, job->st, &job->err);
 }
@@ -243,21 +243,30 @@ static const char *averaging_name(qd_averaging a)
     return a == QD_AVG_EMA ? "ema" : "simple";
 }
 
-/* One activation: its counters, sums and calibration as nested lists. */
+/* One activation: its counters, sums and calibration as nested lists; mean_sq (SPEC section 9)
+ * as a list of n. kind "none" (mean_sq alone) has no range statistic: its shape is mean_sq's,
+ * [n], as libquant-checkpoint's statistics reader (quant_stats_parse) takes it. */
 static json_t *activation_json(const qd_stat_avg *a)
 {
-    bool minmax = a->kind == QD_STAT_MINMAX;
-    json_t *o =
-        json_pack("{s:s,s:I,s:o,s:o,s:b}", "kind", minmax ? "minmax" : "absmax", "count",
-                  (json_int_t)a->count, "shape", qd_json_shape(a->rank, a->shape), "updated_at",
-                  qd_json_time(a->updated_ms), "bootstrapping", a->bootstrapping);
+    bool minmax = a->kind == QD_STAT_MINMAX, range = a->kind != QD_STAT_NONE;
+    int64_t sq_shape[1] = {a->n_sq};
+    json_t *o = json_pack(
+        "{s:s,s:I,s:o,s:o,s:b}", "kind", qd_stat_kind_name(a->kind), "count", (json_int_t)a->count,
+        "shape", range ? qd_json_shape(a->rank, a->shape) : qd_json_shape(1, sq_shape),
+        "updated_at", qd_json_time(a->updated_ms), "bootstrapping", a->bootstrapping);
     if (!o) return NULL;
-    json_object_set_new(o, minmax ? "sum_of_min" : "sum_of_absmax",
-                        qd_json_doubles(a->sum_a, a->rank, a->shape));
-    json_object_set_new(o, minmax ? "min" : "absmax", qd_json_doubles(a->a, a->rank, a->shape));
+    if (range) {
+        json_object_set_new(o, minmax ? "sum_of_min" : "sum_of_absmax",
+                            qd_json_doubles(a->sum_a, a->rank, a->shape));
+        json_object_set_new(o, minmax ? "min" : "absmax", qd_json_doubles(a->a, a->rank, a->shape));
+    }
     if (minmax) {
         json_object_set_new(o, "sum_of_max", qd_json_doubles(a->sum_b, a->rank, a->shape));
         json_object_set_new(o, "max", qd_json_doubles(a->b, a->rank, a->shape));
+    }
+    if (a->n_sq > 0) {
+        json_object_set_new(o, "sum_of_mean_sq", qd_json_doubles(a->sum_sq, 1, sq_shape));
+        json_object_set_new(o, "mean_sq", qd_json_doubles(a->sq, 1, sq_shape));
     }
     return o;
 }

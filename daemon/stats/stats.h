@@ -21,19 +21,29 @@
 /* ---- what a post carries (stats_parse.c fills these) ------------------------------------------
  */
 
+/* The range statistic of an activation. Besides it (or instead: QD_STAT_NONE) an activation may
+ * carry the importance statistic mean_sq (SPEC section 9); its set of keys is fixed by its first
+ * post. */
 typedef enum qd_stat_kind {
     QD_STAT_ABSMAX = 0, /* one array: absmax */
-    QD_STAT_MINMAX = 1  /* two arrays of one shape: min and max */
+    QD_STAT_MINMAX = 1, /* two arrays of one shape: min and max */
+    QD_STAT_NONE = 2    /* none: mean_sq alone (rank 0, n 0, a and b NULL) */
 } qd_stat_kind;
+
+/* "absmax", "minmax" or "none" (mean_sq alone): the stats table's kind column, the API's "kind". */
+const char *qd_stat_kind_name(qd_stat_kind k);
+bool qd_stat_kind_parse(const char *text, qd_stat_kind *out);
 
 typedef struct qd_stat_entry {
     char *name; /* the activation as posted, e.g. "layers/0/mlp/dot_general0_lhs" */
     qd_stat_kind kind;
     int rank; /* 0: a scalar */
     int64_t shape[QUANT_MAX_RANK];
-    int64_t n;     /* elements (product of shape; 1 for a scalar) */
+    int64_t n;     /* elements (product of shape; 1 for a scalar; 0 for NONE) */
     double *a;     /* absmax, or min: n finite values (sums in a merge) */
     double *b;     /* max for MINMAX (sums in a merge), else NULL */
+    int64_t n_sq;  /* mean_sq's length (shape [n_sq]: one value per input feature), 0: none */
+    double *sq;    /* mean_sq (sum_of_mean_sq in a merge): n_sq finite values >= 0, or NULL */
     int64_t count; /* 1 for an update; the dump's count (>= 1) in a merge */
 } qd_stat_entry;
 
@@ -67,7 +77,8 @@ void qd_stats_fingerprint(bool merge, int64_t step, bool binary, const void *bod
 /* Parsers (each validates everything and names the activation in its error; QD_INVALID). */
 qd_status qd_stats_parse_json(const char *body, size_t len, bool merge, qd_stat_post *out,
                               qd_err *err);
-/* A safetensors body: tensors ACT/absmax or ACT/min + ACT/max, F32, BF16 or F16. */
+/* A safetensors body: tensors ACT/absmax or ACT/min + ACT/max, and/or ACT/mean_sq; F32, BF16,
+ * F16 or F64. */
 qd_status qd_stats_parse_safetensors(const void *body, size_t len, qd_stat_post *out, qd_err *err);
 
 /* ---- per-model settings -----------------------------------------------------------------------
@@ -160,8 +171,10 @@ typedef struct qd_stat_avg {
     int64_t shape[QUANT_MAX_RANK];
     int64_t n;
     int64_t count;
-    double *sum_a, *sum_b; /* sum_of_absmax (or sum_of_min), sum_of_max (MINMAX) */
+    double *sum_a, *sum_b; /* sum_of_absmax (or sum_of_min), sum_of_max (MINMAX); NULL for NONE */
     double *a, *b;         /* the calibration: absmax (or min), max */
+    int64_t n_sq;          /* mean_sq's length, 0 when the activation has none */
+    double *sum_sq, *sq;   /* sum_of_mean_sq and its average (as a and b are averaged), or NULL */
     bool bootstrapping;    /* count <= bootstrap_steps: a/b are the last posted values */
     int64_t updated_ms;
 } qd_stat_avg;

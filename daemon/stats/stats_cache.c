@@ -149,26 +149,41 @@ bool qd_cache_row_alloc(stat_row *r, size_t doubles)
     return true;
 }
 
-/* Reads the stored row (the current row of G_ROW_GET) into r. */
+/* Reads the stored row (the current row of G_ROW_GET: id, kind, shape, sq_len, count,
+ * created_ms, then the arrays part by part) into r. */
 static qd_status row_fill(sqlite3_stmt *st, stat_row *r, qd_err *err)
 {
-    const unsigned char *kind = sqlite3_column_text(st, 1);
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *shape = (const char *)sqlite3_column_text(st, 2);
-    r->count = sqlite3_column_int64(st, 3);
-    if (!kind || !qd_shape_parse(shape, &r->rank, r->shape, &r->n) || r->count < 1)
-        return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", r->name);
+    r->n_sq = sqlite3_column_type(st, 3) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 3);
+    r->count = sqlite3_column_int64(st, 4);
+    bool ok = qd_stat_kind_parse(kind, &r->kind) && r->count >= 1 && r->n_sq >= 0 &&
+              r->n_sq <= QD_STATS_MAX_ELEMS;
+    if (ok && r->kind == QD_STAT_NONE) {
+        r->rank = 0;
+        r->n = 0;
+        ok = r->n_sq > 0;
+    } else if (ok) {
+        ok = qd_shape_parse(shape, &r->rank, r->shape, &r->n);
+    }
+    if (!ok) return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", r->name);
     r->rowid = sqlite3_column_int64(st, 0);
-    r->kind = strcmp((const char *)kind, "minmax") == 0 ? QD_STAT_MINMAX : QD_STAT_ABSMAX;
-    r->created_ms = sqlite3_column_int64(st, 4);
-    size_t arrays = qd_stat_arrays(r->kind);
-    if (!qd_cache_row_alloc(r, arrays * (size_t)(r->n ? r->n : 1))) return nomem(err);
-    r->has_last = sqlite3_column_type(st, 5 + A_LAST) != SQLITE_NULL;
-    r->has_ema = sqlite3_column_type(st, 5 + A_EMA) != SQLITE_NULL;
-    for (size_t k = 0; k < arrays; k++) {
-        int col = 5 + (int)k, which = (int)k % 3;
-        if ((which == A_LAST && !r->has_last) || (which == A_EMA && !r->has_ema)) continue;
+    r->created_ms = sqlite3_column_int64(st, 5);
+    if (!qd_cache_row_alloc(r, qd_stat_doubles(r->kind, r->n, r->n_sq))) return nomem(err);
+    r->has_last = sqlite3_column_type(st, 6 + A_LAST) != SQLITE_NULL;
+    r->has_ema = sqlite3_column_type(st, 6 + A_EMA) != SQLITE_NULL;
+    if (r->kind == QD_STAT_NONE) { /* mean_sq alone: its columns tell */
+        r->has_last = sqlite3_column_type(st, 6 + P_SQ * A_PER_PART + A_LAST) != SQLITE_NULL;
+        r->has_ema = sqlite3_column_type(st, 6 + P_SQ * A_PER_PART + A_EMA) != SQLITE_NULL;
+    }
+    for (int k = 0; k < N_PARTS * A_PER_PART; k++) {
+        int part = k / A_PER_PART, which = k % A_PER_PART, col = 6 + k;
+        if (!qd_stat_has_part(r->kind, r->n_sq, part) || (which == A_LAST && !r->has_last) ||
+            (which == A_EMA && !r->has_ema))
+            continue;
         if (!qd_blob_to_doubles(sqlite3_column_blob(st, col), sqlite3_column_bytes(st, col),
-                                r->v + k * (size_t)r->n, r->n))
+                                qd_stat_array(r, which, part),
+                                qd_stat_part_len(r->kind, r->n, r->n_sq, part)))
             return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", r->name);
     }
     return QD_OK;

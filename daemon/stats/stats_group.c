@@ -30,15 +30,20 @@ static const char *const group_sql[G_COUNT] = {
     [G_MODEL_UPDATE] = "UPDATE stat_models SET averaging = ?2, ema_constant = ?3, "
                        "bootstrap_steps = ?4, posts = ?5, stats_updated_ms = ?6, updated_ms = ?7 "
                        "WHERE id = ?1",
-    [G_ROW_GET] = "SELECT id, kind, shape, count, created_ms, sum_a, last_a, ema_a, sum_b, "
-                  "last_b, ema_b FROM stats WHERE model_id = ?1 AND name = ?2",
-    [G_ROW_INSERT] = "INSERT INTO stats (model_id, name, kind, shape, count, created_ms, "
-                     "updated_ms, sum_a, last_a, ema_a, sum_b, last_b, ema_b) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    /* the arrays part by part (a, b, sq), each sum, last, ema: the order of stat_row.v */
+    [G_ROW_GET] = "SELECT id, kind, shape, sq_len, count, created_ms, sum_a, last_a, ema_a, "
+                  "sum_b, last_b, ema_b, sum_sq, last_sq, ema_sq FROM stats "
+                  "WHERE model_id = ?1 AND name = ?2",
+    [G_ROW_INSERT] = "INSERT INTO stats (model_id, name, kind, shape, sq_len, count, created_ms, "
+                     "updated_ms, sum_a, last_a, ema_a, sum_b, last_b, ema_b, sum_sq, last_sq, "
+                     "ema_sq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                     "?14, ?15, ?16, ?17)",
     [G_ROW_UPDATE] = "UPDATE stats SET count = ?2, updated_ms = ?3, sum_a = ?4, last_a = ?5, "
-                     "ema_a = ?6, sum_b = ?7, last_b = ?8, ema_b = ?9 WHERE id = ?1",
+                     "ema_a = ?6, sum_b = ?7, last_b = ?8, ema_b = ?9, sum_sq = ?10, "
+                     "last_sq = ?11, ema_sq = ?12 WHERE id = ?1",
     [G_ROWS_DELETE] = "DELETE FROM stats WHERE model_id = ?1",
-    [G_MODEL_BYTES] = "SELECT coalesce(sum(length(sum_a) + coalesce(length(sum_b), 0)), 0) "
+    [G_MODEL_BYTES] = "SELECT coalesce(sum(coalesce(length(sum_a), 0) + "
+                      "coalesce(length(sum_b), 0) + coalesce(length(sum_sq), 0)), 0) "
                       "FROM stats WHERE model_id = ?1",
     [G_KEY_GET] = "SELECT fingerprint, activations, step, created_ms FROM stat_post_keys "
                   "WHERE model_id = ?1 AND key = ?2 AND created_ms >= ?3",
@@ -141,7 +146,7 @@ static int64_t post_growth(const qd_stat_post *p, stat_row *const *rows)
 {
     int64_t bytes = 0;
     for (size_t i = 0; i < p->n; i++)
-        if (rows[i]->count == 0) bytes += qd_stat_sum_bytes(p->e[i].kind, p->e[i].n);
+        if (rows[i]->count == 0) bytes += qd_stat_sum_bytes(p->e[i].kind, p->e[i].n, p->e[i].n_sq);
     return bytes;
 }
 
@@ -296,26 +301,45 @@ static bool flush_model(stats_group *g, model_row *m)
     return true;
 }
 
-/* Binds the arrays of r from parameter at on, in the order sum_a, last_a, ema_a, sum_b, last_b,
- * ema_b; NULL for the second half of ABSMAX and for the last values and EMA not kept. The arrays
- * stay put until the statement is reset, so SQLite reads them in place. */
+/* Binds the arrays of r from parameter at on, part by part (a, b, sq), each sum, last, ema; NULL
+ * for a part the activation has not and for the last values and EMA not kept. The arrays stay
+ * put until the statement is reset, so SQLite reads them in place. */
 static int bind_arrays(sqlite3_stmt *st, int at, const stat_row *r)
 {
-    int rc = SQLITE_OK, bytes = (int)(r->n * 8);
-    for (int k = 0; k < N_ARRAYS; k++) {
-        bool second = k >= 3;
-        int which = k % 3;
-        if ((second && r->kind != QD_STAT_MINMAX) || (which == A_LAST && !r->has_last) ||
+    int rc = SQLITE_OK;
+    for (int k = 0; k < N_PARTS * A_PER_PART; k++) {
+        int part = k / A_PER_PART, which = k % A_PER_PART;
+        int64_t len = qd_stat_part_len(r->kind, r->n, r->n_sq, part);
+        if (!qd_stat_has_part(r->kind, r->n_sq, part) || (which == A_LAST && !r->has_last) ||
             (which == A_EMA && !r->has_ema)) {
             rc |= sqlite3_bind_null(st, at + k);
             continue;
         }
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        rc |= sqlite3_bind_blob(st, at + k, qd_stat_array(r, which, second), bytes, SQLITE_STATIC);
+        rc |= sqlite3_bind_blob(st, at + k, qd_stat_array(r, which, part), (int)(len * 8),
+                                SQLITE_STATIC);
 #else
 #error "the statistics store writes little-endian float64 blobs; add a byte swap for this host"
 #endif
     }
+    return rc;
+}
+
+/* The columns of a new row before its arrays: model, name, kind, shape (NULL for mean_sq alone),
+ * sq_len (NULL without mean_sq), count, times. */
+static int bind_new_row(sqlite3_stmt *st, const stat_row *r)
+{
+    char shape[QD_SHAPE_TEXT_LEN];
+    qd_shape_format(r->rank, r->shape, shape);
+    int rc = sqlite3_bind_int64(st, 1, r->model->id);
+    rc |= sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
+    rc |= sqlite3_bind_text(st, 3, qd_stat_kind_name(r->kind), -1, SQLITE_STATIC);
+    rc |= r->kind == QD_STAT_NONE ? sqlite3_bind_null(st, 4)
+                                  : sqlite3_bind_text(st, 4, shape, -1, SQLITE_TRANSIENT);
+    rc |= r->n_sq > 0 ? sqlite3_bind_int64(st, 5, r->n_sq) : sqlite3_bind_null(st, 5);
+    rc |= sqlite3_bind_int64(st, 6, r->count);
+    rc |= sqlite3_bind_int64(st, 7, r->created_ms);
+    rc |= sqlite3_bind_int64(st, 8, r->updated_ms);
     return rc;
 }
 
@@ -325,16 +349,8 @@ static bool flush_row(stats_group *g, stat_row *r)
     sqlite3_stmt *st = qd_group_stmt(g, insert ? G_ROW_INSERT : G_ROW_UPDATE);
     int rc;
     if (insert) {
-        char shape[QD_SHAPE_TEXT_LEN];
-        qd_shape_format(r->rank, r->shape, shape);
-        rc = sqlite3_bind_int64(st, 1, r->model->id);
-        rc |= sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
-        rc |= sqlite3_bind_text(st, 3, qd_stat_kind_name(r->kind), -1, SQLITE_STATIC);
-        rc |= sqlite3_bind_text(st, 4, shape, -1, SQLITE_TRANSIENT);
-        rc |= sqlite3_bind_int64(st, 5, r->count);
-        rc |= sqlite3_bind_int64(st, 6, r->created_ms);
-        rc |= sqlite3_bind_int64(st, 7, r->updated_ms);
-        rc |= bind_arrays(st, 8, r);
+        rc = bind_new_row(st, r);
+        rc |= bind_arrays(st, 9, r);
     } else {
         rc = sqlite3_bind_int64(st, 1, r->rowid);
         rc |= sqlite3_bind_int64(st, 2, r->count);

@@ -35,9 +35,11 @@ typedef struct stat_row {
     qd_stat_kind kind;
     int rank;
     int64_t shape[QUANT_MAX_RANK];
-    int64_t n;
+    int64_t n;    /* the range statistic's elements (0 for NONE) */
+    int64_t n_sq; /* mean_sq's length, 0 when the activation has none */
     int64_t count;
-    double *v;    /* n each: sum_a, last_a, ema_a, then sum_b, last_b, ema_b when MINMAX */
+    double *v;    /* the arrays of each part (a; b when MINMAX; sq when n_sq > 0): its sum, last
+                   * value and EMA, n (n_sq for sq) each: qd_stat_array */
     size_t v_cap; /* doubles allocated in v */
     int64_t created_ms, updated_ms;
     bool has_last; /* the last arrays hold the last post (kept while bootstrapping) */
@@ -48,7 +50,9 @@ typedef struct stat_row {
     uint64_t used; /* the group that last used it */
 } stat_row;
 
-enum { A_SUM, A_LAST, A_EMA, N_ARRAYS = 6 };
+/* The arrays of a part, and the parts: a (absmax or min), b (max), sq (mean_sq). */
+enum { A_SUM, A_LAST, A_EMA, A_PER_PART };
+enum { P_A, P_B, P_SQ, N_PARTS };
 
 typedef enum group_stmt {
     G_BEGIN,
@@ -149,22 +153,41 @@ void qd_stat_apply(stats_group *g, stat_row *r, const qd_stat_entry *e, const qd
 /* ---- the arrays of a row ------------------------------------------------------------------------
  */
 
-/* What an activation of n values of kind k adds to its model's quota: its sums, 8 bytes a value
- * (sum_a, and sum_b for MINMAX). */
-static inline int64_t qd_stat_sum_bytes(qd_stat_kind k, int64_t n)
+/* Does an activation of kind k with n_sq mean_sq values have part p? */
+static inline bool qd_stat_has_part(qd_stat_kind k, int64_t n_sq, int p)
 {
-    return 8 * n * (k == QD_STAT_MINMAX ? 2 : 1);
+    return p == P_A ? k != QD_STAT_NONE : p == P_B ? k == QD_STAT_MINMAX : n_sq > 0;
 }
 
-static inline size_t qd_stat_arrays(qd_stat_kind k)
+/* Its values per array of part p (n, or n_sq for sq; 0 for a part it has not). */
+static inline int64_t qd_stat_part_len(qd_stat_kind k, int64_t n, int64_t n_sq, int p)
 {
-    return k == QD_STAT_MINMAX ? N_ARRAYS : N_ARRAYS / 2;
+    return !qd_stat_has_part(k, n_sq, p) ? 0 : p == P_SQ ? n_sq : n;
 }
 
-/* Array which (A_SUM, A_LAST, A_EMA) of the first half (absmax or min) or the second (max). */
-static inline double *qd_stat_array(const stat_row *r, int which, bool second)
+/* What an activation adds to its model's quota: its sums, 8 bytes a value (sum_a, sum_b for
+ * MINMAX, and sum_sq). */
+static inline int64_t qd_stat_sum_bytes(qd_stat_kind k, int64_t n, int64_t n_sq)
 {
-    return r->v + (size_t)r->n * (size_t)(which + (second ? 3 : 0));
+    int64_t values = 0;
+    for (int p = 0; p < N_PARTS; p++) values += qd_stat_part_len(k, n, n_sq, p);
+    return 8 * values;
+}
+
+/* The doubles its row keeps (at least 1). */
+static inline size_t qd_stat_doubles(qd_stat_kind k, int64_t n, int64_t n_sq)
+{
+    size_t d = (size_t)qd_stat_sum_bytes(k, n, n_sq) / 8 * A_PER_PART;
+    return d ? d : 1;
+}
+
+/* Array which (A_SUM, A_LAST, A_EMA) of part p (P_A, P_B, P_SQ) of r. */
+static inline double *qd_stat_array(const stat_row *r, int which, int p)
+{
+    size_t at = 0;
+    for (int q = 0; q < p; q++) at += (size_t)qd_stat_part_len(r->kind, r->n, r->n_sq, q);
+    at *= A_PER_PART;
+    return r->v + at + (size_t)qd_stat_part_len(r->kind, r->n, r->n_sq, p) * (size_t)which;
 }
 
 #endif /* QD_STATS_GROUP_H */

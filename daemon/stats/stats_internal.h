@@ -84,10 +84,9 @@ void qd_shape_format(int rank, const int64_t *shape, char *buf);
 bool qd_shape_parse(const char *text, int *rank, int64_t *shape, int64_t *n);
 /* n doubles from a little-endian float64 blob (false when its length is not 8 * n). */
 bool qd_blob_to_doubles(const void *blob, int bytes, double *dst, int64_t n);
-const char *qd_stat_kind_name(qd_stat_kind k);
 /* Checks a post before it is queued: model and names present, a valid Idempotency-Key if any,
- * shapes and element counts consistent, the arrays of the kind present, values finite,
- * counts >= 1. QD_INVALID naming the activation. */
+ * shapes and element counts consistent, the arrays of the kind present, values finite (mean_sq
+ * also >= 0), counts >= 1. QD_INVALID naming the activation. */
 qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err);
 
 /* ---- the writer (stats_writer.c) and its groups (stats_group.c) -------------------------------

@@ -1,8 +1,8 @@
 /* stats_parse.c -- the rules every statistics post follows, whatever its encoding: activation
- * names, which statistics an activation carries (absmax, or min and max of one shape; their
- * sums and a count in a merge) and entries sorted by name with no name twice (a post is freed
- * with qd_stat_post_clear, in stats_store.c). The JSON and safetensors readers (stats_parse_json.c,
- * stats_parse_st.c) call these. SPDX-License-Identifier: Apache-2.0
+ * names, which statistics an activation carries (absmax, or min and max of one shape, and/or
+ * mean_sq of shape [n]; their sums and a count in a merge) and entries sorted by name with no name
+ * twice (a post is freed with qd_stat_post_clear, in stats_store.c). The JSON and safetensors
+ * readers (stats_parse_json.c, stats_parse_st.c) call these. SPDX-License-Identifier: Apache-2.0
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -13,8 +13,8 @@
 #include "stats_parse.h"
 
 static const char *const slot_names[2][SP_SLOTS] = {
-    {"absmax", "min", "max"},
-    {"sum_of_absmax", "sum_of_min", "sum_of_max"},
+    {"absmax", "min", "max", "mean_sq"},
+    {"sum_of_absmax", "sum_of_min", "sum_of_max", "sum_of_mean_sq"},
 };
 
 const char *sp_slot_name(sp_slot slot, bool merge)
@@ -81,17 +81,57 @@ static void shape_text(const sp_value *v, char *buf, size_t cap)
     if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
-/* Which statistics are there: absmax alone, or min and max of one shape. */
+/* mean_sq (SPEC section 9): the mean of x^2 over every axis but the last, one value per input
+ * feature: shape [n], every value >= 0. The range statistic beside it (absmax, or min and max)
+ * keeps the last axis whole (n), tiled (n / tile) or reduced (1): its last dimension divides n.
+ * SPEC does not tie the two shapes together; this is the one relation every Qwix calibration
+ * of an input satisfies, and it catches a mean_sq posted under the wrong activation. */
+static qd_status check_mean_sq(const char *name, const sp_value s[SP_SLOTS], bool merge,
+                               qd_err *err)
+{
+    const sp_value *q = &s[SP_MEAN_SQ], *range = s[SP_ABSMAX].present ? &s[SP_ABSMAX] : &s[SP_MIN];
+    const char *key = sp_slot_name(SP_MEAN_SQ, merge);
+    char text[200];
+    if (q->rank != 1) {
+        shape_text(q, text, sizeof text);
+        return sp_fail_act(err, name,
+                           "%s has shape %s; it holds one value per input feature (the last axis), "
+                           "shape [n]",
+                           key, text);
+    }
+    for (int64_t i = 0; i < q->n; i++)
+        if (q->v[i] < 0)
+            return sp_fail_act(err, name, "%s value %lld is %.17g; a mean of squares is >= 0", key,
+                               (long long)i, q->v[i]);
+    if (!range->present || range->rank == 0) return QD_OK;
+    int64_t last = range->shape[range->rank - 1];
+    if (q->n % last == 0) return QD_OK;
+    shape_text(range, text, sizeof text);
+    return sp_fail_act(err, name,
+                       "%s has %lld values (input features) but %s has shape %s; its last "
+                       "dimension must divide them (the features whole, tiled or reduced to 1)",
+                       key, (long long)q->n,
+                       sp_slot_name(s[SP_ABSMAX].present ? SP_ABSMAX : SP_MIN, merge), text);
+}
+
+/* Which statistics are there: absmax, or min and max of one shape, and/or mean_sq. */
 static qd_status check_slots(const char *name, const sp_value s[SP_SLOTS], bool merge, qd_err *err)
 {
     const char *ab = sp_slot_name(SP_ABSMAX, merge), *mn = sp_slot_name(SP_MIN, merge),
-               *mx = sp_slot_name(SP_MAX, merge);
+               *mx = sp_slot_name(SP_MAX, merge), *sq = sp_slot_name(SP_MEAN_SQ, merge);
     if (s[SP_ABSMAX].present && (s[SP_MIN].present || s[SP_MAX].present))
         return sp_fail_act(err, name, "has both %s and %s/%s; post one kind per activation", ab, mn,
                            mx);
+    if (s[SP_MEAN_SQ].present) {
+        qd_status st = check_mean_sq(name, s, merge, err);
+        if (st != QD_OK) return st;
+    }
     if (s[SP_ABSMAX].present) return QD_OK;
-    if (!s[SP_MIN].present && !s[SP_MAX].present)
-        return sp_fail_act(err, name, "has no statistics: give %s, or %s and %s", ab, mn, mx);
+    if (!s[SP_MIN].present && !s[SP_MAX].present) {
+        if (s[SP_MEAN_SQ].present) return QD_OK;
+        return sp_fail_act(err, name, "has no statistics: give %s, or %s and %s, and/or %s", ab, mn,
+                           mx, sq);
+    }
     if (!s[SP_MIN].present || !s[SP_MAX].present)
         return sp_fail_act(err, name, "has %s without %s", s[SP_MIN].present ? mn : mx,
                            s[SP_MIN].present ? mx : mn);
@@ -126,15 +166,19 @@ qd_status sp_entries_add(sp_entries *list, const char *name, sp_value slots[SP_S
         sp_values_free(slots);
         return st;
     }
-    bool minmax = !slots[SP_ABSMAX].present;
-    const sp_value *first = minmax ? &slots[SP_MIN] : &slots[SP_ABSMAX];
+    qd_stat_kind kind = slots[SP_ABSMAX].present ? QD_STAT_ABSMAX
+                        : slots[SP_MIN].present  ? QD_STAT_MINMAX
+                                                 : QD_STAT_NONE;
+    const sp_value *first = kind == QD_STAT_MINMAX ? &slots[SP_MIN] : &slots[SP_ABSMAX];
     qd_stat_entry *e = &list->e[list->n++];
     *e = (qd_stat_entry){.name = copy,
-                         .kind = minmax ? QD_STAT_MINMAX : QD_STAT_ABSMAX,
+                         .kind = kind,
                          .rank = first->rank,
                          .n = first->n,
                          .a = first->v,
-                         .b = minmax ? slots[SP_MAX].v : NULL,
+                         .b = kind == QD_STAT_MINMAX ? slots[SP_MAX].v : NULL,
+                         .n_sq = slots[SP_MEAN_SQ].n,
+                         .sq = slots[SP_MEAN_SQ].v,
                          .count = merge ? count : 1};
     memcpy(e->shape, first->shape, sizeof e->shape);
     for (int i = 0; i < SP_SLOTS; i++) slots[i] = (sp_value){0}; /* the arrays moved */
@@ -170,6 +214,7 @@ void sp_entries_free(sp_entries *list)
         free(list->e[i].name);
         free(list->e[i].a);
         free(list->e[i].b);
+        free(list->e[i].sq);
     }
     free(list->e);
     *list = (sp_entries){0};

@@ -16,9 +16,9 @@
  * post over it is a 400 like any malformed post, and never a 409. */
 #define QD_ACT_MAX_ELEMS ((int64_t)1 << 22)
 
-/* The statistics one activation may carry: absmax, or min and max (in a merge: sum_of_absmax,
- * or sum_of_min and sum_of_max). */
-typedef enum sp_slot { SP_ABSMAX = 0, SP_MIN, SP_MAX, SP_SLOTS } sp_slot;
+/* The statistics one activation may carry: absmax, or min and max, and/or mean_sq (in a merge:
+ * sum_of_absmax, or sum_of_min and sum_of_max, and/or sum_of_mean_sq). */
+typedef enum sp_slot { SP_ABSMAX = 0, SP_MIN, SP_MAX, SP_MEAN_SQ, SP_SLOTS } sp_slot;
 
 /* One statistic's values as read: shape and n finite doubles (malloc'd, owned). */
 typedef struct sp_value {
@@ -29,7 +29,8 @@ typedef struct sp_value {
     double *v;
 } sp_value;
 
-/* The name a slot has in a body: "absmax", "min", "max" or, in a merge, "sum_of_absmax", ... */
+/* The name a slot has in a body: "absmax", "min", "max", "mean_sq" or, in a merge,
+ * "sum_of_absmax", ... */
 const char *sp_slot_name(sp_slot slot, bool merge);
 /* The slot named `key` (as sp_slot_name spells it for this mode); false when none is. */
 bool sp_slot_parse(const char *key, size_t len, bool merge, sp_slot *out);
@@ -50,8 +51,9 @@ typedef struct sp_entries {
     size_t n, cap;
 } sp_entries;
 
-/* Checks the combination of slots (absmax alone, or min and max of one shape; count >= 1 for a
- * merge) and appends the entry named `name` (copied); the slots' arrays move into it (the slots
+/* Checks the combination of slots (absmax, or min and max of one shape, and/or mean_sq: shape [n],
+ * values >= 0, n divisible by the last dimension of the others; count >= 1 for a merge) and
+ * appends the entry named `name` (copied); the slots' arrays move into it (the slots
  * are cleared either way). QD_INVALID naming the activation, QD_NOMEM. */
 qd_status sp_entries_add(sp_entries *list, const char *name, sp_value slots[SP_SLOTS],
                          int64_t count, bool merge, qd_err *err);

@@ -6,7 +6,8 @@
  * document is
  *   {"step": N (optional), "stats": {ACT: {"absmax": V} | {"min": V, "max": V}, ...}}
  * or, for a merge, {ACT: {"count": n, "sum_of_absmax": V} | {"count": n, "sum_of_min": V,
- * "sum_of_max": V}}, where V is a number or nested lists of numbers (the nesting is the shape).
+ * "sum_of_max": V}}, where V is a number or nested lists of numbers (the nesting is the shape);
+ * any activation may also carry "mean_sq" (a merge: "sum_of_mean_sq"), a list [n], or only it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -427,10 +428,13 @@ static qd_status act_member(jp *j, sp_value slots[SP_SLOTS], int64_t *count)
     } else if (j->merge) {
         st = fail(j,
                   "unknown key \"%.100s\" (a merge takes count with sum_of_absmax, or with "
-                  "sum_of_min and sum_of_max)",
+                  "sum_of_min and sum_of_max, and/or with sum_of_mean_sq)",
                   key);
     } else {
-        st = fail(j, "unknown key \"%.100s\" (an update takes absmax, or min and max)", key);
+        st = fail(j,
+                  "unknown key \"%.100s\" (an update takes absmax, or min and max, and/or "
+                  "mean_sq)",
+                  key);
     }
     free(key);
     return st;

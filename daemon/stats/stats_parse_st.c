@@ -1,9 +1,9 @@
 /* stats_parse_st.c -- qd_stats_parse_safetensors: a post whose body is a safetensors file
  * (validated in memory by quant_st_open_buffer, exactly as the pipeline validates a shard) with
- * tensors named ACT/absmax, or ACT/min and ACT/max (ACT may hold '/': the name is split at its
- * last one), in F32, BF16, F16 or F64, widened exactly to doubles straight from the body. The step
- * may come in the header's __metadata__ as {"step": "N"}; other metadata is ignored.
- * SPDX-License-Identifier: Apache-2.0
+ * tensors named ACT/absmax, or ACT/min and ACT/max, and/or ACT/mean_sq (ACT may hold '/': the
+ * name is split at its last one), in F32, BF16, F16 or F64, widened exactly to doubles straight
+ * from the body. The step may come in the header's __metadata__ as {"step": "N"}; other metadata is
+ * ignored. SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
 #include <stdlib.h>
@@ -38,8 +38,8 @@ static qd_status split_name(const quant_st_tensor *t, st_stat *s, qd_err *err)
     const char *slash = strrchr(t->name, '/');
     if (!slash || slash == t->name)
         return qd_fail(err, QD_INVALID,
-                       "tensor '%.200s' is not named ACTIVATION/absmax, ACTIVATION/min or "
-                       "ACTIVATION/max",
+                       "tensor '%.200s' is not named ACTIVATION/absmax, ACTIVATION/min, "
+                       "ACTIVATION/max or ACTIVATION/mean_sq",
                        t->name);
     size_t len = (size_t)(slash - t->name);
     const char *problem = sp_name_problem(t->name, len);
@@ -47,9 +47,9 @@ static qd_status split_name(const quant_st_tensor *t, st_stat *s, qd_err *err)
     s->act = strndup(t->name, len);
     if (!s->act) return qd_fail(err, QD_NOMEM, "out of memory");
     if (!sp_slot_parse(slash + 1, strlen(slash + 1), false, &s->slot))
-        return sp_fail_act(err, s->act,
-                           "tensor '%.200s': unknown statistic '%.40s' (absmax, min or max)",
-                           t->name, slash + 1);
+        return sp_fail_act(
+            err, s->act, "tensor '%.200s': unknown statistic '%.40s' (absmax, min, max or mean_sq)",
+            t->name, slash + 1);
     s->t = t;
     return QD_OK;
 }

@@ -15,14 +15,15 @@
 static const char *const sql_models =
     "SELECT m.name, m.averaging, m.ema_constant, m.bootstrap_steps, m.posts, m.stats_updated_ms, "
     "(SELECT count(*) FROM stats s WHERE s.model_id = m.id), "
-    "(SELECT coalesce(sum(length(s.sum_a) + coalesce(length(s.sum_b), 0)), 0) FROM stats s "
-    "WHERE s.model_id = m.id) FROM stat_models m ORDER BY m.name";
+    "(SELECT coalesce(sum(coalesce(length(s.sum_a), 0) + coalesce(length(s.sum_b), 0) + "
+    "coalesce(length(s.sum_sq), 0)), 0) FROM stats s WHERE s.model_id = m.id) "
+    "FROM stat_models m ORDER BY m.name";
 static const char *const sql_conf =
     "SELECT id, averaging, ema_constant, bootstrap_steps FROM stat_models WHERE name = ?1";
 /* The column order read_row expects. */
 static const char *const sql_rows =
-    "SELECT name, kind, shape, count, updated_ms, sum_a, sum_b, last_a, last_b, ema_a, ema_b "
-    "FROM stats WHERE model_id = ?1 ORDER BY name";
+    "SELECT name, kind, shape, count, updated_ms, sum_a, sum_b, last_a, last_b, ema_a, ema_b, "
+    "sq_len, sum_sq, last_sq, ema_sq FROM stats WHERE model_id = ?1 ORDER BY name";
 /* An Idempotency-Key of a model, remembered since ?3 (stats_idem.c reads the row). */
 static const char *const sql_key =
     "SELECT k.fingerprint, k.activations, k.step, k.created_ms FROM stat_post_keys k "
@@ -177,18 +178,62 @@ static double *doubles_col(sqlite3_stmt *st, int col, int64_t n, bool *ok)
     return d;
 }
 
-/* The calibration: the last post while bootstrapping, else the EMA (when kept: a model switched
- * to ema has none until its next post, and the EMA starts from sum / count then), else
- * sum / count. */
+/* The calibration of n values: the last post while bootstrapping, else the EMA (when kept: a
+ * model switched to ema has none until its next post, and the EMA starts from sum / count then),
+ * else sum / count. */
 static double *calibration(sqlite3_stmt *st, const qd_model_conf *c, const qd_stat_avg *a,
-                           const double *sum, int col_last, int col_ema, bool *ok)
+                           const double *sum, int64_t n, int col_last, int col_ema, bool *ok)
 {
-    if (a->bootstrapping) return doubles_col(st, col_last, a->n, ok);
+    if (a->bootstrapping) return doubles_col(st, col_last, n, ok);
     if (c->averaging == QD_AVG_EMA && sqlite3_column_type(st, col_ema) != SQLITE_NULL)
-        return doubles_col(st, col_ema, a->n, ok);
-    double *d = malloc((size_t)(a->n ? a->n : 1) * sizeof *d);
-    for (int64_t i = 0; d && i < a->n; i++) d[i] = sum[i] / (double)a->count;
+        return doubles_col(st, col_ema, n, ok);
+    double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    for (int64_t i = 0; d && i < n; i++) d[i] = sum[i] / (double)a->count;
     return d;
+}
+
+/* Columns of sql_rows. */
+enum {
+    C_NAME,
+    C_KIND,
+    C_SHAPE,
+    C_COUNT,
+    C_UPDATED,
+    C_SUM_A,
+    C_SUM_B,
+    C_LAST_A,
+    C_LAST_B,
+    C_EMA_A,
+    C_EMA_B,
+    C_SQ_LEN,
+    C_SUM_SQ,
+    C_LAST_SQ,
+    C_EMA_SQ
+};
+
+static void avg_clear(qd_stat_avg *a)
+{
+    free(a->name);
+    free(a->sum_a);
+    free(a->sum_b);
+    free(a->a);
+    free(a->b);
+    free(a->sum_sq);
+    free(a->sq);
+    memset(a, 0, sizeof *a);
+}
+
+/* The kind, shape and lengths of the current row into *a; false when unreadable. */
+static bool read_layout(sqlite3_stmt *st, qd_stat_avg *a)
+{
+    const char *kind = (const char *)sqlite3_column_text(st, C_KIND);
+    const char *shape = (const char *)sqlite3_column_text(st, C_SHAPE);
+    a->n_sq =
+        sqlite3_column_type(st, C_SQ_LEN) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, C_SQ_LEN);
+    if (!qd_stat_kind_parse(kind, &a->kind) || a->n_sq < 0 || a->n_sq > QD_STATS_MAX_ELEMS)
+        return false;
+    if (a->kind == QD_STAT_NONE) return a->n_sq > 0; /* rank 0, n 0 */
+    return qd_shape_parse(shape, &a->rank, a->shape, &a->n);
 }
 
 /* The current row of r_rows into *a (cleared on failure). Bootstrapping needs the last post,
@@ -197,33 +242,29 @@ static double *calibration(sqlite3_stmt *st, const qd_model_conf *c, const qd_st
 static qd_status read_row(sqlite3_stmt *st, const qd_model_conf *c, qd_stat_avg *a, qd_err *err)
 {
     memset(a, 0, sizeof *a);
-    const unsigned char *name = sqlite3_column_text(st, 0), *kind = sqlite3_column_text(st, 1);
-    const char *shape = (const char *)sqlite3_column_text(st, 2);
-    if (!name || !kind || !qd_shape_parse(shape, &a->rank, a->shape, &a->n))
-        return qd_fail(err, QD_DB, "an unreadable statistics row");
-    a->kind = strcmp((const char *)kind, "minmax") == 0 ? QD_STAT_MINMAX : QD_STAT_ABSMAX;
-    a->count = sqlite3_column_int64(st, 3);
-    a->updated_ms = sqlite3_column_int64(st, 4);
-    a->bootstrapping = a->count <= c->bootstrap_steps && sqlite3_column_type(st, 7) != SQLITE_NULL;
-    bool ok = true, minmax = a->kind == QD_STAT_MINMAX;
+    const unsigned char *name = sqlite3_column_text(st, C_NAME);
+    if (!name || !read_layout(st, a)) return qd_fail(err, QD_DB, "an unreadable statistics row");
+    a->count = sqlite3_column_int64(st, C_COUNT);
+    a->updated_ms = sqlite3_column_int64(st, C_UPDATED);
+    bool range = a->kind != QD_STAT_NONE, minmax = a->kind == QD_STAT_MINMAX, sq = a->n_sq > 0;
+    int last_col = range ? C_LAST_A : C_LAST_SQ;
+    a->bootstrapping =
+        a->count <= c->bootstrap_steps && sqlite3_column_type(st, last_col) != SQLITE_NULL;
+    bool ok = true;
     a->name = strdup((const char *)name);
-    a->sum_a = doubles_col(st, 5, a->n, &ok);
-    if (minmax) a->sum_b = doubles_col(st, 6, a->n, &ok);
-    if (a->sum_a) a->a = calibration(st, c, a, a->sum_a, 7, 9, &ok);
-    if (minmax && a->sum_b) a->b = calibration(st, c, a, a->sum_b, 8, 10, &ok);
+    if (range) a->sum_a = doubles_col(st, C_SUM_A, a->n, &ok);
+    if (minmax) a->sum_b = doubles_col(st, C_SUM_B, a->n, &ok);
+    if (sq) a->sum_sq = doubles_col(st, C_SUM_SQ, a->n_sq, &ok);
+    if (a->sum_a) a->a = calibration(st, c, a, a->sum_a, a->n, C_LAST_A, C_EMA_A, &ok);
+    if (a->sum_b) a->b = calibration(st, c, a, a->sum_b, a->n, C_LAST_B, C_EMA_B, &ok);
+    if (a->sum_sq) a->sq = calibration(st, c, a, a->sum_sq, a->n_sq, C_LAST_SQ, C_EMA_SQ, &ok);
     qd_status r = QD_OK;
     if (!ok || a->count < 1)
         r = qd_fail(err, QD_DB, "activation %s: unreadable sums", name);
-    else if (!a->name || !a->sum_a || !a->a || (minmax && (!a->sum_b || !a->b)))
+    else if (!a->name || (range && (!a->sum_a || !a->a)) || (minmax && (!a->sum_b || !a->b)) ||
+             (sq && (!a->sum_sq || !a->sq)))
         r = qd_fail(err, QD_NOMEM, "out of memory reading statistics");
-    if (r != QD_OK) {
-        free(a->name);
-        free(a->sum_a);
-        free(a->sum_b);
-        free(a->a);
-        free(a->b);
-        memset(a, 0, sizeof *a);
-    }
+    if (r != QD_OK) avg_clear(a);
     return r;
 }
 

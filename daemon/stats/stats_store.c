@@ -27,6 +27,7 @@ void qd_stat_post_clear(qd_stat_post *p)
         free(p->e[i].name);
         free(p->e[i].a);
         free(p->e[i].b);
+        free(p->e[i].sq);
     }
     free(p->e);
     free(p->model);
@@ -43,13 +44,29 @@ void qd_stat_avgs_free(qd_stat_avg *a, size_t n)
         free(a[i].sum_b);
         free(a[i].a);
         free(a[i].b);
+        free(a[i].sum_sq);
+        free(a[i].sq);
     }
     free(a);
 }
 
+static const char *const kind_names[] = {
+    [QD_STAT_ABSMAX] = "absmax", [QD_STAT_MINMAX] = "minmax", [QD_STAT_NONE] = "none"};
+
 const char *qd_stat_kind_name(qd_stat_kind k)
 {
-    return k == QD_STAT_MINMAX ? "minmax" : "absmax";
+    return (unsigned)k < sizeof kind_names / sizeof kind_names[0] ? kind_names[k] : "absmax";
+}
+
+bool qd_stat_kind_parse(const char *text, qd_stat_kind *out)
+{
+    for (size_t i = 0; text && i < sizeof kind_names / sizeof kind_names[0]; i++) {
+        if (strcmp(text, kind_names[i]) == 0) {
+            *out = (qd_stat_kind)i;
+            return true;
+        }
+    }
+    return false;
 }
 
 /* ---- encodings --------------------------------------------------------------------------------
@@ -106,24 +123,24 @@ bool qd_blob_to_doubles(const void *blob, int bytes, double *dst, int64_t n)
 /* ---- checking a post before it is queued ------------------------------------------------------
  */
 
-static qd_status check_values(const qd_stat_entry *e, const double *v, const char *which,
+static qd_status check_values(const qd_stat_entry *e, const double *v, int64_t n, const char *which,
                               qd_err *err)
 {
     if (!v) return qd_fail(err, QD_INVALID, "activation %s: no %s values", e->name, which);
-    for (int64_t i = 0; i < e->n; i++)
+    for (int64_t i = 0; i < n; i++)
         if (!isfinite(v[i]))
             return qd_fail(err, QD_INVALID, "activation %s: %s value %lld is not finite", e->name,
                            which, (long long)i);
     return QD_OK;
 }
 
-static qd_status check_entry(const qd_stat_entry *e, qd_err *err)
+/* The range statistic's shape gives n (kind NONE: none, n 0). */
+static qd_status check_shape(const qd_stat_entry *e, qd_err *err)
 {
-    if (!e->name || !*e->name) return qd_fail(err, QD_INVALID, "an activation without a name");
     if (e->rank < 0 || e->rank > QUANT_MAX_RANK)
         return qd_fail(err, QD_INVALID, "activation %s: rank %d (at most %d)", e->name, e->rank,
                        QUANT_MAX_RANK);
-    int64_t n = 1;
+    int64_t n = e->kind == QD_STAT_NONE ? 0 : 1;
     for (int i = 0; i < e->rank; i++) {
         if (e->shape[i] < 0 || e->shape[i] > QD_STATS_MAX_ELEMS)
             return qd_fail(err, QD_INVALID, "activation %s: dimension %d is %lld", e->name, i,
@@ -133,19 +150,46 @@ static qd_status check_entry(const qd_stat_entry *e, qd_err *err)
             return qd_fail(err, QD_INVALID, "activation %s: more than %lld elements", e->name,
                            (long long)QD_STATS_MAX_ELEMS);
     }
+    if (e->kind == QD_STAT_NONE && (e->rank != 0 || e->a || e->b))
+        return qd_fail(err, QD_INVALID, "activation %s: mean_sq alone with range values", e->name);
     if (n != e->n)
         return qd_fail(err, QD_INVALID, "activation %s: %lld elements for a shape of %lld", e->name,
                        (long long)e->n, (long long)n);
-    if (e->count < 1)
-        return qd_fail(err, QD_INVALID, "activation %s: count %lld (at least 1)", e->name,
-                       (long long)e->count);
-    if (e->kind != QD_STAT_ABSMAX && e->kind != QD_STAT_MINMAX)
+    return QD_OK;
+}
+
+/* mean_sq: none (n_sq 0, no array), or n_sq finite values >= 0; an activation has something. */
+static qd_status check_mean_sq(const qd_stat_entry *e, qd_err *err)
+{
+    if (e->n_sq < 0 || e->n_sq > QD_STATS_MAX_ELEMS || (e->n_sq == 0) != (e->sq == NULL))
+        return qd_fail(err, QD_INVALID, "activation %s: mean_sq of %lld values", e->name,
+                       (long long)e->n_sq);
+    if (e->kind == QD_STAT_NONE && e->n_sq == 0)
+        return qd_fail(err, QD_INVALID, "activation %s: no statistics", e->name);
+    qd_status st = e->sq ? check_values(e, e->sq, e->n_sq, "mean_sq", err) : QD_OK;
+    for (int64_t i = 0; st == QD_OK && i < e->n_sq; i++)
+        if (e->sq[i] < 0)
+            st = qd_fail(err, QD_INVALID, "activation %s: mean_sq value %lld is negative", e->name,
+                         (long long)i);
+    return st;
+}
+
+static qd_status check_entry(const qd_stat_entry *e, qd_err *err)
+{
+    if (!e->name || !*e->name) return qd_fail(err, QD_INVALID, "an activation without a name");
+    if (e->kind != QD_STAT_ABSMAX && e->kind != QD_STAT_MINMAX && e->kind != QD_STAT_NONE)
         return qd_fail(err, QD_INVALID, "activation %s: unknown statistics kind", e->name);
-    qd_status st = check_values(e, e->a, e->kind == QD_STAT_MINMAX ? "min" : "absmax", err);
-    if (st == QD_OK && e->kind == QD_STAT_MINMAX) st = check_values(e, e->b, "max", err);
-    if (st == QD_OK && e->kind == QD_STAT_ABSMAX && e->b)
+    qd_status st = check_shape(e, err);
+    if (st == QD_OK && e->count < 1)
+        st = qd_fail(err, QD_INVALID, "activation %s: count %lld (at least 1)", e->name,
+                     (long long)e->count);
+    if (st == QD_OK && e->kind != QD_STAT_NONE)
+        st = check_values(e, e->a, e->n, e->kind == QD_STAT_MINMAX ? "min" : "absmax", err);
+    if (st == QD_OK && e->kind == QD_STAT_MINMAX) st = check_values(e, e->b, e->n, "max", err);
+    if (st == QD_OK && e->kind != QD_STAT_MINMAX && e->b)
         st = qd_fail(err, QD_INVALID, "activation %s: absmax statistics with a second array",
                      e->name);
+    if (st == QD_OK) st = check_mean_sq(e, err);
     return st;
 }
 

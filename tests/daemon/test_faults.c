@@ -428,13 +428,17 @@ END_TEST
 /* ---- kill -9 during a burst of statistics posts ------------------------------------------------
  */
 
-#define BURST_BODY "{\"stats\":{\"a\":{\"absmax\":[1,2,3,4]},\"b\":{\"min\":[-1],\"max\":[1]}}}"
+/* Every kind of row: absmax with mean_sq (SPEC section 9), min/max, and mean_sq alone. */
+#define BURST_BODY                                                                                 \
+    "{\"stats\":{\"a\":{\"absmax\":[1,2,3,4],\"mean_sq\":[1,4,9,16]},\"b\":{\"min\":[-1],"         \
+    "\"max\":[1]},\"c\":{\"mean_sq\":[0.5,2]}}}"
 
 typedef struct burst {
     const char *base;
     int idx;
     int sent; /* posts begun, keys b<idx>-0 .. b<idx>-(sent-1) */
     bool acked[4096];
+    atomic_int *answered; /* posts answered 200 by all threads so far */
 } burst;
 
 static size_t discard(char *p, size_t size, size_t n, void *user)
@@ -466,6 +470,7 @@ static void *burst_thread(void *arg)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         curl_slist_free_all(h);
         b->acked[b->sent] = rc == CURLE_OK && status == 200;
+        if (b->acked[b->sent]) atomic_fetch_add(b->answered, 1);
         if (rc != CURLE_OK) { /* the daemon is gone: this post may or may not have landed */
             b->sent++;
             break;
@@ -475,16 +480,24 @@ static void *burst_thread(void *arg)
     return NULL;
 }
 
-static long long count_of(qdp *d, const char *activation)
+/* The activation's count; *sq (when not NULL) the last value of its sum_of_mean_sq. */
+static long long count_sq_of(qdp *d, const char *activation, double *sq)
 {
     qdp_resp r = qdp_req(d, "GET", "/v1/models/burst/stats", NULL, NULL, 0, NULL);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     json_t *doc = qdp_json(&r);
     json_t *a = json_object_get(json_object_get(doc, "stats"), activation);
     long long n = (long long)json_integer_value(json_object_get(a, "count"));
+    json_t *sums = json_object_get(a, "sum_of_mean_sq");
+    if (sq) *sq = json_number_value(json_array_get(sums, json_array_size(sums) - 1));
     json_decref(doc);
     qdp_resp_free(&r);
     return n;
+}
+
+static long long count_of(qdp *d, const char *activation)
+{
+    return count_sq_of(d, activation, NULL);
 }
 
 /* The unanswered posts again, each with its key: a post that had committed is a replay, the
@@ -507,9 +520,9 @@ static int retry_unanswered(qdp *d, const burst *b)
     return replays;
 }
 
-/* kill -9 while 6 threads post statistics, each post with its own Idempotency-Key: every post
- * answered 200 is stored, at most the posts sent are; retrying the unanswered ones with their
- * keys then counts every post exactly once. */
+/* kill -9 while 6 threads post statistics (mean_sq among them), each post with its own
+ * Idempotency-Key: every post answered 200 is stored, with its sums, at most the posts sent are;
+ * retrying the unanswered ones with their keys then counts every post exactly once. */
 START_TEST(test_kill_stats_burst)
 {
     qdp d;
@@ -518,12 +531,18 @@ START_TEST(test_kill_stats_burst)
     pthread_t t[THREADS];
     burst *b = calloc(THREADS, sizeof *b);
     ck_assert_ptr_nonnull(b);
+    atomic_int answered = 0;
     for (int i = 0; i < THREADS; i++) {
         b[i].base = d.base;
         b[i].idx = i;
+        b[i].answered = &answered;
         ck_assert_int_eq(pthread_create(&t[i], NULL, burst_thread, &b[i]), 0);
     }
+    /* mid-burst: 400 ms in, and not before some post was answered (a loaded machine may take
+     * longer for the first commit) */
     qdt_sleep_ms(400);
+    for (int waited = 0; atomic_load(&answered) == 0 && waited < 20000; waited += 20)
+        qdt_sleep_ms(20);
     ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
     int sent = 0, acked = 0;
     for (int i = 0; i < THREADS; i++) {
@@ -538,11 +557,17 @@ START_TEST(test_kill_stats_burst)
     ck_assert_msg(stored >= acked && stored <= sent, "stored %lld, answered %d, sent %d", stored,
                   acked, sent);
     ck_assert_int_eq(count_of(&d, "b"), stored); /* one post, one transaction */
+    double sq_a = 0, sq_c = 0;
+    ck_assert_int_eq(count_sq_of(&d, "c", &sq_c), stored);
+    ck_assert_int_eq(count_sq_of(&d, "a", &sq_a), stored);
+    ck_assert(sq_a == 16.0 * (double)stored && sq_c == 2.0 * (double)stored);
     int replays = 0;
     for (int i = 0; i < THREADS; i++) replays += retry_unanswered(&d, &b[i]);
     ck_assert_int_eq(replays, stored - acked);
     ck_assert_int_eq(count_of(&d, "a"), sent);
     ck_assert_int_eq(count_of(&d, "b"), sent);
+    ck_assert_int_eq(count_sq_of(&d, "c", &sq_c), sent);
+    ck_assert(sq_c == 2.0 * (double)sent);
     stop_and_check(&d);
     free(b);
 }

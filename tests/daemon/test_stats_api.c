@@ -7,8 +7,10 @@
  * (?qtype= and ?ruleset=), concurrent posters ending with the exact count, durability across
  * kill -9, resets, and body limits; Idempotency-Keys (replays answered alike with
  * Idempotent-Replayed, conflicts, the window, racing retries, kill -9, bad keys answered before
- * the body, failed posts not recorded) and the per-model quota (507, stats_bytes). The parsers'
- * own test case (test_stats_parse.c) runs here too.
+ * the body, failed posts not recorded) and the per-model quota (507, stats_bytes); the importance
+ * statistic mean_sq (SPEC section 9) in every post form, averaged exactly, its key set fixed by
+ * the first post (409), bad values (400), across kill -9. The parsers' own test case
+ * (test_stats_parse.c) runs here too.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -30,6 +32,7 @@
 
 #include "qdproc.h"
 #include "qdtest.h"
+#include "quant_srq.h"
 #include "stats_testutil.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------
@@ -576,6 +579,219 @@ START_TEST(test_ema_and_bootstrap)
     ck_assert(absmax0(&d, "b", &bs) == 3 && !bs);
     post_value(&d, "b", 11);
     ck_assert(absmax0(&d, "b", &bs) == 5 && !bs);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- the importance statistic mean_sq (SPEC section 9) ---------------------------------------
+ */
+
+/* list[i] of a flat list. */
+static double at1(json_t *list, size_t i)
+{
+    return num(json_array_get(list, i));
+}
+
+/* Activation name's mean_sq average must be want[0..n), its sum sum[0..n), exactly. */
+static void expect_sq(qdp *d, const char *model, const char *name, long long count,
+                      const double *want, const double *sum, size_t n)
+{
+    json_t *doc = get_stats(d, model, NULL);
+    json_t *a = act(doc, name);
+    ck_assert_msg(a != NULL, "%s not stored", name);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "count")), count);
+    json_t *sq = json_object_get(a, "mean_sq"), *ss = json_object_get(a, "sum_of_mean_sq");
+    ck_assert_uint_eq(json_array_size(sq), n);
+    ck_assert_uint_eq(json_array_size(ss), n);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(at1(sq, i) == want[i], "%s mean_sq[%zu] %.17g != %.17g", name, i, at1(sq, i),
+                      want[i]);
+        ck_assert_msg(at1(ss, i) == sum[i], "%s sum_of_mean_sq[%zu] %.17g != %.17g", name, i,
+                      at1(ss, i), sum[i]);
+    }
+    json_decref(doc);
+}
+
+/* mean_sq in each post form (JSON update, safetensors, merge), read back with its keys; the
+ * simple average exactly; mean_sq alone (kind "none", no shape, skipped by the scales). */
+START_TEST(test_mean_sq_posts)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    post_ok_quiet(&d, "q",
+                  "{\"stats\":{\"l/0/x\":{\"absmax\":[[1,2]],\"mean_sq\":[0.5,1,2,4]},"
+                  "\"l/1/y\":{\"mean_sq\":[3,0]}}}");
+    post_ok_quiet(&d, "q",
+                  "{\"stats\":{\"l/0/x\":{\"absmax\":[[3,4]],\"mean_sq\":[1.5,1,0,4]},"
+                  "\"l/1/y\":{\"mean_sq\":[1,1]}}}");
+    json_t *doc = get_stats(&d, "q", NULL);
+    json_t *x = act(doc, "l/0/x"), *y = act(doc, "l/1/y");
+    ck_assert_str_eq(json_string_value(json_object_get(x, "kind")), "absmax");
+    ck_assert(at2(json_object_get(x, "absmax"), 0, 1) == 3);
+    ck_assert_str_eq(json_string_value(json_object_get(y, "kind")), "none");
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(y, "shape"), 0)), 2);
+    ck_assert_uint_eq(json_array_size(json_object_get(y, "shape")), 1);
+    ck_assert_ptr_null(json_object_get(y, "absmax"));
+    /* the document is what the library's statistics reader takes (quant quantize --stats) */
+    char *text = json_dumps(doc, JSON_COMPACT);
+    quant_stats *qs = NULL;
+    quant_ck_error qe;
+    ck_assert_msg(quant_stats_parse(text, strlen(text), "stats.json", &qs, &qe) == QUANT_CK_OK,
+                  "%s", qe.message);
+    size_t n_acts = 0;
+    const quant_act_stat *acts = quant_stats_acts(qs, &n_acts);
+    ck_assert_uint_eq(n_acts, 2);
+    ck_assert(acts[0].kind == QUANT_STAT_ABSMAX && acts[0].a[1] == 3 && acts[0].count == 2);
+    ck_assert(acts[1].kind == QUANT_STAT_NONE && acts[1].count == 2);
+    quant_stats_free(qs);
+    free(text);
+    json_decref(doc);
+    expect_sq(&d, "q", "l/0/x", 2, (const double[]){1, 1, 1, 4}, (const double[]){2, 2, 2, 8}, 4);
+    expect_sq(&d, "q", "l/1/y", 2, (const double[]){2, 0.5}, (const double[]){4, 1}, 2);
+    /* the same in safetensors (F32 and BF16): the same statistics */
+    static const float xa[2][2] = {{1, 2}, {3, 4}}, xq[2][4] = {{0.5f, 1, 2, 4}, {1.5f, 1, 0, 4}},
+                       yq[2][2] = {{3, 0}, {1, 1}};
+    for (int k = 0; k < 2; k++) {
+        uint16_t *bq = stt_bf16(yq[k], 2);
+        stt_tensor t[] = {{"l/0/x/absmax", "F32", 2, {1, 2}, xa[k], 8},
+                          {"l/0/x/mean_sq", "F32", 1, {4}, xq[k], 16},
+                          {"l/1/y/mean_sq", "BF16", 1, {2}, bq, 4}};
+        size_t len;
+        unsigned char *body = stt_build(t, 3, NULL, &len);
+        qdp_resp r = post(&d, "st", NULL, "application/octet-stream", body, len);
+        ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+        qdp_resp_free(&r);
+        free(body);
+        free(bq);
+    }
+    json_t *want = get_stats(&d, "q", NULL), *got = get_stats(&d, "st", NULL);
+    const char *names[] = {"l/0/x", "l/1/y"};
+    for (int i = 0; i < 2; i++) {
+        json_t *g = act(got, names[i]), *w = act(want, names[i]);
+        json_object_del(g, "updated_at");
+        json_object_del(w, "updated_at");
+        ck_assert_msg(json_equal(g, w), "safetensors %s differs from JSON", names[i]);
+    }
+    json_decref(want);
+    json_decref(got);
+    /* a merge adds counts and sums */
+    json_decref(post_ok(&d, "q", "?mode=merge",
+                        "{\"stats\":{\"l/0/x\":{\"count\":2,\"sum_of_absmax\":[[4,4]],"
+                        "\"sum_of_mean_sq\":[2,0,4,0]},\"l/1/y\":{\"count\":4,"
+                        "\"sum_of_mean_sq\":[4,7]}}}"));
+    expect_sq(&d, "q", "l/0/x", 4, (const double[]){1, 0.5, 1.5, 2}, (const double[]){4, 2, 6, 8},
+              4);
+    expect_sq(&d, "q", "l/1/y", 6, (const double[]){8.0 / 6, 8.0 / 6}, (const double[]){8, 8}, 2);
+    /* the quota counts 8 bytes per value of every sum: 2 + 4 + 2 */
+    doc = get_json(&d, "/v1/models/q");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "stats_bytes")), 64);
+    json_decref(doc);
+    /* static scales: x has absmax; y has no range to scale and is skipped */
+    doc = get_json(&d, "/v1/models/q/scales?qtype=int8");
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(doc, "scales"), "l/0/x"));
+    json_t *skipped = json_object_get(doc, "skipped");
+    ck_assert_uint_eq(json_array_size(skipped), 1);
+    ck_assert_str_eq(json_string_value(json_array_get(skipped, 0)), "l/1/y");
+    json_decref(doc);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* EMA (c = 0.25) and bootstrap on mean_sq exactly as on absmax; kill -9 loses nothing answered. */
+START_TEST(test_mean_sq_ema_and_kill)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *ema = "{\"averaging\":\"ema\",\"ema_constant\":0.25,\"bootstrap_steps\":1}";
+    qdp_resp r = qdp_req(&d, "PUT", "/v1/models/e", "application/json", ema, strlen(ema), NULL);
+    ck_assert_int_eq(r.status, 201);
+    qdp_resp_free(&r);
+    /* 4 -> (bootstrapping: the last) -> 4 + 0.25 (8 - 4) = 5 -> 5 + 0.25 (1 - 5) = 4 */
+    static const double xs[] = {4, 8, 1}, want[] = {4, 5, 4};
+    double sum = 0;
+    for (int i = 0; i < 3; i++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"stats\":{\"a\":{\"mean_sq\":[%g,%g]}}}", xs[i], 2 * xs[i]);
+        post_ok_quiet(&d, "e", body);
+        sum += xs[i];
+        expect_sq(&d, "e", "a", i + 1, (const double[]){want[i], 2 * want[i]},
+                  (const double[]){sum, 2 * sum}, 2);
+        json_t *doc = get_stats(&d, "e", NULL);
+        ck_assert_int_eq(json_is_true(json_object_get(act(doc, "a"), "bootstrapping")), i == 0);
+        json_decref(doc);
+    }
+    ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
+    qdp_restart(&d, NULL);
+    expect_sq(&d, "e", "a", 3, (const double[]){4, 8}, (const double[]){13, 26}, 2);
+    post_ok_quiet(&d, "e", "{\"stats\":{\"a\":{\"mean_sq\":[8,0]}}}"); /* 4 + 0.25 (8 - 4) */
+    expect_sq(&d, "e", "a", 4, (const double[]){5, 6}, (const double[]){21, 26}, 2);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* The key set is fixed by the first post: another one is 409 naming the activation and the key,
+ * nothing of the post applied; bad values and lengths are 400 naming the activation. */
+START_TEST(test_mean_sq_rejected)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    post_ok_quiet(&d, "k",
+                  "{\"stats\":{\"both\":{\"absmax\":[1,2],\"mean_sq\":[1,2]},"
+                  "\"plain\":{\"absmax\":[1,2]},\"alone\":{\"mean_sq\":[1]}}}");
+    static const struct {
+        const char *query, *body, *want;
+    } conflicts[] = {
+        {NULL, "{\"stats\":{\"new\":{\"absmax\":1},\"both\":{\"absmax\":[1,2]}}}",
+         "activation both: its statistics are {absmax, mean_sq}, fixed by its first post; the post "
+         "has {absmax} (without mean_sq)"},
+        {NULL, "{\"stats\":{\"plain\":{\"absmax\":[1,2],\"mean_sq\":[1,1]}}}",
+         "activation plain: its statistics are {absmax}, fixed by its first post; the post has "
+         "{absmax, mean_sq} (with mean_sq)"},
+        {NULL, "{\"stats\":{\"alone\":{\"absmax\":[1],\"mean_sq\":[1]}}}",
+         "activation alone: its statistics are {mean_sq}"},
+        {NULL, "{\"stats\":{\"both\":{\"absmax\":[1,2],\"mean_sq\":[1,2,3,4]}}}",
+         "activation both: mean_sq has 4 values, the stored one 2"},
+        {"?mode=merge",
+         "{\"stats\":{\"new\":{\"count\":1,\"sum_of_mean_sq\":[1]},"
+         "\"both\":{\"count\":3,\"sum_of_mean_sq\":[1,2]}}}",
+         "activation both: its statistics are {absmax, mean_sq}, fixed by its first post; the "
+         "post has {mean_sq} (without absmax)"},
+    };
+    for (size_t i = 0; i < sizeof conflicts / sizeof conflicts[0]; i++) {
+        qdp_resp r = post_json(&d, "k", conflicts[i].query, conflicts[i].body);
+        assert_error(&r, 409, "conflict", conflicts[i].want);
+    }
+    static const struct {
+        const char *body, *want;
+    } bad[] = {
+        {"{\"stats\":{\"new\":{\"absmax\":1},\"both\":{\"absmax\":[1,2],\"mean_sq\":[1,-2]}}}",
+         "activation 'both': mean_sq value 1 is -2; a mean of squares is >= 0"},
+        {"{\"stats\":{\"both\":{\"absmax\":[1,2],\"mean_sq\":[NaN,2]}}}",
+         "activation 'both': mean_sq holds NaN"},
+        {"{\"stats\":{\"both\":{\"absmax\":[1,2],\"mean_sq\":[[1,2]]}}}",
+         "activation 'both': mean_sq has shape [1, 2]"},
+        {"{\"stats\":{\"both\":{\"absmax\":[1,2],\"mean_sq\":[1,2,3]}}}",
+         "activation 'both': mean_sq has 3 values (input features) but absmax has shape [2]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qdp_resp r = post_json(&d, "k", NULL, bad[i].body);
+        assert_error(&r, 400, "invalid_stats", bad[i].want);
+    }
+    stt_tensor t = {"both/mean_sq", "F32", 1, {2}, (const float[]){1, -1}, 8};
+    size_t len;
+    unsigned char *body = stt_build(&t, 1, NULL, &len);
+    qdp_resp r = post(&d, "k", NULL, "application/octet-stream", body, len);
+    assert_error(&r, 400, "invalid_stats", "activation 'both': mean_sq value 1 is -1");
+    free(body);
+    ck_assert_int_eq(count_of(&d, "k", "both"), 1);
+    ck_assert_int_eq(count_of(&d, "k", "plain"), 1);
+    ck_assert_int_eq(count_of(&d, "k", "alone"), 1);
+    ck_assert_int_eq(count_of(&d, "k", "new"), 0);
+    expect_sq(&d, "k", "both", 1, (const double[]){1, 2}, (const double[]){1, 2}, 2);
+    /* a reset starts over */
+    expect(&d, "DELETE", "/v1/models/k/stats", 204, NULL);
+    post_ok_quiet(&d, "k", "{\"stats\":{\"both\":{\"absmax\":[1,2]}}}");
+    ck_assert_int_eq(count_of(&d, "k", "both"), 1);
     qdp_stop(&d);
 }
 END_TEST
@@ -1365,6 +1581,9 @@ Suite *suite_stats_api(void)
     tcase_add_test(tc, test_delete_resets);
     tcase_add_test(tc, test_ema_and_bootstrap);
     tcase_add_test(tc, test_scales);
+    tcase_add_test(tc, test_mean_sq_posts);
+    tcase_add_test(tc, test_mean_sq_ema_and_kill);
+    tcase_add_test(tc, test_mean_sq_rejected);
     tcase_add_test(tc, test_concurrent_posters);
     tcase_add_test(tc, test_writers_take_turns);
     tcase_add_test(tc, test_durability);

@@ -2,7 +2,8 @@
  * suite): JSON posts and merge dumps read into the entries they mean (shapes from the nesting,
  * scalars, min/max, steps, names with escapes, entries sorted), every malformed post refused
  * with a message naming the activation and nothing handed out, and safetensors bodies in F32,
- * BF16, F16 and F64 read to the same entries as their JSON form.
+ * BF16, F16 and F64 read to the same entries as their JSON form; the importance statistic
+ * mean_sq (SPEC section 9) in each form, and each of its rules.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
@@ -107,6 +108,51 @@ START_TEST(test_json_merge)
 }
 END_TEST
 
+/* mean_sq beside absmax (whole, tiled or reduced last axis), beside min and max, or alone; zero
+ * (also -0) is a mean of squares; in a merge its sum. */
+START_TEST(test_json_mean_sq)
+{
+    qd_stat_post p =
+        parse_ok("{\"stats\": {\"a\": {\"mean_sq\": [0.5, 2, 0, -0.0], \"absmax\": [[1, 2]]},"
+                 " \"b\": {\"min\": [-1], \"mean_sq\": [4, 9], \"max\": [3]},"
+                 " \"c\": {\"mean_sq\": [1, 2, 3]},"
+                 " \"d\": {\"absmax\": 7, \"mean_sq\": [1]},"
+                 " \"e\": {\"absmax\": [1, 2, 3]}}}",
+                 false);
+    ck_assert_uint_eq(p.n, 5);
+    const qd_stat_entry *a = &p.e[0], *b = &p.e[1], *c = &p.e[2], *d = &p.e[3], *e = &p.e[4];
+    ck_assert_int_eq(a->kind, QD_STAT_ABSMAX);
+    ck_assert_int_eq(a->n, 2);
+    ck_assert_int_eq(a->n_sq, 4);
+    assert_values(a->sq, (const double[]){0.5, 2, 0, 0}, 4);
+    ck_assert_int_eq(b->kind, QD_STAT_MINMAX);
+    ck_assert_int_eq(b->n_sq, 2);
+    assert_values(b->sq, (const double[]){4, 9}, 2);
+    ck_assert(b->a[0] == -1 && b->b[0] == 3);
+    ck_assert_int_eq(c->kind, QD_STAT_NONE);
+    ck_assert_int_eq(c->n, 0);
+    ck_assert_int_eq(c->rank, 0);
+    ck_assert_ptr_null(c->a);
+    ck_assert_ptr_null(c->b);
+    ck_assert_int_eq(c->n_sq, 3);
+    assert_values(c->sq, (const double[]){1, 2, 3}, 3);
+    ck_assert_int_eq(d->n_sq, 1);
+    ck_assert_int_eq(e->n_sq, 0);
+    ck_assert_ptr_null(e->sq);
+    qd_stat_post_clear(&p);
+    p = parse_ok("{\"stats\": {\"x\": {\"count\": 4, \"sum_of_mean_sq\": [8, 4]},"
+                 " \"y\": {\"sum_of_absmax\": [2], \"sum_of_mean_sq\": [6], \"count\": 2}}}",
+                 true);
+    ck_assert_int_eq(p.e[0].kind, QD_STAT_NONE);
+    ck_assert_int_eq(p.e[0].count, 4);
+    assert_values(p.e[0].sq, (const double[]){8, 4}, 2);
+    ck_assert_int_eq(p.e[1].kind, QD_STAT_ABSMAX);
+    ck_assert_int_eq(p.e[1].count, 2);
+    assert_values(p.e[1].sq, (const double[]){6}, 1);
+    qd_stat_post_clear(&p);
+}
+END_TEST
+
 typedef struct bad_case {
     bool merge;
     const char *body;
@@ -141,7 +187,8 @@ static const bad_case bad_cases[] = {
     {false, "{\"stats\":{\"x\":{\"absmax\":[1 2]}}}", "',' or ']' expected at byte"},
     /* the keys of an activation */
     {false, "{\"stats\":{\"k\":{\"absmax\":[1],\"mean\":[1]}}}",
-     "activation 'k': unknown key \"mean\" (an update takes absmax, or min and max)"},
+     "activation 'k': unknown key \"mean\" (an update takes absmax, or min and max, and/or "
+     "mean_sq)"},
     {false, "{\"stats\":{\"k\":{\"count\":1,\"absmax\":[1]}}}",
      "activation 'k': unknown key \"count\""},
     {false, "{\"stats\":{\"k\":{\"absmax\":[1],\"absmax\":[2]}}}",
@@ -158,6 +205,33 @@ static const bad_case bad_cases[] = {
      "min has shape [] but max has shape [1]"},
     {false, "{\"stats\":{\"m\":[1]}}", "activation 'm': must be an object such as {\"absmax\""},
     {false, "{\"stats\":{\"m\":{\"absmax\" [1]}}}", "activation 'm': the body is not valid JSON"},
+    /* mean_sq (SPEC section 9): shape [n], finite, >= 0, n a multiple of the range's last dim */
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":2}}}",
+     "activation 'q': mean_sq has shape []; it holds one value per input feature"},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[[1,2]]}}}",
+     "activation 'q': mean_sq has shape [1, 2]"},
+    {false, "{\"stats\":{\"q\":{\"absmax\":[1],\"mean_sq\":[1,-0.5]}}}",
+     "activation 'q': mean_sq value 1 is -0.5; a mean of squares is >= 0"},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[1,NaN]}}}", "activation 'q': mean_sq holds NaN"},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[Infinity]}}}",
+     "activation 'q': mean_sq holds Infinity"},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[1e999]}}}", "overflows a double"},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[]}}}", "activation 'q': mean_sq holds an empty list"},
+    {false, "{\"stats\":{\"q\":{\"absmax\":[[1,2,3]],\"mean_sq\":[1,2,3,4]}}}",
+     "activation 'q': mean_sq has 4 values (input features) but absmax has shape [1, 3]"},
+    {false, "{\"stats\":{\"q\":{\"min\":[0,0,0],\"max\":[1,1,1],\"mean_sq\":[1,2]}}}",
+     "mean_sq has 2 values (input features) but min has shape [3]"},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[1],\"mean_sq\":[2]}}}", "key \"mean_sq\" comes twice"},
+    {false, "{\"stats\":{\"q\":{\"sum_of_mean_sq\":[1]}}}", "unknown key \"sum_of_mean_sq\""},
+    {false, "{\"stats\":{\"q\":{\"mean_sq\":[1],\"min\":[1]}}}", "has min without max"},
+    {true, "{\"stats\":{\"q\":{\"count\":2,\"mean_sq\":[1]}}}",
+     "unknown key \"mean_sq\" (a merge takes count with sum_of_absmax, or with sum_of_min and "
+     "sum_of_max, and/or with sum_of_mean_sq)"},
+    {true, "{\"stats\":{\"q\":{\"count\":2,\"sum_of_mean_sq\":[-1]}}}",
+     "activation 'q': sum_of_mean_sq value 0 is -1; a mean of squares is >= 0"},
+    {true, "{\"stats\":{\"q\":{\"count\":2,\"sum_of_mean_sq\":[[1]]}}}",
+     "activation 'q': sum_of_mean_sq has shape [1, 1]"},
+    {true, "{\"stats\":{\"q\":{\"sum_of_mean_sq\":[1]}}}", "a merge needs \"count\""},
     /* names and the stats object */
     {false, "{\"stats\":{\"a\":{\"absmax\":1},\"a\":{\"absmax\":2}}}",
      "activation 'a': comes twice in the post"},
@@ -366,6 +440,24 @@ static const st_bad st_bad_cases[] = {
     {{{"a/absmax", "F32", 0, {0}, &one, 4}}, 1, "{\"step\":\"-3\"}", "__metadata__ step must be"},
     {{{"a/absmax", "F32", 0, {0}, &one, 4}}, 1, "{\"step\":\"\"}", "__metadata__ step must be"},
     {{{0}}, 0, NULL, "the post holds no activations"},
+    {{{"a/mean_sq", "F32", 2, {1, 2}, two, 8}},
+     1,
+     NULL,
+     "activation 'a': mean_sq has shape [1, 2]"},
+    {{{"a/mean_sq", "F32", 0, {0}, &one, 4}}, 1, NULL, "activation 'a': mean_sq has shape []"},
+    {{{"a/mean_sq", "F32", 1, {2}, (const float[]){1, -2}, 8}},
+     1,
+     NULL,
+     "activation 'a': mean_sq value 1 is -2; a mean of squares is >= 0"},
+    {{{"a/mean_sq", "F32", 1, {2}, (const float[]){NAN, 1}, 8}},
+     1,
+     NULL,
+     "activation 'a': tensor 'a/mean_sq' holds a non-finite value at element 0"},
+    {{{"a/absmax", "F32", 1, {2}, two, 8},
+      {"a/mean_sq", "F32", 1, {3}, (const float[]){1, 2, 3}, 12}},
+     2,
+     NULL,
+     "activation 'a': mean_sq has 3 values (input features) but absmax has shape [2]"},
 };
 
 START_TEST(test_st_malformed)
@@ -382,6 +474,36 @@ START_TEST(test_st_malformed)
     ck_assert_uint_eq(p.n, 0);
     ck_assert_ptr_null(p.e);
     free(body);
+}
+END_TEST
+
+/* ACT/mean_sq alone or beside absmax, in any float dtype, reads as its JSON form does. */
+START_TEST(test_st_mean_sq)
+{
+    static const float sq4[4] = {0.25f, 4, 0, 9};
+    uint16_t *bf = stt_bf16(sq4, 4);
+    stt_tensor t[] = {
+        {"l/0/x/absmax", "F32", 2, {1, 2}, two, 8},
+        {"l/0/x/mean_sq", "F32", 1, {4}, sq4, 16},
+        {"l/1/y/mean_sq", "BF16", 1, {4}, bf, 8},
+    };
+    size_t len;
+    unsigned char *body = stt_build(t, 3, NULL, &len);
+    qd_stat_post p;
+    qd_err err;
+    qd_status st = qd_stats_parse_safetensors(body, len, &p, &err);
+    ck_assert_msg(st == QD_OK, "%s", err.message);
+    ck_assert_uint_eq(p.n, 2);
+    ck_assert_int_eq(p.e[0].kind, QD_STAT_ABSMAX);
+    ck_assert_int_eq(p.e[0].n, 2);
+    ck_assert_int_eq(p.e[0].n_sq, 4);
+    assert_values(p.e[0].sq, (const double[]){0.25, 4, 0, 9}, 4);
+    ck_assert_int_eq(p.e[1].kind, QD_STAT_NONE);
+    ck_assert_int_eq(p.e[1].n_sq, 4);
+    assert_values(p.e[1].sq, (const double[]){0.25, 4, 0, 9}, 4);
+    qd_stat_post_clear(&p);
+    free(body);
+    free(bf);
 }
 END_TEST
 
@@ -410,11 +532,13 @@ TCase *stt_tcase_parse(void)
     TCase *tc = tcase_create("parse");
     tcase_add_test(tc, test_json_updates);
     tcase_add_test(tc, test_json_merge);
+    tcase_add_test(tc, test_json_mean_sq);
     tcase_add_loop_test(tc, test_json_malformed, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(tc, test_json_lengths);
     tcase_add_test(tc, test_st_dtypes);
     tcase_add_loop_test(tc, test_st_malformed, 0,
                         (int)(sizeof st_bad_cases / sizeof st_bad_cases[0]));
+    tcase_add_test(tc, test_st_mean_sq);
     tcase_add_test(tc, test_st_not_safetensors);
     return tc;
 }

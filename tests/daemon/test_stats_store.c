@@ -3,7 +3,8 @@
  * dumps, EMA against hand-computed values, min/max statistics, rejections (shape, kind, a name
  * twice, bad values) that store nothing of the post while the rest of its group commits, an SQL
  * failure that fails the whole group, concurrent posters, reset, model settings and listing, the
- * name filter, reopening, and a throughput print (not an assertion).
+ * name filter, reopening, the importance statistic mean_sq (SPEC section 9: averaged like the
+ * others, the key set fixed by the first post), and a throughput print (not an assertion).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "migrations.h"
 #include "qdtest.h"
 #include "stats.h"
 #include "stats_internal.h"
@@ -347,7 +349,9 @@ START_TEST(test_kind_mismatch_stores_nothing)
     int64_t two[1] = {2};
     post_add(&p, "x", 1, two, v, v, 1);
     ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
-    ck_assert_msg(strstr(err.message, "x") && strstr(err.message, "min/max"), "%s", err.message);
+    ck_assert_msg(strstr(err.message, "activation x: its statistics are {absmax}") &&
+                      strstr(err.message, "the post has {min, max} (without absmax)"),
+                  "%s", err.message);
     qd_stat_post_clear(&p);
     ck_assert_int_eq(count_of("m", "x"), 1);
 }
@@ -1292,6 +1296,334 @@ START_TEST(test_throughput_print)
 }
 END_TEST
 
+/* ---- the importance statistic mean_sq (SPEC section 9) ---------------------------------------
+ */
+
+/* Adds mean_sq (n_sq values) to the last entry added, or an entry of mean_sq alone when name is
+ * not NULL. */
+static void post_add_sq(qd_stat_post *p, const char *name, const double *sq, int64_t n_sq,
+                        int64_t count)
+{
+    if (name) {
+        qd_stat_entry *e = realloc(p->e, (p->n + 1) * sizeof *e);
+        ck_assert_ptr_nonnull(e);
+        p->e = e;
+        e = &p->e[p->n++];
+        memset(e, 0, sizeof *e);
+        e->name = strdup(name);
+        e->kind = QD_STAT_NONE;
+        e->count = count;
+    }
+    qd_stat_entry *e = &p->e[p->n - 1];
+    e->n_sq = n_sq;
+    e->sq = dup_values(sq, n_sq);
+}
+
+/* One update of name: absmax a[0..n) (n 0: none, mean_sq alone) and mean_sq sq[0..n_sq). */
+static qd_status post_sq(const char *model, const char *name, const double *a, int64_t n,
+                         const double *sq, int64_t n_sq, qd_err *err)
+{
+    qd_stat_post p = post_new(model);
+    int64_t shape[1] = {n};
+    if (n) {
+        post_add(&p, name, 1, shape, a, NULL, 1);
+        if (n_sq) post_add_sq(&p, NULL, sq, n_sq, 1);
+    } else {
+        post_add_sq(&p, name, sq, n_sq, 1);
+    }
+    qd_status st = qd_stats_post(g_s, &p, err);
+    qd_stat_post_clear(&p);
+    return st;
+}
+
+static void post_sq_ok(const char *model, const char *name, const double *a, int64_t n,
+                       const double *sq, int64_t n_sq)
+{
+    qd_err err = {{0}};
+    qd_status st = post_sq(model, name, a, n, sq, n_sq, &err);
+    ck_assert_msg(st == QD_OK, "post %s: %s", name, err.message);
+}
+
+/* name's mean_sq average must be want[0..n) exactly, its sums sum[0..n), count count. */
+static void expect_sq(const char *model, const char *name, int64_t count, const double *want,
+                      const double *sum, int64_t n)
+{
+    readback rb = read_all(model, NULL);
+    const qd_stat_avg *a = find(&rb, name);
+    ck_assert_msg(a != NULL, "%s not stored", name);
+    ck_assert_int_eq(a->count, count);
+    ck_assert_int_eq(a->n_sq, n);
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(a->sq[i] == want[i], "%s mean_sq[%lld] %.17g, want %.17g", name, (long long)i,
+                      a->sq[i], want[i]);
+        ck_assert_msg(a->sum_sq[i] == sum[i], "%s sum_of_mean_sq[%lld] %.17g, want %.17g", name,
+                      (long long)i, a->sum_sq[i], sum[i]);
+    }
+    readback_free(&rb);
+}
+
+/* SMA: count += 1 and sum += value per post, the average sum / count, exactly; beside absmax
+ * (averaged as before) and alone; a merge adds its count and sums; the quota counts its sums. */
+START_TEST(test_mean_sq_simple)
+{
+    double a1[2] = {1, 2}, a2[2] = {3, 4}, q1[4] = {0.5, 1, 0, 8}, q2[4] = {1.5, 2, 0, 1};
+    post_sq_ok("m", "x", a1, 2, q1, 4);
+    expect_sq("m", "x", 1, q1, q1, 4);
+    post_sq_ok("m", "x", a2, 2, q2, 4);
+    expect_sq("m", "x", 2, (const double[]){1, 1.5, 0, 4.5}, (const double[]){2, 3, 0, 9}, 4);
+    expect_avg("m", "x", 2, 2.0, false);
+    double s1[3] = {0.25, 0.5, 1}, s2[3] = {0.75, 1.5, 0};
+    post_sq_ok("m", "alone", NULL, 0, s1, 3);
+    post_sq_ok("m", "alone", NULL, 0, s2, 3);
+    expect_sq("m", "alone", 2, (const double[]){0.5, 1, 0.5}, (const double[]){1, 2, 1}, 3);
+    readback rb = read_all("m", NULL);
+    const qd_stat_avg *al = find(&rb, "alone");
+    ck_assert_int_eq(al->kind, QD_STAT_NONE);
+    ck_assert_ptr_null(al->a);
+    ck_assert_ptr_null(al->sum_a);
+    ck_assert_int_eq(al->n, 0);
+    readback_free(&rb);
+    /* a merge: count 4, sums {6, 2, 2} (+ absmax sums for x) */
+    qd_err err = {{0}};
+    qd_stat_post p = post_new("m");
+    p.merge = true;
+    post_add_sq(&p, "alone", (const double[]){6, 2, 2}, 3, 4);
+    int64_t two[1] = {2};
+    post_add(&p, "x", 1, two, (const double[]){8, 8}, NULL, 2);
+    post_add_sq(&p, NULL, (const double[]){2, 1, 4, 1}, 4, 2);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    expect_sq("m", "alone", 6, (const double[]){7.0 / 6, 4.0 / 6, 3.0 / 6},
+              (const double[]){7, 4, 3}, 3);
+    expect_sq("m", "x", 4, (const double[]){1, 1, 1, 2.5}, (const double[]){4, 4, 4, 10}, 4);
+    expect_avg("m", "x", 4, 3.0, false); /* (1 + 3 + 8) / 4 */
+    /* 8 bytes per value of every sum: x 2 + 4, alone 3 */
+    ck_assert_int_eq(model_field("m", "stats_bytes"), 8 * (2 + 4 + 3));
+}
+END_TEST
+
+/* EMA c = 0.5 on mean_sq exactly as on absmax: the first update sets it, then v += c (new - v);
+ * a merge counts as its mean; bootstrap_steps keeps the last value as the calibration. */
+START_TEST(test_mean_sq_ema)
+{
+    put_model_ok("m", QD_AVG_EMA, 0.5, 1, true);
+    double a[1] = {4}, q1[2] = {4, 2}, q2[2] = {8, 0}, q3[2] = {2, 6};
+    post_sq_ok("m", "x", a, 1, q1, 2);
+    readback rb = read_all("m", NULL);
+    ck_assert(rb.v[0].bootstrapping && rb.v[0].sq[0] == 4 && rb.v[0].sq[1] == 2);
+    readback_free(&rb);
+    post_sq_ok("m", "x", a, 1, q2, 2); /* 4 + 0.5 (8 - 4) = 6; 2 + 0.5 (0 - 2) = 1 */
+    expect_sq("m", "x", 2, (const double[]){6, 1}, (const double[]){12, 2}, 2);
+    post_sq_ok("m", "x", a, 1, q3, 2); /* 4, 3.5 */
+    expect_sq("m", "x", 3, (const double[]){4, 3.5}, (const double[]){14, 8}, 2);
+    qd_err err = {{0}};
+    qd_stat_post p = post_new("m");
+    p.merge = true;
+    post_add_sq(&p, "x", (const double[]){30, 1.5}, 2, 3); /* mean {10, 0.5}: 7, 2 */
+    post_add(&p, "y", 0, NULL, (const double[]){3}, NULL, 3);
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID); /* x lacks absmax: nothing */
+    ck_assert_msg(strstr(err.message, "activation x") && strstr(err.message, "without absmax"),
+                  "%s", err.message);
+    qd_stat_post_clear(&p);
+    ck_assert_int_eq(count_of("m", "y"), 0);
+    p = post_new("m");
+    p.merge = true;
+    post_add(&p, "x", 1, (const int64_t[]){1}, (const double[]){12}, NULL, 3);
+    post_add_sq(&p, NULL, (const double[]){30, 1.5}, 2, 3);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    qd_stat_post_clear(&p);
+    expect_sq("m", "x", 6, (const double[]){7, 2}, (const double[]){44, 9.5}, 2);
+    /* back to simple: sum / count */
+    put_model_ok("m", QD_AVG_SIMPLE, 0.5, 1, false);
+    expect_sq("m", "x", 6, (const double[]){44.0 / 6, 9.5 / 6}, (const double[]){44, 9.5}, 2);
+}
+END_TEST
+
+/* The keys of an activation are fixed by its first post: another set, or another mean_sq length,
+ * is refused whole (naming the activation and the key), the other activations of the post and
+ * the counts untouched; DELETE starts over. */
+START_TEST(test_mean_sq_key_set_fixed)
+{
+    qd_err err = {{0}};
+    double a[2] = {1, 2}, q[2] = {1, 4}, q3[3] = {1, 1, 1};
+    post_sq_ok("m", "both", a, 2, q, 2);
+    post_sq_ok("m", "alone", NULL, 0, q, 2);
+    ck_assert_int_eq(post_absmax("m", "plain", a, 2, &err), QD_OK);
+    static const struct {
+        const char *name;
+        int64_t n, n_sq;
+        const char *want;
+    } cases[] = {
+        {"both", 2, 0,
+         "activation both: its statistics are {absmax, mean_sq}, fixed by its first post; the "
+         "post has {absmax} (without mean_sq)"},
+        {"both", 0, 2, "activation both: its statistics are {absmax, mean_sq}"},
+        {"alone", 2, 2,
+         "activation alone: its statistics are {mean_sq}, fixed by its first post; the post has "
+         "{absmax, mean_sq} (with absmax)"},
+        {"plain", 2, 2,
+         "activation plain: its statistics are {absmax}, fixed by its first post; the post has "
+         "{absmax, mean_sq} (with mean_sq)"},
+        {"both", 2, 3, "activation both: mean_sq has 3 values, the stored one 2"},
+        {"alone", 0, 3, "activation alone: mean_sq has 3 values, the stored one 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qd_stat_post p = post_new("m");
+        post_add(&p, "a_first", 1, (const int64_t[]){2}, a, NULL, 1); /* fine on its own */
+        int64_t shape[1] = {cases[i].n};
+        if (cases[i].n) {
+            post_add(&p, cases[i].name, 1, shape, a, NULL, 1);
+            if (cases[i].n_sq) post_add_sq(&p, NULL, q3, cases[i].n_sq, 1);
+        } else {
+            post_add_sq(&p, cases[i].name, q3, cases[i].n_sq, 1);
+        }
+        ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+        ck_assert_msg(strstr(err.message, cases[i].want), "case %zu: %s", i, err.message);
+        qd_stat_post_clear(&p);
+    }
+    ck_assert_int_eq(count_of("m", "a_first"), 0);
+    ck_assert_int_eq(count_of("m", "both"), 1);
+    ck_assert_int_eq(count_of("m", "alone"), 1);
+    ck_assert_int_eq(count_of("m", "plain"), 1);
+    ck_assert_int_eq(model_field("m", "posts"), 3);
+    /* min/max with mean_sq is its own set */
+    qd_stat_post p = post_new("m");
+    post_add(&p, "mm", 1, (const int64_t[]){2}, (const double[]){-1, -2}, a, 1);
+    post_add_sq(&p, NULL, q, 2, 1);
+    ck_assert_msg(qd_stats_post(g_s, &p, &err) == QD_OK, "%s", err.message);
+    p.e[0].kind = QD_STAT_ABSMAX;
+    free(p.e[0].b);
+    p.e[0].b = NULL;
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "{min, max, mean_sq}") && strstr(err.message, "without min"),
+                  "%s", err.message);
+    qd_stat_post_clear(&p);
+    /* a reset starts over: another set is then fine */
+    ck_assert_int_eq(qd_stats_reset(g_s, "m", &err), QD_OK);
+    ck_assert_int_eq(post_absmax("m", "both", a, 2, &err), QD_OK);
+    post_sq_ok("m", "plain", a, 2, q3, 3);
+    expect_sq("m", "plain", 1, q3, q3, 3);
+}
+END_TEST
+
+/* What the store refuses itself: non-finite or negative mean_sq, mean_sq alone without values. */
+START_TEST(test_mean_sq_bad_posts)
+{
+    qd_err err = {{0}};
+    double bad[2][2] = {{1, NAN}, {1, -0.5}};
+    const char *want[2] = {"activation x: mean_sq value 1 is not finite",
+                           "activation x: mean_sq value 1 is negative"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(post_sq("m", "x", NULL, 0, bad[i], 2, &err), QD_INVALID);
+        ck_assert_msg(strstr(err.message, want[i]), "%s", err.message);
+        ck_assert_int_eq(post_sq("m", "x", (const double[]){1}, 1, bad[i], 2, &err), QD_INVALID);
+        ck_assert_msg(strstr(err.message, want[i]), "%s", err.message);
+    }
+    qd_stat_post p = post_new("m");
+    post_add_sq(&p, "x", (const double[]){1}, 1, 1);
+    p.e[0].n_sq = 0; /* no values at all */
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    ck_assert_msg(strstr(err.message, "activation x: mean_sq of 0 values"), "%s", err.message);
+    p.e[0].n_sq = 1;
+    p.e[0].rank = 1; /* mean_sq alone with a range shape */
+    ck_assert_int_eq(qd_stats_post(g_s, &p, &err), QD_INVALID);
+    qd_stat_post_clear(&p);
+    readback rb = {0};
+    ck_assert_int_eq(qd_stats_read(g_s, "m", NULL, &rb.v, &rb.n, &err), QD_NOT_FOUND);
+}
+END_TEST
+
+/* Reopened, and with nothing cached between groups, every kind of row reads back exactly; the
+ * row holds NULL where a part is absent (the migration's CHECKs hold). */
+START_TEST(test_mean_sq_reopen_and_uncached)
+{
+    put_model_ok("m", QD_AVG_EMA, 0.5, 1, true);
+    double a[2] = {2, 4}, q[2] = {4, 8};
+    post_sq_ok("m", "both", a, 2, q, 2);
+    post_sq_ok("m", "alone", NULL, 0, q, 2);
+    close_all();
+    open_all();
+    qd_stats_cache_budget(g_s, 0);
+    double a2[2] = {4, 0}, q2[2] = {0, 4};
+    post_sq_ok("m", "both", a2, 2, q2, 2);
+    post_sq_ok("m", "alone", NULL, 0, q2, 2);
+    post_sq_ok("m", "alone", NULL, 0, q2, 2);
+    expect_sq("m", "both", 2, (const double[]){2, 6}, (const double[]){4, 12}, 2);
+    expect_avg("m", "both", 2, 3.0, false);
+    expect_sq("m", "alone", 3, (const double[]){1, 5}, (const double[]){4, 16}, 2);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE kind = 'none' AND shape IS NULL "
+                             "AND sum_a IS NULL AND sq_len = 2 AND length(sum_sq) = 16 AND "
+                             "ema_sq IS NOT NULL AND last_sq IS NULL"),
+                     1);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE kind = 'absmax' AND sq_len = 2 "
+                             "AND ema_a IS NOT NULL AND ema_sq IS NOT NULL"),
+                     1);
+    close_all();
+    open_all();
+    expect_sq("m", "alone", 3, (const double[]){1, 5}, (const double[]){4, 16}, 2);
+}
+END_TEST
+
+/* A database written before migration 0006 (its stats table from 0002): the rows keep their ids,
+ * sums, EMA and last values through the rebuild, update as before, and the model takes mean_sq on
+ * new activations. */
+START_TEST(test_mean_sq_migration_keeps_rows)
+{
+    close_all();
+    qdt_rmtree(g_dir);
+    free(g_path);
+    free(g_dir);
+    g_dir = qdt_tmpdir();
+    g_path = qdt_join(g_dir, "quantd.db");
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "PRAGMA journal_mode = WAL; BEGIN", NULL, NULL, NULL),
+                     SQLITE_OK);
+    int before = 0;
+    while (before < qd_n_migrations && !strstr(qd_migrations[before].sql, "stats_mean_sq"))
+        ck_assert_int_eq(sqlite3_exec(db, qd_migrations[before++].sql, NULL, NULL, NULL),
+                         SQLITE_OK);
+    ck_assert_int_lt(before, qd_n_migrations);
+    char sql[160];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", before,
+             0x514E5444);
+    char *msg = NULL;
+    const char *rows =
+        "INSERT INTO stat_models (id, name, averaging, ema_constant, created_ms, updated_ms) "
+        "VALUES (7, 'm', 'ema', 0.5, 1, 1);"
+        /* absmax [2] = {4, 8} over 2 posts, EMA {3, 5}; min/max scalar -1/1 over 1 post, last */
+        "INSERT INTO stats (id, model_id, name, kind, shape, count, created_ms, updated_ms, sum_a, "
+        "ema_a) VALUES (40, 7, 'x', 'absmax', '[2]', 2, 1, 1, "
+        "X'00000000000010400000000000002040', X'00000000000008400000000000001440');"
+        "INSERT INTO stats (id, model_id, name, kind, shape, count, created_ms, updated_ms, sum_a, "
+        "sum_b, last_a, last_b, ema_a, ema_b) VALUES (41, 7, 'y', 'minmax', '[]', 1, 1, 1, "
+        "X'000000000000F0BF', X'000000000000F03F', X'000000000000F0BF', X'000000000000F03F', "
+        "X'000000000000F0BF', X'000000000000F03F');";
+    ck_assert_msg(sqlite3_exec(db, rows, NULL, NULL, &msg) == SQLITE_OK, "%s", msg);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    open_all(); /* migrates */
+    ck_assert_int_eq(raw_int("SELECT id FROM stats WHERE name = 'x'"), 40);
+    ck_assert_int_eq(raw_int("SELECT count(*) FROM stats WHERE sq_len IS NULL AND sum_sq IS NULL"),
+                     2);
+    readback rb = read_all("m", NULL);
+    const qd_stat_avg *x = find(&rb, "x"), *y = find(&rb, "y");
+    ck_assert(x && x->count == 2 && x->a[0] == 3 && x->a[1] == 5 && x->sum_a[1] == 8);
+    ck_assert_int_eq(x->n_sq, 0);
+    ck_assert_ptr_null(x->sq);
+    ck_assert(y && y->kind == QD_STAT_MINMAX && y->a[0] == -1 && y->b[0] == 1);
+    readback_free(&rb);
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_absmax("m", "x", (const double[]){5, 1}, 2, &err), QD_OK);
+    expect_avg("m", "x", 3, 4.0, false); /* 3 + 0.5 (5 - 3) */
+    ck_assert_int_eq(post_sq("m", "x", (const double[]){5, 1}, 2, (const double[]){1}, 1, &err),
+                     QD_INVALID); /* its keys stay {absmax} */
+    post_sq_ok("m", "z", (const double[]){1}, 1, (const double[]){2, 2}, 2);
+    expect_sq("m", "z", 1, (const double[]){2, 2}, (const double[]){2, 2}, 2);
+}
+END_TEST
+
 Suite *suite_stats_store(void)
 {
     Suite *s = suite_create("stats_store");
@@ -1341,6 +1673,15 @@ Suite *suite_stats_store(void)
     tcase_add_test(keys, test_quota);
     tcase_add_test(keys, test_quota_in_one_group);
     suite_add_tcase(s, keys);
+    TCase *sq = tcase_create("mean_sq");
+    tcase_add_checked_fixture(sq, setup, teardown);
+    tcase_add_test(sq, test_mean_sq_simple);
+    tcase_add_test(sq, test_mean_sq_ema);
+    tcase_add_test(sq, test_mean_sq_key_set_fixed);
+    tcase_add_test(sq, test_mean_sq_bad_posts);
+    tcase_add_test(sq, test_mean_sq_reopen_and_uncached);
+    tcase_add_test(sq, test_mean_sq_migration_keeps_rows);
+    suite_add_tcase(s, sq);
     TCase *perf = tcase_create("throughput");
     tcase_add_checked_fixture(perf, setup, teardown);
     tcase_set_timeout(perf, 120);

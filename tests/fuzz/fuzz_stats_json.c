@@ -47,20 +47,30 @@ static void check_with_jansson(const uint8_t *data, size_t size, const qd_stat_p
         const qd_stat_entry *e = &p->e[i];
         const json_t *act = json_object_get(stats, e->name);
         FUZZ_CHECK(json_is_object(act));
+        const char *pre = merge ? "sum_of_" : "";
+        char key[32];
+        size_t keys = 0;
         if (merge) {
             FUZZ_CHECK(json_number_value(json_object_get(act, "count")) == (double)e->count);
-            if (e->kind == QD_STAT_ABSMAX) {
-                same_stat(json_object_get(act, "sum_of_absmax"), e->a, e->n);
-            } else {
-                same_stat(json_object_get(act, "sum_of_min"), e->a, e->n);
-                same_stat(json_object_get(act, "sum_of_max"), e->b, e->n);
-            }
-        } else if (e->kind == QD_STAT_ABSMAX) {
-            same_stat(json_object_get(act, "absmax"), e->a, e->n);
-        } else {
-            same_stat(json_object_get(act, "min"), e->a, e->n);
-            same_stat(json_object_get(act, "max"), e->b, e->n);
+            keys++;
         }
+        if (e->kind == QD_STAT_ABSMAX) {
+            snprintf(key, sizeof key, "%sabsmax", pre);
+            same_stat(json_object_get(act, key), e->a, e->n);
+            keys++;
+        } else if (e->kind == QD_STAT_MINMAX) {
+            snprintf(key, sizeof key, "%smin", pre);
+            same_stat(json_object_get(act, key), e->a, e->n);
+            snprintf(key, sizeof key, "%smax", pre);
+            same_stat(json_object_get(act, key), e->b, e->n);
+            keys += 2;
+        }
+        if (e->sq) {
+            snprintf(key, sizeof key, "%smean_sq", pre);
+            same_stat(json_object_get(act, key), e->sq, e->n_sq);
+            keys++;
+        }
+        FUZZ_CHECK(json_object_size(act) == keys);
     }
     json_decref(doc);
 }

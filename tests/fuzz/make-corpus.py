@@ -170,6 +170,22 @@ def stats_st_seeds():
     put("stats_st", "bad-step.safetensors", safetensors([("x/absmax", "F32", [], f32([1]))],
                                                         {"step": "-3"}))
     put("stats_st", "no-slash.safetensors", safetensors([("absmax", "F32", [], f32([1]))]))
+    # the importance statistic mean_sq (SPEC section 9): beside absmax (tiled), beside min/max,
+    # alone; and near misses: negative, rank 2, a length the range's last dimension does not divide
+    put("stats_st", "mean-sq.safetensors", safetensors([
+        ("l/0/x/absmax", "F32", [1, 2], f32([1, 2])),
+        ("l/0/x/mean_sq", "F32", [4], f32([0.25, 4, 0, 9])),
+        ("l/1/y/min", "F16", [2], f16([-1, -2])),
+        ("l/1/y/max", "F16", [2], f16([1, 2])),
+        ("l/1/y/mean_sq", "F64", [2], f64([1, 2])),
+        ("l/2/z/mean_sq", "BF16", [3], bf16([0.5, 1, 2])),
+    ], {"step": "5"}))
+    put("stats_st", "mean-sq-negative.safetensors",
+        safetensors([("x/mean_sq", "F32", [2], f32([1, -1]))]))
+    put("stats_st", "mean-sq-rank2.safetensors",
+        safetensors([("x/mean_sq", "F32", [1, 2], f32([1, 1]))]))
+    put("stats_st", "mean-sq-length.safetensors", safetensors([
+        ("x/absmax", "F32", [3], f32([1, 2, 3])), ("x/mean_sq", "F32", [4], f32([1, 1, 1, 1]))]))
 
 
 def stats_json_seeds():
@@ -195,6 +211,16 @@ def stats_json_seeds():
     put("stats_json", "rank9.json", '{"stats": {"x": {"absmax": [[[[[[[[[1]]]]]]]]]}}}')
     put("stats_json", "overflow.json", '{"stats": {"x": {"absmax": 1e999}}}')
     put("stats_json", "twice.json", '{"stats": {"x": {"absmax": 1}, "x": {"absmax": 2}}}')
+    # mean_sq (SPEC section 9) in an update and a merge, and near misses
+    put("stats_json", "update-mean-sq.json",
+        '{"step": 3, "stats": {"l/0/x": {"absmax": [[1, 2]], "mean_sq": [0.5, 1, 0, -0.0]},'
+        ' "l/1/y": {"mean_sq": [2, 4]}, "l/2/z": {"min": -1, "max": 1, "mean_sq": [1e-30]}}}')
+    put("stats_json", "merge-mean-sq.json",
+        '{"stats": {"l/0/x": {"count": 4, "sum_of_absmax": [[4, 8]], "sum_of_mean_sq": [2, 4, 0,'
+        ' 1]}, "l/1/y": {"sum_of_mean_sq": [8, 16], "count": 4}}}')
+    put("stats_json", "mean-sq-negative.json", '{"stats": {"x": {"mean_sq": [1, -1e-300]}}}')
+    put("stats_json", "mean-sq-length.json",
+        '{"stats": {"x": {"absmax": [1, 2, 3], "mean_sq": [1, 2, 3, 4]}}}')
 
 
 # ---- rule sets ----------------------------------------------------------------------------------
@@ -418,6 +444,10 @@ def http_seeds():
     post_st = safetensors([(act + "/min", "F32", [4], struct.pack("<4f", -1, -2, 0, -0.5)),
                            (act + "/max", "F32", [4], struct.pack("<4f", 1, 2, 3, 0.5))],
                           {"step": "3"})
+    post_sq = ('{"stats": {"%s": {"absmax": [0.5, 1.5, 2.5, 3.5], "mean_sq": [0.25, 1, 4, 9]}, '
+               '"only/sq": {"mean_sq": [1, 2]}}}' % act)
+    post_sq_st = safetensors([(act + "/absmax", "F32", [4], struct.pack("<4f", 1, 2, 3, 4)),
+                              (act + "/mean_sq", "F32", [4], struct.pack("<4f", 1, 4, 9, 16))])
     put_rules = req("PUT", "/v1/rulesets/int8", ctype=js, body=rules)
 
     def job(body, last=True):
@@ -496,6 +526,13 @@ def http_seeds():
         "stats-merge": req("POST", "/v1/models/stories/stats?mode=merge", "@TRAINER@", js,
                            '{"stats": {"%s": {"count": 4, "sum_of_absmax": [2, 4, 6, 8]}}}' % act,
                            last=True),
+        "stats-mean-sq": req("POST", "/v1/models/imp/stats", "@TRAINER@", js, post_sq) +
+                         req("POST", "/v1/models/imp/stats", "@TRAINER@", js, post) +
+                         req("POST", "/v1/models/imp/stats", "@TRAINER@", octets, post_sq_st) +
+                         req("POST", "/v1/models/imp/stats?mode=merge", "@TRAINER@", js,
+                             '{"stats": {"%s": {"count": 2, "sum_of_absmax": [1, 2, 3, 4], '
+                             '"sum_of_mean_sq": [2, 2, 2, 2]}}}' % act) +
+                         req("GET", "/v1/models/imp/stats", "@TRAINER@", last=True),
         "stats-get": req("POST", "/v1/models/stories/stats", "@TRAINER@", js, post) +
                      req("GET", "/v1/models/stories/stats?name=model/layers/0/.*", "@TRAINER@") +
                      req("GET", "/v1/models/stories", "@TRAINER@") +

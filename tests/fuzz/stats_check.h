@@ -1,7 +1,7 @@
 /* stats_check.h -- what fuzz_stats_json.c and fuzz_stats_st.c check of a parsed statistics post:
  * every promise of stats.h's qd_stat_entry (names valid, sorted and unique; shapes that give n;
- * finite values; min and max together), and that a refused post hands nothing out.
- * SPDX-License-Identifier: Apache-2.0
+ * finite values; min and max together; mean_sq of shape [n], >= 0, or alone), and that a refused
+ * post hands nothing out. SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QUANT_FUZZ_STATS_CHECK_H
 #define QUANT_FUZZ_STATS_CHECK_H
@@ -29,16 +29,26 @@ static void check_post(qd_status st, const qd_stat_post *p, bool merge, const qd
         FUZZ_CHECK(sp_name_problem(e->name, len) == NULL);
         FUZZ_CHECK(i == 0 || strcmp(p->e[i - 1].name, e->name) < 0);
         FUZZ_CHECK(e->rank >= 0 && e->rank <= QUANT_MAX_RANK);
-        int64_t n = 1;
-        for (int k = 0; k < e->rank; k++) {
-            FUZZ_CHECK(e->shape[k] >= 1);
-            n *= e->shape[k];
-        }
-        FUZZ_CHECK(n == e->n && n >= 1 && n <= QD_ACT_MAX_ELEMS);
-        FUZZ_CHECK(e->a && (e->kind == QD_STAT_MINMAX) == (e->b != NULL));
         FUZZ_CHECK(merge ? e->count >= 1 : e->count == 1);
-        for (int64_t k = 0; k < n; k++)
-            FUZZ_CHECK(isfinite(e->a[k]) && (!e->b || isfinite(e->b[k])));
+        /* mean_sq: shape [n_sq], finite, >= 0 */
+        FUZZ_CHECK(e->n_sq >= 0 && e->n_sq <= QD_ACT_MAX_ELEMS && (e->n_sq > 0) == (e->sq != NULL));
+        for (int64_t k = 0; k < e->n_sq; k++) FUZZ_CHECK(isfinite(e->sq[k]) && e->sq[k] >= 0);
+        if (e->kind == QD_STAT_NONE) { /* mean_sq alone */
+            FUZZ_CHECK(e->n_sq >= 1 && e->rank == 0 && e->n == 0 && !e->a && !e->b);
+        } else {
+            FUZZ_CHECK(e->kind == QD_STAT_ABSMAX || e->kind == QD_STAT_MINMAX);
+            int64_t n = 1;
+            for (int k = 0; k < e->rank; k++) {
+                FUZZ_CHECK(e->shape[k] >= 1);
+                n *= e->shape[k];
+            }
+            FUZZ_CHECK(n == e->n && n >= 1 && n <= QD_ACT_MAX_ELEMS);
+            FUZZ_CHECK(e->a && (e->kind == QD_STAT_MINMAX) == (e->b != NULL));
+            for (int64_t k = 0; k < n; k++)
+                FUZZ_CHECK(isfinite(e->a[k]) && (!e->b || isfinite(e->b[k])));
+            /* the range's last dimension divides the input features */
+            if (e->sq && e->rank > 0) FUZZ_CHECK(e->n_sq % e->shape[e->rank - 1] == 0);
+        }
         /* what a job and the scales make of the name (quant_srq_compute: its module path) */
         char mod[QD_ACT_NAME_MAX + 1];
         FUZZ_CHECK(quant_module_path(e->name, mod, sizeof mod) && strlen(mod) < len + 1);
