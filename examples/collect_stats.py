@@ -95,7 +95,8 @@ def parse_args(argv):
                    "(default %(default)s)")
     p.add_argument("--stats", default=",".join(STATISTICS),
                    help="comma-separated statistics to record: absmax, mean_sq (default "
-                   "%(default)s; quantd takes mean_sq once it implements SPEC section 9)")
+                   "%(default)s; mean_sq is SPEC section 9: quantd takes it from migration "
+                   "0006 on)")
     p.add_argument("--out", metavar="FILE", help="write one Qwix quant_stats dump (JSON: "
                    "{\"stats\": {ACT: {\"count\", \"sum_of_absmax\", \"sum_of_mean_sq\"}}}) "
                    "to FILE instead of posting")

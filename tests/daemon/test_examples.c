@@ -145,10 +145,9 @@ START_TEST(test_collect_posts)
     qdp d;
     qdp_start(&d, NULL);
     char *dump = qdt_join(d.root, "stats.json"), *out = NULL, *err = NULL;
-    /* quantd rejects mean_sq until SPEC section 9 is implemented (issue 13 item 2): post absmax
-     * only for now; once that has merged this runs with the default (--stats absmax,mean_sq). */
+    /* the default statistics: absmax and mean_sq (SPEC sections 8 and 9) */
     int st = run((const char *[]){python(), COLLECT, SHARDED, "--url", d.base, "--model", "stories",
-                                  COLLECT_ARGS, "--run-id", "t1", "--stats", "absmax", NULL},
+                                  COLLECT_ARGS, "--run-id", "t1", NULL},
                  &out, &err);
     ck_assert_msg(st == 0, "collect_stats.py exit %d: %s", st, err);
     ck_assert_msg(strstr(out, "posted 2 steps x 2 sequences x 16 tokens (seed 7), 35 activations"),
@@ -188,14 +187,18 @@ START_TEST(test_collect_posts)
         ck_assert_msg(sum > 0 && fabs(avg - sum / 2) <= 1e-12 * sum, "%s: %.17g vs %.17g / 2", act,
                       avg, sum);
         json_t *msq = json_object_get(f, "sum_of_mean_sq");
+        json_t *smsq = json_object_get(s, "mean_sq"); /* quantd's average of the same posts */
         ck_assert_uint_eq(json_array_size(msq), in_dim(act));
+        ck_assert_uint_eq(json_array_size(smsq), in_dim(act));
         size_t i;
         json_t *v;
         json_array_foreach(msq, i, v)
         {
             /* a mean of squares is at most the square of the absmax, averaged */
-            double x = json_real_value(v);
+            double x = json_real_value(v), m = json_real_value(json_array_get(smsq, i));
             ck_assert_msg(x > 0 && x <= sum * sum, "%s[%zu] = %g", act, i, x);
+            ck_assert_msg(fabs(m - x / 2) <= 1e-12 * x, "%s mean_sq[%zu]: %.17g vs %.17g / 2", act,
+                          i, m, x);
         }
     }
     /* the names are the checkpoint's module paths: quantd turns each into a static int8 scale
