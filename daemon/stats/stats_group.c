@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config.h"
 #include "stats_group.h"
 #include "write_gate.h"
 
@@ -150,20 +151,6 @@ static int64_t post_growth(const qd_stat_post *p, stat_row *const *rows)
     return bytes;
 }
 
-/* A size as the configuration writes it: "1G", "512K", or bytes. */
-static void format_size(int64_t v, char *buf, size_t len)
-{
-    static const char units[] = "TGMK";
-    for (int i = 0; i < 4 && v != 0; i++) {
-        int64_t unit = (int64_t)1 << (40 - 10 * i);
-        if (v % unit == 0) {
-            snprintf(buf, len, "%" PRId64 "%c", v / unit, units[i]);
-            return;
-        }
-    }
-    snprintf(buf, len, "%" PRId64, v);
-}
-
 /* Growth only comes from new activations: a post that adds none always fits. */
 static qd_status check_quota(stats_group *g, const model_row *m, int64_t growth,
                              qd_stat_answer *ans, qd_err *err)
@@ -171,7 +158,7 @@ static qd_status check_quota(stats_group *g, const model_row *m, int64_t growth,
     int64_t total = m->stats_bytes + growth;
     if (growth == 0 || total <= g->set.quota_bytes) return QD_OK;
     char quota[32];
-    format_size(g->set.quota_bytes, quota, sizeof quota);
+    qd_config_size_text(g->set.quota_bytes, quota, sizeof quota);
     ans->outcome = QD_POST_OVER_QUOTA;
     ans->stats_bytes = total;
     return qd_fail(err, QD_CONFLICT,

@@ -92,6 +92,8 @@ static quant_ck_status nomem(const reader *r)
     return quant_ck_fail(r->err, QUANT_CK_ERR_NOMEM, "out of memory");
 }
 
+/* Like the rule parser's ck_json_type_name, but the file is parsed with every number as a real
+ * (JSON_DECODE_INT_AS_REAL), so a number is "a number" whichever way it was written. */
 static const char *kind_of(const json_t *j)
 {
     switch (json_typeof(j)) {
