@@ -124,6 +124,18 @@ typedef int (*quant_nvfp4_scales_fn)(const float *absmax, int64_t n, float g, fl
  * nonzero when some s is not finite (scale[] then unspecified: the caller takes the checked
  * path). */
 typedef int (*quant_lin_scales_fn)(const float *absmax, int64_t n, float bound, float *scale);
+/* absmax and quantize reading contiguous bf16 values (x[j] stands for qn_bf16_to_f32(x[j]), an
+ * exact widening) without a widened copy in memory: the results, return value included, are
+ * those of absmax / quantize on the widened values, bit for bit. Optional: a table without them
+ * (NULL) has the driver widen into scratch first. Drivers call them for symmetric integer codes
+ * with tiles of QUANT_BF16_DIRECT_MIN_TILE and more, the shapes read in registers; other shapes
+ * are correct too but widen blocks on the stack twice (reduction and quantize), which costs more
+ * than the driver's one widening into scratch. */
+#define QUANT_BF16_DIRECT_MIN_TILE 64
+typedef int (*quant_absmax_bf16_fn)(const uint16_t *x, int64_t n, int64_t c0, int64_t tile,
+                                    float *acc);
+typedef int (*quant_quantize_bf16_fn)(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
+                                      void *codes);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -138,6 +150,8 @@ typedef struct quant_kernels {
     quant_mx_scales_fn mx_scales;
     quant_nvfp4_scales_fn nvfp4_scales;
     quant_lin_scales_fn lin_scales;
+    quant_absmax_bf16_fn absmax_bf16;     /* optional (NULL: widen first) */
+    quant_quantize_bf16_fn quantize_bf16; /* optional (NULL: widen first) */
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;

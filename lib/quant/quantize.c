@@ -32,6 +32,38 @@ typedef struct quant_run {
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
 } quant_run;
 
+/* Columns c0.. of row `row` as contiguous bf16 the kernels read in registers (no widened copy
+ * in scratch), or NULL when the input, the plan (symmetric integer codes, tiles of
+ * QUANT_BF16_DIRECT_MIN_TILE and more) or the kernel set does not allow it. */
+static const uint16_t *bf16_direct(const quant_reader *rd, int64_t row, int64_t c0)
+{
+    const quant_tensor *x = rd->x;
+    const quant_plan *p = rd->plan;
+    if (x->dtype != QUANT_DTYPE_BF16 || !rd->k->absmax_bf16 || !rd->k->quantize_bf16) return NULL;
+    bool int_codes = p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16;
+    if (!int_codes || p->method.asymmetric || p->col_tile < QUANT_BF16_DIRECT_MIN_TILE) return NULL;
+    if (x->rank > 0 && x->strides[x->rank - 1] != 1 && x->shape[x->rank - 1] > 1) return NULL;
+    return (const uint16_t *)(const void *)quant_row_address(x, row, c0);
+}
+
+/* quant_reduce_row for an absmax calibration of a bf16 row read in place; anything else goes
+ * through quant_reduce_row. A non-finite value is located on the widened chunk. */
+static int reduce_row(quant_reader *rd, int64_t row, float *scratch, float *a, float *b,
+                      double *sums)
+{
+    const quant_plan *p = rd->plan;
+    if (p->method.kind != QUANT_CALIB_ABSMAX || !bf16_direct(rd, row, 0))
+        return quant_reduce_row(rd, row, scratch, a, b, sums);
+    for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
+        int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
+        if (rd->k->absmax_bf16(bf16_direct(rd, row, c0), n, c0, p->col_tile, a)) {
+            quant_reader_bad(rd, row, c0, quant_load_row(rd->k, rd->x, p, row, c0, n, scratch), n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
@@ -56,7 +88,9 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
     for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-        const float *x = pre ? pre : quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
+        const uint16_t *h = pre || run->how->stochastic ? NULL : bf16_direct(&run->rd, row, c0);
+        const float *x =
+            pre || h ? pre : quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
         void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
         if (prefetch && contiguous) {
             int64_t row_bytes = p->ncols * kr.pf_elem;
@@ -68,9 +102,12 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
             bad = quant_generic_quantize_sr(
                 &kr, x, n, c0, run->how->sr_key,
                 run->how->sr_index_base + (uint64_t)(row * p->ncols + c0), out);
+        else if (h)
+            bad = run->rd.k->quantize_bf16(&kr, h, n, c0, out);
         else
             bad = run->rd.k->quantize(&kr, x, n, c0, out);
         if (bad) {
+            if (h) x = quant_load_row(run->rd.k, run->rd.x, p, row, c0, n, scratch);
             quant_reader_bad(&run->rd, row, c0, x, n);
             return 1;
         }
@@ -111,7 +148,7 @@ static void fused_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * ng;
         quant_reduce_init(p, ng, a, b, sums);
-        if (quant_reduce_row(&run->rd, row, scratch, a, b, sums)) return;
+        if (reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
         int32_t *zp = p->method.asymmetric ? run->zp_out + off : NULL;
         if (quant_scale_range(run->rd.k, p, run->how->scale_dtype, &cal, ng, run->scale_out + off,
@@ -121,7 +158,9 @@ static void fused_item(void *arg, int64_t item, int worker)
             }
             return;
         }
-        bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x);
+        /* the reduction left the row widened in scratch (unless it read it in place) */
+        bool one_chunk = p->ncols <= QUANT_CHUNK && !quant_rows_direct(run->rd.x) &&
+                         !(p->method.kind == QUANT_CALIB_ABSMAX && bf16_direct(&run->rd, row, 0));
         /* while this row is quantized from cache, pull a later one in (the next item's rows
          * too: with one thread it comes next); the reduction above already proved the row
          * finite */

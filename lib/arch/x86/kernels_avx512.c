@@ -1052,6 +1052,151 @@ static void widen_f16_avx512(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
+/* ---- bf16 sources, widened in registers ------------------------------------------------------ */
+
+/* Group shapes below this tile, and codes other than symmetric integers, widen blocks of SUB
+ * values on the stack and run the float32 kernels (the same results by definition). */
+#define BF16_MIN_TILE QUANT_BF16_DIRECT_MIN_TILE
+
+/* The 16 bf16 values at x (lanes m) as float32: the exact widening of widen_bf16_avx512. */
+ALWAYS_INLINE __m512 bf16_load(const uint16_t *x, __mmask16 m)
+{
+    __m256i h =
+        m == 0xffff ? _mm256_loadu_si256((const __m256i *)x) : _mm256_maskz_loadu_epi16(m, x);
+    return bf16x16(h);
+}
+
+/* max |x| bits of the bf16 values x[0..len), as a bf16 bit pattern (the float32 one >> 16). */
+ALWAYS_INLINE uint32_t bf16_absmax_bits(const uint16_t *x, int64_t len)
+{
+    const __m512i mag = _mm512_set1_epi16(0x7fff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+    int64_t j = 0;
+    for (; j + 128 <= len; j += 128) {
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_loadu_si512(x + j), mag));
+        m1 = _mm512_max_epu16(m1, _mm512_and_si512(_mm512_loadu_si512(x + j + 32), mag));
+        m2 = _mm512_max_epu16(m2, _mm512_and_si512(_mm512_loadu_si512(x + j + 64), mag));
+        m3 = _mm512_max_epu16(m3, _mm512_and_si512(_mm512_loadu_si512(x + j + 96), mag));
+    }
+    for (; j + 32 <= len; j += 32)
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_loadu_si512(x + j), mag));
+    if (j < len) {
+        __mmask32 t = (__mmask32)((1ull << (len - j)) - 1u);
+        m1 = _mm512_max_epu16(m1, _mm512_and_si512(_mm512_maskz_loadu_epi16(t, x + j), mag));
+    }
+    __m512i m = _mm512_max_epu16(_mm512_max_epu16(m0, m1), _mm512_max_epu16(m2, m3));
+    m = _mm512_max_epu32(_mm512_and_si512(m, _mm512_set1_epi32(0xffff)), _mm512_srli_epi32(m, 16));
+    return _mm512_reduce_max_epu32(m);
+}
+
+static int absmax_bf16_avx512(const uint16_t *x, int64_t n, int64_t c0, int64_t tile, float *acc)
+{
+    if (tile < BF16_MIN_TILE) {
+        float buf[SUB];
+        int bad = 0;
+        for (int64_t j = 0; j < n; j += SUB) {
+            int64_t m = n - j < SUB ? n - j : SUB;
+            widen_bf16_avx512(x + j, buf, m);
+            bad |= absmax_avx512(buf, m, c0 + j, tile, acc);
+        }
+        return bad;
+    }
+    uint32_t seen = 0;
+    for (int64_t j = 0, g = c0 / tile; j < n; g++) {
+        int64_t end = (g + 1) * tile - c0 < n ? (g + 1) * tile - c0 : n;
+        uint32_t m = bf16_absmax_bits(x + j, end - j) << 16, prev = qn_bits(acc[g]);
+        m = m > prev ? m : prev;
+        acc[g] = qn_float(m);
+        seen = m > seen ? m : seen;
+        j = end;
+    }
+    return seen >= 0x7f800000u;
+}
+
+/* Integer codes of the 16 widened values xv (lanes m) of a group with scale s: the reciprocal
+ * path when usable (rec), the whole vector again by the division when it leaves a near lane. */
+ALWAYS_INLINE __m512i bf16_int_codes(quant_kcode kc, __m512 xv, __mmask16 m, bool rec, __m512 rc,
+                                     __m512 s, __m512 qmin, __m512 qmax)
+{
+    __mmask16 near = m;
+    __m512i k = _mm512_setzero_si512();
+    if (rec) {
+        k = recip_codes(kc, xv, rc, _mm512_setzero_ps(), false, qmin, qmax, NULL, &near);
+        near &= m;
+    }
+    if (__builtin_expect(near != 0, 0)) k = int_codes(_mm512_maskz_div_ps(m, xv, s), qmin, qmax);
+    return k;
+}
+
+/* Symmetric integer codes of x[0..n) (tile >= BF16_MIN_TILE), group by group: one pass over the
+ * bf16 source, 64 values per step. */
+ALWAYS_INLINE void bf16_int_kc(quant_kcode kc, const quant_krow *r, const uint16_t *x, int64_t n,
+                               int64_t c0, uint8_t *out)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
+        const float sc = r->scale[g];
+        const bool rec = qk_recip_usable(sc);
+        const __m512 s = _mm512_set1_ps(sc), rc = _mm512_set1_ps(rec ? 1.0f / sc : 0.0f);
+        for (; j + 64 <= end; j += 64) {
+            prefetch64(r->pf, r->pf_elem, j);
+            __m512i k0 =
+                bf16_int_codes(kc, bf16_load(x + j, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
+            __m512i k1 =
+                bf16_int_codes(kc, bf16_load(x + j + 16, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
+            __m512i k2 =
+                bf16_int_codes(kc, bf16_load(x + j + 32, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
+            __m512i k3 =
+                bf16_int_codes(kc, bf16_load(x + j + 48, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
+            store64(kc, out + j * csize, k0, k1, k2, k3);
+        }
+        for (; j < end; j += 16) {
+            __mmask16 m = lanes(end - j);
+            store16(kc, out + j * csize, m,
+                    bf16_int_codes(kc, bf16_load(x + j, m), m, rec, rc, s, qmin, qmax));
+        }
+        j = end; /* the masked step may have gone past it */
+    }
+}
+
+/* Other shapes: blocks of SUB values widened on the stack, through quantize_avx512 (blocks keep
+ * c0's alignment, so each takes the path the whole chunk would). */
+static int quantize_bf16_widened(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
+                                 uint8_t *out)
+{
+    const int64_t csize = r->kcode == QK_I16 ? 2 : 1;
+    float buf[SUB];
+    int bad = 0;
+    for (int64_t j = 0; j < n; j += SUB) {
+        int64_t m = n - j < SUB ? n - j : SUB;
+        quant_krow rj = *r;
+        if (r->pf) rj.pf = r->pf + j * r->pf_elem;
+        widen_bf16_avx512(x + j, buf, m);
+        bad |= quantize_avx512(&rj, buf, m, c0 + j, out + j * csize);
+    }
+    return bad;
+}
+
+static int quantize_bf16_avx512(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
+                                void *codes)
+{
+    if (n <= 0) return 0;
+    if (!is_int(r->kcode) || r->zp || r->tile < BF16_MIN_TILE)
+        return quantize_bf16_widened(r, x, n, c0, codes);
+    /* the non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
+    int bad = !r->checked && bf16_absmax_bits(x, n) >= 0x7f80u;
+    if (r->kcode == QK_I8)
+        bf16_int_kc(QK_I8, r, x, n, c0, codes);
+    else if (r->kcode == QK_U8)
+        bf16_int_kc(QK_U8, r, x, n, c0, codes);
+    else
+        bf16_int_kc(QK_I16, r, x, n, c0, codes);
+    return bad;
+}
+
 /* ---- packing -------------------------------------------------------------------------------- */
 
 /* 64 codes -> 32 bytes: low nibble of code 2i plus code 2i+1 times 16, summed by vpmaddubsw,
@@ -1171,4 +1316,6 @@ const quant_kernels quant_kernels_avx512 = {
     .mx_scales = mx_scales_avx512,
     .nvfp4_scales = nvfp4_scales_avx512,
     .lin_scales = lin_scales_avx512,
+    .absmax_bf16 = absmax_bf16_avx512,
+    .quantize_bf16 = quantize_bf16_avx512,
 };

@@ -480,6 +480,81 @@ START_TEST(kernels_match_generic_on_random_chunks)
 }
 END_TEST
 
+/* The bf16-reading kernels (absmax_bf16, quantize_bf16, where a table has them) against the
+ * generic kernels on the widened values: random lengths past the kernels' blocks, column offsets,
+ * tiles on both sides of the in-register path's limit, ties (integers over a scale of 2, -amax
+ * over amax / 127.5), the amax hint, the prefetch pointer, and non-finite values. */
+START_TEST(kernels_bf16_match_widened)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {4242};
+    enum { MAXN = 9000, MAXG = MAXN + 2 };
+    static uint16_t h[MAXN];
+    static float x[MAXN], scale[MAXG], amax[MAXG], a0[MAXG], a1[MAXG];
+    static int32_t zp[MAXG];
+    static uint8_t q0[2 * MAXN], q1[2 * MAXN];
+    static const int64_t tiles[] = {1, 8, 16, 32, 63, 64, 100, 128, 700, 4096, 8192};
+    for (int it = 0; it < tu_iters(400); it++) {
+        int64_t n = tu_below(&r, MAXN), tile = tiles[tu_below(&r, 11)];
+        int64_t c0 = tu_below(&r, 3) == 0 ? 0 : tu_below(&r, 300);
+        int64_t groups = (c0 + n) / tile + 1;
+        int mode = (int)tu_below(&r, 3); /* 0 random, 1 integers (ties at scale 2), 2 amax scale */
+        tu_fill(&r, x, n, tu_below(&r, 2) ? 3.0f : 200.0f, 1);
+        for (int64_t i = 0; i < n; i++) {
+            if (mode == 1) x[i] = (float)((int)tu_below(&r, 511) - 255);
+            h[i] = quant_f32_to_bf16(x[i]);
+        }
+        bool inf = n > 0 && tu_below(&r, 10) == 0;
+        if (inf) h[tu_below(&r, n)] = tu_below(&r, 2) ? 0xff80u : 0x7fc1u;
+        for (int64_t i = 0; i < n; i++) x[i] = quant_bf16_to_f32(h[i]);
+        for (int64_t g = 0; g < groups; g++) a0[g] = a1[g] = (float)tu_below(&r, 3);
+        for (int64_t g = 0; g < groups; g++) amax[g] = 0.0f;
+        quant_generic_absmax(x, n, c0, tile, amax);
+        for (int64_t g = 0; g < groups; g++) {
+            scale[g] = mode == 1   ? 2.0f
+                       : mode == 2 ? (amax[g] > 0.0f ? amax[g] / 127.5f : 1.0f)
+                                   : 0.01f + (float)tu_below(&r, 1000) / 97.0f;
+            zp[g] = (int32_t)tu_below(&r, 100) - 50;
+        }
+        for (int k = 0; k < nisa; k++) {
+            const quant_kernels *kk = quant_kernels_for(isas[k]);
+            if (!kk->absmax_bf16 || !kk->quantize_bf16) continue;
+            memcpy(a1, a0, (size_t)groups * 4);
+            float ref[MAXG];
+            memcpy(ref, a0, (size_t)groups * 4);
+            int bad0 = quant_generic_absmax(x, n, c0, tile, ref);
+            int bad1 = kk->absmax_bf16(h, n, c0, tile, a1);
+            ck_assert_int_eq(bad0, bad1);
+            if (!bad0)
+                ck_assert_msg(memcmp(ref, a1, (size_t)groups * 4) == 0,
+                              "%s absmax_bf16 n %lld c0 %lld tile %lld", quant_isa_name(isas[k]),
+                              (long long)n, (long long)c0, (long long)tile);
+            for (int kc = 0; kc < QK_COUNT; kc++) {
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL,  -128.0f,
+                                 127.0f,          NULL, 0,     false, NULL};
+                if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
+                if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
+                if (kc <= QK_I16 && tu_below(&r, 4) == 0) kr.zp = zp;
+                if (!inf && tu_below(&r, 2)) kr.checked = true;
+                if (!inf && !kr.zp && tu_below(&r, 2)) kr.amax = amax;
+                if (tu_below(&r, 2)) kr.pf = (const char *)h, kr.pf_elem = 2;
+                memset(q0, 0xaa, sizeof q0);
+                memset(q1, 0xaa, sizeof q1);
+                bad0 = quant_generic_quantize(&kr, x, n, c0, q0);
+                bad1 = kk->quantize_bf16(&kr, h, n, c0, q1);
+                ck_assert_int_eq(bad0, bad1);
+                if (bad0) continue;
+                ck_assert_msg(memcmp(q0, q1, sizeof q0) == 0,
+                              "%s quantize_bf16 kc %d n %lld c0 %lld tile %lld mode %d",
+                              quant_isa_name(isas[k]), kc, (long long)n, (long long)c0,
+                              (long long)tile, mode);
+            }
+        }
+    }
+}
+END_TEST
+
 /* Values at and a few ulps around (k + 0.5) * s, where a reciprocal shortcut would round the
  * other way: every ISA must still give the IEEE-division result. */
 START_TEST(kernels_exact_near_ties)
@@ -957,6 +1032,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, all_isas_and_threads_equal_scalar);
     tcase_add_test(tc, kernels_match_generic_on_random_chunks);
     tcase_add_test(tc, kernels_exact_near_ties);
+    tcase_add_test(tc, kernels_bf16_match_widened);
     tcase_add_test(tc, kernels_exact_at_code_boundaries);
     tcase_add_test(tc, kernels_match_generic_on_long_chunks);
     tcase_add_test(tc, kernels_dequantize_every_code);
