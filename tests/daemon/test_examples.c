@@ -52,7 +52,7 @@ static char *slurp(const char *path)
 static int run(const char *const *argv, char **out, char **err)
 {
     char *dir = qdt_tmpdir();
-    char *o = qdt_join(dir, "out"), *e = qdt_join(dir, "err");
+    char *o = kit_join(dir, "out"), *e = kit_join(dir, "err");
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -65,7 +65,7 @@ static int run(const char *const *argv, char **out, char **err)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     if (out) *out = slurp(o);
     if (err) *err = slurp(e);
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(o);
     free(e);
     free(dir);
@@ -144,7 +144,7 @@ START_TEST(test_collect_posts)
 {
     qdp d;
     qdp_start(&d, NULL);
-    char *dump = qdt_join(d.root, "stats.json"), *out = NULL, *err = NULL;
+    char *dump = kit_join(d.root, "stats.json"), *out = NULL, *err = NULL;
     /* the default statistics: absmax and mean_sq (SPEC sections 8 and 9) */
     int st = run((const char *[]){python(), COLLECT, SHARDED, "--url", d.base, "--model", "stories",
                                   COLLECT_ARGS, "--run-id", "t1", NULL},
@@ -255,7 +255,7 @@ typedef struct kld {
 /* Quantizes the fixture with `rules` (a JSON list) into dir/name, then runs eval_kld.py on it. */
 static kld quantize_and_eval(const char *dir, const char *name, const char *rules)
 {
-    char *rules_path = qdt_join(dir, "rules.json"), *q = qdt_join(dir, name);
+    char *rules_path = kit_join(dir, "rules.json"), *q = kit_join(dir, name);
     FILE *f = fopen(rules_path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(rules, f);
@@ -309,7 +309,7 @@ START_TEST(test_eval_kld)
     /* nothing quantized: the same weights give the same logits, bit for bit */
     ck_assert_msg(k0.mean == 0.0 && k0.top1 == 1.0, "unquantized copy: KLD %g, top-1 %g", k0.mean,
                   k0.top1);
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -344,7 +344,7 @@ START_TEST(test_eval_kld_plain_and_refusals)
                   "%s", out);
     free(out);
     free(err);
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     st = run((const char *[]){python(), EVAL, SHARDED, "tests/data/no-such-checkpoint", NULL}, &out,
              &err);

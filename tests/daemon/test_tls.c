@@ -40,19 +40,19 @@ typedef struct pki {
 static void pki_make(pki *p)
 {
     p->dir = qdt_tmpdir();
-    p->cert = qdt_join(p->dir, "cert.pem");
-    p->key = qdt_join(p->dir, "key.pem");
-    p->a_crt = qdt_join(p->dir, "a.crt");
-    p->a_key = qdt_join(p->dir, "a.key");
-    p->b_crt = qdt_join(p->dir, "b.crt");
-    p->b_key = qdt_join(p->dir, "b.key");
+    p->cert = kit_join(p->dir, "cert.pem");
+    p->key = kit_join(p->dir, "key.pem");
+    p->a_crt = kit_join(p->dir, "a.crt");
+    p->a_key = kit_join(p->dir, "a.key");
+    p->b_crt = kit_join(p->dir, "b.crt");
+    p->b_key = kit_join(p->dir, "b.key");
     tlsgen_pair(p->a_crt, p->a_key, "quantd-test-a", MONTH);
     tlsgen_pair(p->b_crt, p->b_key, "quantd-test-b", MONTH);
 }
 
 static void pki_free(pki *p)
 {
-    qdt_rmtree(p->dir);
+    kit_rmtree(p->dir);
     char **all[] = {&p->dir, &p->cert, &p->key, &p->a_crt, &p->a_key, &p->b_crt, &p->b_key};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
 }
@@ -116,7 +116,7 @@ START_TEST(test_open_errors)
 {
     pki p;
     pki_make(&p);
-    char *missing = qdt_join(p.dir, "missing.pem"), *junk = qdt_join(p.dir, "junk.pem");
+    char *missing = kit_join(p.dir, "missing.pem"), *junk = kit_join(p.dir, "junk.pem");
     char want[4300];
     put_text(junk, "hello\n", 6, 0600);
     snprintf(want, sizeof want, "%s: No such file", missing);
@@ -133,7 +133,7 @@ START_TEST(test_open_errors)
                       "[tls] priorities (--tls-priorities): syntax error at '+BOGUS-THING'");
     expect_open_error(p.dir, p.a_key, NULL, ": not a regular file");
     /* a chain whose second certificate did not issue the first */
-    char *chain = qdt_join(p.dir, "chain.pem"), *a = read_text(p.a_crt), *b = read_text(p.b_crt);
+    char *chain = kit_join(p.dir, "chain.pem"), *a = read_text(p.a_crt), *b = read_text(p.b_crt);
     char *both = malloc(strlen(a) + strlen(b) + 1);
     strcpy(stpcpy(both, a), b);
     put_text(chain, both, strlen(both), 0644);
@@ -251,7 +251,7 @@ static void expect_unverified(const qdp *d, const char *ca)
 
 static char *log_text(const qdp *d)
 {
-    char *path = qdt_join(d->root, "quantd.log");
+    char *path = kit_join(d->root, "quantd.log");
     char *s = read_text(path);
     free(path);
     return s;
@@ -481,7 +481,7 @@ START_TEST(test_bad_start)
 {
     pki p;
     pki_make(&p);
-    char *missing = qdt_join(p.dir, "missing.pem"), *junk = qdt_join(p.dir, "junk.pem");
+    char *missing = kit_join(p.dir, "missing.pem"), *junk = kit_join(p.dir, "junk.pem");
     put_text(junk, "-----BEGIN CERTIFICATE-----\nnope\n", 34, 0644);
     char want[4300];
     snprintf(want, sizeof want, "%s: No such file or directory", missing);
