@@ -58,5 +58,6 @@ Suite *suite_check(void);
 Suite *suite_plan(void);
 Suite *suite_microscaling_ckpt(void);
 Suite *suite_hash(void);
+Suite *suite_kit(void);
 
 #endif
