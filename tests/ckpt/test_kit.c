@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -73,6 +74,29 @@ START_TEST(st_build_and_write_agree_with_the_reader)
     free(path);
     ck_assert_int_eq(kit_rmtree(dir), 0);
     free(dir);
+}
+END_TEST
+
+START_TEST(st_header_is_padded_to_8_whatever_its_length)
+{
+    for (int k = 0; k < 8; k++) { /* every header length modulo 8 */
+        char meta[32];
+        snprintf(meta, sizeof meta, "{\"k\":\"%.*s\"}", k, "xxxxxxx");
+        kit_st_tensor t = {"w", "F32", 1, {6}, vals, sizeof vals};
+        size_t len, hl;
+        unsigned char *img = kit_st_build(&t, 1, meta, &len);
+        free(kit_st_header(&t, 1, meta, &hl));
+        ck_assert_uint_eq(hl % 8, 0);
+        ck_assert_uint_eq(len, 8 + hl + sizeof vals);
+        quant_st_file *f = NULL;
+        quant_ck_error err;
+        ck_assert_msg(quant_st_open_buffer(img, len, "padded", &f, &err) == QUANT_CK_OK, "%s",
+                      err.message);
+        ck_assert_uint_eq(f->header_len, hl);
+        ck_assert_uint_eq(strlen(f->meta_values[0]), (size_t)k);
+        quant_st_close(f);
+        free(img);
+    }
 }
 END_TEST
 
@@ -154,6 +178,7 @@ Suite *suite_kit(void)
     Suite *s = suite_create("kit");
     TCase *tc = tcase_create("kit");
     tcase_add_test(tc, st_build_and_write_agree_with_the_reader);
+    tcase_add_test(tc, st_header_is_padded_to_8_whatever_its_length);
     tcase_add_test(tc, files_dirs_and_rmtree);
     tcase_add_test(tc, quantd_spawn_reports_an_early_exit_and_stops);
     suite_add_tcase(s, tc);
