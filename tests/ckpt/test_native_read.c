@@ -115,7 +115,7 @@ static void write_bad(const char *path, const bad_case *c)
 {
     static int8_t q[32];
     static float s[4];
-    static int8_t z[4];
+    static int8_t z[16]; /* 4 I8, or 4 F32 for the F32 zero-point case */
     char meta[512];
     snprintf(meta, sizeof meta, "{\"quantization\":\"");
     size_t len = strlen(meta);
