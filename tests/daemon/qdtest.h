@@ -7,6 +7,7 @@
 #define QDTEST_H
 
 #include <check.h>
+#include <stddef.h>
 
 #include "kit.h"
 
@@ -33,6 +34,9 @@ Suite *suite_examples(void);
 /* kit_tmpdir("quantd-test"), failing the test when it cannot be made (caller frees the path;
  * kit_rmtree removes it). */
 char *qdt_tmpdir(void);
+/* kit_read_file (the whole file, NUL-terminated; *len its size when not NULL), failing the test
+ * when it cannot be read. */
+void *qdt_read_file(const char *path, size_t *len);
 /* A safetensors file of n F32 tensors [rows, 4096] named layers.I.proj.weight, zeros, written
  * sparse (instant): a job on it runs for a while (8 x 8192 rows: 1 GiB). */
 void qdt_make_big(const char *path, int n, long rows);

@@ -15,6 +15,13 @@ char *qdt_tmpdir(void)
     return dir;
 }
 
+void *qdt_read_file(const char *path, size_t *len)
+{
+    void *p = kit_read_file(path, len);
+    ck_assert_msg(p != NULL, "cannot read %s", path);
+    return p;
+}
+
 void qdt_make_big(const char *path, int n, long rows)
 {
     kit_st_tensor *t = calloc((size_t)n, sizeof *t);

@@ -180,19 +180,6 @@ END_TEST
 /* ---- uploads ----------------------------------------------------------------------------------
  */
 
-static void *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    rewind(f);
-    void *p = malloc(*len + 1);
-    ck_assert_uint_eq(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
-}
-
 /* The offline `quant quantize` of SHARD1 with RULES: what the daemon must serve, byte for byte. */
 static void *offline_output(const char *root, size_t *len)
 {
@@ -205,7 +192,7 @@ static void *offline_output(const char *root, size_t *len)
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s quantize --quiet --rules %s %s %s", bin, rules, SHARD1, out);
     ck_assert_int_eq(system(cmd), 0);
-    void *bytes = read_file(out, len);
+    void *bytes = qdt_read_file(out, len);
     free(rules);
     free(out);
     return bytes;

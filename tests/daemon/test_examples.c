@@ -30,22 +30,6 @@ static const char *quant_bin(void)
     return getenv("QUANT_BIN") ? getenv("QUANT_BIN") : "build/bin/quant";
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s: cannot open", path);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    ck_assert_int_ge(n, 0);
-    rewind(f);
-    char *p = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    p[n] = '\0';
-    fclose(f);
-    return p;
-}
-
 /* Runs argv (argv[0] looked up in PATH) with stdout and stderr in files of a temporary
  * directory; *out and *err (when not NULL) get them, malloc'd. Returns the exit status, or 128 +
  * the signal. Python writes no __pycache__ into the source tree. */
@@ -63,8 +47,8 @@ static int run(const char *const *argv, char **out, char **err)
     }
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    if (out) *out = slurp(o);
-    if (err) *err = slurp(e);
+    if (out) *out = qdt_read_file(o, NULL);
+    if (err) *err = qdt_read_file(e, NULL);
     kit_rmtree(dir);
     free(o);
     free(e);

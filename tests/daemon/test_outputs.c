@@ -38,21 +38,6 @@ static void sha256_hex(const void *p, size_t n, char out[65])
     hex_of(d, out);
 }
 
-/* The whole file (malloc'd), its size to *len; fails the test when it cannot be read. */
-static char *slurp_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    ck_assert(p && fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 /* A copy of the 2-shard fixture under a fresh source root; quantd started on it. */
 static char *start_on_fixture(qdp *d, const char *const *more)
 {
@@ -167,7 +152,7 @@ static void check_extracted(const char *file, json_t *outputs)
     {
         char *path = kit_join(dir, json_string_value(json_object_get(o, "name"))), hex[65];
         size_t len;
-        char *p = slurp_file(path, &len);
+        char *p = qdt_read_file(path, &len);
         ck_assert_int_eq((long long)len, json_integer_value(json_object_get(o, "bytes")));
         sha256_hex(p, len, hex);
         ck_assert_str_eq(hex, json_string_value(json_object_get(o, "sha256")));
@@ -437,7 +422,7 @@ START_TEST(test_tar_file_changed)
                   announced);
     char *log = kit_join(d.root, "quantd.log");
     size_t len;
-    char *text = slurp_file(log, &len);
+    char *text = qdt_read_file(log, &len);
     ck_assert_msg(strstr(text, "msg=\"tar download cut\"") &&
                       strstr(text, "member=model-00002-of-00002.safetensors"),
                   "the cut is not logged");

@@ -413,23 +413,10 @@ static void write_dump(const char *file)
     fclose(f);
 }
 
-static void *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(*len + 1);
-    ck_assert_uint_eq(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
-}
-
 static void same_bytes(const char *a, const char *b)
 {
     size_t na, nb;
-    void *x = slurp(a, &na), *y = slurp(b, &nb);
+    void *x = qdt_read_file(a, &na), *y = qdt_read_file(b, &nb);
     ck_assert_msg(na == nb && memcmp(x, y, na) == 0, "%s and %s differ", a, b);
     free(x);
     free(y);

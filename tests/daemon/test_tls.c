@@ -57,21 +57,6 @@ static void pki_free(pki *p)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
 }
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Writes text to path (whole, then renamed into place) with mode. */
 static void put_text(const char *path, const char *text, size_t len, mode_t mode)
 {
@@ -87,7 +72,7 @@ static void put_text(const char *path, const char *text, size_t len, mode_t mode
 
 static void copy_file(const char *from, const char *to, mode_t mode)
 {
-    char *s = read_text(from);
+    char *s = qdt_read_file(from, NULL);
     put_text(to, s, strlen(s), mode);
     free(s);
 }
@@ -133,7 +118,8 @@ START_TEST(test_open_errors)
                       "[tls] priorities (--tls-priorities): syntax error at '+BOGUS-THING'");
     expect_open_error(p.dir, p.a_key, NULL, ": not a regular file");
     /* a chain whose second certificate did not issue the first */
-    char *chain = kit_join(p.dir, "chain.pem"), *a = read_text(p.a_crt), *b = read_text(p.b_crt);
+    char *chain = kit_join(p.dir, "chain.pem"), *a = qdt_read_file(p.a_crt, NULL),
+         *b = qdt_read_file(p.b_crt, NULL);
     char *both = malloc(strlen(a) + strlen(b) + 1);
     strcpy(stpcpy(both, a), b);
     put_text(chain, both, strlen(both), 0644);
@@ -252,7 +238,7 @@ static void expect_unverified(const qdp *d, const char *ca)
 static char *log_text(const qdp *d)
 {
     char *path = kit_join(d->root, "quantd.log");
-    char *s = read_text(path);
+    char *s = qdt_read_file(path, NULL);
     free(path);
     return s;
 }
