@@ -106,6 +106,8 @@ CKTEST_BIN  := $(BUILD)/tests/ckpt-tests
 QDTEST_SRCS := $(wildcard tests/daemon/*.c)
 QDTEST_OBJS := $(QDTEST_SRCS:%.c=$(BUILD)/obj/%.o)
 QDTEST_BIN  := $(BUILD)/tests/daemon-tests
+# The test kit (tests/kit/kit.c, libc only): linked by the ckpt and daemon suites and the benches.
+KIT_OBJ     := $(BUILD)/obj/tests/kit/kit.o
 BENCH_BIN := $(BUILD)/bin/quant-bench
 DEMO_BIN  := $(BUILD)/bin/quant-demo
 
@@ -196,21 +198,21 @@ $(QUANTD_BIN): $(BUILD)/obj/daemon/main.o $(QD_A) $(CK_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(QD_A) $(CK_A) $(LIB_A) $(QD_LIBS) $(LDLIBS)
 
-$(QDTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(QD_CFLAGS) -Itests/daemon
+$(QDTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(QD_CFLAGS) -Itests/daemon -Itests/kit
 
-$(QDTEST_BIN): $(QDTEST_OBJS) $(QD_A) $(CK_A) $(LIB_A)
+$(QDTEST_BIN): $(QDTEST_OBJS) $(KIT_OBJ) $(QD_A) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(QDTEST_OBJS) $(QD_A) $(CK_A) $(LIB_A) $(CHECK_LIBS) \
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(QDTEST_OBJS) $(KIT_OBJ) $(QD_A) $(CK_A) $(LIB_A) $(CHECK_LIBS) \
 	    $(QD_LIBS) -lcurl $(LDLIBS)
 
 $(TEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) -Itests/unit
-$(CKTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(CK_CFLAGS) -Itests/ckpt
+$(CKTEST_OBJS): ALL_CFLAGS += $(CHECK_CFLAGS) $(CK_CFLAGS) -Itests/ckpt -Itests/kit
 
-$(CKTEST_BIN): $(CKTEST_OBJS) $(CK_A) $(LIB_A)
+$(CKTEST_BIN): $(CKTEST_OBJS) $(KIT_OBJ) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CKTEST_OBJS) $(CK_A) $(LIB_A) $(CHECK_LIBS) $(CK_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CKTEST_OBJS) $(KIT_OBJ) $(CK_A) $(LIB_A) $(CHECK_LIBS) $(CK_LIBS) $(LDLIBS)
 
 $(UNIT_BIN): $(TEST_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -224,17 +226,17 @@ $(BUILD)/bin/%: $(BUILD)/obj/bench/%.o $(LIB_A)
 
 # The harnesses see the daemon's and the checkpoint library's internal headers. A harness may
 # define the libFuzzer entry point without tests/fuzz/fuzz.h's prototype.
-$(FUZZ_OBJS): CPPFLAGS += -Ilib/checkpoint $(QD_INC) -Itests/fuzz
+$(FUZZ_OBJS): CPPFLAGS += -Ilib/checkpoint $(QD_INC) -Itests/fuzz -Itests/kit
 $(FUZZ_OBJS): ALL_CFLAGS += $(QD_CFLAGS) $(CK_CFLAGS) -Wno-missing-prototypes
 
 $(BUILD)/tests/fuzz/replay-%: $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/obj/tests/fuzz/fuzz_%.o \
-    $(BUILD)/obj/tests/fuzz/util.o $(QD_A) $(CK_A) $(LIB_A)
+    $(BUILD)/obj/tests/fuzz/util.o $(KIT_OBJ) $(QD_A) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(QD_A) $(CK_A) $(LIB_A) $(QD_LIBS) $(LDLIBS)
 
-$(BUILD)/fuzz/fuzz-%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/util.o $(QD_A) \
-    $(CK_A) $(LIB_A)
+$(BUILD)/fuzz/fuzz-%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/util.o $(KIT_OBJ) \
+    $(QD_A) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(QD_A) $(CK_A) $(LIB_A) \
@@ -352,8 +354,9 @@ fuzz: deps
 
 fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz-%)
 
-# The three benches below share bench/benchutil.c (libc only).
-BENCH_UTIL := $(BUILD)/obj/bench/benchutil.o
+# The benches below share bench/benchutil.c and the test kit, tests/kit/kit.c (both libc only).
+BENCH_UTIL := $(BUILD)/obj/bench/benchutil.o $(KIT_OBJ)
+$(BUILD)/obj/bench/%.o: ALL_CFLAGS += -Itests/kit
 
 PIPE_BENCH := $(BUILD)/bin/pipeline-bench
 $(BUILD)/obj/bench/pipeline-bench.o: ALL_CFLAGS += $(CK_CFLAGS)

@@ -1,10 +1,13 @@
 /* benchutil.c -- owns what the benches share: the message prefix and failing loudly, time, running
  * a program, the temporary directory and the quantd a bench starts (both torn down on every exit),
- * and the generated bf16 weights. Needs only libc: stats-bench links nothing else.
+ * and the generated bf16 weights. Temporary directories, the clock and starting and stopping quantd
+ * come from the test kit (tests/kit/kit.c); both need only libc: stats-bench links nothing else.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
 #include "benchutil.h"
+
+#include "kit.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -17,14 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POLL_NS       10000000L /* port-file and exit polls: 10 ms */
-#define START_TIMEOUT 30.0      /* seconds for the port file to appear */
-#define STOP_TIMEOUT  60.0      /* seconds for quantd to exit after SIGTERM */
-#define QUANTD_ARGS   32        /* quantd argv entries at most, NULL included */
+#define START_TIMEOUT 30.0 /* seconds for the port file to appear */
+#define STOP_TIMEOUT  60.0 /* seconds for quantd to exit after SIGTERM */
 
 static struct {
     const char *name;    /* the message prefix */
-    char root[2048];     /* the temporary directory, removed on every exit */
+    char *root;          /* the temporary directory (malloc'd), removed on every exit */
     pid_t daemon;        /* running quantd, killed on failure */
     atomic_flag failing; /* the first failure cleans up; others wait for its exit */
 } g = {.name = "bench", .daemon = -1, .failing = ATOMIC_FLAG_INIT};
@@ -41,10 +42,10 @@ void bench_cleanup(void)
         waitpid(g.daemon, NULL, 0);
         g.daemon = -1;
     }
-    if (g.root[0]) {
-        char *argv[] = {"rm", "-rf", g.root, NULL};
-        bench_spawn_wait(argv, NULL);
-        g.root[0] = '\0';
+    if (g.root) {
+        kit_rmtree(g.root);
+        free(g.root);
+        g.root = NULL;
     }
 }
 
@@ -69,9 +70,7 @@ _Noreturn void bench_die(const char *what)
 
 double bench_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return kit_now();
 }
 
 void bench_sleep_ns(long ns)
@@ -96,45 +95,17 @@ int bench_spawn_wait(char *const argv[], struct rusage *ru)
 
 const char *bench_make_root(void)
 {
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(g.root, sizeof g.root, "%s/%s-XXXXXX", tmp, g.name);
-    if (!mkdtemp(g.root)) {
-        g.root[0] = '\0';
-        bench_die("mkdtemp");
-    }
+    g.root = kit_tmpdir(g.name);
+    if (!g.root) bench_die("mkdtemp");
     return g.root;
 }
 
 const char *bench_root(void)
 {
-    return g.root;
+    return g.root ? g.root : "";
 }
 
 /* ---- quantd ---------------------------------------------------------------------------------- */
-
-static void quantd_spawn(const char *quantd, const char *const extra[], const char *quant_threads,
-                         const char *data_dir, const char *port_file)
-{
-    char *argv[QUANTD_ARGS] = {(char *)quantd,   "--config",    "/dev/null",
-                               "--listen",       "127.0.0.1:0", "--data-dir",
-                               (char *)data_dir, "--port-file", (char *)port_file};
-    int n = 9;
-    for (int i = 0; extra && extra[i]; i++) {
-        if (n + 4 > QUANTD_ARGS) /* this one, --log-level warn, NULL */
-            bench_fail("too many quantd arguments");
-        argv[n++] = (char *)extra[i];
-    }
-    argv[n++] = "--log-level";
-    argv[n++] = "warn";
-    argv[n] = NULL;
-    g.daemon = fork();
-    if (g.daemon < 0) bench_die("fork");
-    if (g.daemon == 0) {
-        if (quant_threads) setenv("QUANTD_QUANT_THREADS", quant_threads, 1);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-}
 
 void bench_quantd_alive(const char *when)
 {
@@ -146,31 +117,28 @@ void bench_quantd_alive(const char *when)
     bench_fail("quantd exited %s (wait status %d)", when, status);
 }
 
-static int wait_for_port(const char *port_file)
-{
-    double t0 = bench_now();
-    while (bench_now() - t0 < START_TIMEOUT) {
-        FILE *f = fopen(port_file, "r");
-        int port = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &port);
-            fclose(f);
-            if (ok == 1 && port > 0) return port;
-        }
-        bench_quantd_alive("during start-up");
-        bench_sleep_ns(POLL_NS);
-    }
-    bench_fail("quantd wrote no port file within %.0f s", START_TIMEOUT);
-}
-
 int bench_quantd_start(const char *quantd, const char *const extra[], const char *quant_threads)
 {
-    if (!g.root[0]) bench_fail("bench_quantd_start before bench_make_root");
+    if (!g.root) bench_fail("bench_quantd_start before bench_make_root");
     char data_dir[2200], port_file[2200];
     snprintf(data_dir, sizeof data_dir, "%s/var", g.root);
     snprintf(port_file, sizeof port_file, "%s/port", g.root);
-    quantd_spawn(quantd, extra, quant_threads, data_dir, port_file);
-    return wait_for_port(port_file);
+    kit_quantd_opts o = {.bin = quantd,
+                         .data_dir = data_dir,
+                         .port_file = port_file,
+                         .log_level = "warn",
+                         .extra = extra,
+                         .quant_threads = quant_threads};
+    g.daemon = kit_quantd_spawn(&o);
+    if (g.daemon < 0) bench_die("starting quantd");
+    int status;
+    int port = kit_quantd_wait_port(g.daemon, port_file, START_TIMEOUT, &status);
+    if (port < 0) {
+        g.daemon = -1;
+        bench_fail("quantd exited during start-up (wait status %d)", status);
+    }
+    if (port == 0) bench_fail("quantd wrote no port file within %.0f s", START_TIMEOUT);
+    return port;
 }
 
 const char *bench_quantd_token(const char *quantd, const char *role, const char *name)
@@ -211,19 +179,12 @@ long bench_quantd_hwm_kib(void)
 
 int bench_quantd_stop(void)
 {
-    if (kill(g.daemon, SIGTERM) != 0) bench_die("kill");
-    double t0 = bench_now();
-    int status;
-    while (bench_now() - t0 < STOP_TIMEOUT) {
-        pid_t r = waitpid(g.daemon, &status, WNOHANG);
-        if (r < 0) bench_die("waitpid");
-        if (r == g.daemon) {
-            g.daemon = -1;
-            return status;
-        }
-        bench_sleep_ns(POLL_NS);
-    }
-    return -1; /* bench_cleanup() kills it */
+    int status = kit_quantd_stop(g.daemon, SIGTERM, STOP_TIMEOUT);
+    if (status >= 0)
+        g.daemon = -1;
+    else if (errno != ETIMEDOUT)
+        bench_die("stopping quantd");
+    return status; /* -1 on timeout: bench_cleanup() kills it */
 }
 
 int bench_finish(int quantd_status)

@@ -1,7 +1,8 @@
 /* benchutil.h -- what the benches share (pipeline-bench, daemon-bench, stats-bench): the message
  * prefix and failing loudly, monotonic time, running a program, the temporary directory removed
  * on every exit, the quantd they start (ephemeral port, port file, VmHWM, SIGTERM and exit 0),
- * and the generated bf16 weights. Links no library of the project (stats-bench links none).
+ * and the generated bf16 weights. Built on the test kit (tests/kit/kit.h); links no library of the
+ * project (stats-bench links none).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef BENCHUTIL_H

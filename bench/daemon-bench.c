@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "benchutil.h"
+#include "kit.h"
 #include "quant_st.h"
 
 #define TENSOR_COLS 8192 /* rows x 8192 bf16; rows = 8 x MiB so 8 tensors make the shard */
@@ -68,10 +69,7 @@ static void write_shard(const char *path, int64_t rows)
 
 static void write_text(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) bench_die(path);
-    if (fputs(text, f) < 0) bench_die(path);
-    if (fclose(f) != 0) bench_die(path);
+    if (kit_write_file(path, text, strlen(text)) != 0) bench_die(path);
 }
 
 static int64_t file_size(const char *path)

@@ -10,12 +10,14 @@
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "benchutil.h"
+#include "kit.h"
 #include "quant_st.h"
 
 #define TENSOR_COLS       8192 /* rows x 8192 bf16: 64 MiB per tensor at 4096 rows */
@@ -66,8 +68,7 @@ static double run(char *const argv[], long *maxrss_kib)
 
 static void rm_rf(const char *path)
 {
-    char *argv[] = {"rm", "-rf", (char *)path, NULL};
-    run(argv, NULL);
+    if (kit_rmtree(path) != 0) bench_die(path);
 }
 
 static void warm(const char *dir)
@@ -90,10 +91,8 @@ int main(int argc, char **argv)
     int shards = (int)((mib + 511) / 512);
     if (shards < 1) shards = 1;
     if (mib < 512) tensor_rows = mib < 1 ? 8 : mib * 8; /* one shard of mib MiB */
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    char root[2048], in[4200], out[4200], cpout[4200], rules[4200], path[4400];
-    snprintf(root, sizeof root, "%s/pipeline-bench-XXXXXX", tmp);
-    if (!mkdtemp(root)) bench_die("mkdtemp");
+    const char *root = bench_make_root();
+    char in[4200], out[4200], cpout[4200], rules[4200], path[4400];
     snprintf(in, sizeof in, "%s/in", root);
     snprintf(out, sizeof out, "%s/out", root);
     snprintf(cpout, sizeof cpout, "%s/cp", root);
@@ -106,10 +105,8 @@ int main(int argc, char **argv)
         write_shard(path, s, buf);
     }
     free(buf);
-    FILE *f = fopen(rules, "w");
-    if (!f || fputs("[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]\n", f) < 0 ||
-        fclose(f) != 0)
-        bench_die("rules");
+    const char *rules_json = "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]\n";
+    if (kit_write_file(rules, rules_json, strlen(rules_json)) != 0) bench_die(rules);
     double gib = (double)shards * TENSORS_PER_SHARD * (double)TENSOR_BYTES / (1u << 30);
     warm(in);
     char *cp_argv[] = {"cp", "-r", in, cpout, NULL};
@@ -152,6 +149,6 @@ int main(int argc, char **argv)
         printf("| %s | %.2f | %.2f | %.0f |\n", variants[v][0], gib * 1.073741824 / t, t_cp / t,
                (double)rss / 1024.0);
     }
-    rm_rf(root);
+    bench_cleanup();
     return 0;
 }

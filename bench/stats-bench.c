@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "benchutil.h"
+#include "kit.h"
 
 #define IO_TIMEOUT   30    /* seconds a socket read or write may block */
 #define RESP_BUF     65536 /* response header bytes kept per connection */
@@ -243,29 +244,28 @@ static int large_tensors(void)
     return LARGE_ACTS * (with_mean_sq ? 2 : 1);
 }
 
-/* A safetensors file of LARGE_ACTS tensors ACT/absmax (and as many ACT/mean_sq), F32
- * [LARGE_VALUES]: 8-byte LE header length, the JSON header padded with spaces to 8, the data
- * (every value positive, as mean_sq needs). */
+/* A safetensors file (kit_st_build) of LARGE_ACTS tensors ACT/absmax (and as many ACT/mean_sq),
+ * F32 [LARGE_VALUES], every value positive, as mean_sq needs. */
 static large_body make_large_body(unsigned seed)
 {
     int per = with_mean_sq ? 2 : 1, tensors = large_tensors();
-    size_t tensor = (size_t)LARGE_VALUES * 4, cap = (size_t)tensors * 160 + 64;
-    char *head = xmalloc(cap);
-    size_t n = 0;
-    for (int k = 0; k < tensors; k++)
-        n += (size_t)snprintf(head + n, cap - n,
-                              "%s\"" ACT_NAME "/%s\":{\"dtype\":\"F32\",\"shape\":[%d],"
-                              "\"data_offsets\":[%zu,%zu]}",
-                              k ? "," : "{", k / per, k % per ? "mean_sq" : "absmax", LARGE_VALUES,
-                              (size_t)k * tensor, (size_t)(k + 1) * tensor);
-    n += (size_t)snprintf(head + n, cap - n, "}");
-    while (n % 8) head[n++] = ' ';
-    large_body b = {.data_start = 8 + n, .len = 8 + n + (size_t)tensors * tensor};
-    b.data = xmalloc(b.len);
-    for (int i = 0; i < 8; i++) b.data[i] = (char)((uint64_t)n >> (8 * i));
-    memcpy(b.data + 8, head, n);
-    free(head);
-    float *v = (float *)(void *)(b.data + b.data_start); /* 8 + n is a multiple of 8 */
+    kit_st_tensor *t = xmalloc((size_t)tensors * sizeof *t);
+    char(*names)[96] = xmalloc((size_t)tensors * sizeof *names);
+    for (int k = 0; k < tensors; k++) {
+        snprintf(names[k], sizeof names[k], ACT_NAME "/%s", k / per,
+                 k % per ? "mean_sq" : "absmax");
+        t[k] = (kit_st_tensor){.name = names[k],
+                               .dtype = "F32",
+                               .rank = 1,
+                               .shape = {LARGE_VALUES},
+                               .nbytes = (size_t)LARGE_VALUES * 4};
+    }
+    large_body b;
+    b.data = (char *)kit_st_build(t, (size_t)tensors, NULL, &b.len);
+    b.data_start = b.len - (size_t)tensors * LARGE_VALUES * 4;
+    free(names);
+    free(t);
+    float *v = (float *)(void *)(b.data + b.data_start); /* the header is padded to 8 */
     for (size_t i = 0; i < (size_t)tensors * LARGE_VALUES; i++)
         v[i] = 0.5f + (float)((seed + i * 2654435761u) % 4096) / 1024.0f;
     return b;

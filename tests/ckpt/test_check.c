@@ -23,11 +23,11 @@ static quant_ck_status both_agree(const char *rules_json, const char *in, quant_
     o.layout = layout;
     quant_ck_error a, b;
     quant_ck_status sa = quant_check_path(rs, in, &o, &a);
-    char *dir = ck_tmpdir(), *out = ck_join(dir, "out");
+    char *dir = ck_tmpdir(), *out = kit_join(dir, "out");
     quant_ck_status sb = quant_quantize_path(rs, in, out, &o, NULL, &b);
     ck_assert_int_eq(sa, sb);
     if (sa != QUANT_CK_OK) ck_assert_str_eq(a.message, b.message);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(out);
     quant_ruleset_free(rs);
@@ -36,7 +36,7 @@ static quant_ck_status both_agree(const char *rules_json, const char *in, quant_
 
 START_TEST(test_check_agrees)
 {
-    char *in = ck_join(ck_data_dir(), STORIES);
+    char *in = kit_join(ck_data_dir(), STORIES);
     ck_assert_int_eq(both_agree("[{\"module_path\": \".*proj\", \"weight_qtype\": \"int8\"}]", in,
                                 QUANT_LAYOUT_NATIVE),
                      QUANT_CK_OK);
@@ -51,7 +51,7 @@ START_TEST(test_check_agrees)
                                 "\"act_qtype\": \"int8\", \"act_static_scale\": true}]",
                                 in, QUANT_LAYOUT_NATIVE),
                      QUANT_CK_OK);
-    char *bad = ck_join(ck_data_dir(), "bad");
+    char *bad = kit_join(ck_data_dir(), "bad");
     ck_assert_int_ne(both_agree("[]", bad, QUANT_LAYOUT_NATIVE), QUANT_CK_OK);
     free(bad);
     free(in);
@@ -62,7 +62,7 @@ END_TEST
  * temporary, no partial output); NULL arguments are refused. */
 START_TEST(test_check_writes_nothing)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "stories"), cmd[4096];
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "stories"), cmd[4096];
     snprintf(cmd, sizeof cmd, "cp -r '%s/%s' '%s'", ck_data_dir(), STORIES, in);
     ck_assert_int_eq(system(cmd), 0);
     int files = ck_count_entries(in), beside = ck_count_entries(dir);
@@ -77,7 +77,7 @@ START_TEST(test_check_writes_nothing)
     ck_assert_int_eq(quant_check_path(NULL, in, NULL, &err), QUANT_CK_ERR_ARG);
     ck_assert_int_eq(quant_check_path(rs, NULL, NULL, &err), QUANT_CK_ERR_ARG);
     quant_ruleset_free(rs);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
 }

@@ -49,7 +49,7 @@ static const char *quant_bin(void)
 static char *slurp(const char *path)
 {
     size_t n = 0;
-    char *data = ck_read_file(path, &n);
+    char *data = kit_read_file(path, &n);
     char *s = malloc(n + 1);
     ck_assert_ptr_nonnull(s);
     if (data) memcpy(s, data, n);
@@ -88,7 +88,7 @@ static void redirect(const char *path, int to)
 static run_result run_in(const char *dir, const char *const *args)
 {
     const char *bin = quant_bin();
-    char *out = ck_join(dir, ".stdout"), *err = ck_join(dir, ".stderr");
+    char *out = kit_join(dir, ".stdout"), *err = kit_join(dir, ".stderr");
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -120,7 +120,7 @@ static char *run_on_tty(const char *dir, const char *const *args, int *status)
     ck_assert_int_eq(unlockpt(master), 0);
     int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
     ck_assert_int_ge(slave, 0);
-    char *out = ck_join(dir, ".stdout");
+    char *out = kit_join(dir, ".stdout");
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -178,7 +178,7 @@ static float *make_model(const char *path, uint64_t seed)
     ck_fill(w, ROWS * COLS, seed, 1.0f);
     ck_fill(bias, ROWS, seed + 1, 1.0f);
     ck_fill(emb, 32, seed + 2, 1.0f);
-    ck_gen_tensor t[] = {
+    kit_st_tensor t[] = {
         {"emb.weight", "F32", 2, {4, 8}, emb, sizeof emb},
         {"m.w.weight", "F32", 2, {ROWS, COLS}, w, ROWS * COLS * sizeof *w},
         {"m.w.bias", "F32", 1, {ROWS}, bias, sizeof bias},
@@ -193,7 +193,7 @@ static const char int8_rules[] = "[{\"module_path\":\"m\\\\..*\",\"weight_qtype\
 static char *setup(float **w)
 {
     char *dir = ck_tmpdir();
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "rules.json");
     float *weight = make_model(in, 11);
     ck_write_file(rules, int8_rules, strlen(int8_rules));
     if (w)
@@ -260,7 +260,7 @@ START_TEST(test_help)
     ck_assert_int_eq(r.status, 0);
     ck_assert_msg(strncmp(r.out, "quant 0.", 8) == 0, "--version: '%s'", r.out);
     result_free(&r);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -268,8 +268,8 @@ END_TEST
 START_TEST(test_usage_errors)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json");
     const char *const cases[][MAX_ARGS] = {
         {"frobnicate", NULL},
         {"--frobnicate", NULL},
@@ -312,7 +312,7 @@ START_TEST(test_usage_errors)
     free(in);
     free(out);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -322,8 +322,8 @@ END_TEST
 START_TEST(test_bad_input)
 {
     char *dir = setup(NULL);
-    char *bad = ck_join(dir, "bad.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json"), *missing = ck_join(dir, "missing.safetensors");
+    char *bad = kit_join(dir, "bad.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json"), *missing = kit_join(dir, "missing.safetensors");
     /* The header claims 24 bytes of data; the file holds 4. */
     ck_write_st(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", "abcd",
                 4);
@@ -350,7 +350,7 @@ START_TEST(test_bad_input)
     free(out);
     free(rules);
     free(missing);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -358,8 +358,8 @@ END_TEST
 START_TEST(test_bad_rules)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "bad-rules.json"), *missing = ck_join(dir, "none.json");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "bad-rules.json"), *missing = kit_join(dir, "none.json");
     static const char bad[] = "[{\"module_path\":\".*\",\"weight_qtype\":\"int9\"}]";
     ck_write_file(rules, bad, strlen(bad));
     run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
@@ -385,7 +385,7 @@ START_TEST(test_bad_rules)
     free(out);
     free(rules);
     free(missing);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -393,8 +393,8 @@ END_TEST
 START_TEST(test_existing_output)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json");
     ck_write_file(out, "keep", 4);
     run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
     ck_assert_int_eq(r.status, 1);
@@ -406,7 +406,7 @@ START_TEST(test_existing_output)
     free(in);
     free(out);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -494,9 +494,9 @@ START_TEST(test_roundtrip)
 {
     float *w;
     char *dir = setup(&w);
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json"), *report = ck_join(dir, "quant-report.json");
-    char *dq = ck_join(dir, "dq.safetensors"), *dq16 = ck_join(dir, "dq16.safetensors");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json"), *report = kit_join(dir, "quant-report.json");
+    char *dq = kit_join(dir, "dq.safetensors"), *dq16 = kit_join(dir, "dq16.safetensors");
     run_result r = RUN(dir, "quantize", "--rules", rules, "--threads", "2", in, out);
     ck_assert_msg(r.status == 0, "quantize: exit %d, %s", r.status, r.err);
     ck_assert_msg(strchr(r.err, '\r') == NULL, "a progress bar went into a pipe: %s", r.err);
@@ -529,7 +529,7 @@ START_TEST(test_roundtrip)
     free(report);
     free(dq);
     free(dq16);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -537,16 +537,16 @@ END_TEST
 START_TEST(test_flags)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json"), *report = ck_join(dir, "custom.json");
-    char *ct = ck_join(dir, "ct.safetensors");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json"), *report = kit_join(dir, "custom.json");
+    char *ct = kit_join(dir, "ct.safetensors");
     run_result r = RUN(dir, "quantize", "--quiet", "--no-quality", "--report", report,
                        "--chunk-mib", "1", "--rules", rules, in, out);
     ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
     ck_assert_str_eq(r.err, "");
     result_free(&r);
     check_report(report, false);
-    char *default_report = ck_join(dir, "quant-report.json");
+    char *default_report = kit_join(dir, "quant-report.json");
     ck_assert(!exists(default_report));
     free(default_report);
 
@@ -562,7 +562,7 @@ START_TEST(test_flags)
     free(rules);
     free(report);
     free(ct);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -571,14 +571,14 @@ END_TEST
 START_TEST(test_directory)
 {
     char *dir = ck_tmpdir();
-    char *in = ck_join(dir, "model"), *out = ck_join(dir, "model-q"), *dq = ck_join(dir, "dq");
-    char *rules = ck_join(dir, "rules.json");
+    char *in = kit_join(dir, "model"), *out = kit_join(dir, "model-q"), *dq = kit_join(dir, "dq");
+    char *rules = kit_join(dir, "rules.json");
     ck_assert_int_eq(mkdir(in, 0700), 0);
-    char *s1 = ck_join(in, "a.safetensors"), *s2 = ck_join(in, "b.safetensors");
+    char *s1 = kit_join(in, "a.safetensors"), *s2 = kit_join(in, "b.safetensors");
     free(make_model(s1, 1));
     float x[COLS * 4];
     ck_fill(x, COLS * 4, 5, 1.0f);
-    ck_gen_tensor t = {"m.v.weight", "F32", 2, {4, COLS}, x, sizeof x};
+    kit_st_tensor t = {"m.v.weight", "F32", 2, {4, COLS}, x, sizeof x};
     ck_gen_file(s2, &t, 1, NULL);
     ck_write_file(rules, int8_rules, strlen(int8_rules));
 
@@ -586,11 +586,11 @@ START_TEST(test_directory)
     ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
     ck_assert_ptr_nonnull(strstr(r.err, "quantized 2 tensors"));
     result_free(&r);
-    char *report = ck_join(out, "quant-report.json");
+    char *report = kit_join(out, "quant-report.json");
     json_t *rep = load_json_file(report);
     ck_assert_int_eq(json_array_size(json_object_get(rep, "tensors")), 4);
     json_decref(rep);
-    char *q2 = ck_join(out, "b.safetensors");
+    char *q2 = kit_join(out, "b.safetensors");
     r = RUN(dir, "inspect", "--json", q2);
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "\"int8\""));
@@ -599,11 +599,11 @@ START_TEST(test_directory)
     r = RUN(dir, "dequantize", in, dq); /* nothing quantized: a copy */
     ck_assert_int_eq(r.status, 0);
     result_free(&r);
-    ck_rmtree(dq);
+    kit_rmtree(dq);
     r = RUN(dir, "dequantize", out, dq);
     ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
     result_free(&r);
-    char *d2 = ck_join(dq, "b.safetensors");
+    char *d2 = kit_join(dq, "b.safetensors");
     quant_st_file *f = NULL;
     ck_assert_int_eq(quant_st_open(d2, &f, NULL), QUANT_CK_OK);
     ck_assert_ptr_nonnull(quant_st_find(f, "m.v.weight"));
@@ -618,7 +618,7 @@ START_TEST(test_directory)
     free(out);
     free(dq);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -628,25 +628,25 @@ END_TEST
 START_TEST(test_hf_cache_links)
 {
     char *dir = ck_tmpdir();
-    char *repo = ck_join(dir, "models--tiny"), *blobs = ck_join(repo, "blobs");
-    char *snaps = ck_join(repo, "snapshots"), *snap = ck_join(snaps, "0123abcd");
-    char *out = ck_join(dir, "q"), *dq = ck_join(dir, "dq"), *rules = ck_join(dir, "rules.json");
+    char *repo = kit_join(dir, "models--tiny"), *blobs = kit_join(repo, "blobs");
+    char *snaps = kit_join(repo, "snapshots"), *snap = kit_join(snaps, "0123abcd");
+    char *out = kit_join(dir, "q"), *dq = kit_join(dir, "dq"), *rules = kit_join(dir, "rules.json");
     ck_assert_int_eq(mkdir(repo, 0700), 0);
     ck_assert_int_eq(mkdir(blobs, 0700), 0);
     ck_assert_int_eq(mkdir(snaps, 0700), 0);
     ck_assert_int_eq(mkdir(snap, 0700), 0);
-    char *b1 = ck_join(blobs, "5f1e0a"), *b2 = ck_join(blobs, "9c3d7b");
+    char *b1 = kit_join(blobs, "5f1e0a"), *b2 = kit_join(blobs, "9c3d7b");
     free(make_model(b1, 4));
     ck_write_file(b2, "{\"model_type\":\"llama\"}", 22);
     ck_write_file(rules, int8_rules, strlen(int8_rules));
-    char *l1 = ck_join(snap, "model.safetensors"), *l2 = ck_join(snap, "config.json");
+    char *l1 = kit_join(snap, "model.safetensors"), *l2 = kit_join(snap, "config.json");
     ck_assert_int_eq(symlink("../../blobs/5f1e0a", l1), 0);
     ck_assert_int_eq(symlink("../../blobs/9c3d7b", l2), 0);
 
     run_result r = RUN(dir, "quantize", "--quiet", "--rules", rules, snap, out);
     ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
     result_free(&r);
-    char *q1 = ck_join(out, "model.safetensors"), *qc = ck_join(out, "config.json");
+    char *q1 = kit_join(out, "model.safetensors"), *qc = kit_join(out, "config.json");
     struct stat sb;
     ck_assert(lstat(q1, &sb) == 0 && S_ISREG(sb.st_mode));
     ck_assert(lstat(qc, &sb) == 0 && S_ISREG(sb.st_mode));
@@ -673,7 +673,7 @@ START_TEST(test_hf_cache_links)
     free(out);
     free(dq);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -682,8 +682,8 @@ END_TEST
 START_TEST(test_progress_tty)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *out2 = ck_join(dir, "out2.safetensors"), *rules = ck_join(dir, "rules.json");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *out2 = kit_join(dir, "out2.safetensors"), *rules = kit_join(dir, "rules.json");
     int status;
     char *tty = run_on_tty(dir, (const char *const[]){"quantize", "--rules", rules, in, out, NULL},
                            &status);
@@ -701,7 +701,7 @@ START_TEST(test_progress_tty)
     free(out);
     free(out2);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -718,8 +718,8 @@ static bool is_type(const char *path, mode_t type)
 /* quant quantize ... --report TARGET: refused before the run, TARGET and OUT untouched. */
 static void expect_report_refused(const char *dir, const char *target, const char *why)
 {
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json");
     run_result r = RUN(dir, "quantize", "-q", "--rules", rules, "--report", target, in, out);
     ck_assert_msg(r.status == 1, "%s: exit %d, stderr '%s'", target, r.status, r.err);
     assert_one_line_error(&r);
@@ -736,9 +736,9 @@ static void expect_report_refused(const char *dir, const char *target, const cha
 START_TEST(test_report_target)
 {
     char *dir = setup(NULL);
-    char *fifo = ck_join(dir, "fifo"), *sub = ck_join(dir, "sub"), *dev = ck_join(dir, "null");
-    char *target = ck_join(dir, "target.json"), *link = ck_join(dir, "link.json");
-    char *dangling = ck_join(dir, "dangling.json"), *report = ck_join(dir, "r.json");
+    char *fifo = kit_join(dir, "fifo"), *sub = kit_join(dir, "sub"), *dev = kit_join(dir, "null");
+    char *target = kit_join(dir, "target.json"), *link = kit_join(dir, "link.json");
+    char *dangling = kit_join(dir, "dangling.json"), *report = kit_join(dir, "r.json");
     ck_assert_int_eq(mkfifo(fifo, 0644), 0);
     expect_report_refused(dir, fifo, "not a regular file (a FIFO)");
     ck_assert(is_type(fifo, S_IFIFO));
@@ -760,8 +760,8 @@ START_TEST(test_report_target)
     expect_report_refused(dir, dangling, "a symbolic link");
     ck_assert(is_type(dangling, S_IFLNK));
     /* the default report beside a file OUT: a link there is refused too */
-    char *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json"), *def = ck_join(dir, "quant-report.json");
+    char *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json"), *def = kit_join(dir, "quant-report.json");
     ck_assert_int_eq(symlink("target.json", def), 0);
     run_result r = RUN(dir, "quantize", "-q", "--rules", rules, in, out);
     ck_assert_msg(r.status == 1 && strstr(r.err, "quant-report.json") &&
@@ -787,7 +787,7 @@ START_TEST(test_report_target)
     free(link);
     free(dangling);
     free(report);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -797,10 +797,10 @@ END_TEST
 START_TEST(test_output_target)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
-    char *out = ck_join(dir, "out.safetensors"), *empty = ck_join(dir, "empty");
-    char *model = ck_join(dir, "model"), *shard = ck_join(model, "a.safetensors");
-    char *outdir = ck_join(dir, "outdir"), *fifo = ck_join(dir, "fifo.safetensors");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "rules.json");
+    char *out = kit_join(dir, "out.safetensors"), *empty = kit_join(dir, "empty");
+    char *model = kit_join(dir, "model"), *shard = kit_join(model, "a.safetensors");
+    char *outdir = kit_join(dir, "outdir"), *fifo = kit_join(dir, "fifo.safetensors");
     ck_assert_int_eq(symlink("nowhere.safetensors", out), 0);
     run_result r = RUN(dir, "quantize", "-q", "--rules", rules, in, out);
     ck_assert_msg(r.status == 1 && strstr(r.err, out) && strstr(r.err, "a symbolic link"),
@@ -813,7 +813,7 @@ START_TEST(test_output_target)
                   r.err);
     result_free(&r);
     ck_assert(is_type(out, S_IFLNK));
-    char *nowhere = ck_join(dir, "nowhere.safetensors");
+    char *nowhere = kit_join(dir, "nowhere.safetensors");
     ck_assert(!exists(nowhere));
     free(nowhere);
     /* a directory run into a link to an empty directory */
@@ -826,7 +826,7 @@ START_TEST(test_output_target)
                   r.err);
     result_free(&r);
     ck_assert(is_type(outdir, S_IFLNK));
-    char *slashed = ck_join(outdir, ""); /* "outdir/" names the link too */
+    char *slashed = kit_join(outdir, ""); /* "outdir/" names the link too */
     r = RUN(dir, "quantize", "-q", "--rules", rules, model, slashed);
     ck_assert_msg(r.status == 1 && strstr(r.err, "a symbolic link"), "exit %d: %s", r.status,
                   r.err);
@@ -849,7 +849,7 @@ START_TEST(test_output_target)
     free(shard);
     free(outdir);
     free(fifo);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -888,10 +888,10 @@ static void quantize_then_die(const char *in, const char *out)
 START_TEST(test_stale_temporaries)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
-    char *out = ck_join(dir, "out.safetensors"), *dq = ck_join(dir, "dq.safetensors");
-    char *model = ck_join(dir, "model"), *shard = ck_join(model, "a.safetensors");
-    char *outdir = ck_join(dir, "outdir");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "rules.json");
+    char *out = kit_join(dir, "out.safetensors"), *dq = kit_join(dir, "dq.safetensors");
+    char *model = kit_join(dir, "model"), *shard = kit_join(model, "a.safetensors");
+    char *outdir = kit_join(dir, "outdir");
     quantize_then_die(in, out);
     ck_assert_int_eq(ck_count_entries(dir), 3); /* in, rules, the leftover */
     run_result r = RUN(dir, "quantize", "--rules", rules, in, out);
@@ -913,7 +913,7 @@ START_TEST(test_stale_temporaries)
     result_free(&r);
     ck_assert_int_eq(ck_count_entries(dir), 6); /* + model, outdir; no leftover */
     /* dequantize cleans the directory it writes into, and prints notes even with -q */
-    char *out2 = ck_join(dir, "out2.safetensors");
+    char *out2 = kit_join(dir, "out2.safetensors");
     quantize_then_die(in, out2);
     ck_assert_int_eq(ck_count_entries(dir), 7);
     r = RUN(dir, "dequantize", "-q", out, dq);
@@ -930,7 +930,7 @@ START_TEST(test_stale_temporaries)
     free(model);
     free(shard);
     free(outdir);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -939,8 +939,8 @@ END_TEST
 START_TEST(test_not_safetensors)
 {
     char *dir = setup(NULL);
-    char *readme = ck_join(dir, "README.md"), *out = ck_join(dir, "out.safetensors");
-    char *rules = ck_join(dir, "rules.json");
+    char *readme = kit_join(dir, "README.md"), *out = kit_join(dir, "out.safetensors");
+    char *rules = kit_join(dir, "rules.json");
     const char text[] = "# tiny model\n\nweights in model.safetensors\n";
     ck_write_file(readme, text, sizeof text - 1);
     run_result r = RUN(dir, "inspect", readme);
@@ -955,7 +955,7 @@ START_TEST(test_not_safetensors)
     free(readme);
     free(out);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -964,8 +964,8 @@ END_TEST
 START_TEST(test_rules_forms_and_hints)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "r.json");
-    char *o1 = ck_join(dir, "o1.safetensors"), *o2 = ck_join(dir, "o2.safetensors");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "r.json");
+    char *o1 = kit_join(dir, "o1.safetensors"), *o2 = kit_join(dir, "o2.safetensors");
     const char obj[] = "{\"rules\": [{\"module_path\": \"m\\\\..*\", \"weight_qtype\": \"int8\"}]}";
     ck_write_file(rules, obj, strlen(obj));
     run_result r = RUN(dir, "quantize", "-q", "-r", rules, in, o1);
@@ -983,7 +983,7 @@ START_TEST(test_rules_forms_and_hints)
     free(rules);
     free(o1);
     free(o2);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -1000,8 +1000,8 @@ static const char unused_rules[] = "[{\"module_path\":\"zzz\",\"weight_qtype\":\
 START_TEST(test_unused_rules_warned)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "u.json");
-    char *out = ck_join(dir, "out.safetensors"), *report = ck_join(dir, "quant-report.json");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "u.json");
+    char *out = kit_join(dir, "out.safetensors"), *report = kit_join(dir, "quant-report.json");
     ck_write_file(rules, unused_rules, strlen(unused_rules));
     run_result r = RUN(dir, "quantize", "-r", rules, in, out);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
@@ -1034,7 +1034,7 @@ START_TEST(test_unused_rules_warned)
     free(rules);
     free(out);
     free(report);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -1044,7 +1044,7 @@ END_TEST
 START_TEST(test_plan_command)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "u.json");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "u.json");
     ck_write_file(rules, unused_rules, strlen(unused_rules));
     int before = ck_count_entries(dir);
     run_result r = RUN(dir, "plan", "-r", rules, in);
@@ -1077,7 +1077,7 @@ START_TEST(test_plan_command)
     ck_assert_int_eq(ck_count_entries(dir), before); /* nothing written */
     free(in);
     free(rules);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -1086,8 +1086,8 @@ END_TEST
 START_TEST(test_plan_errors)
 {
     char *dir = setup(NULL);
-    char *in = ck_join(dir, "in.safetensors"), *rules = ck_join(dir, "rules.json");
-    char *missing = ck_join(dir, "missing.safetensors"), *bad = ck_join(dir, "bad.json");
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "rules.json");
+    char *missing = kit_join(dir, "missing.safetensors"), *bad = kit_join(dir, "bad.json");
     run_result r = RUN(dir, "plan", "-r", rules, missing);
     ck_assert_int_eq(r.status, 1);
     assert_one_line_error(&r);
@@ -1115,7 +1115,7 @@ START_TEST(test_plan_errors)
     free(rules);
     free(missing);
     free(bad);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST

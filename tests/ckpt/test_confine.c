@@ -40,7 +40,7 @@ typedef struct fixture {
 static void copy_file(const char *from, const char *to)
 {
     size_t n = 0;
-    void *data = ck_read_file(from, &n);
+    void *data = kit_read_file(from, &n);
     ck_assert_msg(data != NULL, "cannot read %s", from);
     ck_write_file(to, data, n);
     free(data);
@@ -48,22 +48,22 @@ static void copy_file(const char *from, const char *to)
 
 static char *fx_path(const fixture *f, const char *rel)
 {
-    return ck_join(f->root, rel);
+    return kit_join(f->root, rel);
 }
 
 static fixture fx_new(void)
 {
     fixture f = {.tmp = ck_tmpdir()};
-    f.root = ck_join(f.tmp, "root");
-    f.model = ck_join(f.root, "model");
-    f.outs = ck_join(f.tmp, "outs");
-    f.out = ck_join(f.outs, "out");
+    f.root = kit_join(f.tmp, "root");
+    f.model = kit_join(f.root, "model");
+    f.outs = kit_join(f.tmp, "outs");
+    f.out = kit_join(f.outs, "out");
     ck_assert_int_eq(mkdir(f.root, 0755), 0);
     ck_assert_int_eq(mkdir(f.model, 0755), 0);
     ck_assert_int_eq(mkdir(f.outs, 0755), 0);
-    char *src = ck_join(ck_data_dir(), FIXTURE);
+    char *src = kit_join(ck_data_dir(), FIXTURE);
     for (size_t i = 0; i < sizeof fixture_files / sizeof fixture_files[0]; i++) {
-        char *from = ck_join(src, fixture_files[i]), *to = ck_join(f.model, fixture_files[i]);
+        char *from = kit_join(src, fixture_files[i]), *to = kit_join(f.model, fixture_files[i]);
         copy_file(from, to);
         free(from);
         free(to);
@@ -77,7 +77,7 @@ static fixture fx_new(void)
 static void fx_free(fixture *f)
 {
     close(f->root_fd);
-    ck_rmtree(f->tmp);
+    kit_rmtree(f->tmp);
     free(f->tmp);
     free(f->root);
     free(f->model);
@@ -161,9 +161,9 @@ static void same_files(const char *a, const char *b)
     ck_assert_int_eq(ck_count_entries(a), ck_count_entries(b));
     static const char *const names[] = {SHARD1, SHARD2, INDEX, "config.json", "tokenizer.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char *pa = ck_join(a, names[i]), *pb = ck_join(b, names[i]);
+        char *pa = kit_join(a, names[i]), *pb = kit_join(b, names[i]);
         size_t na = 0, nb = 0;
-        void *da = ck_read_file(pa, &na), *db = ck_read_file(pb, &nb);
+        void *da = kit_read_file(pa, &na), *db = kit_read_file(pb, &nb);
         ck_assert_msg(da && db, "%s or %s is missing", pa, pb);
         ck_assert_msg(na == nb && memcmp(da, db, na) == 0, "%s and %s differ", pa, pb);
         free(da);
@@ -184,7 +184,7 @@ START_TEST(test_plain_copy_same_output)
     char *sub = fx_path(&f, "model/sub");
     ck_assert_int_eq(mkdir(sub, 0755), 0);
     write_text(&f, "model/sub/notes.txt", "not copied");
-    char *plain = ck_join(f.tmp, "plain");
+    char *plain = kit_join(f.tmp, "plain");
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     o.chunk_bytes = 64u << 10;
@@ -203,7 +203,7 @@ START_TEST(test_plain_copy_same_output)
         ck_assert_str_eq(quant_report_entry_at(rep, 0)->shard, SHARD1);
         quant_report_free(rep);
         same_files(plain, f.out);
-        ck_rmtree(f.out);
+        kit_rmtree(f.out);
     }
     free(sub);
     free(plain);
@@ -221,7 +221,7 @@ START_TEST(test_file_and_nested_in)
     quant_ck_error err;
     ck_assert_msg(run_confined(&f, "a/model", QUANT_LAYOUT_NATIVE, &err) == QUANT_CK_OK, "%s",
                   err.message);
-    ck_rmtree(f.out);
+    kit_rmtree(f.out);
     ck_assert_msg(run_confined(&f, "a/model/" SHARD2, QUANT_LAYOUT_NATIVE, &err) == QUANT_CK_OK,
                   "%s", err.message);
     quant_st_file *out = NULL;
@@ -243,9 +243,9 @@ START_TEST(test_hard_link_copied)
     quant_ck_error err;
     ck_assert_msg(run_confined(&f, "model", QUANT_LAYOUT_NATIVE, &err) == QUANT_CK_OK, "%s",
                   err.message);
-    char *copied = ck_join(f.out, "vocab.txt");
+    char *copied = kit_join(f.out, "vocab.txt");
     size_t n = 0;
-    char *text = ck_read_file(copied, &n);
+    char *text = kit_read_file(copied, &n);
     ck_assert(text && n == 5 && memcmp(text, "a b c", 5) == 0);
     free(text);
     free(copied);
@@ -263,13 +263,13 @@ START_TEST(test_ctensors_config)
     quant_ck_error err;
     ck_assert_msg(run_confined(&f, "model", QUANT_LAYOUT_CTENSORS, &err) == QUANT_CK_OK, "%s",
                   err.message);
-    char *cfg = ck_join(f.out, "config.json");
+    char *cfg = kit_join(f.out, "config.json");
     size_t n = 0;
-    char *text = ck_read_file(cfg, &n);
+    char *text = kit_read_file(cfg, &n);
     ck_assert(text && strstr(text, "quantization_config"));
     free(text);
     free(cfg);
-    ck_rmtree(f.out);
+    kit_rmtree(f.out);
     write_text(&f, "real-config.json", "{\"model_type\":\"llama\"}");
     make_link(&f, "../real-config.json", "model/config.json");
     expect_refused_as(&f, "model", QUANT_LAYOUT_CTENSORS, QUANT_CK_ERR_ACCESS,
@@ -334,7 +334,7 @@ START_TEST(test_shard_link)
     char *elsewhere = fx_path(&f, "elsewhere");
     ck_assert_int_eq(mkdir(elsewhere, 0755), 0);
     move(&f, "model/" SHARD2, "elsewhere/" SHARD2);
-    char *target = ck_join(elsewhere, SHARD2);
+    char *target = kit_join(elsewhere, SHARD2);
     make_link(&f, target, "model/" SHARD2);
     expect_refused(&f, "model", "model/" SHARD2 ": " LINK);
     char *index = fx_path(&f, "model/" INDEX);
@@ -422,7 +422,7 @@ START_TEST(test_fifo_extra)
     quant_ck_error err;
     ck_assert_msg(run_confined(&f, "model", QUANT_LAYOUT_NATIVE, &err) == QUANT_CK_OK, "%s",
                   err.message);
-    char *copied = ck_join(f.out, "notes.txt");
+    char *copied = kit_join(f.out, "notes.txt");
     ck_assert_int_ne(access(copied, F_OK), 0);
     free(copied);
     free(fifo);
@@ -495,10 +495,10 @@ START_TEST(test_default_follows_links)
     quant_ck_error err;
     ck_assert_msg(ck_quantize(rules, "snapshots/rev", f.out, &o, NULL, &err) == QUANT_CK_OK, "%s",
                   err.message);
-    ck_rmtree(f.out);
+    kit_rmtree(f.out);
     o.input_dir_fd = AT_FDCWD;
     ck_assert_msg(ck_quantize(rules, rev, f.out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    ck_rmtree(f.out);
+    kit_rmtree(f.out);
     expect_refused(&f, "snapshots/rev", ": " LINK);
     free(blobs);
     free(snaps);

@@ -22,17 +22,17 @@ typedef struct ct_case {
 static quant_ck_status ct_run(const char *root, const char *rules, int64_t rows, int64_t cols,
                               quant_ck_error *err)
 {
-    char *in = ck_join(root, "in"), *out = ck_join(root, "out");
-    ck_rmtree(in);
-    ck_rmtree(out);
+    char *in = kit_join(root, "in"), *out = kit_join(root, "out");
+    kit_rmtree(in);
+    kit_rmtree(out);
     ck_assert_int_eq(mkdir(in, 0755), 0);
     size_t n = (size_t)(rows * cols);
     float *w = malloc(n * sizeof *w), head[4 * 8];
     ck_fill(w, n, 21, 1.0f);
     ck_fill(head, 32, 22, 1.0f);
-    ck_gen_tensor t[] = {{"layer.proj.weight", "F32", 2, {rows, cols}, w, n * sizeof *w},
+    kit_st_tensor t[] = {{"layer.proj.weight", "F32", 2, {rows, cols}, w, n * sizeof *w},
                          {"lm_head.weight", "F32", 2, {4, 8}, head, sizeof head}};
-    char *shard = ck_join(in, "model.safetensors"), *cfg = ck_join(in, "config.json");
+    char *shard = kit_join(in, "model.safetensors"), *cfg = kit_join(in, "config.json");
     ck_gen_file(shard, t, 2, NULL);
     ck_write_file(cfg, "{\"model_type\":\"llama\"}", 22);
     quant_ruleset *rs = NULL;
@@ -53,7 +53,7 @@ static quant_ck_status ct_run(const char *root, const char *rules, int64_t rows,
 
 static quant_st_tensor out_tensor(const char *root, const char *name, void **data)
 {
-    char *path = ck_join(root, "out/model.safetensors");
+    char *path = kit_join(root, "out/model.safetensors");
     quant_st_file *f = NULL;
     quant_ck_error err;
     ck_assert_msg(quant_st_open(path, &f, &err) == QUANT_CK_OK, "%s", err.message);
@@ -74,7 +74,7 @@ static quant_st_tensor out_tensor(const char *root, const char *name, void **dat
 
 static json_t *qconfig(const char *root)
 {
-    char *path = ck_join(root, "out/config.json");
+    char *path = kit_join(root, "out/config.json");
     json_t *cfg = json_load_file(path, 0, NULL);
     free(path);
     ck_assert_ptr_nonnull(cfg);
@@ -127,14 +127,14 @@ START_TEST(test_w4a16_group)
                      "lm_head");
     json_decref(qc);
     /* dequantize reads the native layout only: a compressed-tensors checkpoint is refused */
-    char *out = ck_join(root, "out"), *dq = ck_join(root, "dq");
+    char *out = kit_join(root, "out"), *dq = kit_join(root, "dq");
     ck_assert_int_eq(quant_dequantize_path(out, dq, QUANT_ST_F32, 1, &err),
                      QUANT_CK_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "compressed-tensors") != NULL, "%s", err.message);
     ck_assert_int_eq(ck_count_entries(root), 2); /* in, out: no dq, no partial directory */
     free(out);
     free(dq);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -182,7 +182,7 @@ START_TEST(test_w8a8_fp8_block_asym)
                          20, 16, &err) == QUANT_CK_OK,
                   "%s", err.message);
     assert_shape(out_tensor(root, "layer.proj.weight_zero_point", NULL), QUANT_ST_I32, 2, 3, 1);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -203,11 +203,11 @@ START_TEST(test_refusals)
         quant_ck_error err;
         ck_assert_int_eq(ct_run(root, cases[i].rules, 16, 32, &err), QUANT_CK_ERR_UNSUPPORTED);
         ck_assert_msg(strstr(err.message, cases[i].expect) != NULL, "case %zu: %s", i, err.message);
-        char *out = ck_join(root, "out");
+        char *out = kit_join(root, "out");
         ck_assert_int_eq(ck_count_entries(out), -1); /* no output directory */
         free(out);
     }
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -302,7 +302,7 @@ START_TEST(test_zero_point_channel_run)
     ck_assert_str_eq(json_string_value(json_object_get(wa, "strategy")), "group");
     ck_assert(json_is_false(json_object_get(wa, "symmetric")));
     json_decref(qc);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -369,7 +369,7 @@ START_TEST(test_vllm_refusals)
          "float8_e4m3fn weights, group strategy", "per-tensor, per-channel or block"},
     };
 #undef BLOCK_TILE
-    char *root = ck_tmpdir(), *out = ck_join(root, "out");
+    char *root = ck_tmpdir(), *out = kit_join(root, "out");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         quant_ck_error err;
         ck_assert_msg(ct_run(root, cases[i].rules, 16, 32, &err) == QUANT_CK_ERR_UNSUPPORTED,
@@ -384,7 +384,7 @@ START_TEST(test_vllm_refusals)
         ck_assert_int_eq(ck_count_entries(out), -1); /* no output directory */
     }
     free(out);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -436,7 +436,7 @@ START_TEST(test_vllm_accepts)
         ck_assert_str_eq(json_string_value(json_object_get(wa, "strategy")), cases[i].strategy);
         json_decref(qc);
     }
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST

@@ -61,14 +61,14 @@ static void quant_ok(const char *dir, const char *const *args)
     const char *bin = getenv("QUANT_BIN");
     ck_assert_msg(bin && *bin && access(bin, X_OK) == 0,
                   "QUANT_BIN must name the quant binary to test");
-    char *log = ck_join(dir, "quant.log");
+    char *log = kit_join(dir, "quant.log");
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) exec_quant(bin, args, log);
     int status = wait_status(pid);
     size_t n = 0;
-    char *text = ck_read_file(log, &n);
+    char *text = kit_read_file(log, &n);
     ck_assert_ptr_nonnull(text);
     ck_assert_msg(status == 0 && n == 0, "quant %s: exit %d, output '%.*s'", args[0], status,
                   (int)n, text);
@@ -83,7 +83,7 @@ static void quant_ok(const char *dir, const char *const *args)
 
 static json_t *load_json(const char *dir, const char *name)
 {
-    char *path = ck_join(dir, name);
+    char *path = kit_join(dir, name);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     ck_assert_msg(j != NULL, "%s: %s", path, je.text);
@@ -100,7 +100,7 @@ typedef struct tensor_data {
 
 static tensor_data load_tensor(const char *dir, const char *shard, const char *name)
 {
-    char *path = ck_join(dir, shard);
+    char *path = kit_join(dir, shard);
     quant_st_file *f = NULL;
     quant_ck_error err;
     ck_assert_msg(quant_st_open(path, &f, &err) == QUANT_CK_OK, "%s", err.message);
@@ -133,9 +133,9 @@ static float *widen(const tensor_data *d, size_t *n)
 
 static void assert_same_file(const char *a_dir, const char *b_dir, const char *name)
 {
-    char *a = ck_join(a_dir, name), *b = ck_join(b_dir, name);
+    char *a = kit_join(a_dir, name), *b = kit_join(b_dir, name);
     size_t na = 0, nb = 0;
-    void *da = ck_read_file(a, &na), *db = ck_read_file(b, &nb);
+    void *da = kit_read_file(a, &na), *db = kit_read_file(b, &nb);
     ck_assert_msg(da && db, "%s or %s is missing", a, b);
     ck_assert_msg(na == nb && memcmp(da, db, na) == 0, "%s differs from %s", b, a);
     free(da);
@@ -223,18 +223,18 @@ static size_t spec_bytes(const gen_spec *s)
 
 static void write_shard(const char *dir, const gen_spec *s, int shard)
 {
-    ck_gen_tensor t[N_GEN];
+    kit_st_tensor t[N_GEN];
     uint16_t *data[N_GEN];
     size_t n = 0;
     for (size_t i = 0; i < N_GEN; i++) {
         if (s[i].shard != shard) continue;
         data[n] = gen_values(&s[i], 100 + i);
         t[n] =
-            (ck_gen_tensor){s[i].name, "BF16",           s[i].rank, {s[i].shape[0], s[i].shape[1]},
+            (kit_st_tensor){s[i].name, "BF16",           s[i].rank, {s[i].shape[0], s[i].shape[1]},
                             data[n],   spec_bytes(&s[i])};
         n++;
     }
-    char *path = ck_join(dir, shard_names[shard]);
+    char *path = kit_join(dir, shard_names[shard]);
     ck_gen_file(path, t, n, "{\"format\":\"pt\"}");
     for (size_t i = 0; i < n; i++) free(data[i]);
     free(path);
@@ -251,7 +251,7 @@ static void write_index(const char *dir, const gen_spec *s)
     json_t *index =
         json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", map);
     char *text = json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS);
-    char *path = ck_join(dir, INDEX);
+    char *path = kit_join(dir, INDEX);
     ck_write_file(path, text, strlen(text));
     free(path);
     free(text);
@@ -260,7 +260,7 @@ static void write_index(const char *dir, const gen_spec *s)
 
 static void write_text(const char *dir, const char *name, const char *text)
 {
-    char *path = ck_join(dir, name);
+    char *path = kit_join(dir, name);
     ck_write_file(path, text, strlen(text));
     free(path);
 }
@@ -333,7 +333,7 @@ static bool is_shard_name(const char *name)
  * must be in the weight map under this shard. */
 static uint64_t index_shard(const char *dir, const char *shard, const json_t *map, json_t *seen)
 {
-    char *path = ck_join(dir, shard);
+    char *path = kit_join(dir, shard);
     quant_st_file *f = NULL;
     quant_ck_error err;
     ck_assert_msg(quant_st_open(path, &f, &err) == QUANT_CK_OK, "%s", err.message);
@@ -486,7 +486,7 @@ static uint64_t check_part(const char *dir, const char *shard, const char *name,
 
 static bool shard_has(const char *dir, const char *shard, const char *name)
 {
-    char *path = ck_join(dir, shard);
+    char *path = kit_join(dir, shard);
     quant_st_file *f = NULL;
     ck_assert_int_eq(quant_st_open(path, &f, NULL), QUANT_CK_OK);
     bool found = quant_st_find(f, name) != NULL;
@@ -621,7 +621,7 @@ static void check_round_trip(const json_t *rep, const char *in_dir, const char *
 static void quantize_and_back(const char *root, const char *in, const char *rules, expect_fn fn,
                               size_t want_quantized, const char *const *others)
 {
-    char *out = ck_join(root, "out"), *dq = ck_join(root, "dq");
+    char *out = kit_join(root, "out"), *dq = kit_join(root, "dq");
     QUANT_OK(root, "quantize", "--rules", rules, in, out);
     size_t n_others = 0;
     for (; others[n_others]; n_others++) assert_same_file(in, out, others[n_others]);
@@ -646,13 +646,13 @@ static void quantize_and_back(const char *root, const char *in, const char *rule
 
 START_TEST(test_generated_llama)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *rules = ck_join(root, "rules.json");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in"), *rules = kit_join(root, "rules.json");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     gen_llama(in);
     ck_write_file(rules, llama_rules, strlen(llama_rules));
     static const char *const others[] = {"config.json", "tokenizer.json", NULL};
     quantize_and_back(root, in, rules, expect_llama, 7 * LAYERS, others);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(rules);
@@ -661,12 +661,12 @@ END_TEST
 
 START_TEST(test_stories260k)
 {
-    char *root = ck_tmpdir(), *rules = ck_join(root, "rules.json");
-    char *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    char *root = ck_tmpdir(), *rules = kit_join(root, "rules.json");
+    char *in = kit_join(ck_data_dir(), "stories260K-bf16-sharded");
     ck_write_file(rules, stories_rules, strlen(stories_rules));
     static const char *const others[] = {"config.json", NULL};
     quantize_and_back(root, in, rules, expect_stories, 7 * 5, others);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(rules);

@@ -87,7 +87,7 @@ static quant_st_writer *mixed_writer(const char *path, uint64_t bytes[N_T])
 
 START_TEST(test_writer_hash_any_order)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "h.safetensors"), hex[65], want[65];
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "h.safetensors"), hex[65], want[65];
     job jobs[THREADS];
     quant_st_writer *w = mixed_writer(path, jobs[0].bytes);
     quant_ck_error err;
@@ -113,7 +113,7 @@ START_TEST(test_writer_hash_any_order)
     sha256sum(path, want);
     ck_assert_str_eq(hex, want);
     ck_assert_uint_eq(bytes, file_size(path));
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -123,7 +123,7 @@ END_TEST
  * did not hash has no SHA-256. */
 START_TEST(test_writer_hash_gaps)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "g.safetensors"), hex[65], want[65];
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "g.safetensors"), hex[65], want[65];
     uint64_t bytes[N_T];
     quant_st_writer *w = mixed_writer(path, bytes);
     quant_ck_error err;
@@ -144,7 +144,7 @@ START_TEST(test_writer_hash_gaps)
     ck_assert_int_eq(quant_st_writer_hash(w, &err), QUANT_CK_OK);
     ck_assert_int_eq(quant_st_writer_pwrite(w, 0, 0, buf, 8, &err), QUANT_CK_OK);
     quant_st_writer_free(w);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -161,7 +161,7 @@ static void check_outputs(const quant_report *rep, const char *out, bool file)
     ck_assert_uint_eq(n, file ? 1 : (size_t)ck_count_entries(out));
     for (size_t i = 0; i < n; i++) {
         const quant_report_output *o = quant_report_output_at(rep, i);
-        char *path = file ? strdup(out) : ck_join(out, o->name), want[65];
+        char *path = file ? strdup(out) : kit_join(out, o->name), want[65];
         if (file) ck_assert_str_eq(o->name, strrchr(out, '/') + 1);
         ck_assert_uint_eq(o->bytes, file_size(path));
         ck_assert_ptr_nonnull(o->sha256);
@@ -185,15 +185,15 @@ static void options(quant_pipeline_options *o, quant_layout layout)
 
 START_TEST(test_pipeline_hashes_file)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "o.st");
     enum { T = 6, ROWS = 96, COLS = 1024 };
     float *x = malloc(sizeof(float) * ROWS * COLS * T);
-    ck_gen_tensor t[T];
+    kit_st_tensor t[T];
     char names[T][48];
     for (int k = 0; k < T; k++) {
         ck_fill(x + (size_t)k * ROWS * COLS, (size_t)ROWS * COLS, (uint64_t)k + 1, 1.0f);
         snprintf(names[k], sizeof names[k], "model.layers.%d.mlp.up_proj.weight", k);
-        t[k] = (ck_gen_tensor){names[k],
+        t[k] = (kit_st_tensor){names[k],
                                "F32",
                                2,
                                {ROWS, COLS},
@@ -236,7 +236,7 @@ START_TEST(test_pipeline_hashes_file)
     ck_assert_int_ne(access(out, F_OK), 0);
     quant_report_free(rep);
     free(x);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(in);
     free(out);
     free(dir);
@@ -248,7 +248,7 @@ START_TEST(test_pipeline_hashes_checkpoint)
     char *dir = ck_tmpdir(), in[4096];
     snprintf(in, sizeof in, "%s/stories260K-bf16-sharded", ck_data_dir());
     for (int layout = 0; layout < 2; layout++) {
-        char *out = ck_join(dir, layout ? "ct" : "native");
+        char *out = kit_join(dir, layout ? "ct" : "native");
         quant_pipeline_options o;
         options(&o, (quant_layout)layout);
         quant_report *rep = NULL;
@@ -261,7 +261,7 @@ START_TEST(test_pipeline_hashes_checkpoint)
         quant_report_free(rep);
         free(out);
     }
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST

@@ -95,8 +95,8 @@ END_TEST
  * layout: refused at plan time naming tensor and rule, nothing written. */
 START_TEST(plan_time_refusals)
 {
-    char *tmp = ck_tmpdir(), *out = ck_join(tmp, "out");
-    char *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    char *tmp = ck_tmpdir(), *out = kit_join(tmp, "out");
+    char *in = kit_join(ck_data_dir(), "stories260K-bf16-sharded");
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
     quant_ck_error err;
@@ -150,7 +150,7 @@ START_TEST(plan_time_refusals)
     /* the native layout has no fused layers: each tensor keeps its own global scale */
     o.layout = QUANT_LAYOUT_NATIVE;
     ck_assert_msg(ck_quantize(mixed, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(tmp);
     free(out);
     free(in);
@@ -242,7 +242,7 @@ static int run_quant(const char *const *args)
  * not; the qtype and the scale dtype are as written. */
 static void check_inspect(const char *tmp, const char *out)
 {
-    char *shard = ck_join(out, "model-00001-of-00002.safetensors"), *js = ck_join(tmp, "i.json");
+    char *shard = kit_join(out, "model-00001-of-00002.safetensors"), *js = kit_join(tmp, "i.json");
     ck_assert_int_eq(run_quant_to((const char *const[]){"inspect", "--json", shard, NULL}, js), 0);
     json_error_t je;
     json_t *doc = json_load_file(js, 0, &je);
@@ -359,8 +359,8 @@ static void check_tensor(quant_st_file *in, quant_st_file *out, quant_st_file *d
 
 START_TEST(fixture_quantize_then_dequantize)
 {
-    char *tmp = ck_tmpdir(), *rules = ck_join(tmp, "rules.json"), *out = ck_join(tmp, "q"),
-         *deq = ck_join(tmp, "d"), *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    char *tmp = ck_tmpdir(), *rules = kit_join(tmp, "rules.json"), *out = kit_join(tmp, "q"),
+         *deq = kit_join(tmp, "d"), *in = kit_join(ck_data_dir(), "stories260K-bf16-sharded");
     ck_write_file(rules, fixture_rules, strlen(fixture_rules));
     ck_assert_int_eq(
         run_quant((const char *const[]){"quantize", "--rules", rules, "--quiet", in, out, NULL}),
@@ -371,8 +371,8 @@ START_TEST(fixture_quantize_then_dequantize)
     static const char *const shards[2] = {"model-00001-of-00002.safetensors",
                                           "model-00002-of-00002.safetensors"};
     for (int s = 0; s < 2; s++) {
-        char *pi = ck_join(in, shards[s]), *po = ck_join(out, shards[s]),
-             *pd = ck_join(deq, shards[s]);
+        char *pi = kit_join(in, shards[s]), *po = kit_join(out, shards[s]),
+             *pd = kit_join(deq, shards[s]);
         quant_st_file *fi = NULL, *fo = NULL, *fd = NULL;
         quant_ck_error err;
         ck_assert(quant_st_open(pi, &fi, &err) == QUANT_CK_OK);
@@ -396,7 +396,7 @@ START_TEST(fixture_quantize_then_dequantize)
     ck_assert_int_eq(seen[1], 5);
     ck_assert_int_eq(seen[2], 5);
     ck_assert_int_eq(seen[3], 10);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(tmp);
     free(rules);
     free(out);
@@ -411,11 +411,11 @@ END_TEST
 START_TEST(nvfp4_two_pass_equals_one_pass)
 {
     enum { R = 512, C = 128 };
-    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in.safetensors");
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors");
     float *x = malloc(R * C * sizeof *x);
     ck_fill(x, R * C, 7, 0.05f);
     x[300 * C + 5] = -2.5f; /* A */
-    ck_gen_tensor t = {"m.w", "F32", 2, {R, C}, x, R * C * sizeof *x};
+    kit_st_tensor t = {"m.w", "F32", 2, {R, C}, x, R * C * sizeof *x};
     ck_gen_file(in, &t, 1, NULL);
     static const char rules[] = "[{\"weight_qtype\": \"nvfp4\", \"contraction_axes\": [0, 1], "
                                 "\"pack\": false}]";
@@ -423,7 +423,7 @@ START_TEST(nvfp4_two_pass_equals_one_pass)
     quant_pipeline_options_init(&o);
     quant_ck_error err;
     o.chunk_bytes = 64 * 1024; /* 256 KiB tensor: four units per pass */
-    char *a = ck_join(tmp, "a.safetensors"), *b = ck_join(tmp, "b.safetensors");
+    char *a = kit_join(tmp, "a.safetensors"), *b = kit_join(tmp, "b.safetensors");
     ck_assert_msg(ck_quantize(rules, in, a, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
     o.chunk_bytes = 16u << 20;
     ck_assert_msg(ck_quantize(rules, in, b, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
@@ -474,7 +474,7 @@ START_TEST(nvfp4_two_pass_equals_one_pass)
     free(sa);
     free(sb);
     free(x);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(tmp);
     free(in);
     free(a);
@@ -571,8 +571,8 @@ static void check_ct_group(const json_t *groups, const char *format, int bits, c
 START_TEST(ctensors_mx_equals_native)
 {
     enum { RA = 6, CA = 96, RB = 5, CB = 64 };
-    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
-         *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in"), *nat = kit_join(tmp, "n"),
+         *ctd = kit_join(tmp, "c"), *deq = kit_join(tmp, "d");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     float *a = malloc(RA * CA * sizeof *a), *b = malloc(RB * CB * sizeof *b), head[32];
     ck_fill(a, RA * CA, 31, 1.0f);
@@ -581,10 +581,10 @@ START_TEST(ctensors_mx_equals_native)
     for (int j = 0; j < CA; j++) a[CA + j] *= 1e-3f, a[2 * CA + j] *= 300.0f; /* other scales */
     for (int j = 0; j < CB; j++) b[CB + j] *= 1e-4f, b[2 * CB + j] *= 2000.0f;
     a[3 * CA + 7] = -0.0f; /* the sign of zero is kept: code 8 */
-    ck_gen_tensor t[] = {{"a.proj.weight", "F32", 2, {RA, CA}, a, RA * CA * sizeof *a},
+    kit_st_tensor t[] = {{"a.proj.weight", "F32", 2, {RA, CA}, a, RA * CA * sizeof *a},
                          {"b.proj.weight", "F32", 2, {RB, CB}, b, RB * CB * sizeof *b},
                          {"lm_head.weight", "F32", 2, {4, 8}, head, sizeof head}};
-    char *shard = ck_join(in, "model.safetensors"), *cfg = ck_join(in, "config.json");
+    char *shard = kit_join(in, "model.safetensors"), *cfg = kit_join(in, "config.json");
     ck_gen_file(shard, t, 3, NULL);
     ck_write_file(cfg, "{\"model_type\":\"llama\"}", 22);
     static const char rules[] = "[{\"module_path\": \"a\\\\.proj\", \"weight_qtype\": \"mxfp4\", "
@@ -597,8 +597,8 @@ START_TEST(ctensors_mx_equals_native)
     o.layout = QUANT_LAYOUT_CTENSORS;
     ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
     ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
-    char *pc = ck_join(ctd, "model.safetensors"), *pn = ck_join(nat, "model.safetensors"),
-         *pd = ck_join(deq, "model.safetensors");
+    char *pc = kit_join(ctd, "model.safetensors"), *pn = kit_join(nat, "model.safetensors"),
+         *pd = kit_join(deq, "model.safetensors");
     quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
     ck_assert(quant_st_open(pc, &fc, &err) == QUANT_CK_OK);
     ck_assert(quant_st_open(pn, &fn, &err) == QUANT_CK_OK);
@@ -613,7 +613,7 @@ START_TEST(ctensors_mx_equals_native)
     quant_st_close(fc);
     quant_st_close(fn);
     quant_st_close(fd);
-    char *pcfg = ck_join(ctd, "config.json");
+    char *pcfg = kit_join(ctd, "config.json");
     json_t *root = json_load_file(pcfg, 0, NULL);
     json_t *qc = json_object_get(root, "quantization_config");
     ck_assert_str_eq(json_string_value(json_object_get(qc, "quant_method")), "compressed-tensors");
@@ -625,7 +625,7 @@ START_TEST(ctensors_mx_equals_native)
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(qc, "ignore"), 0)),
                      "lm_head");
     json_decref(root);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(pcfg);
     free(pc);
     free(pn);
@@ -755,7 +755,7 @@ static void same_as_native(quant_st_file *ct, quant_st_file *nat, quant_st_file 
 /* NVFP4A16 in quantization_config: compressed-tensors' preset as it serializes it. */
 static void check_nv_config(const char *dir, size_t n_targets)
 {
-    char *pcfg = ck_join(dir, "config.json");
+    char *pcfg = kit_join(dir, "config.json");
     json_t *root = json_load_file(pcfg, 0, NULL);
     ck_assert_ptr_nonnull(root);
     json_t *qc = json_object_get(root, "quantization_config");
@@ -805,12 +805,12 @@ START_TEST(ctensors_nvfp4_scales_and_round_trip)
      * float32 subnormal, which must still come back to s_b = 0.125 */
     float tiny[R * C];
     for (int i = 0; i < R * C; i++) tiny[i] = i < C ? x[i] * (1e-35f / 3.7f) : 0.0f;
-    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
-         *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in"), *nat = kit_join(tmp, "n"),
+         *ctd = kit_join(tmp, "c"), *deq = kit_join(tmp, "d");
     ck_assert_int_eq(mkdir(in, 0755), 0);
-    ck_gen_tensor t[2] = {{"m.proj.weight", "F32", 2, {R, C}, x, sizeof x},
+    kit_st_tensor t[2] = {{"m.proj.weight", "F32", 2, {R, C}, x, sizeof x},
                           {"t.proj.weight", "F32", 2, {R, C}, tiny, sizeof tiny}};
-    char *shard = ck_join(in, "model.safetensors");
+    char *shard = kit_join(in, "model.safetensors");
     ck_gen_file(shard, t, 2, NULL);
     static const char rules[] = "[{\"weight_qtype\": \"nvfp4\"}]";
     quant_pipeline_options o;
@@ -820,8 +820,8 @@ START_TEST(ctensors_nvfp4_scales_and_round_trip)
     o.layout = QUANT_LAYOUT_CTENSORS;
     ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
     ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
-    char *pc = ck_join(ctd, "model.safetensors"), *pn = ck_join(nat, "model.safetensors"),
-         *pd = ck_join(deq, "model.safetensors");
+    char *pc = kit_join(ctd, "model.safetensors"), *pn = kit_join(nat, "model.safetensors"),
+         *pd = kit_join(deq, "model.safetensors");
     quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
     ck_assert(quant_st_open(pc, &fc, &err) == QUANT_CK_OK);
     ck_assert(quant_st_open(pn, &fn, &err) == QUANT_CK_OK);
@@ -846,7 +846,7 @@ START_TEST(ctensors_nvfp4_scales_and_round_trip)
     quant_st_close(fn);
     quant_st_close(fd);
     check_nv_config(ctd, 2);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(pc);
     free(pn);
     free(pd);
@@ -890,18 +890,18 @@ START_TEST(ctensors_nvfp4_fused_groups_across_shards)
             x[i][k] = fmaxf(fminf(x[i][k], t[i].amax * 0.5f), -t[i].amax * 0.5f);
         x[i][7 * C + 3] = -t[i].amax;
     }
-    char *tmp = ck_tmpdir(), *in = ck_join(tmp, "in"), *nat = ck_join(tmp, "n"),
-         *ctd = ck_join(tmp, "c"), *deq = ck_join(tmp, "d");
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in"), *nat = kit_join(tmp, "n"),
+         *ctd = kit_join(tmp, "c"), *deq = kit_join(tmp, "d");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     static const char *const shards[2] = {"model-00001-of-00002.safetensors",
                                           "model-00002-of-00002.safetensors"};
     for (int s = 0; s < 2; s++) {
-        ck_gen_tensor g[N];
+        kit_st_tensor g[N];
         size_t n = 0;
         for (int i = 0; i < N; i++)
             if (t[i].shard == s)
-                g[n++] = (ck_gen_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
-        char *p = ck_join(in, shards[s]);
+                g[n++] = (kit_st_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
+        char *p = kit_join(in, shards[s]);
         ck_gen_file(p, g, n, NULL);
         free(p);
     }
@@ -915,8 +915,8 @@ START_TEST(ctensors_nvfp4_fused_groups_across_shards)
     ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
     float *dec = malloc(R * C * sizeof *dec);
     for (int i = 0; i < N; i++) {
-        char *pc = ck_join(ctd, shards[t[i].shard]), *pn = ck_join(nat, shards[t[i].shard]),
-             *pd = ck_join(deq, shards[t[i].shard]);
+        char *pc = kit_join(ctd, shards[t[i].shard]), *pn = kit_join(nat, shards[t[i].shard]),
+             *pd = kit_join(deq, shards[t[i].shard]);
         quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
         ck_assert(quant_st_open(pc, &fc, &err) == QUANT_CK_OK);
         ck_assert(quant_st_open(pn, &fn, &err) == QUANT_CK_OK);
@@ -940,7 +940,7 @@ START_TEST(ctensors_nvfp4_fused_groups_across_shards)
     }
     check_nv_config(ctd, N);
     free(dec);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(tmp);
     free(in);
     free(nat);
@@ -974,17 +974,17 @@ START_TEST(ctensors_nvfp4_fused_moe_and_mla)
     static const float group_a[N] = {4.0f, 4.0f, 2.0f, 0.5f, 0.5f, 8.0f,
                                      8.0f, 6.0f, 6.0f, 2.5f, 2.5f};
     static float x[N][R * C];
-    ck_gen_tensor g[N];
+    kit_st_tensor g[N];
     for (int i = 0; i < N; i++) {
         ck_fill(x[i], R * C, 60 + (uint64_t)i, 0.05f);
         for (int k = 0; k < R * C; k++)
             x[i][k] = fmaxf(fminf(x[i][k], t[i].amax * 0.5f), -t[i].amax * 0.5f);
         x[i][2 * C + 9] = t[i].amax;
-        g[i] = (ck_gen_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
+        g[i] = (kit_st_tensor){t[i].name, "F32", 2, {R, C}, x[i], sizeof x[i]};
     }
-    char *tmp = ck_tmpdir(), *dir = ck_join(tmp, "in"), *out = ck_join(tmp, "o");
+    char *tmp = ck_tmpdir(), *dir = kit_join(tmp, "in"), *out = kit_join(tmp, "o");
     ck_assert_int_eq(mkdir(dir, 0755), 0);
-    char *in = ck_join(dir, "model.safetensors"), *shard = ck_join(out, "model.safetensors");
+    char *in = kit_join(dir, "model.safetensors"), *shard = kit_join(out, "model.safetensors");
     ck_gen_file(in, g, N, NULL);
     quant_pipeline_options o;
     quant_pipeline_options_init(&o);
@@ -1007,7 +1007,7 @@ START_TEST(ctensors_nvfp4_fused_moe_and_mla)
         check_nv_ct(f, module, x[i], R, C, 2688.0f * (1.0f / group_a[i]), dec);
     }
     quant_st_close(f);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(tmp);
     free(dir);
     free(in);
@@ -1022,8 +1022,8 @@ END_TEST
  * follows that g as compressed-tensors computes them. */
 START_TEST(ctensors_nvfp4_fixture_groups)
 {
-    char *tmp = ck_tmpdir(), *out = ck_join(tmp, "c"),
-         *in = ck_join(ck_data_dir(), "stories260K-bf16-sharded");
+    char *tmp = ck_tmpdir(), *out = kit_join(tmp, "c"),
+         *in = kit_join(ck_data_dir(), "stories260K-bf16-sharded");
     static const char rules[] =
         "[{\"module_path\": \".*(q|k|v|o|gate|up)_proj\", \"weight_qtype\": \"nvfp4\", "
         "\"weight_calibration_method\": \"absmax\"}]";
@@ -1040,7 +1040,7 @@ START_TEST(ctensors_nvfp4_fixture_groups)
     static const int group[6] = {0, 0, 0, 1, 2, 2};
     int checked = 0;
     for (int s = 0; s < 2; s++) {
-        char *pi = ck_join(in, shards[s]), *po = ck_join(out, shards[s]);
+        char *pi = kit_join(in, shards[s]), *po = kit_join(out, shards[s]);
         quant_st_file *fi = NULL, *fo = NULL;
         ck_assert(quant_st_open(pi, &fi, &err) == QUANT_CK_OK);
         ck_assert(quant_st_open(po, &fo, &err) == QUANT_CK_OK);
@@ -1079,7 +1079,7 @@ START_TEST(ctensors_nvfp4_fixture_groups)
     }
     ck_assert_int_eq(checked, 30);
     check_nv_config(out, 30);
-    ck_rmtree(tmp);
+    kit_rmtree(tmp);
     free(tmp);
     free(out);
     free(in);

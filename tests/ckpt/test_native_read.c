@@ -20,12 +20,12 @@ static const quant_native_tensor *entry(const quant_native *n, const char *name)
 
 START_TEST(test_reads_pipeline_output)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "q");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "q");
     static float a[16 * 64], b[16 * 64], c[8];
     ck_fill(a, 16 * 64, 1, 1.0f);
     ck_fill(b, 16 * 64, 2, 1.0f);
     ck_fill(c, 8, 3, 1.0f);
-    ck_gen_tensor t[] = {{"a.weight", "F32", 2, {16, 64}, a, sizeof a},
+    kit_st_tensor t[] = {{"a.weight", "F32", 2, {16, 64}, a, sizeof a},
                          {"b.weight", "F32", 2, {16, 64}, b, sizeof b},
                          {"c.bias", "F32", 1, {8}, c, sizeof c}};
     ck_gen_file(in, t, 3, NULL);
@@ -80,7 +80,7 @@ START_TEST(test_reads_pipeline_output)
     ck_assert_ptr_null(quant_native_owner(&n, &f->tensors[0]));
     quant_native_free(&n);
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -115,7 +115,7 @@ static void write_bad(const char *path, const bad_case *c)
 {
     static int8_t q[32];
     static float s[4];
-    static int8_t z[4];
+    static int8_t z[16]; /* 4 I8, or 4 F32 for the F32 zero-point case */
     char meta[512];
     snprintf(meta, sizeof meta, "{\"quantization\":\"");
     size_t len = strlen(meta);
@@ -124,7 +124,7 @@ static void write_bad(const char *path, const bad_case *c)
         meta[len++] = *p;
     }
     snprintf(meta + len, sizeof meta - len, "\"}");
-    ck_gen_tensor t[3] = {{"w.qvalue", "I8", 2, {4, 8}, q, sizeof q},
+    kit_st_tensor t[3] = {{"w.qvalue", "I8", 2, {4, 8}, q, sizeof q},
                           {"w.scale",
                            c->scale_dtype,
                            2,
@@ -138,7 +138,7 @@ static void write_bad(const char *path, const bad_case *c)
 
 START_TEST(test_refuses_malformed)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "bad.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "bad.safetensors");
     for (size_t i = 0; i < sizeof bad_cases / sizeof *bad_cases; i++) {
         write_bad(path, &bad_cases[i]);
         quant_st_file *f;
@@ -165,7 +165,7 @@ START_TEST(test_refuses_malformed)
     ck_assert_ptr_nonnull(n.tensors[0].zero_point);
     quant_native_free(&n);
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(path);
 }

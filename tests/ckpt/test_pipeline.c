@@ -52,7 +52,7 @@ static float *make_model(const char *path, int64_t rows, int64_t cols, uint64_t 
     ck_fill(w, n, seed, 1.0f);
     ck_fill(bias, 8, seed + 1, 1.0f);
     ck_fill(emb, 32, seed + 2, 1.0f);
-    ck_gen_tensor t[] = {
+    kit_st_tensor t[] = {
         {"emb.weight", "F32", 2, {4, 8}, emb, sizeof emb},
         {"m.w.weight", "F32", 2, {rows, cols}, w, n * sizeof *w},
         {"m.w.bias", "F32", 1, {8}, bias, sizeof bias},
@@ -64,7 +64,7 @@ static float *make_model(const char *path, int64_t rows, int64_t cols, uint64_t 
 
 START_TEST(test_quantized_and_copied)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.st");
     float *w = make_model(in, 16, 64, 1);
     quant_report *rep = NULL;
     quant_ck_error err;
@@ -142,7 +142,7 @@ START_TEST(test_quantized_and_copied)
     free(text);
     quant_report_free(rep);
     free(w);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -159,7 +159,7 @@ static void *run_file(const char *rules, const char *in, const char *out, size_t
     o.buffers = 2;
     quant_ck_error err;
     ck_assert_msg(ck_quantize(rules, in, out, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    void *bytes = ck_read_file(out, len);
+    void *bytes = kit_read_file(out, len);
     remove(out);
     return bytes;
 }
@@ -182,7 +182,7 @@ START_TEST(test_chunking_is_invisible)
         "{\"weight_qtype\":\"int8\",\"contraction_axes\":[0],\"tile_size\":0.25}]",
         "{\"weight_qtype\":\"int8\",\"weight_calibration_method\":\"fixed,-2,2\"}]",
     };
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "o");
     float *w = make_model(in, 512, 256, 3); /* 512 KiB weight */
     for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
         size_t a_len, b_len;
@@ -197,7 +197,7 @@ START_TEST(test_chunking_is_invisible)
         free(chunked);
     }
     free(w);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -206,11 +206,11 @@ END_TEST
 
 START_TEST(test_failure_leaves_nothing)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.st");
     float w[8 * 16];
     ck_fill(w, 128, 5, 1.0f);
     w[77] = NAN;
-    ck_gen_tensor t[] = {{"a.weight", "F32", 2, {8, 16}, w, sizeof w}};
+    kit_st_tensor t[] = {{"a.weight", "F32", 2, {8, 16}, w, sizeof w}};
     ck_gen_file(in, t, 1, NULL);
     quant_ck_error err;
     ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
@@ -239,7 +239,7 @@ START_TEST(test_failure_leaves_nothing)
     ck_assert_int_eq(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err),
                      QUANT_CK_ERR_ARG);
     ck_assert_msg(strstr(err.message, "exists") != NULL, "%s", err.message);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -254,16 +254,16 @@ static void make_sharded(const char *dir)
     ck_fill(f, 32 * 64, 11, 0.05f);
     for (int i = 0; i < 32 * 64; i++) a[i] = b[i] = quant_f32_to_bf16(f[i]);
     for (int i = 0; i < 32; i++) norm[i] = quant_f32_to_bf16(1.0f);
-    ck_gen_tensor s1[] = {
+    kit_st_tensor s1[] = {
         {"model.layers.0.self_attn.q_proj.weight", "BF16", 2, {32, 64}, a, sizeof a},
         {"model.layers.0.input_layernorm.weight", "BF16", 1, {32}, norm, sizeof norm},
     };
-    ck_gen_tensor s2[] = {
+    kit_st_tensor s2[] = {
         {"model.layers.0.mlp.down_proj.weight", "BF16", 2, {64, 32}, b, sizeof b},
         {"lm_head.weight", "BF16", 2, {32, 64}, a, sizeof a},
     };
-    char *p1 = ck_join(dir, "model-00001-of-00002.safetensors");
-    char *p2 = ck_join(dir, "model-00002-of-00002.safetensors");
+    char *p1 = kit_join(dir, "model-00001-of-00002.safetensors");
+    char *p2 = kit_join(dir, "model-00002-of-00002.safetensors");
     ck_gen_file(p1, s1, 2, "{\"format\":\"pt\"}");
     ck_gen_file(p2, s2, 2, "{\"format\":\"pt\"}");
     const char *index =
@@ -272,9 +272,9 @@ static void make_sharded(const char *dir)
         "\"model.layers.0.input_layernorm.weight\":\"model-00001-of-00002.safetensors\","
         "\"model.layers.0.mlp.down_proj.weight\":\"model-00002-of-00002.safetensors\","
         "\"lm_head.weight\":\"model-00002-of-00002.safetensors\"}}";
-    char *ip = ck_join(dir, "model.safetensors.index.json");
-    char *cp = ck_join(dir, "config.json");
-    char *tp = ck_join(dir, "tokenizer.json");
+    char *ip = kit_join(dir, "model.safetensors.index.json");
+    char *cp = kit_join(dir, "config.json");
+    char *tp = kit_join(dir, "tokenizer.json");
     ck_write_file(ip, index, strlen(index));
     ck_write_file(cp, "{\"model_type\":\"llama\"}", 22);
     ck_write_file(tp, "{\"tok\":1}", 9);
@@ -291,8 +291,8 @@ static const char *const sharded_rules =
 
 START_TEST(test_sharded_round_trip)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out"),
-         *back = ck_join(root, "back");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in"), *out = kit_join(root, "out"),
+         *back = kit_join(root, "back");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     make_sharded(in);
     quant_report *rep = NULL;
@@ -300,7 +300,7 @@ START_TEST(test_sharded_round_trip)
     ck_assert_msg(ck_quantize(sharded_rules, in, out, NULL, &rep, &err) == QUANT_CK_OK, "%s",
                   err.message);
     ck_assert_int_eq(ck_count_entries(out), 5); /* 2 shards, index, config, tokenizer */
-    char *idx_path = ck_join(out, "model.safetensors.index.json");
+    char *idx_path = kit_join(out, "model.safetensors.index.json");
     json_t *idx = json_load_file(idx_path, 0, NULL);
     ck_assert_ptr_nonnull(idx);
     json_t *wm = json_object_get(idx, "weight_map");
@@ -320,7 +320,7 @@ START_TEST(test_sharded_round_trip)
                   err.message);
     for (size_t i = 0; i < quant_report_count(rep); i++) {
         const quant_report_entry *e = quant_report_entry_at(rep, i);
-        char *src = ck_join(in, e->shard), *dst = ck_join(back, e->shard);
+        char *src = kit_join(in, e->shard), *dst = kit_join(back, e->shard);
         size_t n, m;
         quant_st_tensor ti, to;
         void *a = tensor_bytes(src, e->name, &n, &ti);
@@ -343,7 +343,7 @@ START_TEST(test_sharded_round_trip)
         free(dst);
     }
     quant_report_free(rep);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(out);
@@ -353,10 +353,10 @@ END_TEST
 
 START_TEST(test_bad_index)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in"), *out = kit_join(root, "out");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     make_sharded(in);
-    char *ip = ck_join(in, "model.safetensors.index.json");
+    char *ip = kit_join(in, "model.safetensors.index.json");
     const char *bad = "{\"weight_map\":{\"x\":\"../evil.safetensors\"}}";
     ck_write_file(ip, bad, strlen(bad));
     quant_ck_error err;
@@ -368,7 +368,7 @@ START_TEST(test_bad_index)
     ck_assert_msg(strstr(err.message, "nope") != NULL, "%s", err.message);
     ck_assert_int_eq(ck_count_entries(root), 1); /* no output, no partial directory */
     free(ip);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(out);
@@ -379,7 +379,7 @@ END_TEST
  * squares are merged in double, so the scale is the whole-tensor one to float rounding. */
 START_TEST(test_rms_two_pass)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "o");
     float *w = make_model(in, 512, 256, 4);
     const char *rules = "[{\"module_path\":\"m\\\\..*\",\"weight_qtype\":\"int8\","
                         "\"weight_calibration_method\":\"rms,3\",\"contraction_axes\":[0,1]}]";
@@ -405,7 +405,7 @@ START_TEST(test_rms_two_pass)
     ck_assert_msg(fabs(scale[1] - scale[0]) <= 1e-6 * scale[0], "chunked %g vs whole %g", scale[1],
                   scale[0]);
     free(w);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -434,10 +434,10 @@ static double seconds_now(void)
  * rule, its regex and the tensor; before, it counted as no match and the next rule took it. */
 START_TEST(test_regex_match_error)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "o");
     char *name = repeat('a', 10000, "!.weight");
     float w[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
-    ck_gen_tensor t[] = {{name, "F32", 2, {2, 4}, w, sizeof w}};
+    kit_st_tensor t[] = {{name, "F32", 2, {2, 4}, w, sizeof w}};
     ck_gen_file(in, t, 1, NULL);
     quant_ck_error err;
     double t0 = seconds_now();
@@ -452,7 +452,7 @@ START_TEST(test_regex_match_error)
     ck_assert_msg(took < 3.0, "took %.1f s", took);
     ck_assert_int_eq(ck_count_entries(dir), 1);
     free(name);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -464,16 +464,16 @@ END_TEST
  * the limit of one match) ends the run with a named error, quickly. */
 START_TEST(test_regex_run_budget)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "o");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "o");
     enum { N = 200 };
-    ck_gen_tensor *t = calloc(N, sizeof *t);
+    kit_st_tensor *t = calloc(N, sizeof *t);
     char *names[N];
     float w[4] = {1, 2, 3, 4};
     for (int i = 0; i < N; i++) {
         char tail[32];
         snprintf(tail, sizeof tail, "b%d.weight", i);
         names[i] = repeat('a', 500, tail);
-        t[i] = (ck_gen_tensor){names[i], "F32", 2, {2, 2}, w, sizeof w};
+        t[i] = (kit_st_tensor){names[i], "F32", 2, {2, 2}, w, sizeof w};
     }
     ck_gen_file(in, t, N, NULL);
     const char *rules = "[{\"module_path\":\"a*a*a*b\",\"weight_qtype\":\"int8\"}]";
@@ -495,7 +495,7 @@ START_TEST(test_regex_run_budget)
     quant_report_free(rep);
     for (int i = 0; i < N; i++) free(names[i]);
     free(t);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -506,16 +506,16 @@ END_TEST
 
 START_TEST(test_duplicate_across_shards)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in"), *out = kit_join(root, "out");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     float a[4 * 8], b[4 * 8];
     ck_fill(a, 32, 1, 1.0f);
     ck_fill(b, 32, 2, 1.0f);
-    ck_gen_tensor s1[] = {{"x.weight", "F32", 2, {4, 8}, a, sizeof a},
+    kit_st_tensor s1[] = {{"x.weight", "F32", 2, {4, 8}, a, sizeof a},
                           {"y.weight", "F32", 2, {4, 8}, a, sizeof a}};
-    ck_gen_tensor s2[] = {{"x.weight", "F32", 2, {4, 8}, b, sizeof b},
+    kit_st_tensor s2[] = {{"x.weight", "F32", 2, {4, 8}, b, sizeof b},
                           {"z.weight", "F32", 2, {4, 8}, b, sizeof b}};
-    char *p1 = ck_join(in, "a.safetensors"), *p2 = ck_join(in, "b.safetensors");
+    char *p1 = kit_join(in, "a.safetensors"), *p2 = kit_join(in, "b.safetensors");
     ck_gen_file(p1, s1, 2, NULL);
     ck_gen_file(p2, s2, 2, NULL);
     const char *rules = "[{\"weight_qtype\":\"int8\"}]";
@@ -528,7 +528,7 @@ START_TEST(test_duplicate_across_shards)
     ck_assert_int_eq(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err), QUANT_CK_ERR_FORMAT);
     ck_assert_msg(strstr(err.message, "'x.weight'"), "%s", err.message);
     /* an index naming one of the two shards: still refused, naming both */
-    char *ip = ck_join(in, "model.safetensors.index.json");
+    char *ip = kit_join(in, "model.safetensors.index.json");
     const char *index = "{\"weight_map\":{\"x.weight\":\"a.safetensors\",\"y.weight\":"
                         "\"a.safetensors\",\"z.weight\":\"b.safetensors\"}}";
     ck_write_file(ip, index, strlen(index));
@@ -547,7 +547,7 @@ START_TEST(test_duplicate_across_shards)
     free(ip);
     free(p1);
     free(p2);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(out);
@@ -558,14 +558,14 @@ END_TEST
  * m.weight.qvalue, a tensor b.safetensors already has): refused before any data is written. */
 START_TEST(test_output_name_clash_across_shards)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in"), *out = ck_join(root, "out");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in"), *out = kit_join(root, "out");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     float a[4 * 8];
     int8_t q[4 * 8] = {0};
     ck_fill(a, 32, 1, 1.0f);
-    ck_gen_tensor s1[] = {{"m.weight", "F32", 2, {4, 8}, a, sizeof a}};
-    ck_gen_tensor s2[] = {{"m.weight.qvalue", "I8", 2, {4, 8}, q, sizeof q}};
-    char *p1 = ck_join(in, "a.safetensors"), *p2 = ck_join(in, "b.safetensors");
+    kit_st_tensor s1[] = {{"m.weight", "F32", 2, {4, 8}, a, sizeof a}};
+    kit_st_tensor s2[] = {{"m.weight.qvalue", "I8", 2, {4, 8}, q, sizeof q}};
+    char *p1 = kit_join(in, "a.safetensors"), *p2 = kit_join(in, "b.safetensors");
     ck_gen_file(p1, s1, 1, NULL);
     ck_gen_file(p2, s2, 1, NULL);
     quant_ck_error err;
@@ -577,7 +577,7 @@ START_TEST(test_output_name_clash_across_shards)
     ck_assert_int_eq(ck_count_entries(root), 1);
     free(p1);
     free(p2);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(out);
@@ -630,7 +630,7 @@ static char *temp_path(const char *dir, const char *base, const char *tag, long 
 {
     char name[256];
     snprintf(name, sizeof name, "%s%s%ld-%s", base, tag, pid, suffix);
-    return ck_join(dir, name);
+    return kit_join(dir, name);
 }
 
 static bool present(const char *path)
@@ -656,10 +656,10 @@ START_TEST(test_stale_temps)
     char *not1 = temp_path(dir, "h.safetensors", ".quant-tmp-", dead, "Abc12");
     char *not2 = temp_path(dir, "i.safetensors", ".quant-tmp-", dead, "Abc123.bak");
     char *not3 = temp_path(dir, "j", ".quant-partial-", dead, "Abc123"); /* a file, not a dir */
-    char *inner = ck_join(d_dead, "model.safetensors.quant-tmp-1-abcdef");
+    char *inner = kit_join(d_dead, "model.safetensors.quant-tmp-1-abcdef");
     /* a live-looking run's directory: old itself, but a shard inside written just now */
     char *d_busy = temp_path(dir, "busy", ".quant-partial-", me, "Xyz789");
-    char *busy_shard = ck_join(d_busy, "a.safetensors.quant-tmp-1-abcdef");
+    char *busy_shard = kit_join(d_busy, "a.safetensors.quant-tmp-1-abcdef");
     const char *files[] = {f_dead, f_live, f_old, f_locked, f_other, not1, not2, not3};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) ck_write_file(files[i], "x", 1);
     ck_assert_int_eq(mkdir(d_dead, 0755), 0);
@@ -711,13 +711,13 @@ START_TEST(test_stale_temps)
     ck_assert_int_eq(quant_remove_stale_temps(dir, log_stale, &log, &err), QUANT_CK_OK);
     ck_assert(!present(f_locked));
     /* a directory that does not exist holds nothing stale */
-    char *missing = ck_join(dir, "missing");
+    char *missing = kit_join(dir, "missing");
     ck_assert_int_eq(quant_remove_stale_temps(missing, NULL, NULL, &err), QUANT_CK_OK);
     ck_assert_int_eq(quant_remove_stale_temps(NULL, NULL, NULL, &err), QUANT_CK_ERR_ARG);
     char *all[] = {f_dead, d_dead, f_live, f_old, f_locked, f_link, f_other,
                    not1,   not2,   not3,   inner, missing,  d_busy, busy_shard};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -725,7 +725,7 @@ END_TEST
 /* A run in progress (a writer open in another process) keeps its temporary: it is locked. */
 START_TEST(test_stale_temps_spare_live_runs)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "m.safetensors");
     int ready[2], go[2]; /* child -> parent, parent -> child */
     ck_assert_int_eq(pipe(ready), 0);
     ck_assert_int_eq(pipe(go), 0);
@@ -749,7 +749,7 @@ START_TEST(test_stale_temps_spare_live_runs)
     DIR *d = opendir(dir);
     for (struct dirent *e; (e = readdir(d)) != NULL;)
         if (e->d_name[0] != '.') { /* even 15 minutes old: the lock says it is alive */
-            char *p = ck_join(dir, e->d_name);
+            char *p = kit_join(dir, e->d_name);
             ck_assert_int_eq(utimensat(AT_FDCWD, p, old, 0), 0);
             free(p);
         }
@@ -766,7 +766,7 @@ START_TEST(test_stale_temps_spare_live_runs)
         close(ready[k]);
         close(go[k]);
     }
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }

@@ -28,7 +28,7 @@ static void make_file(const char *path, bool nan)
     ck_fill(norm, 8, 4, 1.0f);
     if (nan)
         for (int i = 0; i < 32; i++) w[i] = b[i] = NAN;
-    ck_gen_tensor t[] = {
+    kit_st_tensor t[] = {
         {"a.proj.weight", "F32", 2, {4, 8}, w, sizeof w},
         {"b.proj.weight", "F32", 2, {4, 8}, b, sizeof b},
         {"n.norm.weight", "F32", 1, {8}, norm, sizeof norm},
@@ -60,7 +60,7 @@ typedef struct fixture {
 static void setup(fixture *f, bool nan)
 {
     f->dir = ck_tmpdir();
-    f->in = ck_join(f->dir, "in.safetensors");
+    f->in = kit_join(f->dir, "in.safetensors");
     make_file(f->in, nan);
     f->rules = ck_rules(rules_json);
     quant_ck_error err;
@@ -72,7 +72,7 @@ static void teardown(fixture *f)
 {
     quant_plan_free(f->plan);
     quant_ruleset_free(f->rules);
-    ck_rmtree(f->dir);
+    kit_rmtree(f->dir);
     free(f->dir);
     free(f->in);
 }
@@ -119,7 +119,7 @@ END_TEST
 /* A rule set none of whose rules match: every index is unused. */
 START_TEST(test_all_unused)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors");
     make_file(in, false);
     quant_ruleset *rs = ck_rules("[{\"module_path\":\"x\",\"weight_qtype\":\"int8\"},"
                                  "{\"module_path\":\"y\",\"weight_qtype\":\"int8\"}]");
@@ -135,7 +135,7 @@ START_TEST(test_all_unused)
     }
     quant_plan_free(p);
     quant_ruleset_free(rs);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
 }
@@ -187,7 +187,7 @@ START_TEST(test_plan_matches_run)
 {
     fixture f;
     setup(&f, false);
-    char *out = ck_join(f.dir, "out.safetensors");
+    char *out = kit_join(f.dir, "out.safetensors");
     quant_report *rep = NULL;
     quant_ck_error err;
     quant_ck_status st = quant_quantize_path(f.rules, f.in, out, NULL, &rep, &err);
@@ -226,7 +226,7 @@ START_TEST(test_no_data_read)
     fixture f;
     setup(&f, true);
     ck_assert(entry(f.plan, "a.proj.weight")->quantized);
-    char *out = ck_join(f.dir, "out.safetensors");
+    char *out = kit_join(f.dir, "out.safetensors");
     quant_ck_error err;
     quant_ck_status st = quant_quantize_path(f.rules, f.in, out, NULL, NULL, &err);
     ck_assert_int_ne(st, QUANT_CK_OK);
@@ -239,7 +239,7 @@ END_TEST
 /* What the run would fail with first is the plan's error, naming the tensor and rule. */
 START_TEST(test_plan_errors)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors");
     make_file(in, false);
     quant_ruleset *rs = ck_rules("[{\"module_path\":\".*\",\"weight_qtype\":\"int8\","
                                  "\"tile_size\":3}]");
@@ -251,7 +251,7 @@ START_TEST(test_plan_errors)
                   err.message);
     ck_assert_int_eq(quant_plan_path(rs, in, NULL, NULL, &err), QUANT_CK_ERR_ARG);
     quant_ruleset_free(rs);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
 }
@@ -294,7 +294,7 @@ END_TEST
 /* compressed-tensors: the plan names that layout's output tensors. */
 START_TEST(test_ctensors_layout)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors");
     make_file(in, false);
     quant_ruleset *rs = ck_rules("[{\"module_path\":\"a\\\\.proj\",\"weight_qtype\":\"int8\"}]");
     quant_pipeline_options o;
@@ -312,7 +312,7 @@ START_TEST(test_ctensors_layout)
     ck_assert_msg(scale, "no a.proj.weight_scale among %zu outputs", a->n_outputs);
     quant_plan_free(p);
     quant_ruleset_free(rs);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
 }
@@ -322,7 +322,7 @@ END_TEST
 static void write_header_only(const char *path, const char *to)
 {
     size_t n = 0;
-    unsigned char *bytes = ck_read_file(path, &n);
+    unsigned char *bytes = kit_read_file(path, &n);
     ck_assert_ptr_nonnull(bytes);
     uint64_t len = 0;
     for (int i = 7; i >= 0; i--) len = len << 8 | bytes[i];
@@ -336,7 +336,7 @@ START_TEST(test_header_only)
 {
     fixture f;
     setup(&f, false);
-    char *hdr = ck_join(f.dir, "header.bin");
+    char *hdr = kit_join(f.dir, "header.bin");
     write_header_only(f.in, hdr);
     quant_st_file *st = NULL;
     quant_ck_error err;

@@ -473,7 +473,7 @@ END_TEST
 START_TEST(test_load)
 {
     char *dir = ck_tmpdir();
-    char *path = ck_join(dir, "rules.json");
+    char *path = kit_join(dir, "rules.json");
     const char *text = "{\"rules\": [{\"module_path\": \".*proj\", \"weight_qtype\": \"int4\"}]}";
     ck_write_file(path, text, strlen(text));
     quant_ruleset *rs = NULL;
@@ -490,12 +490,12 @@ START_TEST(test_load)
     ck_assert_ptr_nonnull(strstr(err.message, "rules.json: rule 0: field 'tile_size': "));
     ck_assert_ptr_nonnull(strstr(err.message, dir)); /* the path, as given */
 
-    char *missing = ck_join(dir, "missing.json");
+    char *missing = kit_join(dir, "missing.json");
     ck_assert_int_eq(quant_ruleset_load(missing, &rs, &err), QUANT_CK_ERR_IO);
     ck_assert_ptr_nonnull(strstr(err.message, "missing.json"));
     ck_assert_int_eq(quant_ruleset_load(dir, &rs, &err), QUANT_CK_ERR_IO); /* a directory */
     free(missing);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }

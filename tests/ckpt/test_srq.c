@@ -68,7 +68,7 @@ static void make_model(const char *path)
     ck_fill(k, 128, 2, 1.0f);
     ck_fill(bias, 8, 3, 1.0f);
     ck_fill(norm, 16, 4, 1.0f);
-    ck_gen_tensor t[] = {{"m.q.weight", "F32", 2, {8, 16}, q, sizeof q},
+    kit_st_tensor t[] = {{"m.q.weight", "F32", 2, {8, 16}, q, sizeof q},
                          {"m.q.bias", "F32", 1, {8}, bias, sizeof bias},
                          {"m.k.weight", "F32", 2, {8, 16}, k, sizeof k},
                          {"u.norm.weight", "F32", 1, {16}, norm, sizeof norm}};
@@ -152,7 +152,7 @@ static void expect_act_tensors(const char *path)
 
 START_TEST(test_file_static_acts)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.st");
     make_model(in);
     quant_static_act acts[3];
     srq_acts(acts);
@@ -197,7 +197,7 @@ START_TEST(test_file_static_acts)
     json_decref(doc);
     free(text);
     quant_report_free(rep);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -207,18 +207,18 @@ END_TEST
 /* A two-shard checkpoint: shard 1 holds m.q.*, shard 2 m.k.* and u.norm.weight. */
 static char *make_sharded(const char *root)
 {
-    char *in = ck_join(root, "in");
+    char *in = kit_join(root, "in");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     float q[8 * 16], k[8 * 16], norm[16];
     ck_fill(q, 128, 1, 1.0f);
     ck_fill(k, 128, 2, 1.0f);
     ck_fill(norm, 16, 4, 1.0f);
-    ck_gen_tensor s1[] = {{"m.q.weight", "F32", 2, {8, 16}, q, sizeof q}};
-    ck_gen_tensor s2[] = {{"m.k.weight", "F32", 2, {8, 16}, k, sizeof k},
+    kit_st_tensor s1[] = {{"m.q.weight", "F32", 2, {8, 16}, q, sizeof q}};
+    kit_st_tensor s2[] = {{"m.k.weight", "F32", 2, {8, 16}, k, sizeof k},
                           {"u.norm.weight", "F32", 1, {16}, norm, sizeof norm}};
-    char *p1 = ck_join(in, "model-00001-of-00002.safetensors");
-    char *p2 = ck_join(in, "model-00002-of-00002.safetensors");
-    char *idx = ck_join(in, "model.safetensors.index.json");
+    char *p1 = kit_join(in, "model-00001-of-00002.safetensors");
+    char *p2 = kit_join(in, "model-00002-of-00002.safetensors");
+    char *idx = kit_join(in, "model.safetensors.index.json");
     ck_gen_file(p1, s1, 1, NULL);
     ck_gen_file(p2, s2, 2, NULL);
     const char *index = "{\"metadata\":{\"total_size\":1088},\"weight_map\":{"
@@ -234,7 +234,7 @@ static char *make_sharded(const char *root)
 
 START_TEST(test_dir_static_acts)
 {
-    char *root = ck_tmpdir(), *in = make_sharded(root), *out = ck_join(root, "out");
+    char *root = ck_tmpdir(), *in = make_sharded(root), *out = kit_join(root, "out");
     quant_static_act acts[4];
     srq_acts(acts);
     /* a module no tensor belongs to: the last shard */
@@ -249,8 +249,8 @@ START_TEST(test_dir_static_acts)
     quant_ck_error err;
     ck_assert_msg(ck_quantize(SRQ_RULES, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s",
                   err.message);
-    char *s1 = ck_join(out, "model-00001-of-00002.safetensors");
-    char *s2 = ck_join(out, "model-00002-of-00002.safetensors");
+    char *s1 = kit_join(out, "model-00001-of-00002.safetensors");
+    char *s2 = kit_join(out, "model-00002-of-00002.safetensors");
     ck_assert(ck_has_tensor(s1, "m.q.dot_general0_lhs_scale"));
     ck_assert(!ck_has_tensor(s2, "m.q.dot_general0_lhs_scale"));
     ck_assert(ck_has_tensor(s2, "m.k.dot_general0_lhs_zero_point"));
@@ -272,7 +272,7 @@ START_TEST(test_dir_static_acts)
     ck_assert(json_is_null(json_object_get(lone_meta, "rule")));
     json_decref(meta);
     /* the index lists them with their shards, and counts their bytes */
-    char *idx = ck_join(out, "model.safetensors.index.json");
+    char *idx = kit_join(out, "model.safetensors.index.json");
     json_t *index = json_load_file(idx, 0, NULL);
     ck_assert_ptr_nonnull(index);
     json_t *wm = json_object_get(index, "weight_map");
@@ -296,7 +296,7 @@ START_TEST(test_dir_static_acts)
     free(idx);
     free(s1);
     free(s2);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(out);
@@ -307,7 +307,7 @@ END_TEST
 
 START_TEST(test_static_rule_needs_stats)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.st");
     make_model(in);
     quant_ck_error err;
     quant_pipeline_options o;
@@ -345,7 +345,7 @@ START_TEST(test_static_rule_needs_stats)
     ck_assert_ptr_null(strstr(text, "static_activations"));
     free(text);
     quant_report_free(rep);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -357,7 +357,7 @@ END_TEST
 static void expect_refused(const quant_static_act *bad, size_t n, quant_ck_status status,
                            const char *text)
 {
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.st");
     make_model(in);
     quant_pipeline_options o;
     srq_options(&o, bad, n);
@@ -367,7 +367,7 @@ static void expect_refused(const quant_static_act *bad, size_t n, quant_ck_statu
                   st ? err.message : "");
     ck_assert_msg(strstr(err.message, text) != NULL, "'%s' not in: %s", text, err.message);
     ck_assert_int_eq(ck_count_entries(dir), 1);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -412,9 +412,9 @@ START_TEST(test_bad_static_acts)
     acts[0].tensor_base = "u.norm";
     acts[0].rule = -1;
     acts[0].name = NULL;
-    char *dir = ck_tmpdir(), *in = ck_join(dir, "in.safetensors"), *out = ck_join(dir, "out.st");
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "out.st");
     float v[4] = {1, 2, 3, 4};
-    ck_gen_tensor t[] = {{"u.norm_scale", "F32", 1, {4}, v, sizeof v}};
+    kit_st_tensor t[] = {{"u.norm_scale", "F32", 1, {4}, v, sizeof v}};
     ck_gen_file(in, t, 1, NULL);
     quant_pipeline_options o;
     srq_options(&o, acts, 1);
@@ -422,7 +422,7 @@ START_TEST(test_bad_static_acts)
     ck_assert_int_eq(ck_quantize(SRQ_RULES, in, out, &o, NULL, &err), QUANT_CK_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "output tensor 'u.norm_scale' is already"));
     ck_assert_int_eq(ck_count_entries(dir), 1);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(in);
     free(out);
@@ -439,14 +439,14 @@ END_TEST
 /* A directory with config.json and one shard: layer.proj.weight [8, 16], lm_head.weight [4, 8]. */
 static char *make_ct_input(const char *root)
 {
-    char *in = ck_join(root, "in");
+    char *in = kit_join(root, "in");
     ck_assert_int_eq(mkdir(in, 0755), 0);
     float w[8 * 16], head[4 * 8];
     ck_fill(w, 128, 5, 1.0f);
     ck_fill(head, 32, 6, 1.0f);
-    ck_gen_tensor t[] = {{"layer.proj.weight", "F32", 2, {8, 16}, w, sizeof w},
+    kit_st_tensor t[] = {{"layer.proj.weight", "F32", 2, {8, 16}, w, sizeof w},
                          {"lm_head.weight", "F32", 2, {4, 8}, head, sizeof head}};
-    char *shard = ck_join(in, "model.safetensors"), *cfg = ck_join(in, "config.json");
+    char *shard = kit_join(in, "model.safetensors"), *cfg = kit_join(in, "config.json");
     ck_gen_file(shard, t, 2, NULL);
     ck_write_file(cfg, "{\"model_type\":\"llama\"}", 22);
     free(shard);
@@ -457,8 +457,8 @@ static char *make_ct_input(const char *root)
 static quant_ck_status ct_run(const char *root, const char *rules, const quant_static_act *acts,
                               size_t n, bool allow, quant_ck_error *err)
 {
-    char *in = ck_join(root, "in"), *out = ck_join(root, "out");
-    ck_rmtree(out);
+    char *in = kit_join(root, "in"), *out = kit_join(root, "out");
+    kit_rmtree(out);
     quant_pipeline_options o;
     srq_options(&o, acts, n);
     o.layout = QUANT_LAYOUT_CTENSORS;
@@ -483,7 +483,8 @@ START_TEST(test_ct_input_scale)
                             .scale = s};
     quant_ck_error err;
     ck_assert_msg(ct_run(root, CT_RULES, &act, 1, false, &err) == QUANT_CK_OK, "%s", err.message);
-    char *shard = ck_join(root, "out/model.safetensors"), *cfgp = ck_join(root, "out/config.json");
+    char *shard = kit_join(root, "out/model.safetensors"),
+         *cfgp = kit_join(root, "out/config.json");
     void *data;
     quant_st_tensor t = read_tensor(shard, "layer.proj.input_scale", &data);
     int64_t one = 1;
@@ -516,7 +517,7 @@ START_TEST(test_ct_input_scale)
     json_decref(cfg);
     free(shard);
     free(cfgp);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
 }
@@ -524,7 +525,7 @@ END_TEST
 
 START_TEST(test_ct_refusals)
 {
-    char *root = ck_tmpdir(), *in = make_ct_input(root), *out = ck_join(root, "out");
+    char *root = ck_tmpdir(), *in = make_ct_input(root), *out = kit_join(root, "out");
     static const float s2[2] = {0.5f, 0.25f}, s1[1] = {0.5f};
     quant_static_act act = {.tensor_base = "layer.proj.dot_general0_lhs",
                             .rule = 0,
@@ -560,7 +561,7 @@ START_TEST(test_ct_refusals)
     ck_assert_ptr_nonnull(strstr(err.message, "layer.proj.weight"));
     ck_assert_ptr_nonnull(strstr(err.message, "input_scale"));
     ck_assert_int_eq(access(out, F_OK), -1);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
     free(in);
     free(out);

@@ -357,7 +357,7 @@ END_TEST
 
 START_TEST(test_load)
 {
-    char *root = ck_tmpdir(), *path = ck_join(root, "stats.json");
+    char *root = ck_tmpdir(), *path = kit_join(root, "stats.json");
     const char *text = "{\"a/b\": {\"count\": 2, \"sum_of_absmax\": [4]}}";
     ck_write_file(path, text, strlen(text));
     quant_stats *s = NULL;
@@ -368,12 +368,12 @@ START_TEST(test_load)
     quant_stats_free(s);
     ck_assert_int_eq(quant_stats_load(root, &s, &err), QUANT_CK_ERR_IO); /* a directory */
     ck_assert_ptr_nonnull(strstr(err.message, root));
-    char *missing = ck_join(root, "nope.json");
+    char *missing = kit_join(root, "nope.json");
     ck_assert_int_eq(quant_stats_load(missing, &s, &err), QUANT_CK_ERR_IO);
     ck_assert_ptr_nonnull(strstr(err.message, "nope.json: No such file"));
     free(missing);
     free(path);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -392,15 +392,15 @@ static void make_model(const char *path)
     float q[4 * 8], k[4 * 8];
     ck_fill(q, 32, 1, 1.0f);
     ck_fill(k, 32, 2, 1.0f);
-    ck_gen_tensor t[] = {{"m.q.weight", "F32", 2, {4, 8}, q, sizeof q},
+    kit_st_tensor t[] = {{"m.q.weight", "F32", 2, {4, 8}, q, sizeof q},
                          {"m.k.weight", "F32", 2, {4, 8}, k, sizeof k}};
     ck_gen_file(path, t, 2, NULL);
 }
 
 START_TEST(test_run_report)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in.safetensors");
-    char *out = ck_join(root, "out.safetensors");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in.safetensors");
+    char *out = kit_join(root, "out.safetensors");
     make_model(in);
     quant_stats *stats = parse(RUN_STATS);
     quant_ruleset *rs = ck_rules(RUN_RULES);
@@ -445,7 +445,7 @@ START_TEST(test_run_report)
     quant_ruleset_free(rs);
     free(in);
     free(out);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -455,8 +455,8 @@ END_TEST
  * input_scale" check to the run; the run makes it, and passes with the engine's scales. */
 START_TEST(test_ct_scales_later)
 {
-    char *root = ck_tmpdir(), *in = ck_join(root, "in.safetensors");
-    char *out = ck_join(root, "out.safetensors");
+    char *root = ck_tmpdir(), *in = kit_join(root, "in.safetensors");
+    char *out = kit_join(root, "out.safetensors");
     make_model(in);
     quant_ruleset *rs = ck_rules(RUN_RULES);
     quant_pipeline_options o;
@@ -484,7 +484,7 @@ START_TEST(test_ct_scales_later)
     quant_ruleset_free(rs);
     free(in);
     free(out);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST
@@ -505,9 +505,9 @@ static int run_quant(const char *root, const char *args)
 
 static char *err_text(const char *root)
 {
-    char *path = ck_join(root, "err");
+    char *path = kit_join(root, "err");
     size_t n;
-    char *text = ck_read_file(path, &n);
+    char *text = kit_read_file(path, &n);
     free(path);
     return text;
 }
@@ -515,13 +515,13 @@ static char *err_text(const char *root)
 START_TEST(test_cli_stats)
 {
     char *root = ck_tmpdir(), *p;
-    p = ck_join(root, "in.safetensors");
+    p = kit_join(root, "in.safetensors");
     make_model(p);
     free(p);
-    p = ck_join(root, "rules.json");
+    p = kit_join(root, "rules.json");
     ck_write_file(p, RUN_RULES, strlen(RUN_RULES));
     free(p);
-    p = ck_join(root, "stats.json");
+    p = kit_join(root, "stats.json");
     ck_write_file(p, RUN_STATS, strlen(RUN_STATS));
     free(p);
     ck_assert_int_eq(run_quant(root, "quantize -r rules.json --stats stats.json in.safetensors "
@@ -531,14 +531,14 @@ START_TEST(test_cli_stats)
     ck_assert_msg(strstr(text, "static activation scales: 1 written, 1 activation skipped") != NULL,
                   "%s", text);
     free(text);
-    p = ck_join(root, "out.safetensors");
+    p = kit_join(root, "out.safetensors");
     ck_assert(ck_has_tensor(p, "m.q.dot_general0_lhs_scale"));
     ck_assert(!ck_has_tensor(p, "m.k.dot_general0_lhs_scale"));
     free(p);
     /* without --stats the act_static_scale rule is refused */
     ck_assert_int_eq(run_quant(root, "quantize -q -r rules.json in.safetensors o2.safetensors"), 1);
     /* a bad statistics file: exit 1, the message names the file, activation and key */
-    p = ck_join(root, "bad.json");
+    p = kit_join(root, "bad.json");
     const char *bad = "{\"m/q/x\": {\"count\": 1, \"absmax\": [true]}}";
     ck_write_file(p, bad, strlen(bad));
     free(p);
@@ -551,11 +551,11 @@ START_TEST(test_cli_stats)
                   "%s", text);
     free(text);
     /* an engine refusal names the file too */
-    p = ck_join(root, "zp.json");
+    p = kit_join(root, "zp.json");
     const char *fp8 = "{\"m/q/x\": {\"count\": 1, \"min\": -1, \"max\": 1}}";
     ck_write_file(p, fp8, strlen(fp8));
     free(p);
-    p = ck_join(root, "fp8.json");
+    p = kit_join(root, "fp8.json");
     const char *r8 = "[{\"module_path\":\"m\\\\.q\",\"weight_qtype\":\"int8\","
                      "\"act_qtype\":\"float8_e4m3fn\",\"act_static_scale\":true}]";
     ck_write_file(p, r8, strlen(r8));
@@ -568,10 +568,10 @@ START_TEST(test_cli_stats)
                       NULL,
                   "%s", text);
     free(text);
-    p = ck_join(root, "o4.safetensors");
+    p = kit_join(root, "o4.safetensors");
     ck_assert_int_eq(access(p, F_OK), -1);
     free(p);
-    ck_rmtree(root);
+    kit_rmtree(root);
     free(root);
 }
 END_TEST

@@ -84,9 +84,9 @@ static unsigned char *pattern(size_t n, unsigned seed)
 
 START_TEST(test_valid_dtypes)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "ok.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "ok.safetensors");
     enum { N = 8 };
-    ck_gen_tensor t[N] = {
+    kit_st_tensor t[N] = {
         {"bf16", "BF16", 2, {2, 3}, NULL, 12}, {"fp8", "F8_E4M3", 1, {5}, NULL, 5},
         {"i64", "I64", 1, {3}, NULL, 24},      {"mask", "BOOL", 2, {2, 2}, NULL, 4},
         {"f4", "F4", 2, {3, 2}, NULL, 3},      {"scalar", "F32", 0, {0}, NULL, 4},
@@ -118,7 +118,7 @@ START_TEST(test_valid_dtypes)
     ck_assert_ptr_null(quant_st_find(f, "missing"));
     ck_assert_ptr_null(quant_st_find(f, "__metadata__"));
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -126,9 +126,9 @@ END_TEST
 
 START_TEST(test_ranged_read)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "r.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "r.safetensors");
     unsigned char *data = pattern(40, 3);
-    ck_gen_tensor t[2] = {{"a", "U8", 1, {24}, data, 24}, {"b", "I16", 1, {8}, data + 24, 16}};
+    kit_st_tensor t[2] = {{"a", "U8", 1, {24}, data, 24}, {"b", "I16", 1, {8}, data + 24, 16}};
     ck_gen_file(path, t, 2, NULL);
     quant_st_file *f = open_ok(path);
     ck_assert_uint_eq(f->n_meta, 0);
@@ -150,7 +150,7 @@ START_TEST(test_ranged_read)
     ck_assert_ptr_nonnull(strstr(err.message, path));
     quant_st_close(f);
     quant_st_close(NULL);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(data);
     free(path);
     free(dir);
@@ -161,7 +161,7 @@ END_TEST
  * one offset, `__metadata__: null`, an empty header object. */
 START_TEST(test_header_forms)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "h.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "h.safetensors");
     unsigned char data[12] = {0};
     ck_write_st(path,
                 " \n\t{\"z\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]},"
@@ -182,7 +182,7 @@ START_TEST(test_header_forms)
     ck_assert_uint_eq(f->n_tensors, 0);
     ck_assert_ptr_null(quant_st_find(f, "a"));
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -190,15 +190,15 @@ END_TEST
 
 START_TEST(test_many_tensors)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "m.safetensors");
     enum { N = 1000 };
-    ck_gen_tensor *t = calloc(N, sizeof *t);
+    kit_st_tensor *t = calloc(N, sizeof *t);
     char(*names)[16] = calloc(N, sizeof *names);
     float v[N];
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "t.%d", (i * 7919) % N);
         v[i] = (float)i;
-        t[i] = (ck_gen_tensor){names[i], "F32", 1, {1}, &v[i], 4};
+        t[i] = (kit_st_tensor){names[i], "F32", 1, {1}, &v[i], 4};
     }
     ck_gen_file(path, t, N, NULL);
     quant_st_file *f = open_ok(path);
@@ -210,7 +210,7 @@ START_TEST(test_many_tensors)
         ck_assert(x == v[i]);
     }
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(t);
     free(names);
     free(path);
@@ -229,7 +229,7 @@ START_TEST(test_open_errors)
     ck_assert_int_eq(quant_st_open(dir, &f, &err), QUANT_CK_ERR_IO);
     ck_assert_int_eq(quant_st_open(NULL, &f, &err), QUANT_CK_ERR_ARG);
     ck_assert_int_eq(quant_st_open(dir, NULL, NULL), QUANT_CK_ERR_ARG);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -255,7 +255,7 @@ START_TEST(test_not_safetensors)
     };
     char *dir = ck_tmpdir();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *path = ck_join(dir, cases[i].name);
+        char *path = kit_join(dir, cases[i].name);
         ck_write_file(path, cases[i].bytes, cases[i].n);
         quant_st_file *f = NULL;
         quant_ck_error err;
@@ -271,11 +271,11 @@ START_TEST(test_not_safetensors)
         free(path);
     }
     /* A safetensors file cut short inside its header is still called truncated. */
-    char *cut = ck_join(dir, "cut.safetensors");
+    char *cut = kit_join(dir, "cut.safetensors");
     ck_write_st(cut, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", "\0\0\0\0",
                 4);
     size_t n = 0;
-    char *bytes = ck_read_file(cut, &n);
+    char *bytes = kit_read_file(cut, &n);
     ck_write_file(cut, bytes, 20);
     quant_st_file *f = NULL;
     quant_ck_error err;
@@ -284,7 +284,7 @@ START_TEST(test_not_safetensors)
                   err.message);
     free(bytes);
     free(cut);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -301,9 +301,9 @@ static void assert_closed(int fd)
  * (closed by quant_st_close, and on every failure); a FIFO fails at once. */
 START_TEST(test_open_fd)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "m.safetensors");
     unsigned char *data = pattern(24, 3);
-    ck_gen_tensor t[1] = {{"w", "F32", 2, {2, 3}, data, 24}};
+    kit_st_tensor t[1] = {{"w", "F32", 2, {2, 3}, data, 24}};
     ck_gen_file(path, t, 1, NULL);
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     ck_assert_int_ge(fd, 0);
@@ -321,7 +321,7 @@ START_TEST(test_open_fd)
     quant_st_close(f);
     assert_closed(fd);
     /* a malformed file: the message names it, the descriptor is closed */
-    char *bad = ck_join(dir, "bad.safetensors");
+    char *bad = kit_join(dir, "bad.safetensors");
     ck_write_file(bad, "1234", 4);
     fd = open(bad, O_RDONLY);
     ck_assert_int_eq(quant_st_open_fd(fd, "llama/bad.safetensors", &f, &err), QUANT_CK_ERR_FORMAT);
@@ -333,7 +333,7 @@ START_TEST(test_open_fd)
     ck_assert_int_eq(quant_st_open_fd(fd, "llama", &f, &err), QUANT_CK_ERR_IO);
     ck_assert_str_eq(err.message, "llama: not a regular file");
     assert_closed(fd);
-    char *fifo = ck_join(dir, "fifo.safetensors");
+    char *fifo = kit_join(dir, "fifo.safetensors");
     ck_assert_int_eq(mkfifo(fifo, 0644), 0);
     ck_assert_int_eq(quant_st_open(fifo, &f, &err), QUANT_CK_ERR_IO);
     ck_assert_ptr_nonnull(strstr(err.message, "not a regular file"));
@@ -348,7 +348,7 @@ START_TEST(test_open_fd)
     free(fifo);
     free(bad);
     free(data);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -358,14 +358,14 @@ END_TEST
  * tensors, metadata, ranged reads and their range checks; the buffer is not copied. */
 START_TEST(test_open_buffer)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "m.safetensors");
     unsigned char *data = pattern(40, 5);
-    ck_gen_tensor t[3] = {{"layers/0/absmax", "F32", 2, {2, 3}, data, 24},
+    kit_st_tensor t[3] = {{"layers/0/absmax", "F32", 2, {2, 3}, data, 24},
                           {"b", "BF16", 1, {4}, data + 24, 8},
                           {"s", "F16", 0, {0}, data + 32, 2}};
     ck_gen_file(path, t, 3, "{\"step\": \"7\"}");
     size_t n;
-    unsigned char *bytes = ck_read_file(path, &n);
+    unsigned char *bytes = kit_read_file(path, &n);
     quant_st_file *f = NULL;
     quant_ck_error err;
     ck_assert_int_eq(quant_st_open_buffer(bytes, n, "body", &f, &err), QUANT_CK_OK);
@@ -407,7 +407,7 @@ START_TEST(test_open_buffer)
     free(more);
     free(bytes);
     free(data);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -417,7 +417,7 @@ END_TEST
 static char *read_expect(const char *path)
 {
     size_t n;
-    char *s = ck_read_file(path, &n);
+    char *s = kit_read_file(path, &n);
     ck_assert_msg(s != NULL, "%s is missing", path);
     char *z = realloc(s, n + 1);
     ck_assert_ptr_nonnull(z);
@@ -430,7 +430,7 @@ static char *read_expect(const char *path)
 static void check_bad_buffer(const char *path, const char *file, const char *expect)
 {
     size_t n;
-    void *bytes = ck_read_file(path, &n);
+    void *bytes = kit_read_file(path, &n);
     ck_assert_ptr_nonnull(bytes);
     quant_st_file *f = (quant_st_file *)1;
     quant_ck_error err;
@@ -447,7 +447,7 @@ static void check_bad_buffer(const char *path, const char *file, const char *exp
 
 static void check_bad_case(const char *dir, const char *file)
 {
-    char *path = ck_join(dir, file);
+    char *path = kit_join(dir, file);
     char *expect_path = strdup(path);
     ck_assert_ptr_nonnull(expect_path);
     strcpy(expect_path + strlen(expect_path) - strlen(".safetensors"), ".expect");
@@ -476,7 +476,7 @@ static bool has_suffix(const char *s, const char *suffix)
 
 START_TEST(test_bad_corpus)
 {
-    char *dir = ck_join(ck_data_dir(), "bad");
+    char *dir = kit_join(ck_data_dir(), "bad");
     DIR *d = opendir(dir);
     ck_assert_msg(d != NULL, "cannot open %s", dir);
     int cases = 0;

@@ -49,7 +49,7 @@ static void fill(unsigned char *p, size_t k, uint64_t off, size_t n)
 /* Three tensors and one metadata pair give exactly the reference writer's bytes. */
 START_TEST(test_reference_layout)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "ref.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "ref.safetensors");
     quant_st_out_tensor t[3] = {
         {"b", QUANT_ST_F32, 1, {1}}, {"a", QUANT_ST_U8, 1, {2}}, {"c", QUANT_ST_F32, 1, {1}}};
     const char *k = "format", *v = "pt";
@@ -65,7 +65,7 @@ START_TEST(test_reference_layout)
                        "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
                        "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[8,10]}}";
     size_t n, hl = strlen(want), padded = (hl + 7) / 8 * 8;
-    unsigned char *got = ck_read_file(path, &n);
+    unsigned char *got = kit_read_file(path, &n);
     ck_assert_ptr_nonnull(got);
     ck_assert_uint_eq(n, 8 + padded + 10);
     for (int i = 0; i < 8; i++) ck_assert_uint_eq(got[i], (padded >> (8 * i)) & 0xff);
@@ -73,7 +73,7 @@ START_TEST(test_reference_layout)
     for (size_t i = hl; i < padded; i++) ck_assert_uint_eq(got[8 + i], ' ');
     for (size_t i = 8 + padded; i < n; i++) ck_assert_uint_eq(got[i], 0); /* never written */
     free(got);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -126,7 +126,7 @@ static void check_round_trip(const char *path, const char *const *keys, const ch
 
 START_TEST(test_round_trip)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "rt.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "rt.safetensors");
     const char *keys[] = {"format", "zeta", "alpha"}, *values[] = {"pt", "\xc3\xa9t\xc3\xa9", ""};
     quant_st_writer *w = writer_ok(path, rt_tensors, RT_N, keys, values, 3);
     uint64_t total = 0;
@@ -150,7 +150,7 @@ START_TEST(test_round_trip)
     struct stat sb;
     ck_assert_int_eq(stat(path, &sb), 0);
     ck_assert_uint_eq(sb.st_mode & 0777, 0644);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -175,7 +175,7 @@ static void *write_piece(void *arg)
 /* Eight threads write interleaved 4 KiB pieces of two tensors. */
 START_TEST(test_threads)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "th.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "th.safetensors");
     quant_st_out_tensor t[2] = {{"x", QUANT_ST_F32, 2, {64, 64}}, {"y", QUANT_ST_BF16, 1, {8192}}};
     quant_st_writer *w = writer_ok(path, t, 2, NULL, NULL, 0);
     enum { THREADS = 8 };
@@ -201,7 +201,7 @@ START_TEST(test_threads)
         ck_assert_int_eq(memcmp(got, want, 16384), 0);
     }
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -210,13 +210,13 @@ END_TEST
 /* No tensors, no metadata: "{}" padded to 8 bytes, which the reader accepts. */
 START_TEST(test_empty_file)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "e.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "e.safetensors");
     quant_st_writer *w = writer_ok(path, NULL, 0, NULL, NULL, 0);
     ck_assert_uint_eq(quant_st_writer_total(w), 0);
     ck_assert_int_eq(quant_st_writer_index(w, "a"), -1);
     commit_ok(w);
     size_t n;
-    char *got = ck_read_file(path, &n);
+    char *got = kit_read_file(path, &n);
     ck_assert_uint_eq(n, 16);
     ck_assert_int_eq(memcmp(got, "\x08\0\0\0\0\0\0\0{}      ", 16), 0);
     free(got);
@@ -224,7 +224,7 @@ START_TEST(test_empty_file)
     ck_assert_int_eq(quant_st_open(path, &f, NULL), QUANT_CK_OK);
     ck_assert_uint_eq(f->n_tensors, 0);
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -232,7 +232,7 @@ END_TEST
 
 START_TEST(test_free_without_commit)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "gone.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "gone.safetensors");
     quant_st_out_tensor t = {"w", QUANT_ST_F32, 1, {4}};
     quant_st_writer *w = writer_ok(path, &t, 1, NULL, NULL, 0);
     float x[4] = {1, 2, 3, 4};
@@ -241,7 +241,7 @@ START_TEST(test_free_without_commit)
     quant_st_writer_free(w);
     ck_assert_int_eq(ck_count_entries(dir), 0);
     quant_st_writer_free(NULL);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -249,7 +249,7 @@ END_TEST
 
 START_TEST(test_commit_replaces)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "model.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "model.safetensors");
     ck_write_file(path, "old contents", 12);
     quant_st_out_tensor t = {"w", QUANT_ST_I32, 1, {2}};
     quant_st_writer *w = writer_ok(path, &t, 1, NULL, NULL, 0);
@@ -268,7 +268,7 @@ START_TEST(test_commit_replaces)
     ck_assert_int_eq(quant_st_read(f, quant_st_find(f, "w"), 0, y, sizeof y, NULL), QUANT_CK_OK);
     ck_assert(y[0] == -5 && y[1] == 7);
     quant_st_close(f);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -285,8 +285,8 @@ static bool is_type(const char *path, mode_t type)
  * creator and gone either way. */
 START_TEST(test_targets)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "m.safetensors");
-    char *fifo = ck_join(dir, "fifo.safetensors"), *other = ck_join(dir, "other");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "m.safetensors");
+    char *fifo = kit_join(dir, "fifo.safetensors"), *other = kit_join(dir, "other");
     quant_st_out_tensor t = {"w", QUANT_ST_F32, 1, {2}};
     quant_st_writer *w = NULL;
     quant_ck_error err;
@@ -321,7 +321,7 @@ START_TEST(test_targets)
     ck_assert_int_eq(ck_count_entries(dir), 2);
     free(fifo);
     free(other);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }
@@ -331,7 +331,7 @@ END_TEST
 static void refuse(const char *dir, const quant_st_out_tensor *t, size_t n, const char *key,
                    const char *value, size_t n_meta, const char *expect)
 {
-    char *path = ck_join(dir, "x.safetensors");
+    char *path = kit_join(dir, "x.safetensors");
     quant_st_writer *w = (quant_st_writer *)1;
     quant_ck_error err;
     const char *keys[2] = {key, key}, *values[2] = {value, value};
@@ -367,14 +367,14 @@ START_TEST(test_refused)
     refuse(dir, &ok, 1, "k", "\xff", 1, "not valid UTF-8");
     quant_st_out_tensor bad_name = {"\xc0\x80", QUANT_ST_F32, 1, {1}};
     refuse(dir, &bad_name, 1, NULL, NULL, 0, "not valid UTF-8");
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
 
 START_TEST(test_bad_calls)
 {
-    char *dir = ck_tmpdir(), *path = ck_join(dir, "c.safetensors");
+    char *dir = ck_tmpdir(), *path = kit_join(dir, "c.safetensors");
     quant_st_out_tensor t[2] = {{"a", QUANT_ST_F32, 1, {4}}, {"b", QUANT_ST_U8, 1, {3}}};
     quant_st_writer *w = NULL;
     quant_ck_error err;
@@ -396,7 +396,7 @@ START_TEST(test_bad_calls)
     ck_assert_uint_eq(quant_st_writer_nbytes(w, 2), 0);
     quant_st_writer_free(w);
     ck_assert_int_eq(ck_count_entries(dir), 0);
-    ck_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }

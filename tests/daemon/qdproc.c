@@ -25,38 +25,28 @@ static const char *quantd_bin(void)
     return getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd";
 }
 
+/* Forks quantd on d's data directory at log level debug, its stderr appended to log. */
+static pid_t launch(qdp *d, const char *const *extra, const char *port_file, const char *log)
+{
+    kit_quantd_opts o = {.bin = quantd_bin(),
+                         .data_dir = d->data_dir,
+                         .port_file = port_file,
+                         .log_level = "debug",
+                         .extra = extra,
+                         .log_file = log};
+    pid_t pid = kit_quantd_spawn(&o);
+    ck_assert_msg(pid > 0, "cannot start %s: %s", o.bin, strerror(errno));
+    return pid;
+}
+
+/* Starts quantd on d's data directory, its log appended to root/quantd.log; waits for its port. */
 static void spawn(qdp *d, const char *const *extra)
 {
-    const char *bin = quantd_bin();
-    char *port_file = qdt_join(d->root, "port"), *log = qdt_join(d->root, "quantd.log");
-    unlink(port_file);
-    const char *argv[48] = {bin,           "--config",    "/dev/null", "--listen",
-                            "127.0.0.1:0", "--data-dir",  d->data_dir, "--port-file",
-                            port_file,     "--log-level", "debug"};
-    int n = 11;
-    for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
-    argv[n] = NULL;
-    d->pid = fork();
-    ck_assert_int_ge(d->pid, 0);
-    if (d->pid == 0) {
-        FILE *f = freopen(log, "a", stderr);
-        (void)f;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    double t0 = qdt_now_s();
-    d->port = 0;
-    while (d->port == 0 && qdt_now_s() - t0 < 20) {
-        FILE *f = fopen(port_file, "r");
-        if (f) {
-            if (fscanf(f, "%d", &d->port) != 1) d->port = 0;
-            fclose(f);
-        }
-        int status;
-        if (d->port == 0 && waitpid(d->pid, &status, WNOHANG) == d->pid)
-            ck_abort_msg("quantd exited at start (status %d); see %s", status, log);
-        if (d->port == 0) qdt_sleep_ms(20);
-    }
+    char *port_file = kit_join(d->root, "port"), *log = kit_join(d->root, "quantd.log");
+    d->pid = launch(d, extra, port_file, log);
+    int status = 0;
+    d->port = kit_quantd_wait_port(d->pid, port_file, 20, &status);
+    if (d->port < 0) ck_abort_msg("quantd exited at start (status %d); see %s", status, log);
     ck_assert_msg(d->port > 0, "quantd did not listen within 20 s; see %s", log);
     snprintf(d->base, sizeof d->base, "%s://127.0.0.1:%d", d->ca_file ? "https" : "http", d->port);
     free(port_file);
@@ -67,7 +57,7 @@ void qdp_start(qdp *d, const char *const *extra)
 {
     memset(d, 0, sizeof *d);
     d->root = qdt_tmpdir();
-    d->data_dir = qdt_join(d->root, "var");
+    d->data_dir = kit_join(d->root, "var");
     spawn(d, extra);
 }
 
@@ -75,7 +65,7 @@ void qdp_start_tls(qdp *d, const char *const *extra, const char *ca_file)
 {
     memset(d, 0, sizeof *d);
     d->root = qdt_tmpdir();
-    d->data_dir = qdt_join(d->root, "var");
+    d->data_dir = kit_join(d->root, "var");
     d->ca_file = ca_file;
     spawn(d, extra);
 }
@@ -87,21 +77,17 @@ void qdp_restart(qdp *d, const char *const *extra)
 
 int qdp_signal(qdp *d, int sig)
 {
-    ck_assert_int_eq(kill(d->pid, sig), 0);
-    int status = 0;
-    double t0 = qdt_now_s();
-    while (waitpid(d->pid, &status, WNOHANG) != d->pid) {
-        ck_assert_msg(qdt_now_s() - t0 < 30, "quantd did not exit within 30 s of signal %d", sig);
-        qdt_sleep_ms(10);
-    }
+    int status = kit_quantd_stop(d->pid, sig, 30);
+    ck_assert_msg(status >= 0, "quantd did not exit within 30 s of signal %d: %s", sig,
+                  strerror(errno));
     d->pid = 0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return kit_exit_code(status);
 }
 
 void qdp_stop(qdp *d)
 {
     if (d->pid) ck_assert_int_eq(qdp_signal(d, SIGTERM), 0);
-    qdt_rmtree(d->root);
+    ck_assert_msg(kit_rmtree(d->root) == 0, "cannot remove %s", d->root);
     free(d->root);
     free(d->data_dir);
 }
@@ -127,21 +113,16 @@ static size_t collect(char *ptr, size_t size, size_t n, void *user)
     return k;
 }
 
+/* The file's text ("" when it cannot be read), malloc'd. */
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    sink s = {calloc(1, 1), 0};
-    ck_assert_ptr_nonnull(s.p);
-    char buf[4096];
-    size_t n;
-    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) collect(buf, 1, n, &s);
-    if (f) fclose(f);
-    return s.p;
+    char *text = kit_read_file(path, NULL);
+    return text ? text : strdup("");
 }
 
 int qdp_run(qdp *d, char **out, char **errout, const char *const *args)
 {
-    char *o = qdt_join(d->root, "run.out"), *e = qdt_join(d->root, "run.err");
+    char *o = kit_join(d->root, "run.out"), *e = kit_join(d->root, "run.err");
     const char *argv[40] = {quantd_bin()};
     int n = 1;
     for (int i = 0; args && args[i] && n < 35; i++) argv[n++] = args[i];
@@ -163,7 +144,7 @@ int qdp_run(qdp *d, char **out, char **errout, const char *const *args)
     unlink(e);
     free(o);
     free(e);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return kit_exit_code(status);
 }
 
 static qdp_resp perform(qdp *d, CURL *c, struct curl_slist *hdrs)
@@ -307,28 +288,27 @@ json_t *qdp_get_job(qdp *d, long long id)
 
 json_t *qdp_wait_job(qdp *d, long long id, double timeout_s)
 {
-    double t0 = qdt_now_s();
+    double t0 = kit_now();
     for (;;) {
         json_t *j = qdp_get_job(d, id);
         const char *st = json_string_value(json_object_get(j, "state"));
-        if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) ||
-            qdt_now_s() - t0 > timeout_s)
+        if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) || kit_now() - t0 > timeout_s)
             return j;
         json_decref(j);
-        qdt_sleep_ms(20);
+        kit_sleep_ms(20);
     }
 }
 
 json_t *qdp_wait_state(qdp *d, long long id, const char *state, double timeout_s)
 {
-    double t0 = qdt_now_s();
+    double t0 = kit_now();
     for (;;) {
         json_t *j = qdp_get_job(d, id);
         if (strcmp(json_string_value(json_object_get(j, "state")), state) == 0) return j;
-        ck_assert_msg(qdt_now_s() - t0 < timeout_s, "job %lld: still %s after %.0f s, wanted %s",
-                      id, json_string_value(json_object_get(j, "state")), timeout_s, state);
+        ck_assert_msg(kit_now() - t0 < timeout_s, "job %lld: still %s after %.0f s, wanted %s", id,
+                      json_string_value(json_object_get(j, "state")), timeout_s, state);
         json_decref(j);
-        qdt_sleep_ms(5);
+        kit_sleep_ms(5);
     }
 }
 
@@ -339,35 +319,19 @@ int qdp_start_fail(qdp *d, const char *const *extra, char **log)
 {
     memset(d, 0, sizeof *d);
     d->root = qdt_tmpdir();
-    d->data_dir = qdt_join(d->root, "var");
-    char *port_file = qdt_join(d->root, "port"), *log_path = qdt_join(d->root, "quantd.log");
-    const char *argv[48] = {quantd_bin(),  "--config",    "/dev/null", "--listen",
-                            "127.0.0.1:0", "--data-dir",  d->data_dir, "--port-file",
-                            port_file,     "--log-level", "debug"};
-    int n = 11;
-    for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        FILE *f = freopen(log_path, "a", stderr);
-        (void)f;
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
+    d->data_dir = kit_join(d->root, "var");
+    char *port_file = kit_join(d->root, "port"), *log_path = kit_join(d->root, "quantd.log");
+    pid_t pid = launch(d, extra, port_file, log_path);
     int status = 0;
-    double t0 = qdt_now_s();
-    while (waitpid(pid, &status, WNOHANG) != pid) {
-        if (qdt_now_s() - t0 > 20 || access(port_file, F_OK) == 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            ck_abort_msg("quantd started, but it should have refused to; see %s", log_path);
-        }
-        qdt_sleep_ms(10);
+    if (kit_quantd_wait_port(pid, port_file, 20, &status) >= 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        ck_abort_msg("quantd started, but it should have refused to; see %s", log_path);
     }
     if (log) *log = slurp(log_path);
     free(port_file);
     free(log_path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return kit_exit_code(status);
 }
 
 int qdp_raw_connect(const qdp *d)

@@ -1,11 +1,15 @@
-/* qdtest.h -- what the daemon test suites share: the suites, and small helpers for temporary
- * directories (the integration helpers that start quantd live in qdproc.h).
+/* qdtest.h -- what the daemon test suites share: the suites, the test kit (tests/kit/kit.h:
+ * temporary directories, files, safetensors fixtures, the clock) and the two fixtures built on it
+ * here (the integration helpers that start quantd live in qdproc.h).
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QDTEST_H
 #define QDTEST_H
 
 #include <check.h>
+#include <stddef.h>
+
+#include "kit.h"
 
 Suite *suite_store(void);
 Suite *suite_config(void);
@@ -27,16 +31,14 @@ Suite *suite_plans(void);
 Suite *suite_outputs(void);
 Suite *suite_examples(void);
 
-/* A fresh directory under $TMPDIR (caller frees the path; qdt_rmtree removes it). */
+/* kit_tmpdir("quantd-test"), failing the test when it cannot be made (caller frees the path;
+ * kit_rmtree removes it). */
 char *qdt_tmpdir(void);
-void qdt_rmtree(const char *path);
-/* dir + "/" + name, malloc'd. */
-char *qdt_join(const char *dir, const char *name);
+/* kit_read_file (the whole file, NUL-terminated; *len its size when not NULL), failing the test
+ * when it cannot be read. */
+void *qdt_read_file(const char *path, size_t *len);
 /* A safetensors file of n F32 tensors [rows, 4096] named layers.I.proj.weight, zeros, written
  * sparse (instant): a job on it runs for a while (8 x 8192 rows: 1 GiB). */
 void qdt_make_big(const char *path, int n, long rows);
-/* Sleeps ms milliseconds; seconds on the monotonic clock. */
-void qdt_sleep_ms(int ms);
-double qdt_now_s(void);
 
 #endif /* QDTEST_H */

@@ -180,23 +180,10 @@ END_TEST
 /* ---- uploads ----------------------------------------------------------------------------------
  */
 
-static void *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    rewind(f);
-    void *p = malloc(*len + 1);
-    ck_assert_uint_eq(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
-}
-
 /* The offline `quant quantize` of SHARD1 with RULES: what the daemon must serve, byte for byte. */
 static void *offline_output(const char *root, size_t *len)
 {
-    char *rules = qdt_join(root, "rules.json"), *out = qdt_join(root, "offline.safetensors");
+    char *rules = kit_join(root, "rules.json"), *out = kit_join(root, "offline.safetensors");
     FILE *f = fopen(rules, "w");
     ck_assert_ptr_nonnull(f);
     fputs(RULES, f);
@@ -205,7 +192,7 @@ static void *offline_output(const char *root, size_t *len)
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s quantize --quiet --rules %s %s %s", bin, rules, SHARD1, out);
     ck_assert_int_eq(system(cmd), 0);
-    void *bytes = read_file(out, len);
+    void *bytes = qdt_read_file(out, len);
     free(rules);
     free(out);
     return bytes;
@@ -308,7 +295,7 @@ START_TEST(test_upload_round_trip)
     snprintf(path, sizeof path, "/v1/jobs/%lld", id);
     expect(&d, "DELETE", path, NULL, 204, NULL);
     expect(&d, "GET", path, NULL, 404, "not_found");
-    char *dir = qdt_join(d.data_dir, "jobs/1");
+    char *dir = kit_join(d.data_dir, "jobs/1");
     ck_assert_int_ne(access(dir, F_OK), 0);
     free(dir);
     qdp_stop(&d);
@@ -333,7 +320,7 @@ START_TEST(test_bad_uploads)
     qdp_start(&d, extra);
     put_rules(&d, "int8", RULES);
     /* malformed: 422 naming the problem, no job, no file kept */
-    char *bad = qdt_join(d.root, "bad.safetensors");
+    char *bad = kit_join(d.root, "bad.safetensors");
     FILE *f = fopen(bad, "wb");
     fputs("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":{\"dtype\":", f);
     fclose(f);
@@ -386,7 +373,7 @@ START_TEST(test_bad_uploads)
     ck_assert_int_eq(json_array_size(json_object_get(doc, "jobs")), 0);
     json_decref(doc);
     qdp_resp_free(&r);
-    char *up = qdt_join(d.data_dir, "uploads"), *tmp = qdt_join(d.data_dir, "tmp");
+    char *up = kit_join(d.data_dir, "uploads"), *tmp = kit_join(d.data_dir, "tmp");
     ck_assert_int_eq(count_entries(up), 0);
     ck_assert_int_eq(count_entries(tmp), 0);
     /* a job its rules cannot plan: refused when asked for (422 naming the upload's tensor and
@@ -493,7 +480,7 @@ START_TEST(test_path_jobs)
     snprintf(body, sizeof body, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"%s/stories\"}}", src);
     post_path_job(&d, body, 403);
     qdp_stop(&d);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST
@@ -539,7 +526,7 @@ START_TEST(test_cancel_running)
     json_t *j = qdp_wait_job(&d, id, 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
     json_decref(j);
-    char *dir = qdt_join(d.data_dir, "jobs/1");
+    char *dir = kit_join(d.data_dir, "jobs/1");
     ck_assert_int_ne(access(dir, F_OK), 0); /* nothing published, nothing left */
     free(dir);
     snprintf(path, sizeof path, "/v1/jobs/%lld/output", id);
@@ -559,7 +546,7 @@ START_TEST(test_cancel_running)
     json_decref(qdp_wait_job(&d, a, 60));
     qdp_stop(&d);
     unsetenv("QUANTD_QUANT_THREADS");
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST
@@ -613,7 +600,7 @@ START_TEST(test_restarts)
     free(tag);
     qdp_resp_free(&r);
     qdp_stop(&d);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST
@@ -720,7 +707,7 @@ START_TEST(test_commands_and_signals)
     snprintf(args, sizeof args, "check-config --config /dev/null --data-dir %s/var", dir);
     ck_assert_int_eq(run_quantd(args, out, sizeof out), 0);
     ck_assert_ptr_nonnull(strstr(out, "[server]"));
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     /* SIGHUP reloads and keeps serving; SIGINT stops like SIGTERM */
     qdp d;

@@ -203,7 +203,7 @@ START_TEST(test_lock_revoke_expire)
     qdp_resp_free(&r);
     expect_status(&d, "/v1/models", tr, 401, "unknown or revoked");
     /* expiry: the row says it has passed */
-    char *db = qdt_join(d.data_dir, "quantd.db");
+    char *db = kit_join(d.data_dir, "quantd.db");
     sqlite3 *h = NULL;
     ck_assert_int_eq(sqlite3_open(db, &h), SQLITE_OK);
     sqlite3_busy_timeout(h, 5000);
@@ -258,7 +258,7 @@ START_TEST(test_exposure)
     free(err);
     qdp_restart(&d, (const char *[]){"--listen", "0.0.0.0:0", "--insecure", NULL});
     expect_status(&d, "/v1/jobs", NULL, 200, NULL);
-    char *log = qdt_join(d.root, "quantd.log");
+    char *log = kit_join(d.root, "quantd.log");
     for (int i = 0; i < 50 && count_lines(log, "level=warn msg=\"insecure:") == 0; i++)
         usleep(100000); /* the housekeeping thread's first pass */
     ck_assert_msg(count_lines(log, "level=warn msg=\"insecure:") == 1, "no insecure warning in %s",
@@ -410,10 +410,10 @@ START_TEST(test_log_names_token)
     char *t = create_token(&d, "reader", "fleet-7");
     expect_status(&d, "/v1/jobs", t, 200, NULL);
     expect_status(&d, "/v1/jobs", "qdt_bogusbogusbogusbogusbogusbogusbogusbogusbog", 401, NULL);
-    char *log = qdt_join(d.root, "quantd.log");
+    char *log = kit_join(d.root, "quantd.log");
     bool named = false;
     for (int tries = 0; !named && tries < 40; tries++) { /* logged once the reply has gone */
-        if (tries) qdt_sleep_ms(50);
+        if (tries) kit_sleep_ms(50);
         FILE *f = fopen(log, "r");
         ck_assert_ptr_nonnull(f);
         char line[4096];

@@ -34,7 +34,7 @@ static char *empty_conf; /* DIR/empty.conf, named by QUANTD_CONFIG */
 
 static char *write_file(const char *name, const char *text)
 {
-    char *path = qdt_join(dir, name);
+    char *path = kit_join(dir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
@@ -44,7 +44,7 @@ static char *write_file(const char *name, const char *text)
 
 static char *make_dir(const char *name)
 {
-    char *path = qdt_join(dir, name);
+    char *path = kit_join(dir, name);
     ck_assert_int_eq(mkdir(path, 0700), 0);
     return path;
 }
@@ -71,7 +71,7 @@ static void teardown(void)
         free(saved_env[i]);
         saved_env[i] = NULL;
     }
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(empty_conf);
 }
@@ -193,7 +193,7 @@ END_TEST
 
 START_TEST(test_explicit_file_missing)
 {
-    char *missing = qdt_join(dir, "nope.conf");
+    char *missing = kit_join(dir, "nope.conf");
     char want[600];
     snprintf(want, sizeof want, "--config: %s: No such file or directory", missing);
     EXPECT_ERROR(want, "--config", missing);
@@ -778,7 +778,7 @@ START_TEST(test_source_roots)
 {
     char *a = make_dir("a"), *b = make_dir("b"), *c = make_dir("c");
     char *ra = realpath(a, NULL), *rb = realpath(b, NULL), *rc = realpath(c, NULL);
-    char *link = qdt_join(dir, "link");
+    char *link = kit_join(dir, "link");
     ck_assert_int_eq(symlink(a, link), 0);
     loaded r;
 
@@ -817,7 +817,7 @@ START_TEST(test_source_roots)
     done(&r);
 
     /* nonexistent, not a directory */
-    char *missing = qdt_join(dir, "missing");
+    char *missing = kit_join(dir, "missing");
     char want[PATH_MAX + 100];
     snprintf(want, sizeof want, "--source-root: %s: No such file or directory", missing);
     EXPECT_ERROR(want, "--source-root", a, "--source-root", missing);
@@ -1052,7 +1052,7 @@ START_TEST(test_shipped_conf)
     loaded defaults, as_is, uncommented;
     ck_assert_msg(LOAD(&defaults, NULL), "%s", defaults.msg);
     ck_assert_msg(LOAD(&as_is, "--config", shipped), "%s", as_is.msg);
-    char *path = qdt_join(dir, "uncommented.conf");
+    char *path = kit_join(dir, "uncommented.conf");
     FILE *w = fopen(path, "w");
     ck_assert_ptr_nonnull(w);
     char line[256];

@@ -30,29 +30,13 @@ static const char *quant_bin(void)
     return getenv("QUANT_BIN") ? getenv("QUANT_BIN") : "build/bin/quant";
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s: cannot open", path);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    ck_assert_int_ge(n, 0);
-    rewind(f);
-    char *p = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    p[n] = '\0';
-    fclose(f);
-    return p;
-}
-
 /* Runs argv (argv[0] looked up in PATH) with stdout and stderr in files of a temporary
  * directory; *out and *err (when not NULL) get them, malloc'd. Returns the exit status, or 128 +
  * the signal. Python writes no __pycache__ into the source tree. */
 static int run(const char *const *argv, char **out, char **err)
 {
     char *dir = qdt_tmpdir();
-    char *o = qdt_join(dir, "out"), *e = qdt_join(dir, "err");
+    char *o = kit_join(dir, "out"), *e = kit_join(dir, "err");
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -63,9 +47,9 @@ static int run(const char *const *argv, char **out, char **err)
     }
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    if (out) *out = slurp(o);
-    if (err) *err = slurp(e);
-    qdt_rmtree(dir);
+    if (out) *out = qdt_read_file(o, NULL);
+    if (err) *err = qdt_read_file(e, NULL);
+    kit_rmtree(dir);
     free(o);
     free(e);
     free(dir);
@@ -144,7 +128,7 @@ START_TEST(test_collect_posts)
 {
     qdp d;
     qdp_start(&d, NULL);
-    char *dump = qdt_join(d.root, "stats.json"), *out = NULL, *err = NULL;
+    char *dump = kit_join(d.root, "stats.json"), *out = NULL, *err = NULL;
     /* the default statistics: absmax and mean_sq (SPEC sections 8 and 9) */
     int st = run((const char *[]){python(), COLLECT, SHARDED, "--url", d.base, "--model", "stories",
                                   COLLECT_ARGS, "--run-id", "t1", NULL},
@@ -255,7 +239,7 @@ typedef struct kld {
 /* Quantizes the fixture with `rules` (a JSON list) into dir/name, then runs eval_kld.py on it. */
 static kld quantize_and_eval(const char *dir, const char *name, const char *rules)
 {
-    char *rules_path = qdt_join(dir, "rules.json"), *q = qdt_join(dir, name);
+    char *rules_path = kit_join(dir, "rules.json"), *q = kit_join(dir, name);
     FILE *f = fopen(rules_path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(rules, f);
@@ -309,7 +293,7 @@ START_TEST(test_eval_kld)
     /* nothing quantized: the same weights give the same logits, bit for bit */
     ck_assert_msg(k0.mean == 0.0 && k0.top1 == 1.0, "unquantized copy: KLD %g, top-1 %g", k0.mean,
                   k0.top1);
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 END_TEST
@@ -344,7 +328,7 @@ START_TEST(test_eval_kld_plain_and_refusals)
                   "%s", out);
     free(out);
     free(err);
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     st = run((const char *[]){python(), EVAL, SHARDED, "tests/data/no-such-checkpoint", NULL}, &out,
              &err);

@@ -106,7 +106,7 @@ static void copy_file(const char *from, const char *to)
  * files stay untouched for its restart) and checked. */
 static void assert_crash_image_ok(const qdp *d)
 {
-    char *dir = qdt_join(d->root, "crash"), *db = qdt_join(d->data_dir, "quantd.db");
+    char *dir = kit_join(d->root, "crash"), *db = kit_join(d->data_dir, "quantd.db");
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     char from[4200], to[4200];
     const char *suffix[] = {"", "-wal"};
@@ -117,7 +117,7 @@ static void assert_crash_image_ok(const qdp *d)
     }
     snprintf(to, sizeof to, "%s/quantd.db", dir);
     assert_db_ok(to);
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
     free(db);
 }
@@ -164,10 +164,10 @@ static int count_partials(const char *dir)
  * just after it stored the job's end, so this waits a little for it). */
 static void assert_no_leftovers(const qdp *d, int uploads)
 {
-    char *tmp = qdt_join(d->data_dir, "tmp"), *jobs = qdt_join(d->data_dir, "jobs");
-    char *up = qdt_join(d->data_dir, "uploads");
-    for (double t0 = qdt_now_s(); count_entries(up) != uploads && qdt_now_s() - t0 < 10;)
-        qdt_sleep_ms(10);
+    char *tmp = kit_join(d->data_dir, "tmp"), *jobs = kit_join(d->data_dir, "jobs");
+    char *up = kit_join(d->data_dir, "uploads");
+    for (double t0 = kit_now(); count_entries(up) != uploads && kit_now() - t0 < 10;)
+        kit_sleep_ms(10);
     ck_assert_msg(count_entries(tmp) == 0, "%s is not empty", tmp);
     ck_assert_msg(count_partials(jobs) == 0, "left behind: %s", partial_seen);
     ck_assert_msg(count_entries(up) == uploads, "%s: %d entries, wanted %d", up, count_entries(up),
@@ -181,7 +181,7 @@ static void assert_no_leftovers(const qdp *d, int uploads)
 static void stop_and_check(qdp *d)
 {
     ck_assert_int_eq(qdp_signal(d, SIGTERM), 0);
-    char *db = qdt_join(d->data_dir, "quantd.db");
+    char *db = kit_join(d->data_dir, "quantd.db");
     assert_db_ok(db);
     free(db);
     qdp_stop(d);
@@ -339,11 +339,11 @@ START_TEST(test_kill_mid_upload)
     put_rules(&d);
     long long done = upload_job(&d);
     char *sha = wait_success(&d, done, 60);
-    char *file = qdt_join(d.root, "upload.safetensors"), *tmp = qdt_join(d.data_dir, "tmp");
+    char *file = kit_join(d.root, "upload.safetensors"), *tmp = kit_join(d.data_dir, "tmp");
     qdt_make_big(file, 8, 2048); /* 256 MiB announced, 16 MiB sent */
     int fd = upload_part(&d, file, (size_t)(16 * MIB));
-    double t0 = qdt_now_s();
-    while (largest_file(tmp) < MIB && qdt_now_s() - t0 < 20) qdt_sleep_ms(10);
+    double t0 = kit_now();
+    while (largest_file(tmp) < MIB && kit_now() - t0 < 20) kit_sleep_ms(10);
     ck_assert_msg(largest_file(tmp) >= MIB, "the upload is not streaming into %s", tmp);
     ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
     close(fd);
@@ -370,8 +370,8 @@ static void wait_partial_output(qdp *d, long long id)
 {
     char name[32];
     snprintf(name, sizeof name, "jobs/%lld", id);
-    char *dir = qdt_join(d->data_dir, name);
-    double t0 = qdt_now_s();
+    char *dir = kit_join(d->data_dir, name);
+    double t0 = kit_now();
     for (;;) {
         json_t *j = qdp_get_job(d, id);
         bool running = strcmp(state_of(j), "running") == 0;
@@ -379,8 +379,8 @@ static void wait_partial_output(qdp *d, long long id)
             json_integer_value(json_object_get(json_object_get(j, "progress"), "bytes_done"));
         json_decref(j);
         if (running && done > 0 && access(dir, F_OK) == 0 && count_partials(dir) > 0) break;
-        ck_assert_msg(qdt_now_s() - t0 < 60, "job %lld wrote no partial output within 60 s", id);
-        qdt_sleep_ms(10);
+        ck_assert_msg(kit_now() - t0 < 60, "job %lld wrote no partial output within 60 s", id);
+        kit_sleep_ms(10);
     }
     free(dir);
 }
@@ -391,7 +391,7 @@ static void wait_partial_output(qdp *d, long long id)
  * partial is left. */
 START_TEST(test_kill_running_job)
 {
-    char *src = qdt_tmpdir(), *big = qdt_join(src, "big.safetensors");
+    char *src = qdt_tmpdir(), *big = kit_join(src, "big.safetensors");
     qdt_make_big(big, 8, JOB_ROWS);
     const char *args[] = {"--workers", "1", "--quant-threads", "1", "--source-root", src, NULL};
     qdp d;
@@ -419,7 +419,7 @@ START_TEST(test_kill_running_job)
     stop_and_check(&d);
     free(sha_a);
     free(sha_b);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(big);
     free(src);
 }
@@ -540,9 +540,9 @@ START_TEST(test_kill_stats_burst)
     }
     /* mid-burst: 400 ms in, and not before some post was answered (a loaded machine may take
      * longer for the first commit) */
-    qdt_sleep_ms(400);
+    kit_sleep_ms(400);
     for (int waited = 0; atomic_load(&answered) == 0 && waited < 20000; waited += 20)
-        qdt_sleep_ms(20);
+        kit_sleep_ms(20);
     ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
     int sent = 0, acked = 0;
     for (int i = 0; i < THREADS; i++) {
@@ -622,7 +622,7 @@ static void tmpfs_teardown(void)
     if (pid > 0 && kill(pid, SIGKILL) == 0) /* the test failed with quantd running */
         for (int i = 0; i < 500 && kill(pid, 0) == 0; i++) {
             waitpid(pid, NULL, WNOHANG); /* ours when Check does not fork */
-            qdt_sleep_ms(10);
+            kit_sleep_ms(10);
         }
     if (fx.mounted && umount2(fx.var, MNT_DETACH) != 0)
         fprintf(stderr, "faults: umount %s: %s\n", fx.var, strerror(errno));
@@ -654,7 +654,7 @@ START_TEST(test_full_disk)
                 fx.why);
         return;
     }
-    char *src = qdt_tmpdir(), *big = qdt_join(src, "big.safetensors");
+    char *src = qdt_tmpdir(), *big = kit_join(src, "big.safetensors");
     qdt_make_big(big, 8, 8192); /* 1 GiB of F32 -> 256 MiB of int8 */
     qdp d = {.root = strdup(fx.root), .data_dir = strdup(fx.var)};
     const char *args[] = {"--min-free-disk", "0", "--workers", "1", "--source-root", src, NULL};
@@ -677,7 +677,7 @@ START_TEST(test_full_disk)
     ck_assert_msg(r.status == 409, "GET %s: %ld %s", path, r.status, r.body);
     qdp_resp_free(&r);
     snprintf(path, sizeof path, "jobs/%lld", id);
-    char *job_dir = qdt_join(fx.var, path);
+    char *job_dir = kit_join(fx.var, path);
     ck_assert_msg(access(job_dir, F_OK) != 0, "%s is still there", job_dir);
     free(job_dir);
     assert_no_leftovers(&d, 0);
@@ -697,12 +697,12 @@ START_TEST(test_full_disk)
     free(sha);
     ck_assert_int_eq(qdp_signal(&d, SIGTERM), 0);
     *fx.quantd = 0;
-    char *db = qdt_join(fx.var, "quantd.db");
+    char *db = kit_join(fx.var, "quantd.db");
     assert_db_ok(db);
     free(db);
     free(d.root);
     free(d.data_dir);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(big);
     free(src);
 }

@@ -46,10 +46,10 @@
 static ssize_t read_within(int fd, char *buf, size_t len, int ms)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    double end = qdt_now_s() + ms / 1000.0;
+    double end = kit_now() + ms / 1000.0;
     size_t at = 0;
     while (at + 1 < len) {
-        int left = (int)((end - qdt_now_s()) * 1000);
+        int left = (int)((end - kit_now()) * 1000);
         if (left <= 0 || poll(&p, 1, left) <= 0) break;
         ssize_t k = recv(fd, buf + at, len - 1 - at, 0);
         if (k <= 0) {
@@ -102,9 +102,9 @@ START_TEST(test_slow_headers)
     }
     int drip = qdp_raw_connect(&d);
     const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
-    double t0 = qdt_now_s();
+    double t0 = kit_now();
     bool drip_cut = false;
-    for (size_t i = 0; !drip_cut && i < strlen(req) && qdt_now_s() - t0 < 6; i++) {
+    for (size_t i = 0; !drip_cut && i < strlen(req) && kit_now() - t0 < 6; i++) {
         drip_cut = !qdp_send_all(drip, req + i, 1);
         qdp_resp r = qdp_req(&d, "GET", "/healthz", NULL, NULL, 0, NULL); /* others served */
         ck_assert_int_eq(r.status, 200);
@@ -113,7 +113,7 @@ START_TEST(test_slow_headers)
         if (!drip_cut && read_within(drip, buf, sizeof buf, 200) == 0) drip_cut = true;
     }
     ck_assert_msg(drip_cut, "a client sending a byte every 200 ms was not cut off");
-    double cut_after = qdt_now_s() - t0;
+    double cut_after = kit_now() - t0;
     ck_assert_msg(cut_after < 3.0, "cut after %.1f s (header_timeout 1)", cut_after);
     for (int i = 0; i < N; i++) {
         char buf[64];
@@ -128,13 +128,13 @@ START_TEST(test_slow_headers)
     ck_assert(qdp_send_all(ka, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
     ck_assert(read_within(ka, buf, sizeof buf, 2000) > 0);
     ck_assert_int_eq(status_in(buf), 200);
-    t0 = qdt_now_s();
+    t0 = kit_now();
     bool cut = false;
-    while (!cut && qdt_now_s() - t0 < 8) {
+    while (!cut && kit_now() - t0 < 8) {
         cut = !qdp_send_all(ka, "G", 1) || read_within(ka, buf, sizeof buf, 500) == 0;
     }
-    ck_assert_msg(cut && qdt_now_s() - t0 < 5, "kept-alive trickler cut after %.1f s",
-                  qdt_now_s() - t0);
+    ck_assert_msg(cut && kit_now() - t0 < 5, "kept-alive trickler cut after %.1f s",
+                  kit_now() - t0);
     close(ka);
     /* the log and the metrics say which limit */
     qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
@@ -161,7 +161,7 @@ START_TEST(test_half_closed)
     };
     for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
         int fd = qdp_raw_connect(&d);
-        double t0 = qdt_now_s();
+        double t0 = kit_now();
         ck_assert(qdp_send_all(fd, reqs[i], strlen(reqs[i])));
         ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
         char buf[4096];
@@ -171,7 +171,7 @@ START_TEST(test_half_closed)
             k = read_within(fd, buf, sizeof buf, 3000);
         }
         ck_assert_msg(k == 0, "request %zu: the connection stayed open (%zd)", i, k);
-        ck_assert_msg(qdt_now_s() - t0 < 2.5, "closed after %.1f s", qdt_now_s() - t0);
+        ck_assert_msg(kit_now() - t0 < 2.5, "closed after %.1f s", kit_now() - t0);
         close(fd);
     }
     int ka = qdp_raw_connect(&d);
@@ -192,10 +192,10 @@ START_TEST(test_slow_body)
     qdp d;
     qdp_start(&d, (const char *[]){"--body-timeout", "1", "--body-min-rate", "1K", NULL});
     int fd = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 100000);
-    double t0 = qdt_now_s();
+    double t0 = kit_now();
     bool cut = false;
     char buf[256];
-    while (!cut && qdt_now_s() - t0 < 6) {
+    while (!cut && kit_now() - t0 < 6) {
         cut = !qdp_send_all(fd, " ", 1) || read_within(fd, buf, sizeof buf, 200) == 0;
         qdp_resp r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1,
                              strlen(POST1), NULL);
@@ -203,7 +203,7 @@ START_TEST(test_slow_body)
         qdp_resp_free(&r);
     }
     ck_assert_msg(cut, "a body at 5 bytes/s was not cut");
-    ck_assert_msg(qdt_now_s() - t0 < 3.5, "cut after %.1f s", qdt_now_s() - t0);
+    ck_assert_msg(kit_now() - t0 < 3.5, "cut after %.1f s", kit_now() - t0);
     close(fd);
     qdp_stop(&d);
 }
@@ -217,14 +217,14 @@ START_TEST(test_per_ip_limit)
     qdp_start(&d, (const char *[]){"--max-connections-per-ip", "3", NULL});
     int held[3];
     for (int i = 0; i < 3; i++) held[i] = qdp_raw_connect(&d);
-    qdt_sleep_ms(200);
+    kit_sleep_ms(200);
     int extra = qdp_raw_connect(&d);
     char buf[256];
     qdp_send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
     ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0); /* closed, no answer */
     close(extra);
     close(held[0]);
-    qdt_sleep_ms(300);
+    kit_sleep_ms(300);
     int again = qdp_raw_connect(&d);
     ck_assert(qdp_send_all(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34));
     ck_assert(read_within(again, buf, sizeof buf, 2000) > 0);
@@ -238,13 +238,13 @@ START_TEST(test_per_ip_limit)
               (const char *[]){"--max-connections", "4", "--max-connections-per-ip", "0", NULL});
     int all[4];
     for (int i = 0; i < 4; i++) all[i] = qdp_raw_connect(&d);
-    qdt_sleep_ms(200);
+    kit_sleep_ms(200);
     extra = qdp_raw_connect(&d);
     qdp_send_all(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34);
     ck_assert_int_eq(read_within(extra, buf, sizeof buf, 2000), 0);
     close(extra);
     for (int i = 0; i < 4; i++) close(all[i]);
-    qdt_sleep_ms(600); /* the guard's sweep logs and counts the refusal */
+    kit_sleep_ms(600); /* the guard's sweep logs and counts the refusal */
     qdp_resp r = qdp_req(&d, "GET", "/metrics", NULL, NULL, 0, NULL);
     ck_assert_msg(strstr(r.body, "quantd_limit_hits_total{limit=\"max_connections\"} 1"), "%s",
                   strstr(r.body, "quantd_limit_hits_total"));
@@ -275,7 +275,7 @@ START_TEST(test_body_budget)
 {
     qdp d;
     qdp_start(&d, (const char *[]){"--max-body-memory", "64M", "--max-stats-body", "32M", NULL});
-    qdt_sleep_ms(200);
+    kit_sleep_ms(200);
     long before = rss_kib(d.pid);
     enum { N = 16 };
     int fds[N], admitted = 0, busy = 0;
@@ -299,7 +299,7 @@ START_TEST(test_body_budget)
     }
     ck_assert_int_eq(admitted, 2);
     ck_assert_int_eq(busy, N - 2);
-    qdt_sleep_ms(300);
+    kit_sleep_ms(300);
     long grown = rss_kib(d.pid) - before;
     ck_assert_msg(grown < (64 + 32) * 1024 || !RSS_MEANINGFUL, "RSS grew by %ld KiB", grown);
     /* the error names the limit */
@@ -308,7 +308,7 @@ START_TEST(test_body_budget)
     ck_assert_msg(strstr(r.body, "\"limit\":\"max_body_memory\""), "%s", r.body);
     qdp_resp_free(&r);
     for (int i = 0; i < N; i++) close(fds[i]);
-    qdt_sleep_ms(300); /* the stalled requests end: their share comes back */
+    kit_sleep_ms(300); /* the stalled requests end: their share comes back */
     r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", POST1, strlen(POST1), NULL);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
@@ -326,7 +326,7 @@ START_TEST(test_body_budget_chunked)
     int hold = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 900 * 1024);
     char buf[512];
     ck_assert_int_eq(read_within(hold, buf, sizeof buf, 300), -1); /* admitted, waiting */
-    char *file = qdt_join(d.root, "post.bin");
+    char *file = kit_join(d.root, "post.bin");
     FILE *f = fopen(file, "wb");
     ck_assert_ptr_nonnull(f);
     for (int i = 0; i < 300 * 1024; i++) fputc(' ', f);
@@ -387,9 +387,9 @@ START_TEST(test_upload_refused_early)
     ck_assert(read_within(fd, buf, sizeof buf, 3000) > 0);
     ck_assert_int_eq(status_in(buf), 413);
     close(fd);
-    char *log = qdt_join(d.root, "quantd.log");
+    char *log = kit_join(d.root, "quantd.log");
     bool logged = false;
-    for (int tries = 0; !logged && tries < 40; tries++, qdt_sleep_ms(50)) { /* logged at its end */
+    for (int tries = 0; !logged && tries < 40; tries++, kit_sleep_ms(50)) { /* logged at its end */
         FILE *lf = fopen(log, "r");
         ck_assert_ptr_nonnull(lf);
         char line[4096];
@@ -419,7 +419,7 @@ START_TEST(test_disk_reserve)
     ck_assert_msg(r.status == 507, "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
     qdp_stop(&d);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST
@@ -445,7 +445,7 @@ static long long post_job(qdp *d, const char *body, long want, qdp_resp *keep)
  * body). */
 START_TEST(test_queue_cap)
 {
-    char *src = qdt_tmpdir(), *big = qdt_join(src, "big.safetensors");
+    char *src = qdt_tmpdir(), *big = kit_join(src, "big.safetensors");
     qdt_make_big(big, 8, 8192);
     setenv("QUANTD_QUANT_THREADS", "1", 1);
     qdp d;
@@ -476,7 +476,7 @@ START_TEST(test_queue_cap)
     }
     json_decref(qdp_wait_job(&d, a, 60));
     qdp_stop(&d);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(big);
     free(src);
 }
@@ -516,8 +516,8 @@ START_TEST(test_retention)
     long long a = upload_job(&d);
     ck_assert_int_eq(get_status(&d, a, "/output", NULL), 200);
     ck_assert_int_eq(get_status(&d, a, "", "\"outputs_removed_at\":null"), 200);
-    double t0 = qdt_now_s();
-    while (get_status(&d, a, "/output", NULL) == 200 && qdt_now_s() - t0 < 10) qdt_sleep_ms(200);
+    double t0 = kit_now();
+    while (get_status(&d, a, "/output", NULL) == 200 && kit_now() - t0 < 10) kit_sleep_ms(200);
     ck_assert_int_eq(get_status(&d, a, "/output", "\"limit\":\"retention\""), 410);
     ck_assert_int_eq(get_status(&d, a, "/outputs/model.safetensors", NULL), 410);
     ck_assert_int_eq(get_status(&d, a, "/report", "\"tensors\""), 200);
@@ -530,8 +530,8 @@ START_TEST(test_retention)
     qdp_start(&d, (const char *[]){"--keep-outputs", "1", NULL});
     put_rules(&d);
     long long b = upload_job(&d), c = upload_job(&d);
-    t0 = qdt_now_s();
-    while (get_status(&d, b, "/output", NULL) == 200 && qdt_now_s() - t0 < 10) qdt_sleep_ms(100);
+    t0 = kit_now();
+    while (get_status(&d, b, "/output", NULL) == 200 && kit_now() - t0 < 10) kit_sleep_ms(100);
     ck_assert_int_eq(get_status(&d, b, "/output", NULL), 410);
     ck_assert_int_eq(get_status(&d, c, "/output", NULL), 200);
     qdp_stop(&d);

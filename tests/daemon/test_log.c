@@ -475,7 +475,7 @@ static void expect_datagram(int fd, const char *want)
 START_TEST(test_notify_path)
 {
     char *dir = qdt_tmpdir();
-    char *path = qdt_join(dir, "notify");
+    char *path = kit_join(dir, "notify");
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     ck_assert_uint_lt(strlen(path), sizeof addr.sun_path);
     strcpy(addr.sun_path, path);
@@ -490,7 +490,7 @@ START_TEST(test_notify_path)
     close(fd);
     /* nobody listening any more: false, no crash */
     ck_assert(!qd_notify("STOPPING=1"));
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(path);
     free(dir);
 }

@@ -169,37 +169,12 @@ static bool oa_scan(const char *text, oa_ops *ops)
     return true;
 }
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap + 1);
-    size_t k;
-    while (buf && (k = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += k;
-        if (len == cap) {
-            char *b = realloc(buf, cap * 2 + 1);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    return buf;
-}
-
 /* ---- the spec against the router -------------------------------------------------------------
  */
 
 START_TEST(test_spec_matches_router)
 {
-    char *text = read_text(SPEC_PATH);
+    char *text = kit_read_file(SPEC_PATH, NULL);
     ck_assert_msg(text, "cannot read %s (tests run from the repository root)", SPEC_PATH);
     oa_ops ops;
     bool ok = oa_scan(text, &ops);
@@ -339,7 +314,7 @@ static const char *error_code_schema(const char *text, const char **end)
 
 START_TEST(test_error_codes_match_spec)
 {
-    char *text = read_text(SPEC_PATH);
+    char *text = kit_read_file(SPEC_PATH, NULL);
     ck_assert_ptr_nonnull(text);
     const char *end, *schema = error_code_schema(text, &end);
     ck_assert_msg(schema, SPEC_PATH " has no ErrorCode schema");

@@ -38,21 +38,6 @@ static void sha256_hex(const void *p, size_t n, char out[65])
     hex_of(d, out);
 }
 
-/* The whole file (malloc'd), its size to *len; fails the test when it cannot be read. */
-static char *slurp_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    ck_assert(p && fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 /* A copy of the 2-shard fixture under a fresh source root; quantd started on it. */
 static char *start_on_fixture(qdp *d, const char *const *more)
 {
@@ -165,16 +150,16 @@ static void check_extracted(const char *file, json_t *outputs)
     json_t *o;
     json_array_foreach(outputs, i, o)
     {
-        char *path = qdt_join(dir, json_string_value(json_object_get(o, "name"))), hex[65];
+        char *path = kit_join(dir, json_string_value(json_object_get(o, "name"))), hex[65];
         size_t len;
-        char *p = slurp_file(path, &len);
+        char *p = qdt_read_file(path, &len);
         ck_assert_int_eq((long long)len, json_integer_value(json_object_get(o, "bytes")));
         sha256_hex(p, len, hex);
         ck_assert_str_eq(hex, json_string_value(json_object_get(o, "sha256")));
         free(p);
         free(path);
     }
-    qdt_rmtree(dir);
+    kit_rmtree(dir);
     free(dir);
 }
 
@@ -247,7 +232,7 @@ START_TEST(test_tar_of_checkpoint)
 {
     qdp d;
     char *src = start_on_fixture(&d, NULL);
-    char *keep = qdt_tmpdir(), *file = qdt_join(keep, "job.tar");
+    char *keep = qdt_tmpdir(), *file = kit_join(keep, "job.tar");
     json_t *native = dir_job(&d, src, "native"), *ct = dir_job(&d, src, "compressed-tensors");
     check_job_tar(&d, native, file);
     check_job_tar(&d, ct, file);
@@ -266,8 +251,8 @@ START_TEST(test_tar_of_checkpoint)
     json_decref(native);
     json_decref(ct);
     qdp_stop(&d);
-    qdt_rmtree(keep);
-    qdt_rmtree(src);
+    kit_rmtree(keep);
+    kit_rmtree(src);
     free(file);
     free(keep);
     free(src);
@@ -316,7 +301,7 @@ START_TEST(test_tar_refusals)
         qdp_resp g = qdp_req(&d, "GET", path, NULL, NULL, 0, NULL);
         status = g.status;
         qdp_resp_free(&g);
-        if (status != 410) qdt_sleep_ms(100);
+        if (status != 410) kit_sleep_ms(100);
     }
     expect_code(&d, path, 410, "outputs_removed");
     snprintf(path, sizeof path, "/v1/jobs/%lld/outputs.tar", id_of(first));
@@ -327,7 +312,7 @@ START_TEST(test_tar_refusals)
     json_decref(second);
     qdp_stop(&d);
     unsetenv("QUANTD_QUANT_THREADS");
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST
@@ -377,7 +362,7 @@ START_TEST(test_tar_roles)
     free(tr);
     json_decref(job);
     qdp_stop(&d);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST
@@ -435,9 +420,9 @@ START_TEST(test_tar_file_changed)
     raw_get(&d, path, &announced, &got);
     ck_assert_msg(got < announced, "a changed file still gave the whole tar (%lld of %lld)", got,
                   announced);
-    char *log = qdt_join(d.root, "quantd.log");
+    char *log = kit_join(d.root, "quantd.log");
     size_t len;
-    char *text = slurp_file(log, &len);
+    char *text = qdt_read_file(log, &len);
     ck_assert_msg(strstr(text, "msg=\"tar download cut\"") &&
                       strstr(text, "member=model-00002-of-00002.safetensors"),
                   "the cut is not logged");
@@ -445,7 +430,7 @@ START_TEST(test_tar_file_changed)
     free(log);
     json_decref(job);
     qdp_stop(&d);
-    qdt_rmtree(src);
+    kit_rmtree(src);
     free(src);
 }
 END_TEST

@@ -47,7 +47,7 @@ static void start(plan_fixture *f)
 static void stop(plan_fixture *f)
 {
     qdp_stop(&f->d);
-    qdt_rmtree(f->src);
+    kit_rmtree(f->src);
     free(f->src);
 }
 
@@ -218,8 +218,8 @@ START_TEST(test_plan_upload)
 {
     plan_fixture f;
     start(&f);
-    char *shard = qdt_join(f.src, "stories/model-00001-of-00002.safetensors");
-    char *hdr = qdt_join(f.src, "header.bin"), *junk = qdt_join(f.src, "junk.bin");
+    char *shard = kit_join(f.src, "stories/model-00001-of-00002.safetensors");
+    char *hdr = kit_join(f.src, "header.bin"), *junk = kit_join(f.src, "junk.bin");
     write_header_only(shard, hdr);
     qdp_resp r = qdp_upload(&f.d, "/v1/plans?ruleset=r", hdr);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);

@@ -1,10 +1,10 @@
 /* test_sources.c -- server-side checkpoints stay under their source root, through the real
  * quantd: links in a source directory (to a file, a directory, /proc/self/environ, quantd's own
  * database) refuse the job (422, planned before it is accepted) naming the entry; a link as the
- * path itself or on the way to it is refused at request time; paths outside the roots get one answer whether
- * they exist or not; a link swapped in after the job was accepted fails the job naming it and
- * publishes nothing; no error shows a server path.
- * SPDX-License-Identifier: Apache-2.0
+ * path itself or on the way to it is refused at request time; paths outside the roots get one
+ * answer whether they exist or not; a link swapped in after the job was accepted fails the job
+ * naming it and publishes nothing; no error shows a server path. SPDX-License-Identifier:
+ * Apache-2.0
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -47,7 +47,7 @@ static void start(src_fixture *f, const char *workers)
 static void stop(src_fixture *f)
 {
     qdp_stop(&f->d);
-    qdt_rmtree(f->src);
+    kit_rmtree(f->src);
     free(f->src);
 }
 
@@ -115,8 +115,8 @@ START_TEST(test_links_in_source_dir)
                  {"/etc", "extra"},
                  {"model-00001-of-00002.safetensors", "copy.safetensors"}}; /* even inside */
     for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
-        char *dir = qdt_join(f.src, "stories"), *link = qdt_join(dir, links[i].name);
-        char *db = qdt_join(f.d.data_dir, "quantd.db");
+        char *dir = kit_join(f.src, "stories"), *link = kit_join(dir, links[i].name);
+        char *db = kit_join(f.d.data_dir, "quantd.db");
         unlink(link);
         ck_assert_int_eq(symlink(links[i].target ? links[i].target : db, link), 0);
         char entry[128];
@@ -128,8 +128,8 @@ START_TEST(test_links_in_source_dir)
         free(dir);
     }
     /* a shard that is a link, with the index naming it */
-    char *shard = qdt_join(f.src, "stories/model-00002-of-00002.safetensors");
-    char *moved = qdt_join(f.src, "elsewhere.safetensors");
+    char *shard = kit_join(f.src, "stories/model-00002-of-00002.safetensors");
+    char *moved = kit_join(f.src, "elsewhere.safetensors");
     ck_assert_int_eq(rename(shard, moved), 0);
     ck_assert_int_eq(symlink(moved, shard), 0);
     refused_naming(&f, "stories", "stories/model-00002-of-00002.safetensors");
@@ -150,11 +150,11 @@ START_TEST(test_link_on_the_path)
 {
     src_fixture f;
     start(&f, "1");
-    char *a = qdt_join(f.src, "alias"), *b = qdt_join(f.src, "d");
-    char *stories = qdt_join(f.src, "stories");
+    char *a = kit_join(f.src, "alias"), *b = kit_join(f.src, "d");
+    char *stories = kit_join(f.src, "stories");
     ck_assert_int_eq(symlink(stories, a), 0);
     ck_assert_int_eq(mkdir(b, 0755), 0);
-    char *inner = qdt_join(b, "in");
+    char *inner = kit_join(b, "in");
     ck_assert_int_eq(symlink("/etc", inner), 0);
     static const struct {
         const char *path, *named;
@@ -229,12 +229,12 @@ START_TEST(test_link_swapped_in_later)
     setenv("QUANTD_QUANT_THREADS", "1", 1);
     start(&f, "1");
     unsetenv("QUANTD_QUANT_THREADS");
-    char *big = qdt_join(f.src, "big.safetensors");
+    char *big = kit_join(f.src, "big.safetensors");
     qdt_make_big(big, 8, 8192);
     long long first = accepted(&f, "big.safetensors");
     json_decref(qdp_wait_state(&f.d, first, "running", 30));
     long long id = accepted(&f, "stories");
-    char *cfg = qdt_join(f.src, "stories/config.json");
+    char *cfg = kit_join(f.src, "stories/config.json");
     ck_assert_int_eq(unlink(cfg), 0);
     ck_assert_int_eq(symlink("/etc/passwd", cfg), 0);
     char path[64];

@@ -231,15 +231,15 @@ START_TEST(test_binary_posts)
     static const float v[6] = {1, 2.5, 3, 0.25, 1024, 0.5};
     float lo[2] = {-1.5f, -2}, hi[2] = {3, 0.75f};
     uint16_t *bf = stt_bf16(v, 6), *bf_lo = stt_bf16(lo, 2), *bf_hi = stt_bf16(hi, 2);
-    stt_tensor f32[] = {{"layers/0/mlp/x/absmax", "F32", 2, {2, 3}, v, 24},
-                        {"y/min", "F32", 1, {2}, lo, 8},
-                        {"y/max", "F32", 1, {2}, hi, 8}};
-    stt_tensor b16[] = {{"layers/0/mlp/x/absmax", "BF16", 2, {2, 3}, bf, 12},
-                        {"y/min", "BF16", 1, {2}, bf_lo, 4},
-                        {"y/max", "BF16", 1, {2}, bf_hi, 4}};
+    kit_st_tensor f32[] = {{"layers/0/mlp/x/absmax", "F32", 2, {2, 3}, v, 24},
+                           {"y/min", "F32", 1, {2}, lo, 8},
+                           {"y/max", "F32", 1, {2}, hi, 8}};
+    kit_st_tensor b16[] = {{"layers/0/mlp/x/absmax", "BF16", 2, {2, 3}, bf, 12},
+                           {"y/min", "BF16", 1, {2}, bf_lo, 4},
+                           {"y/max", "BF16", 1, {2}, bf_hi, 4}};
     size_t n1, n2;
-    unsigned char *b1 = stt_build(f32, 3, NULL, &n1),
-                  *b2 = stt_build(b16, 3, "{\"step\":\"9\"}", &n2);
+    unsigned char *b1 = kit_st_build(f32, 3, NULL, &n1),
+                  *b2 = kit_st_build(b16, 3, "{\"step\":\"9\"}", &n2);
     qdp_resp r = post(&d, "f32", "?step=7", "application/octet-stream", b1, n1);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     ck_assert_ptr_nonnull(strstr(r.body, "\"step\":7"));
@@ -273,9 +273,9 @@ START_TEST(test_binary_posts)
     /* a binary post that is not valid safetensors, and one with a bad tensor */
     r = post(&d, "f32", NULL, "application/octet-stream", b1, n1 - 1);
     assert_error(&r, 400, "invalid_stats", "safetensors body: ");
-    stt_tensor bad = {"x/mean", "F32", 1, {2}, lo, 8};
+    kit_st_tensor bad = {"x/mean", "F32", 1, {2}, lo, 8};
     size_t nb;
-    unsigned char *b3 = stt_build(&bad, 1, NULL, &nb);
+    unsigned char *b3 = kit_st_build(&bad, 1, NULL, &nb);
     r = post(&d, "f32", NULL, "application/octet-stream", b3, nb);
     assert_error(&r, 400, "invalid_stats", "activation 'x': tensor 'x/mean': unknown statistic");
     ck_assert_int_eq(count_of(&d, "f32", "y"), 1);
@@ -653,11 +653,11 @@ START_TEST(test_mean_sq_posts)
                        yq[2][2] = {{3, 0}, {1, 1}};
     for (int k = 0; k < 2; k++) {
         uint16_t *bq = stt_bf16(yq[k], 2);
-        stt_tensor t[] = {{"l/0/x/absmax", "F32", 2, {1, 2}, xa[k], 8},
-                          {"l/0/x/mean_sq", "F32", 1, {4}, xq[k], 16},
-                          {"l/1/y/mean_sq", "BF16", 1, {2}, bq, 4}};
+        kit_st_tensor t[] = {{"l/0/x/absmax", "F32", 2, {1, 2}, xa[k], 8},
+                             {"l/0/x/mean_sq", "F32", 1, {4}, xq[k], 16},
+                             {"l/1/y/mean_sq", "BF16", 1, {2}, bq, 4}};
         size_t len;
-        unsigned char *body = stt_build(t, 3, NULL, &len);
+        unsigned char *body = kit_st_build(t, 3, NULL, &len);
         qdp_resp r = post(&d, "st", NULL, "application/octet-stream", body, len);
         ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
         qdp_resp_free(&r);
@@ -777,9 +777,9 @@ START_TEST(test_mean_sq_rejected)
         qdp_resp r = post_json(&d, "k", NULL, bad[i].body);
         assert_error(&r, 400, "invalid_stats", bad[i].want);
     }
-    stt_tensor t = {"both/mean_sq", "F32", 1, {2}, (const float[]){1, -1}, 8};
+    kit_st_tensor t = {"both/mean_sq", "F32", 1, {2}, (const float[]){1, -1}, 8};
     size_t len;
-    unsigned char *body = stt_build(&t, 1, NULL, &len);
+    unsigned char *body = kit_st_build(&t, 1, NULL, &len);
     qdp_resp r = post(&d, "k", NULL, "application/octet-stream", body, len);
     assert_error(&r, 400, "invalid_stats", "activation 'both': mean_sq value 1 is -1");
     free(body);
@@ -944,14 +944,14 @@ START_TEST(test_writers_take_turns)
     enum { ACTS = 64, N = 4096, THREADS = 4 };
     static float v[N];
     for (int i = 0; i < N; i++) v[i] = (float)(i % 97) * 0.01f;
-    stt_tensor t[ACTS];
+    kit_st_tensor t[ACTS];
     char names[ACTS][32];
     for (int a = 0; a < ACTS; a++) {
         snprintf(names[a], sizeof names[a], "layers/%d/x/absmax", a);
-        t[a] = (stt_tensor){names[a], "F32", 1, {N}, v, sizeof v};
+        t[a] = (kit_st_tensor){names[a], "F32", 1, {N}, v, sizeof v};
     }
     size_t len;
-    unsigned char *body = stt_build(t, ACTS, NULL, &len);
+    unsigned char *body = kit_st_build(t, ACTS, NULL, &len);
     qdp d;
     qdp_start(&d, NULL);
     atomic_int stop;
@@ -1119,14 +1119,14 @@ START_TEST(test_body_limits)
     enum { ACTS = 64, ELEMS = 4096 };
     float *v = malloc(ACTS * ELEMS * sizeof *v);
     for (int i = 0; i < ACTS * ELEMS; i++) v[i] = (float)(i % 1000) * 0.5f;
-    stt_tensor t[ACTS];
+    kit_st_tensor t[ACTS];
     char names[ACTS][32];
     for (int i = 0; i < ACTS; i++) {
         snprintf(names[i], sizeof names[i], "layers/%d/x/absmax", i);
-        t[i] = (stt_tensor){names[i], "F32", 2, {4, ELEMS / 4}, v + i * ELEMS, ELEMS * 4};
+        t[i] = (kit_st_tensor){names[i], "F32", 2, {4, ELEMS / 4}, v + i * ELEMS, ELEMS * 4};
     }
     size_t len;
-    unsigned char *body = stt_build(t, ACTS, NULL, &len);
+    unsigned char *body = kit_st_build(t, ACTS, NULL, &len);
     ck_assert_uint_gt(len, 1u << 20);
     qdp_resp r = post(&d, "big", NULL, "application/octet-stream", body, len);
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
@@ -1149,10 +1149,10 @@ START_TEST(test_body_limits)
     ck_assert_int_eq(qdp_signal(&d, SIGTERM), 0);
     const char *small[] = {"--max-stats-body", "64K", NULL};
     qdp_restart(&d, small);
-    stt_tensor huge = {"h/absmax", "F32", 1, {20000}, NULL, 80000};
+    kit_st_tensor huge = {"h/absmax", "F32", 1, {20000}, NULL, 80000};
     void *zeros = calloc(1, huge.nbytes);
     huge.data = zeros;
-    body = stt_build(&huge, 1, NULL, &len);
+    body = kit_st_build(&huge, 1, NULL, &len);
     r = post(&d, "big", NULL, "application/octet-stream", body, len);
     assert_error(&r, 413, "too_large", NULL);
     ck_assert_int_eq(count_of(&d, "big", "h"), 0);
@@ -1218,7 +1218,7 @@ static long long model_int(qdp *d, const char *model, const char *field)
 /* Runs sql on quantd's database (another writer: it waits its turn). */
 static void db_exec(qdp *d, const char *sql)
 {
-    char *path = qdt_join(d->data_dir, "quantd.db");
+    char *path = kit_join(d->data_dir, "quantd.db");
     sqlite3 *db = NULL;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     sqlite3_busy_timeout(db, 10000);
@@ -1261,9 +1261,9 @@ START_TEST(test_idem_replay)
     free(post_key_ok(&d, "m", "?mode=merge", dump, "merge-1", true));
     ck_assert_int_eq(count_of(&d, "m", "a"), 5);
     static const float v[2] = {1, 2};
-    stt_tensor t = {"a/absmax", "F32", 1, {2}, v, 8};
+    kit_st_tensor t = {"a/absmax", "F32", 1, {2}, v, 8};
     size_t len;
-    unsigned char *bin = stt_build(&t, 1, "{\"step\":\"9\"}", &len);
+    unsigned char *bin = kit_st_build(&t, 1, "{\"step\":\"9\"}", &len);
     for (int k = 0; k < 2; k++) {
         qdp_resp r =
             post_with(&d, "m", NULL, "application/octet-stream", bin, len, "Idempotency-Key: st-9");
@@ -1306,9 +1306,9 @@ START_TEST(test_idem_conflict)
     assert_error(&r, 409, "idempotency_conflict", "k-1");
     /* a valid safetensors post under a key a JSON post took */
     static const float v[2] = {1, 2};
-    stt_tensor t = {"a/absmax", "F32", 1, {2}, v, 8};
+    kit_st_tensor t = {"a/absmax", "F32", 1, {2}, v, 8};
     size_t len;
-    unsigned char *bin = stt_build(&t, 1, NULL, &len);
+    unsigned char *bin = kit_st_build(&t, 1, NULL, &len);
     r = post_with(&d, "m", NULL, "application/octet-stream", bin, len, "Idempotency-Key: k-1");
     assert_error(&r, 409, "idempotency_conflict", "k-1");
     free(bin);

@@ -351,7 +351,7 @@ START_TEST(test_st_dtypes)
     double d6[6];
     for (int i = 0; i < 6; i++) d6[i] = vals6[i];
     float lo = -1.5f, hi = 2;
-    stt_tensor t[] = {
+    kit_st_tensor t[] = {
         {"layers/0/mlp/x/absmax", "F32", 2, {2, 3}, vals6, 24},
         {"layers/1/y/absmax", "BF16", 1, {6}, bf, 12},
         {"z/absmax", "F16", 3, {1, 6, 1}, hf, 12},
@@ -360,7 +360,7 @@ START_TEST(test_st_dtypes)
         {"mm/min", "F32", 0, {0}, &lo, 4},
     };
     size_t len;
-    unsigned char *body = stt_build(t, 6, "{\"step\":\"42\",\"format\":\"pt\"}", &len);
+    unsigned char *body = kit_st_build(t, 6, "{\"step\":\"42\",\"format\":\"pt\"}", &len);
     qd_stat_post p;
     qd_err err;
     qd_status st = qd_stats_parse_safetensors(body, len, &p, &err);
@@ -398,7 +398,7 @@ START_TEST(test_st_dtypes)
 END_TEST
 
 typedef struct st_bad {
-    stt_tensor t[2];
+    kit_st_tensor t[2];
     size_t n;
     const char *meta;
     const char *want;
@@ -464,7 +464,7 @@ START_TEST(test_st_malformed)
 {
     const st_bad *c = &st_bad_cases[_i];
     size_t len;
-    unsigned char *body = stt_build(c->t, c->n, c->meta, &len);
+    unsigned char *body = kit_st_build(c->t, c->n, c->meta, &len);
     qd_stat_post p;
     qd_err err;
     qd_status st = qd_stats_parse_safetensors(body, len, &p, &err);
@@ -482,13 +482,13 @@ START_TEST(test_st_mean_sq)
 {
     static const float sq4[4] = {0.25f, 4, 0, 9};
     uint16_t *bf = stt_bf16(sq4, 4);
-    stt_tensor t[] = {
+    kit_st_tensor t[] = {
         {"l/0/x/absmax", "F32", 2, {1, 2}, two, 8},
         {"l/0/x/mean_sq", "F32", 1, {4}, sq4, 16},
         {"l/1/y/mean_sq", "BF16", 1, {4}, bf, 8},
     };
     size_t len;
-    unsigned char *body = stt_build(t, 3, NULL, &len);
+    unsigned char *body = kit_st_build(t, 3, NULL, &len);
     qd_stat_post p;
     qd_err err;
     qd_status st = qd_stats_parse_safetensors(body, len, &p, &err);
@@ -518,9 +518,9 @@ START_TEST(test_st_not_safetensors)
     const char *json = "{\"stats\":{}}";
     ck_assert_int_eq(qd_stats_parse_safetensors(json, strlen(json), &p, &err), QD_INVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "safetensors body: not a safetensors file ("));
-    stt_tensor t = {"a/absmax", "F32", 1, {2}, two, 8};
+    kit_st_tensor t = {"a/absmax", "F32", 1, {2}, two, 8};
     size_t len;
-    unsigned char *body = stt_build(&t, 1, NULL, &len);
+    unsigned char *body = kit_st_build(&t, 1, NULL, &len);
     ck_assert_int_eq(qd_stats_parse_safetensors(body, len - 1, &p, &err), QD_INVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "truncated"));
     free(body);

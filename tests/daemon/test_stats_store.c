@@ -46,14 +46,14 @@ static void close_all(void)
 static void setup(void)
 {
     g_dir = qdt_tmpdir();
-    g_path = qdt_join(g_dir, "quantd.db");
+    g_path = kit_join(g_dir, "quantd.db");
     open_all();
 }
 
 static void teardown(void)
 {
     close_all();
-    qdt_rmtree(g_dir);
+    kit_rmtree(g_dir);
     free(g_path);
     free(g_dir);
 }
@@ -1276,14 +1276,14 @@ static void throughput(const char *what, int threads, int posts, int acts, int64
 {
     pthread_t t[64];
     load l[64];
-    double t0 = qdt_now_s();
+    double t0 = kit_now();
     for (int i = 0; i < threads; i++) {
         l[i] = (load){.posts = posts, .acts = acts, .elems = elems};
         snprintf(l[i].model, sizeof l[i].model, "%.8s%d", what, i % 4);
         ck_assert_int_eq(pthread_create(&t[i], NULL, load_main, &l[i]), 0);
     }
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
-    double s = qdt_now_s() - t0, n = (double)threads * posts;
+    double s = kit_now() - t0, n = (double)threads * posts;
     printf("stats_store throughput, %s: %.0f posts/s, %.1f MB/s of float32 payload (%d threads, "
            "%.2f s)\n",
            what, n / s, n * acts * (double)elems * 4 / s / 1e6, threads, s);
@@ -1570,11 +1570,11 @@ END_TEST
 START_TEST(test_mean_sq_migration_keeps_rows)
 {
     close_all();
-    qdt_rmtree(g_dir);
+    kit_rmtree(g_dir);
     free(g_path);
     free(g_dir);
     g_dir = qdt_tmpdir();
-    g_path = qdt_join(g_dir, "quantd.db");
+    g_path = kit_join(g_dir, "quantd.db");
     sqlite3 *db = NULL;
     ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(db, "PRAGMA journal_mode = WAL; BEGIN", NULL, NULL, NULL),

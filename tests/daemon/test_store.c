@@ -39,7 +39,7 @@ static qd_store *open_ok(const char *path)
 static void setup(void)
 {
     g_dir = qdt_tmpdir();
-    g_path = qdt_join(g_dir, "quantd.db");
+    g_path = kit_join(g_dir, "quantd.db");
     g_s = open_ok(g_path);
 }
 
@@ -47,7 +47,7 @@ static void teardown(void)
 {
     qd_store_close(g_s);
     g_s = NULL;
-    qdt_rmtree(g_dir);
+    kit_rmtree(g_dir);
     free(g_path);
     free(g_dir);
 }
@@ -245,7 +245,7 @@ START_TEST(test_migrations_stepwise)
     for (int k = 0; k <= qd_n_migrations; k++) {
         char name[32], sql[96];
         snprintf(name, sizeof name, "at-%d.db", k);
-        char *path = qdt_join(g_dir, name);
+        char *path = kit_join(g_dir, name);
         sqlite3 *db = raw_open(path);
         raw_exec(db, "BEGIN");
         for (int i = 0; i < k; i++) raw_exec(db, qd_migrations[i].sql);
@@ -313,7 +313,7 @@ END_TEST
 
 START_TEST(test_foreign_refused)
 {
-    char *other = qdt_join(g_dir, "other.db"), *tagged = qdt_join(g_dir, "tagged.db");
+    char *other = kit_join(g_dir, "other.db"), *tagged = kit_join(g_dir, "tagged.db");
     sqlite3 *db = raw_open(other);
     raw_exec(db, "CREATE TABLE notes (x TEXT)");
     sqlite3_close(db);
@@ -333,7 +333,7 @@ END_TEST
 /* A migration that fails half-way leaves the file as it was: one transaction. */
 START_TEST(test_failed_migration_rolls_back)
 {
-    char *path = qdt_join(g_dir, "clash.db"), sql[64];
+    char *path = kit_join(g_dir, "clash.db"), sql[64];
     sqlite3 *db = raw_open(path);
     snprintf(sql, sizeof sql, "PRAGMA application_id = %d", APPLICATION_ID);
     raw_exec(db, sql);
@@ -364,11 +364,11 @@ START_TEST(test_busy_timeout)
     raw_exec(db, "BEGIN IMMEDIATE");
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, commit_later, db), 0);
-    double t0 = qdt_now_s();
+    double t0 = kit_now();
     qd_err err;
     bool created = false;
     qd_status st = qd_store_ruleset_put(g_s, "waited", "{}", &created, &err);
-    double waited = qdt_now_s() - t0;
+    double waited = kit_now() - t0;
     pthread_join(t, NULL);
     sqlite3_close(db);
     expect_status(st, QD_OK, &err);
@@ -382,7 +382,7 @@ START_TEST(test_open_errors)
     qd_store *s = NULL;
     qd_err err;
     ck_assert_int_eq(qd_store_open("", &s, &err), QD_INVALID);
-    char *path = qdt_join(g_dir, "no/such/dir/q.db");
+    char *path = kit_join(g_dir, "no/such/dir/q.db");
     ck_assert_int_eq(qd_store_open(path, &s, &err), QD_DB);
     ck_assert_ptr_null(s);
     ck_assert_ptr_nonnull(strstr(err.message, path));

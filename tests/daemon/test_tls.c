@@ -40,36 +40,21 @@ typedef struct pki {
 static void pki_make(pki *p)
 {
     p->dir = qdt_tmpdir();
-    p->cert = qdt_join(p->dir, "cert.pem");
-    p->key = qdt_join(p->dir, "key.pem");
-    p->a_crt = qdt_join(p->dir, "a.crt");
-    p->a_key = qdt_join(p->dir, "a.key");
-    p->b_crt = qdt_join(p->dir, "b.crt");
-    p->b_key = qdt_join(p->dir, "b.key");
+    p->cert = kit_join(p->dir, "cert.pem");
+    p->key = kit_join(p->dir, "key.pem");
+    p->a_crt = kit_join(p->dir, "a.crt");
+    p->a_key = kit_join(p->dir, "a.key");
+    p->b_crt = kit_join(p->dir, "b.crt");
+    p->b_key = kit_join(p->dir, "b.key");
     tlsgen_pair(p->a_crt, p->a_key, "quantd-test-a", MONTH);
     tlsgen_pair(p->b_crt, p->b_key, "quantd-test-b", MONTH);
 }
 
 static void pki_free(pki *p)
 {
-    qdt_rmtree(p->dir);
+    kit_rmtree(p->dir);
     char **all[] = {&p->dir, &p->cert, &p->key, &p->a_crt, &p->a_key, &p->b_crt, &p->b_key};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
 }
 
 /* Writes text to path (whole, then renamed into place) with mode. */
@@ -87,7 +72,7 @@ static void put_text(const char *path, const char *text, size_t len, mode_t mode
 
 static void copy_file(const char *from, const char *to, mode_t mode)
 {
-    char *s = read_text(from);
+    char *s = qdt_read_file(from, NULL);
     put_text(to, s, strlen(s), mode);
     free(s);
 }
@@ -116,7 +101,7 @@ START_TEST(test_open_errors)
 {
     pki p;
     pki_make(&p);
-    char *missing = qdt_join(p.dir, "missing.pem"), *junk = qdt_join(p.dir, "junk.pem");
+    char *missing = kit_join(p.dir, "missing.pem"), *junk = kit_join(p.dir, "junk.pem");
     char want[4300];
     put_text(junk, "hello\n", 6, 0600);
     snprintf(want, sizeof want, "%s: No such file", missing);
@@ -133,7 +118,8 @@ START_TEST(test_open_errors)
                       "[tls] priorities (--tls-priorities): syntax error at '+BOGUS-THING'");
     expect_open_error(p.dir, p.a_key, NULL, ": not a regular file");
     /* a chain whose second certificate did not issue the first */
-    char *chain = qdt_join(p.dir, "chain.pem"), *a = read_text(p.a_crt), *b = read_text(p.b_crt);
+    char *chain = kit_join(p.dir, "chain.pem"), *a = qdt_read_file(p.a_crt, NULL),
+         *b = qdt_read_file(p.b_crt, NULL);
     char *both = malloc(strlen(a) + strlen(b) + 1);
     strcpy(stpcpy(both, a), b);
     put_text(chain, both, strlen(both), 0644);
@@ -251,8 +237,8 @@ static void expect_unverified(const qdp *d, const char *ca)
 
 static char *log_text(const qdp *d)
 {
-    char *path = qdt_join(d->root, "quantd.log");
-    char *s = read_text(path);
+    char *path = kit_join(d->root, "quantd.log");
+    char *s = qdt_read_file(path, NULL);
     free(path);
     return s;
 }
@@ -481,7 +467,7 @@ START_TEST(test_bad_start)
 {
     pki p;
     pki_make(&p);
-    char *missing = qdt_join(p.dir, "missing.pem"), *junk = qdt_join(p.dir, "junk.pem");
+    char *missing = kit_join(p.dir, "missing.pem"), *junk = kit_join(p.dir, "junk.pem");
     put_text(junk, "-----BEGIN CERTIFICATE-----\nnope\n", 34, 0644);
     char want[4300];
     snprintf(want, sizeof want, "%s: No such file or directory", missing);

@@ -1,29 +1,22 @@
 /* util.c -- the helpers of fuzz.h every harness links: a private temporary directory removed at
- * exit ($TMPDIR, else /dev/shm when writable, else /tmp), the environment without QUANTD_*
- * variables, and the input as a C string.
+ * exit by the test kit's kit_rmtree ($TMPDIR, else /dev/shm when writable, else /tmp), the
+ * environment without QUANTD_* variables, and the input as a C string.
  * SPDX-License-Identifier: Apache-2.0
  */
-#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
-#include <ftw.h>
+#define _XOPEN_SOURCE 700 /* mkdtemp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "kit.h"
 
 static char tmpdir[4096];
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void remove_tmpdir(void)
 {
-    if (tmpdir[0]) nftw(tmpdir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (tmpdir[0]) kit_rmtree(tmpdir);
 }
 
 const char *fuzz_tmpdir(void)
