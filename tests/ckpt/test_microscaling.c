@@ -238,6 +238,21 @@ static int run_quant(const char *const *args)
     return run_quant_to(args, NULL);
 }
 
+/* `rules` over `in` in the native layout (into `nat`) and in compressed-tensors' (into `ctd`),
+ * and the native output dequantized into `deq`: what each compressed-tensors round trip
+ * compares. */
+static void both_layouts(const char *rules, const char *in, const char *nat, const char *ctd,
+                         const char *deq)
+{
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+}
+
 /* `quant inspect --json` of the first output shard: nvfp4 rows carry global_scale, the others
  * not; the qtype and the scale dtype are as written. */
 static void check_inspect(const char *tmp, const char *out)
@@ -590,13 +605,8 @@ START_TEST(ctensors_mx_equals_native)
     static const char rules[] = "[{\"module_path\": \"a\\\\.proj\", \"weight_qtype\": \"mxfp4\", "
                                 "\"weight_calibration_method\": \"rms,3\"},"
                                 " {\"module_path\": \"b\\\\.proj\", \"weight_qtype\": \"mxfp8\"}]";
-    quant_pipeline_options o;
-    quant_pipeline_options_init(&o);
     quant_ck_error err;
-    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    o.layout = QUANT_LAYOUT_CTENSORS;
-    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+    both_layouts(rules, in, nat, ctd, deq);
     char *pc = kit_join(ctd, "model.safetensors"), *pn = kit_join(nat, "model.safetensors"),
          *pd = kit_join(deq, "model.safetensors");
     quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
@@ -813,13 +823,8 @@ START_TEST(ctensors_nvfp4_scales_and_round_trip)
     char *shard = kit_join(in, "model.safetensors");
     ck_gen_file(shard, t, 2, NULL);
     static const char rules[] = "[{\"weight_qtype\": \"nvfp4\"}]";
-    quant_pipeline_options o;
-    quant_pipeline_options_init(&o);
     quant_ck_error err;
-    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    o.layout = QUANT_LAYOUT_CTENSORS;
-    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+    both_layouts(rules, in, nat, ctd, deq);
     char *pc = kit_join(ctd, "model.safetensors"), *pn = kit_join(nat, "model.safetensors"),
          *pd = kit_join(deq, "model.safetensors");
     quant_st_file *fc = NULL, *fn = NULL, *fd = NULL;
@@ -906,13 +911,8 @@ START_TEST(ctensors_nvfp4_fused_groups_across_shards)
         free(p);
     }
     static const char rules[] = "[{\"module_path\": \".*_proj\", \"weight_qtype\": \"nvfp4\"}]";
-    quant_pipeline_options o;
-    quant_pipeline_options_init(&o);
     quant_ck_error err;
-    ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    o.layout = QUANT_LAYOUT_CTENSORS;
-    ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s", err.message);
-    ck_assert_int_eq(run_quant((const char *const[]){"dequantize", "--quiet", nat, deq, NULL}), 0);
+    both_layouts(rules, in, nat, ctd, deq);
     float *dec = malloc(R * C * sizeof *dec);
     for (int i = 0; i < N; i++) {
         char *pc = kit_join(ctd, shards[t[i].shard]), *pn = kit_join(nat, shards[t[i].shard]),
