@@ -67,6 +67,21 @@ typedef struct quant_skipped_act {
     const char *reason; /* "no rule matches module path 'm.x'", ... */
 } quant_skipped_act;
 
+/* Inputs that are still arriving (a server quantizing an upload while its bytes come in).
+ * Before the run reads bytes of an input file it calls the wait function with the file's name
+ * under the input directory (a file run: the base name of `in`) and `end`: the bytes [0, end)
+ * it is about to read, or QUANT_INPUT_WHOLE for the complete file (before it takes a file's size:
+ * the index, config.json and the other files copied, and a shard after its last tensor, whose
+ * size is then checked against its header). It returns true once those bytes are on disk, false
+ * when they never will be (the upload failed, was cut or timed out), with a reason in why
+ * (NUL-terminated, at most why_len bytes, no server path in it): the run then fails with
+ * QUANT_CK_ERR_IO naming the file (and the tensor it was reading) and that reason. It may block;
+ * it is called from the run's threads, one call at a time per file. Every input file must exist
+ * (perhaps empty) when the run starts. */
+#define QUANT_INPUT_WHOLE UINT64_MAX
+typedef bool (*quant_input_wait_fn)(void *user, const char *name, uint64_t end, char *why,
+                                    size_t why_len);
+
 typedef struct quant_pipeline_options {
     int threads;                /* libquant worker threads; 0 = every CPU the process may use */
     quant_layout layout;        /* default QUANT_LAYOUT_NATIVE */
@@ -119,6 +134,10 @@ typedef struct quant_pipeline_options {
      * bytes as they are written. The report's outputs (quant_report_output_at) then carry it,
      * so a front end that needs the hashes (quantd's ETags) never reads the outputs again. */
     bool sha256;
+    /* Inputs still arriving (see quant_input_wait_fn; default NULL: every input is complete).
+     * Not with map_input (QUANT_CK_ERR_ARG). */
+    quant_input_wait_fn input_wait;
+    void *input_wait_user;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */
