@@ -417,6 +417,177 @@ START_TEST(test_check_waits_for_headers)
 }
 END_TEST
 
+/* ---- failures ---------------------------------------------------------------------------------
+ */
+
+/* A streamed run of the fixture directory expected to fail with `status`, its message holding
+ * every string of `want` (NULL-terminated); nothing is left beside the input. */
+static void dir_fails(feed *fd, const char *rules, quant_layout layout, atomic_int *cancel,
+                      quant_ck_status status, const char *const *want)
+{
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in"), *out = kit_join(dir, "out");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    feed_fixture(fd);
+    feed_init(fd, in);
+    pthread_t w;
+    ck_assert_int_eq(pthread_create(&w, NULL, writer_main, fd), 0);
+    quant_pipeline_options o;
+    stream_options(&o, layout, fd);
+    o.cancel = cancel;
+    quant_ck_error err = {0};
+    quant_report *rep = NULL;
+    quant_ck_status st = ck_quantize(rules, in, out, &o, &rep, &err);
+    pthread_join(w, NULL);
+    ck_assert_msg(st == status, "status %d, not %d: %s", (int)st, (int)status, err.message);
+    for (size_t i = 0; want[i]; i++) {
+        char name[4200];
+        snprintf(name, sizeof name, "%s/%s", in, want[i]);
+        bool hit = strstr(err.message, want[i]) || (want[i][0] != ' ' && strstr(err.message, name));
+        ck_assert_msg(hit, "'%s' not in: %s", want[i], err.message);
+    }
+    ck_assert_uint_eq(quant_report_output_count(rep), 0);
+    quant_report_free(rep);
+    ck_assert_int_ne(access(out, F_OK), 0);
+    ck_assert_int_eq(ck_count_entries(dir), 1); /* "in" alone: no temporaries left */
+    feed_free(fd);
+    kit_rmtree(dir);
+    free(out);
+    free(in);
+    free(dir);
+}
+
+/* Where the wait gives up: the file, the end past which it says false. */
+typedef struct cut {
+    const char *file;
+    int64_t at; /* bytes; negative: from the end of the file (-1: all but the last byte) */
+    quant_layout layout;
+    const char *want[4]; /* in the message; a name is matched as in/name */
+} cut;
+
+START_TEST(test_wait_false)
+{
+    static const cut cuts[] = {
+        {SHARD1, 0, QUANT_LAYOUT_NATIVE, {SHARD1 ": input stopped before byte 8 ", NULL}},
+        {SHARD2, 8, QUANT_LAYOUT_NATIVE, {SHARD2 ": input stopped before byte ", NULL}},
+        {SHARD1,
+         150000,
+         QUANT_LAYOUT_NATIVE,
+         {SHARD1 ": tensor '", "': input stopped before byte ", NULL}},
+        {SHARD2, -1, QUANT_LAYOUT_CTENSORS, {SHARD2 ": tensor '", NULL}},
+        {SHARD2,
+         0x7fffffff,
+         QUANT_LAYOUT_NATIVE,
+         {SHARD2 ": input stopped before the whole file", NULL}},
+        {"config.json",
+         0,
+         QUANT_LAYOUT_NATIVE,
+         {"config.json: input stopped before the whole file", NULL}},
+        {"config.json",
+         0,
+         QUANT_LAYOUT_CTENSORS,
+         {"config.json: input stopped before the whole file", NULL}},
+        {INDEX, 0, QUANT_LAYOUT_NATIVE, {INDEX ": input stopped before the whole file", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        feed fd = {0};
+        fd.fail_name = cuts[i].file;
+        char src[4096];
+        snprintf(src, sizeof src, "%s/" FIXTURE "/%s", ck_data_dir(), cuts[i].file);
+        struct stat sb;
+        ck_assert_int_eq(stat(src, &sb), 0);
+        int64_t at = cuts[i].at;
+        fd.fail_at = (uint64_t)(at < 0 ? sb.st_size + at : at);
+        const char *want[6] = {cuts[i].want[0], cuts[i].want[1], ": cut by the test", NULL};
+        if (!want[1]) want[1] = ": cut by the test", want[2] = NULL;
+        dir_fails(&fd, RULES_INT8, cuts[i].layout, NULL, QUANT_CK_ERR_IO, want);
+    }
+}
+END_TEST
+
+/* Once whole, a shard longer or shorter than its header says: the usual size errors. */
+START_TEST(test_whole_size_checked)
+{
+    feed fd = {0};
+    fd.resize_name = SHARD2;
+    fd.resize_by = 5;
+    const char *longer[] = {SHARD2 ": 5 trailing bytes after the last tensor's data", NULL};
+    dir_fails(&fd, RULES_INT8, QUANT_LAYOUT_NATIVE, NULL, QUANT_CK_ERR_FORMAT, longer);
+    feed fd2 = {0};
+    fd2.resize_name = SHARD1;
+    fd2.resize_by = -3;
+    const char *shorter[] = {SHARD1 ": file is truncated", " (3 missing bytes)", NULL};
+    dir_fails(&fd2, RULES_INT8, QUANT_LAYOUT_CTENSORS, NULL, QUANT_CK_ERR_FORMAT, shorter);
+}
+END_TEST
+
+/* The library checks the cancel flag once a wait returns. */
+START_TEST(test_cancel_in_wait)
+{
+    feed fd = {0};
+    atomic_int cancel = 0;
+    fd.cancel_on_tensor = &cancel;
+    const char *want[] = {" cancelled", NULL};
+    dir_fails(&fd, RULES_INT8, QUANT_LAYOUT_NATIVE, &cancel, QUANT_CK_ERR_CANCELLED, want);
+}
+END_TEST
+
+/* A file run's message names the file as given. */
+START_TEST(test_file_cut_mid_tensor)
+{
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in"), from[4096];
+    snprintf(from, sizeof from, "%s/" FIXTURE, ck_data_dir());
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    feed fd = {0};
+    feed_add(&fd, from, SHARD1, "one.safetensors");
+    fd.fail_name = "one.safetensors";
+    fd.fail_at = 200000;
+    feed_init(&fd, in);
+    char *file = kit_join(in, "one.safetensors"), *out = kit_join(dir, "out.safetensors");
+    pthread_t w;
+    ck_assert_int_eq(pthread_create(&w, NULL, writer_main, &fd), 0);
+    quant_pipeline_options o;
+    stream_options(&o, QUANT_LAYOUT_NATIVE, &fd);
+    quant_ck_error err;
+    quant_ck_status st = ck_quantize(RULES_INT8, file, out, &o, NULL, &err);
+    pthread_join(w, NULL);
+    ck_assert_int_eq(st, QUANT_CK_ERR_IO);
+    char want[4200];
+    snprintf(want, sizeof want, "%s: tensor '", file);
+    ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
+    ck_assert_ptr_nonnull(strstr(err.message, ": cut by the test"));
+    ck_assert_int_eq(ck_count_entries(dir), 1);
+    feed_free(&fd);
+    kit_rmtree(dir);
+    free(file);
+    free(out);
+    free(in);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_map_input_refused)
+{
+    char in[4096];
+    snprintf(in, sizeof in, "%s/" FIXTURE, ck_data_dir());
+    char *dir = ck_tmpdir(), *out = kit_join(dir, "out");
+    feed fd = {0};
+    quant_pipeline_options o;
+    stream_options(&o, QUANT_LAYOUT_NATIVE, &fd);
+    o.map_input = true;
+    quant_ck_error err;
+    ck_assert_int_eq(ck_quantize(RULES_INT8, in, out, &o, NULL, &err), QUANT_CK_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "map_input"));
+    quant_ruleset *rs = ck_rules(RULES_INT8);
+    ck_assert_int_eq(quant_check_path(rs, in, &o, &err), QUANT_CK_ERR_ARG);
+    quant_ruleset_free(rs);
+    ck_assert_int_eq(fd.n_asks, 0);
+    ck_assert_int_eq(ck_count_entries(dir), 0);
+    kit_rmtree(dir);
+    free(out);
+    free(dir);
+}
+END_TEST
+
 Suite *suite_stream_in(void)
 {
     Suite *s = suite_create("stream_in");
@@ -427,6 +598,11 @@ Suite *suite_stream_in(void)
     tcase_add_test(tc, test_dir_nvfp4_prepass);
     tcase_add_test(tc, test_file_both_layouts);
     tcase_add_test(tc, test_check_waits_for_headers);
+    tcase_add_test(tc, test_wait_false);
+    tcase_add_test(tc, test_whole_size_checked);
+    tcase_add_test(tc, test_cancel_in_wait);
+    tcase_add_test(tc, test_file_cut_mid_tensor);
+    tcase_add_test(tc, test_map_input_refused);
     suite_add_tcase(s, tc);
     return s;
 }
