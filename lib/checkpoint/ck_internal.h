@@ -337,7 +337,7 @@ typedef struct ck_wait {
  * the whole file (QUANT_INPUT_WHOLE); `tensor` (may be NULL) is the tensor being read. OK at once
  * when w or w->fn is NULL. A false from the wait: QUANT_CK_ERR_IO "tensor 'T': input stopped
  * before byte N arrived: REASON" (without the file: the caller prefixes it); then the cancel
- * flag: QUANT_CK_ERR_CANCELLED. */
+ * flag: QUANT_CK_ERR_CANCELLED "cancelled" (as the pipeline says it: callers leave it as is). */
 quant_ck_status ck_wait_input(const ck_wait *w, const char *name, uint64_t end, const char *tensor,
                               quant_ck_error *err);
 

@@ -34,9 +34,10 @@ static quant_ck_status wait_whole_in(const ck_dir *d, const char *name, quant_ck
 {
     if (!d->wait) return QUANT_CK_OK;
     quant_ck_status st = ck_wait_input(d->wait, name, QUANT_INPUT_WHOLE, NULL, err);
-    if (st != QUANT_CK_OK && d->shown)
+    if (st == QUANT_CK_OK || st == QUANT_CK_ERR_CANCELLED) return st; /* "cancelled" as is */
+    if (d->shown)
         quant_ck_prefix(err, "%s/%s", d->shown, name);
-    else if (st != QUANT_CK_OK)
+    else
         quant_ck_prefix(err, "%s", name);
     return st;
 }

@@ -581,7 +581,7 @@ static quant_ck_status open_common(const char *name, int fd, const void *mem, si
     if (mem) sf->pub.file_size = (uint64_t)len;
     quant_ck_status st = validate(sf, err);
     if (st != QUANT_CK_OK) {
-        quant_ck_prefix(err, "%s", name);
+        if (st != QUANT_CK_ERR_CANCELLED) quant_ck_prefix(err, "%s", name);
         quant_st_close(&sf->pub);
         return st;
     }
@@ -647,7 +647,7 @@ quant_ck_status ck_st_check_whole(const quant_st_file *f, quant_ck_error *err)
         uint64_t buffer = size > f->data_start ? size - f->data_start : 0;
         st = coverage(buffer, f->file_size - f->data_start, false, err);
     }
-    if (st != QUANT_CK_OK) quant_ck_prefix(err, "%s", f->path);
+    if (st != QUANT_CK_OK && st != QUANT_CK_ERR_CANCELLED) quant_ck_prefix(err, "%s", f->path);
     return st;
 }
 
@@ -721,7 +721,7 @@ quant_ck_status quant_st_read(const quant_st_file *f, const quant_st_tensor *t, 
     if (sf->growing) {
         quant_ck_status st = ck_wait_input(&sf->wait, ck_basename(f->path), at + n, t->name, err);
         if (st != QUANT_CK_OK) {
-            quant_ck_prefix(err, "%s", f->path);
+            if (st != QUANT_CK_ERR_CANCELLED) quant_ck_prefix(err, "%s", f->path);
             return st;
         }
     }
