@@ -97,10 +97,12 @@ typedef struct quant_skipped_act {
  * A file is never read past what the wait confirmed. Messages: "IN/NAME: tensor 'T': input
  * stopped before byte N arrived: REASON", "IN/NAME: input stopped before the whole file arrived:
  * REASON" (a file run: "IN: ..."). After each wait returns true the run checks opts->cancel (a
- * wait function may set it and return). quant_check_path() and quant_plan_path() make the same
- * waits for what they read (the index, the headers, config.json): a server may plan a job as its
- * headers arrive. quant_plan_file() ignores input_wait (its file is open already). With
- * input_wait NULL the run never calls it and reads as before. */
+ * wait function may set it and return). A run that fails otherwise (bad data, a write error)
+ * asks for nothing more, but returns only once a wait in progress returns: at most one unit of
+ * work later, or when the wait gives up (bound it, or watch opts->cancel). quant_check_path() and
+ * quant_plan_path() make the same waits for what they read (the index, the headers, config.json): a
+ * server may plan a job as its headers arrive. quant_plan_file() ignores input_wait (its file is
+ * open already). With input_wait NULL the run never calls it and reads as before. */
 #define QUANT_INPUT_WHOLE UINT64_MAX
 typedef bool (*quant_input_wait_fn)(void *user, const char *name, uint64_t end, char *why,
                                     size_t why_len);

@@ -105,6 +105,34 @@ static void feed_init(feed *fd, const char *dst)
     }
 }
 
+/* The header length a safetensors file's first 8 bytes give. */
+static uint64_t header_len(const feed_file *f)
+{
+    uint64_t n = 0;
+    for (int b = 7; b >= 0; b--) n = n << 8 | f->data[b];
+    return n;
+}
+
+/* What the run asked of each file: a shard first its 8-byte prefix, then its header, never
+ * beyond its size (but whole); every other file whole only. */
+static void check_asks(const feed *fd)
+{
+    for (size_t i = 0; i < fd->n; i++) {
+        const feed_file *f = &fd->f[i];
+        bool shard = ends_with(f->name, ".safetensors");
+        int seen = 0;
+        for (size_t k = 0; k < fd->n_asks; k++) {
+            if (fd->asks[k].file != (int)i) continue;
+            uint64_t end = fd->asks[k].end;
+            if (shard && seen == 0) ck_assert_uint_eq(end, 8);
+            if (shard && seen == 1) ck_assert_uint_eq(end, 8 + header_len(f));
+            if (shard && end != QUANT_INPUT_WHOLE) ck_assert_uint_le(end, f->size);
+            if (!shard) ck_assert_uint_eq(end, QUANT_INPUT_WHOLE);
+            seen++;
+        }
+    }
+}
+
 static void feed_free(feed *fd)
 {
     for (size_t i = 0; i < fd->n; i++) free(fd->f[i].data);
@@ -303,6 +331,7 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
         assert_same_dir(ref, out);
     else
         assert_same_file(ref, out);
+    check_asks(fd);
     for (size_t i = 0; i < fd->n; i++)
         if (ends_with(fd->f[i].name, ".safetensors"))
             ck_assert_msg(fd->f[i].whole_asks == 1, "%s: waited whole %d times", fd->f[i].name,
@@ -403,8 +432,7 @@ START_TEST(test_check_waits_for_headers)
     for (size_t k = 0; k < fd.n_asks; k++) {
         const feed_file *f = &fd.f[fd.asks[k].file];
         if (!ends_with(f->name, ".safetensors")) continue;
-        uint64_t header = 0;
-        for (int b = 7; b >= 0; b--) header = header << 8 | f->data[b];
+        uint64_t header = header_len(f);
         ck_assert_msg(fd.asks[k].end <= 8 + header, "%s: asked for %llu", f->name,
                       (unsigned long long)fd.asks[k].end);
     }
