@@ -3,12 +3,14 @@
  * into a fresh input directory in small pieces, telling a shared byte count under a mutex and
  * condition variable that the test's wait function blocks on; the wait confirms only bytes
  * already written. Checked: outputs byte-identical to a run over the complete input (both
- * layouts, directory and file, the nvfp4 global-scale pre-pass, hashing), quantization under
- * way while the last bytes of the last shard are held back, every file waited for whole, a plan
- * that waits for headers only, the wait failing at the header, mid-tensor, the last byte, the
- * whole file, the index and config.json (QUANT_CK_ERR_IO naming the file and tensor, nothing
- * left), a shard longer or shorter than its header once whole (the usual size errors),
- * cancellation from inside a wait, and map_input refused with input_wait.
+ * layouts, directory and file, the nvfp4 global-scale pre-pass, hashing, a static activation
+ * scale; for a directory the reports too), quantization under way while the last bytes of the
+ * last shard are held back, what the wait is asked (a shard's prefix, then its header, never
+ * past its size; every file whole once), a plan that waits for headers only, the wait failing
+ * at the length prefix, a header, mid-tensor, the last byte, the whole file, the index and
+ * config.json (QUANT_CK_ERR_IO naming the file and tensor, nothing left), a shard longer or
+ * shorter than its header once whole (the usual size errors), cancellation seen after a wait,
+ * and map_input refused with input_wait.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -61,6 +63,8 @@ typedef struct feed {
     const char *resize_name;
     int resize_by;
     atomic_int *cancel_on_tensor; /* set when the first tensor byte is asked */
+    const quant_static_act *acts; /* SRQ: static activation scales for both runs */
+    size_t n_acts;
     size_t n_asks;
     struct {
         int file;
@@ -311,6 +315,8 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
     quant_pipeline_options o;
     stream_options(&o, layout, fd);
     o.sha256 = sha;
+    o.static_acts = fd->acts;
+    o.n_static_acts = fd->n_acts;
     fd->hold = hold;
     pthread_t w;
     ck_assert_int_eq(pthread_create(&w, NULL, writer_main, fd), 0);
@@ -319,18 +325,32 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
     quant_ck_status st = ck_quantize(rules, in, out, &o, &rep, &err);
     pthread_join(w, NULL);
     ck_assert_msg(st == QUANT_CK_OK, "%s", err.message);
-    quant_report_free(rep);
     quant_pipeline_options_init(&o);
     o.layout = layout;
     o.chunk_bytes = 64u << 10;
-    ck_assert_msg(ck_quantize(rules, ref_in, ref, &o, NULL, &err) == QUANT_CK_OK, "%s",
+    o.sha256 = sha;
+    o.static_acts = fd->acts;
+    o.n_static_acts = fd->n_acts;
+    quant_report *ref_rep = NULL;
+    ck_assert_msg(ck_quantize(rules, ref_in, ref, &o, &ref_rep, &err) == QUANT_CK_OK, "%s",
                   err.message);
     struct stat sb;
     ck_assert_int_eq(stat(out, &sb), 0);
-    if (S_ISDIR(sb.st_mode))
+    if (S_ISDIR(sb.st_mode)) {
         assert_same_dir(ref, out);
-    else
+        char *a = quant_report_json(ref_rep), *b = quant_report_json(rep); /* same order, too */
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_str_eq(a, b);
+        for (size_t i = 0; i < fd->n_acts; i++) /* written by both */
+            ck_assert_ptr_nonnull(strstr(b, fd->acts[i].tensor_base));
+        free(a);
+        free(b);
+    } else {
         assert_same_file(ref, out);
+    }
+    quant_report_free(rep);
+    quant_report_free(ref_rep);
     check_asks(fd);
     for (size_t i = 0; i < fd->n; i++)
         if (ends_with(fd->f[i].name, ".safetensors"))
@@ -383,6 +403,32 @@ END_TEST
 START_TEST(test_dir_nvfp4_prepass)
 {
     dir_identity(RULES_FP4, QUANT_LAYOUT_CTENSORS, false, false);
+}
+END_TEST
+
+/* SRQ: a static activation scale written with the streamed weights */
+START_TEST(test_dir_static_acts)
+{
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in"), ref_in[4096];
+    snprintf(ref_in, sizeof ref_in, "%s/" FIXTURE, ck_data_dir());
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    static const float scale = 0.03125f;
+    const quant_static_act act = {.name = "model.layers.1.mlp.down_proj.dot_general0_lhs",
+                                  .tensor_base = "model.layers.1.mlp.down_proj.dot_general0_lhs",
+                                  .rule = -1,
+                                  .qtype = QUANT_QTYPE_INT8,
+                                  .rank = 0,
+                                  .scale = &scale};
+    feed fd = {0};
+    fd.acts = &act;
+    fd.n_acts = 1;
+    feed_fixture(&fd);
+    feed_init(&fd, in);
+    streamed_matches(&fd, RULES_INT8, QUANT_LAYOUT_NATIVE, in, ref_in, dir, true, false);
+    feed_free(&fd);
+    kit_rmtree(dir);
+    free(in);
+    free(dir);
 }
 END_TEST
 
@@ -628,6 +674,7 @@ Suite *suite_stream_in(void)
     tcase_add_test(tc, test_dir_native);
     tcase_add_test(tc, test_dir_ctensors);
     tcase_add_test(tc, test_dir_nvfp4_prepass);
+    tcase_add_test(tc, test_dir_static_acts);
     tcase_add_test(tc, test_file_both_layouts);
     tcase_add_test(tc, test_check_waits_for_headers);
     tcase_add_test(tc, test_wait_false);
