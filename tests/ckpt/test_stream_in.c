@@ -65,6 +65,8 @@ typedef struct feed {
     atomic_int *cancel_on_tensor; /* set when the first tensor byte is asked */
     const quant_static_act *acts; /* SRQ: static activation scales for both runs */
     size_t n_acts;
+    bool confined; /* the streamed run as quantd runs it: `in` relative to root_fd, no links */
+    int root_fd;
     size_t n_asks;
     struct {
         int file;
@@ -317,6 +319,10 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
     o.sha256 = sha;
     o.static_acts = fd->acts;
     o.n_static_acts = fd->n_acts;
+    if (fd->confined) {
+        o.input_dir_fd = fd->root_fd;
+        o.no_symlinks = true;
+    }
     fd->hold = hold;
     pthread_t w;
     ck_assert_int_eq(pthread_create(&w, NULL, writer_main, fd), 0);
@@ -369,7 +375,8 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
 /* ---- identity --------------------------------------------------------------------------------
  */
 
-static void dir_identity(const char *rules, quant_layout layout, bool hold, bool sha)
+/* `confined`: the streamed run under the temporary directory's descriptor, `in` relative. */
+static void dir_identity(const char *rules, quant_layout layout, bool hold, bool sha, bool confined)
 {
     char *dir = ck_tmpdir(), *in = kit_join(dir, "in"), ref_in[4096];
     snprintf(ref_in, sizeof ref_in, "%s/" FIXTURE, ck_data_dir());
@@ -377,7 +384,11 @@ static void dir_identity(const char *rules, quant_layout layout, bool hold, bool
     feed fd = {0};
     feed_fixture(&fd);
     feed_init(&fd, in);
-    streamed_matches(&fd, rules, layout, in, ref_in, dir, hold, sha);
+    fd.confined = confined;
+    fd.root_fd = confined ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (confined) ck_assert_int_ge(fd.root_fd, 0);
+    streamed_matches(&fd, rules, layout, confined ? "in" : in, ref_in, dir, hold, sha);
+    if (confined) close(fd.root_fd);
     /* the index and config.json were waited for whole before being read */
     ck_assert_int_ge(fd.f[find_file(&fd, INDEX)].whole_asks, 1);
     ck_assert_int_ge(fd.f[find_file(&fd, "config.json")].whole_asks, 1);
@@ -389,20 +400,20 @@ static void dir_identity(const char *rules, quant_layout layout, bool hold, bool
 
 START_TEST(test_dir_native)
 {
-    dir_identity(RULES_INT8, QUANT_LAYOUT_NATIVE, true, false);
+    dir_identity(RULES_INT8, QUANT_LAYOUT_NATIVE, true, false, false);
 }
 END_TEST
 
 START_TEST(test_dir_ctensors)
 {
-    dir_identity(RULES_INT4, QUANT_LAYOUT_CTENSORS, true, true);
+    dir_identity(RULES_INT4, QUANT_LAYOUT_CTENSORS, true, true, true);
 }
 END_TEST
 
 /* nvfp4 in compressed-tensors: the global-scale pass reads every fused group first */
 START_TEST(test_dir_nvfp4_prepass)
 {
-    dir_identity(RULES_FP4, QUANT_LAYOUT_CTENSORS, false, false);
+    dir_identity(RULES_FP4, QUANT_LAYOUT_CTENSORS, false, false, false);
 }
 END_TEST
 
@@ -497,7 +508,9 @@ END_TEST
 static char last_message[QUANT_CK_MESSAGE_MAX]; /* dir_fails' error message */
 
 /* A streamed run of the fixture directory expected to fail with `status`, its message holding
- * every string of `want` (NULL-terminated); nothing is left beside the input. */
+ * every string of `want` (NULL-terminated; the first, but for a cancellation, after the input
+ * directory's name and "/"); nothing is left beside the input. With fd->confined the run is
+ * quantd's (`in` relative to a directory descriptor, no links): no path above it is named. */
 static void dir_fails(feed *fd, const char *rules, quant_layout layout, atomic_int *cancel,
                       quant_ck_status status, const char *const *want)
 {
@@ -510,17 +523,28 @@ static void dir_fails(feed *fd, const char *rules, quant_layout layout, atomic_i
     quant_pipeline_options o;
     stream_options(&o, layout, fd);
     o.cancel = cancel;
+    int root = -1;
+    if (fd->confined) { /* messages then name "in/...", never the directory above */
+        root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(root, 0);
+        o.input_dir_fd = root;
+        o.no_symlinks = true;
+    }
     quant_ck_error err = {0};
     quant_report *rep = NULL;
-    quant_ck_status st = ck_quantize(rules, in, out, &o, &rep, &err);
+    quant_ck_status st = ck_quantize(rules, fd->confined ? "in" : in, out, &o, &rep, &err);
     pthread_join(w, NULL);
+    if (root >= 0) close(root);
+    if (fd->confined)
+        ck_assert_msg(strstr(err.message, dir) == NULL, "a server path in: %s", err.message);
     ck_assert_msg(st == status, "status %d, not %d: %s", (int)st, (int)status, err.message);
     snprintf(last_message, sizeof last_message, "%s", err.message);
     for (size_t i = 0; want[i]; i++) {
-        char name[4200];
-        snprintf(name, sizeof name, "%s/%s", in, want[i]);
-        bool hit = strstr(err.message, want[i]) || (want[i][0] != ' ' && strstr(err.message, name));
-        ck_assert_msg(hit, "'%s' not in: %s", want[i], err.message);
+        char name[4200]; /* the first: the file, named as the input directory + "/" + name */
+        snprintf(name, sizeof name, "%s/%s", fd->confined ? "in" : in, want[i]);
+        bool named = i == 0 && status != QUANT_CK_ERR_CANCELLED;
+        ck_assert_msg(strstr(err.message, named ? name : want[i]), "'%s' not in: %s",
+                      named ? name : want[i], err.message);
     }
     ck_assert_uint_eq(quant_report_output_count(rep), 0);
     quant_report_free(rep);
@@ -568,6 +592,7 @@ START_TEST(test_wait_false)
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         feed fd = {0};
         fd.fail_name = cuts[i].file;
+        fd.confined = i % 2 == 1;
         char src[4096];
         snprintf(src, sizeof src, "%s/" FIXTURE "/%s", ck_data_dir(), cuts[i].file);
         struct stat sb;
