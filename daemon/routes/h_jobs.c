@@ -16,12 +16,14 @@
 
 #include "fsutil.h"
 #include "handlers.h"
+#include "inputs.h"
 #include "job_source.h"
 #include "jobs.h"
 #include "req_limits.h"
 #include "router.h"
 #include "quant_pipeline.h"
 #include "quant_st.h"
+#include "receiving.h"
 #include "stats.h"
 #include "timefmt.h"
 
@@ -317,8 +319,8 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     return MHD_YES;
 }
 
-static const char *const job_fields[] = {"ruleset", "rules",       "source",
-                                         "layout",  "stats_model", NULL};
+static const char *const job_fields[] = {"ruleset",     "rules", "source", "layout",
+                                         "stats_model", "files", NULL};
 
 static bool known_field(const char *key)
 {
@@ -364,7 +366,7 @@ static char *source_path(qd_req *r, json_t *source)
     return norm;
 }
 
-bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
+bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j)
 {
     *j = (qd_job){.source_kind = "path"};
     const char *key;
@@ -389,7 +391,19 @@ bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
     j->layout = (char *)(layout ? json_string_value(layout) : "native");
     j->stats_model = (char *)json_string_value(stats_model);
     if (!qd_layout_ok(r, j->layout) || !qd_stats_model_ok(r, j->stats_model)) return false;
-    if (!(j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules")))) return false;
+    return (j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules"))) != NULL;
+}
+
+bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
+{
+    if (json_object_get(doc, "files")) {
+        *j = (qd_job){.source_kind = "path"};
+        qd_reply_ec(r, QD_EC_INVALID, "files",
+                    "files name the files of a checkpoint job created by POST /v1/jobs; a job on "
+                    "a server-side source takes none");
+        return false;
+    }
+    if (!qd_job_fields_json(r, doc, j)) return false;
     if ((j->source_path = source_path(r, json_object_get(doc, "source")))) return true;
     free(j->rules);
     j->rules = NULL;
@@ -400,6 +414,11 @@ static enum MHD_Result create_from_json(qd_req *r)
 {
     json_t *doc = qd_req_json(r);
     if (!doc) return MHD_YES;
+    if (json_object_get(doc, "files") && !json_object_get(doc, "source")) {
+        enum MHD_Result ret = qd_job_create_receiving(r, doc);
+        json_decref(doc);
+        return ret;
+    }
     qd_job j;
     enum MHD_Result ret = MHD_YES;
     if (qd_job_from_json(r, doc, &j)) ret = queue_job(r, &j);
@@ -466,7 +485,7 @@ enum MHD_Result qd_h_job_list(qd_req *r)
     const char *s = qd_req_query(r, "state");
     if (s && !qd_job_state_parse(s, &state))
         return qd_reply_ec(r, QD_EC_INVALID, "state",
-                           "state must be queued, running, succeeded, failed or cancelled");
+                           "state must be receiving, queued, running, succeeded, failed or cancelled");
     if (!query_int(r, "after", 0, INT64_MAX, &after) || !query_int(r, "limit", 1, 1000, &limit))
         return MHD_YES;
     qd_job *jobs = NULL;
@@ -489,9 +508,13 @@ enum MHD_Result qd_h_job_delete(qd_req *r)
 {
     int64_t id;
     if (!qd_job_id_param(r, &id)) return MHD_YES;
-    bool running;
+    bool running = false;
     qd_err err;
-    qd_status st = qd_jobs_cancel(r->app->jobs, id, &running, &err);
+    qd_job_inputs *ji = qd_inputs_get(r->app->inputs, id);
+    qd_inputs_release(ji);
+    if (ji) /* receiving: its uploads stop, its files go */
+        qd_receiving_fail(r->app, id, QD_JOB_CANCELLED, "cancelled");
+    qd_status st = ji ? QD_OK : qd_jobs_cancel(r->app->jobs, id, &running, &err);
     if (st == QD_OK) {
         qd_job j;
         if (qd_store_job_get(r->app->store, id, &j, &err) != QD_OK)

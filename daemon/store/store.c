@@ -27,7 +27,8 @@ static const char *const state_names[QD_JOB_STATE_COUNT] = {[QD_JOB_QUEUED] = "q
                                                             [QD_JOB_RUNNING] = "running",
                                                             [QD_JOB_SUCCEEDED] = "succeeded",
                                                             [QD_JOB_FAILED] = "failed",
-                                                            [QD_JOB_CANCELLED] = "cancelled"};
+                                                            [QD_JOB_CANCELLED] = "cancelled",
+                                                            [QD_JOB_RECEIVING] = "receiving"};
 
 const char *qd_job_state_name(qd_job_state s)
 {

@@ -26,10 +26,11 @@ typedef enum qd_job_state {
     QD_JOB_SUCCEEDED,
     QD_JOB_FAILED,
     QD_JOB_CANCELLED,
+    QD_JOB_RECEIVING, /* a checkpoint job waiting for the files its client PUTs (0007) */
     QD_JOB_STATE_COUNT
 } qd_job_state;
 const char *qd_job_state_name(qd_job_state s);
-/* Parses "queued" ... "cancelled"; false when unknown. */
+/* Parses "queued" ... "cancelled", "receiving"; false when unknown. */
 bool qd_job_state_parse(const char *name, qd_job_state *out);
 
 typedef struct qd_job {
@@ -84,7 +85,8 @@ qd_status qd_store_ruleset_delete(qd_store *s, const char *name, qd_err *err);
 
 /* ---- jobs --------------------------------------------------------------------------------------
  */
-/* Inserts j (state queued, created now); sets j->id and j->created_ms. */
+/* Inserts j in state j->state (queued, or receiving for a checkpoint job whose files are still
+ * to come), created now; sets j->id and j->created_ms. */
 qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err);
 qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err);
 /* Jobs with id > after_id (0: from the start), optionally in one state (state < 0: any), oldest
@@ -107,7 +109,13 @@ qd_status qd_store_job_finish(qd_store *s, int64_t id, qd_job_state state, const
  * graceful stop runs again from the start without counting the attempt. QD_CONFLICT when not
  * running. */
 qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err);
-/* queued -> cancelled (finished now). QD_CONFLICT when not queued. */
+/* receiving -> queued with the plan's unused rules (JSON text): every input has arrived.
+ * QD_CONFLICT when not receiving. */
+qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rules, qd_err *err);
+/* receiving -> failed (error) or cancelled (finished now). QD_CONFLICT when not receiving. */
+qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state,
+                                     const char *error, qd_err *err);
+/* queued or receiving -> cancelled (finished now). QD_CONFLICT otherwise. */
 qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err);
 /* Deletes a finished job (succeeded/failed/cancelled) with its outputs and report;
  * QD_CONFLICT when queued or running. */
