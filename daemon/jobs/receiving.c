@@ -77,11 +77,16 @@ qd_status qd_receiving_create(qd_app *app, qd_job *j, const char *const *names, 
     j->state = QD_JOB_RECEIVING;
     qd_status st;
     if (!(j->source_path = make_inputs(app, names, n, &st, err))) return st;
+    qd_jobs_hold(app->jobs, true); /* no claim before the job's inputs are registered */
     st = qd_store_job_insert(app->store, j, err);
     if (st == QD_OK)
         st = qd_inputs_add(app->inputs, j->id, names, n,
                            j->created_ms + app->cfg->input_timeout * 1000, err);
-    if (st == QD_OK) return QD_OK;
+    qd_jobs_hold(app->jobs, false);
+    if (st == QD_OK) {
+        qd_jobs_wake(app->jobs);
+        return QD_OK;
+    }
     if (j->id) {
         qd_err ignored;
         qd_store_job_end_receiving(app->store, j->id, QD_JOB_FAILED, "internal error", &ignored);
@@ -118,12 +123,19 @@ quant_ck_status qd_receiving_done(qd_app *app, int64_t id, quant_ck_error *ck)
     qd_err err;
     if (qd_store_job_get(app->store, id, &j, &err) != QD_OK)
         return quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s", err.message);
+    if (j.state != QD_JOB_RECEIVING) { /* a worker runs it already (its own plan did it) */
+        qd_job_clear(&j);
+        qd_inputs_remove(app->inputs, id);
+        return QUANT_CK_OK;
+    }
     quant_plan *plan = NULL;
     quant_ck_status st = qd_job_plan(app, &j, &plan, ck);
     char *unused = st == QUANT_CK_OK ? qd_plan_unused_json(plan) : NULL;
     quant_plan_free(plan);
     if (st == QUANT_CK_OK && !unused) st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
-    if (st == QUANT_CK_OK && qd_store_job_received(app->store, id, unused, &err) != QD_OK)
+    qd_status stored = st == QUANT_CK_OK ? qd_store_job_received(app->store, id, unused, &err)
+                                         : QD_OK;
+    if (stored != QD_OK && stored != QD_CONFLICT) /* conflict: a worker took it meanwhile */
         st = quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s", err.message);
     free(unused);
     qd_job_clear(&j);

@@ -15,16 +15,20 @@ typedef struct qd_receiving qd_receiving;
 
 /* Creates job j (rules, layout, ruleset and stats_model set by the caller) receiving the n
  * listed files: sets j->source_kind, j->source_path (malloc'd: the caller frees it), j->state,
- * j->id. Nothing is left behind on failure. */
+ * j->id. The job is runnable at once (a worker claims it like a queued one and reads its files
+ * as they arrive); it is registered in app->inputs before a worker can see it. Nothing is left
+ * behind on failure. */
 qd_status qd_receiving_create(qd_app *app, qd_job *j, const char *const *names, size_t n,
                               qd_err *err);
 /* Ends receiving job id as failed with why (or cancelled): its inputs fail (waits and writes
  * stop), the store records it, its files are removed. A job no longer receiving is left alone
  * apart from its inputs' failure. */
 void qd_receiving_fail(qd_app *app, int64_t id, qd_job_state state, const char *why);
-/* Every file of job id is in: the job is planned (every shard header read, as a job on a
- * server-side directory is at creation) and queued. When the plan fails the job fails with its
- * message, QUANT_CK_OK is not returned and ck says why. */
+/* Every file of job id is in. A job a worker runs already (it reads its files as they arrive)
+ * only loses its entry in app->inputs (the run holds its own reference); one still waiting for
+ * a worker is planned (every shard header read, as a job on a server-side directory is at
+ * creation: its unused rules) and queued. When the plan fails the job fails with its message,
+ * QUANT_CK_OK is not returned and ck says why. */
 quant_ck_status qd_receiving_done(qd_app *app, int64_t id, quant_ck_error *ck);
 
 /* Fails the jobs a stopped quantd left receiving (their files removed), then starts the thread

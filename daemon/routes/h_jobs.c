@@ -512,9 +512,12 @@ enum MHD_Result qd_h_job_delete(qd_req *r)
     qd_err err;
     qd_job_inputs *ji = qd_inputs_get(r->app->inputs, id);
     qd_inputs_release(ji);
-    if (ji) /* receiving: its uploads stop, its files go */
+    /* running: told to stop before its inputs fail (so its run ends cancelled, not failed) */
+    qd_status st = qd_jobs_cancel(r->app->jobs, id, &running, &err);
+    if (ji) { /* still receiving files: its uploads stop; not yet running: its files go */
         qd_receiving_fail(r->app, id, QD_JOB_CANCELLED, "cancelled");
-    qd_status st = ji ? QD_OK : qd_jobs_cancel(r->app->jobs, id, &running, &err);
+        if (st == QD_CONFLICT) st = QD_OK;
+    }
     if (st == QD_OK) {
         qd_job j;
         if (qd_store_job_get(r->app->store, id, &j, &err) != QD_OK)

@@ -93,7 +93,7 @@ qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err);
  * first, at most limit; *jobs is an array of *n jobs (qd_job_clear each, then free). */
 qd_status qd_store_job_list(qd_store *s, int state, int64_t after_id, int limit, qd_job **jobs,
                             size_t *n, qd_err *err);
-/* Atomically takes the oldest queued job: state running, started now, attempts + 1.
+/* Atomically takes the oldest queued or receiving job: state running, started now, attempts + 1.
  * QD_NOT_FOUND when the queue is empty. */
 qd_status qd_store_job_claim(qd_store *s, qd_job *out, qd_err *err);
 qd_status qd_store_job_progress(qd_store *s, int64_t id, int64_t tensors_done,
@@ -115,7 +115,7 @@ qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rule
 /* receiving -> failed (error) or cancelled (finished now). QD_CONFLICT when not receiving. */
 qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state,
                                      const char *error, qd_err *err);
-/* queued or receiving -> cancelled (finished now). QD_CONFLICT otherwise. */
+/* queued -> cancelled (finished now). QD_CONFLICT when not queued. */
 qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err);
 /* Deletes a finished job (succeeded/failed/cancelled) with its outputs and report;
  * QD_CONFLICT when queued or running. */

@@ -27,11 +27,13 @@ static const qd_query_def job_queries[] = {
     {QD_Q_JOB_LIST_STATE,
      "SELECT " JOB_COLS " FROM jobs WHERE state = ?2 AND id > ?1 ORDER BY id LIMIT ?3"},
     /* One statement: the oldest queued job becomes running, whoever else is claiming. A job
-     * claimed again after recovery starts from nothing. */
+     * claimed again after recovery starts from nothing. A receiving job is claimed like a queued
+     * one: its run reads its files as they arrive (quant_pipeline_options.input_wait). */
     {QD_Q_JOB_CLAIM, "UPDATE jobs SET state = 'running', started_ms = ?1, attempts = attempts + 1, "
                      "finished_ms = NULL, error = NULL, tensors_done = 0, tensors_total = 0, "
                      "bytes_done = 0, bytes_total = 0 "
-                     "WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) "
+                     "WHERE id = (SELECT id FROM jobs WHERE state IN ('queued', 'receiving') "
+                     "ORDER BY id LIMIT 1) "
                      "RETURNING " JOB_COLS},
     {QD_Q_JOB_PROGRESS, "UPDATE jobs SET tensors_done = ?2, tensors_total = ?3, bytes_done = ?4, "
                         "bytes_total = ?5 WHERE id = ?1 AND state = 'running'"},
@@ -45,7 +47,7 @@ static const qd_query_def job_queries[] = {
      "INSERT INTO outputs (job_id, name, bytes, sha256) VALUES (?1, ?2, ?3, ?4)"},
     {QD_Q_REPORT_INSERT, "INSERT INTO reports (job_id, body) VALUES (?1, ?2)"},
     {QD_Q_JOB_CANCEL, "UPDATE jobs SET state = 'cancelled', finished_ms = ?2 "
-                      "WHERE id = ?1 AND state IN ('queued', 'receiving')"},
+                      "WHERE id = ?1 AND state = 'queued'"},
     {QD_Q_JOB_RECEIVED, "UPDATE jobs SET state = 'queued', unused_rules = ?2 "
                         "WHERE id = ?1 AND state = 'receiving'"},
     {QD_Q_JOB_END_RECEIVING, "UPDATE jobs SET state = ?2, finished_ms = ?3, error = ?4 "
@@ -375,7 +377,7 @@ static qd_status cancel_fn(qd_store *s, void *p, qd_err *err)
 {
     int64_t id = *(const int64_t *)p;
     qd_status st = qd_store_run(s, QD_Q_JOB_CANCEL, "cancel job", err, NULL, "ii", id, qd_now_ms());
-    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "queued or receiving", err) : st;
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "queued", err) : st;
 }
 
 typedef struct received_ctx {
