@@ -27,10 +27,10 @@ typedef struct qd_app {
     qd_store *store;
     qd_jobs *jobs;
     qd_metrics *metrics;
-    qd_stats *stats;     /* calibration statistics: their own connections and writer thread */
-    qd_tokens *tokens;   /* access tokens: their own connection */
-    qd_janitor *janitor; /* housekeeping: retention, the insecure warning */
-    qd_inputs *inputs;   /* checkpoint jobs' files while they arrive (inputs.h) */
+    qd_stats *stats;         /* calibration statistics: their own connections and writer thread */
+    qd_tokens *tokens;       /* access tokens: their own connection */
+    qd_janitor *janitor;     /* housekeeping: retention, the insecure warning */
+    qd_inputs *inputs;       /* checkpoint jobs' files while they arrive (inputs.h) */
     qd_receiving *receiving; /* their input_timeout watch (receiving.h) */
     /* no token needed while none exists: the server listens on loopback only, or --insecure */
     bool open_without_tokens;

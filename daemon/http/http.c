@@ -155,8 +155,8 @@ static enum MHD_Result body_reserve(qd_req *r, unsigned long long n)
  * (413), over what the memory budget has left (503), or more than the disk can take (507). */
 static enum MHD_Result body_begin(qd_req *r)
 {
-    r->streaming = (r->route->body == QD_BODY_UPLOAD && is_octet_stream(r)) ||
-                   r->route->body == QD_BODY_INPUT;
+    r->streaming =
+        (r->route->body == QD_BODY_UPLOAD && is_octet_stream(r)) || r->route->body == QD_BODY_INPUT;
     r->limit = body_limit(r);
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {

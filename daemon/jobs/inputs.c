@@ -150,8 +150,8 @@ qd_status qd_inputs_begin(qd_job_inputs *ji, const char *name, size_t *idx, qd_e
         st = qd_fail(err, QD_CONFLICT, "job %lld is not receiving files any more (%s)",
                      (long long)ji->id, ji->why);
     else if (ji->files[i].started)
-        st = qd_fail(err, QD_CONFLICT, "'%s' of job %lld was %s already", name,
-                     (long long)ji->id, ji->files[i].complete ? "received" : "being received");
+        st = qd_fail(err, QD_CONFLICT, "'%s' of job %lld was %s already", name, (long long)ji->id,
+                     ji->files[i].complete ? "received" : "being received");
     else {
         ji->files[i].started = true;
         *idx = (size_t)i;
@@ -215,8 +215,8 @@ static size_t missing_locked(const qd_job_inputs *ji, char *buf, size_t len)
             used = len; /* nothing more fits */
             continue;
         }
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", n > 1 ? ", " : "",
-                                 ji->files[i].name);
+        used +=
+            (size_t)snprintf(buf + used, len - used, "%s%s", n > 1 ? ", " : "", ji->files[i].name);
     }
     return n;
 }
@@ -278,8 +278,8 @@ bool qd_inputs_wait(void *user, const char *name, uint64_t end, char *why, size_
             snprintf(why, why_len, "%s", ji->why);
             break;
         }
-        if (pthread_cond_timedwait(&ji->cv, &ji->mu, &until) != 0 && !f->complete &&
-            !ji->failed && (end == QUANT_INPUT_WHOLE || f->bytes < end)) {
+        if (pthread_cond_timedwait(&ji->cv, &ji->mu, &until) != 0 && !f->complete && !ji->failed &&
+            (end == QUANT_INPUT_WHOLE || f->bytes < end)) {
             snprintf(why, why_len, "not received within input_timeout");
             break;
         }

@@ -243,7 +243,7 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     o.cancel = &s->cancel;
     if (srq) quant_srq_apply(srq, &o);
     o.sha256 = true; /* the outputs' ETags, taken as they are written */
-    if (ji) { /* a checkpoint job whose files are still arriving: read as they land */
+    if (ji) {        /* a checkpoint job whose files are still arriving: read as they land */
         o.input_wait = qd_inputs_wait;
         o.input_wait_user = ji;
         o.map_input = false; /* the library refuses both (a growing file) */

@@ -57,8 +57,10 @@ static char *make_inputs(qd_app *app, const char *const *names, size_t n, qd_sta
     if (st == QD_OK && dfd < 0) st = qd_fail(err, QD_IO, "inputs: %s", strerror(errno));
     for (size_t i = 0; st == QD_OK && i < n; i++) {
         int fd = openat(dfd, names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) st = qd_fail(err, QD_IO, "%s: %s", names[i], strerror(errno));
-        else close(fd);
+        if (fd < 0)
+            st = qd_fail(err, QD_IO, "%s: %s", names[i], strerror(errno));
+        else
+            close(fd);
     }
     if (dfd >= 0) close(dfd);
     *status = st;
@@ -111,8 +113,8 @@ void qd_receiving_fail(qd_app *app, int64_t id, qd_job_state state, const char *
         qd_remove_upload(j.source_path);
         char sid[24];
         snprintf(sid, sizeof sid, "%lld", (long long)id);
-        qd_log(QD_LOG_INFO, "job finished", "job", sid, "state", qd_job_state_name(state),
-               "error", why, NULL);
+        qd_log(QD_LOG_INFO, "job finished", "job", sid, "state", qd_job_state_name(state), "error",
+               why, NULL);
     }
     qd_job_clear(&j);
 }
@@ -133,8 +135,8 @@ quant_ck_status qd_receiving_done(qd_app *app, int64_t id, quant_ck_error *ck)
     char *unused = st == QUANT_CK_OK ? qd_plan_unused_json(plan) : NULL;
     quant_plan_free(plan);
     if (st == QUANT_CK_OK && !unused) st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
-    qd_status stored = st == QUANT_CK_OK ? qd_store_job_received(app->store, id, unused, &err)
-                                         : QD_OK;
+    qd_status stored =
+        st == QUANT_CK_OK ? qd_store_job_received(app->store, id, unused, &err) : QD_OK;
     if (stored != QD_OK && stored != QD_CONFLICT) /* conflict: a worker took it meanwhile */
         st = quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s", err.message);
     free(unused);

@@ -65,14 +65,14 @@ static bool files_ok(qd_req *r, json_t *files, const char ***names, size_t *n)
     bool shard = false;
     for (size_t i = 0; i < *n; i++) {
         json_t *v = json_array_get(files, i);
-        const char *s = json_string_value(v), *why = s ? bad_name(s, json_string_length(v),
-                                                                  cfg->max_input_name)
-                                                       : "is not a string";
+        const char *s = json_string_value(v),
+                   *why = s ? bad_name(s, json_string_length(v), cfg->max_input_name)
+                            : "is not a string";
         for (size_t k = 0; !why && k < i; k++)
             if (strcmp((*names)[k], s) == 0) why = "is listed twice";
         if (why) {
-            qd_reply_ec(r, QD_EC_INVALID, "files", "files[%zu] %s%s%.64s%s", i, why,
-                        s ? " ('" : "", s ? s : "", s ? "')" : "");
+            qd_reply_ec(r, QD_EC_INVALID, "files", "files[%zu] %s%s%.64s%s", i, why, s ? " ('" : "",
+                        s ? s : "", s ? "')" : "");
             free(*names);
             *names = NULL;
             return false;
@@ -108,8 +108,8 @@ enum MHD_Result qd_job_create_receiving(qd_req *r, json_t *doc)
         char loc[64];
         snprintf(loc, sizeof loc, "/v1/jobs/%lld", (long long)j.id);
         json_t *body = qd_job_json(r->app, &j);
-        ret = qd_reply_text(r, MHD_HTTP_CREATED, json_dumps(body, JSON_COMPACT),
-                            "application/json", MHD_HTTP_HEADER_LOCATION, loc);
+        ret = qd_reply_text(r, MHD_HTTP_CREATED, json_dumps(body, JSON_COMPACT), "application/json",
+                            MHD_HTTP_HEADER_LOCATION, loc);
         json_decref(body);
     }
     free(j.rules);
@@ -177,9 +177,8 @@ static bool check_header(input_sink *s, uint64_t have, bool whole)
     s->checked = true;
     quant_st_close(f);
     if (s->declared != UINT64_MAX && s->declared != s->expect) {
-        snprintf(s->msg, sizeof s->msg,
-                 "%s: Content-Length is %llu bytes; its header implies %llu", s->name,
-                 (unsigned long long)s->declared, (unsigned long long)s->expect);
+        snprintf(s->msg, sizeof s->msg, "%s: Content-Length is %llu bytes; its header implies %llu",
+                 s->name, (unsigned long long)s->declared, (unsigned long long)s->expect);
         sink_refuse(s, QD_EC_LENGTH_MISMATCH, s->msg);
         return false;
     }
@@ -192,15 +191,16 @@ static bool sink_wrote(qd_req *r)
     char why[256];
     if (qd_inputs_failed(s->ji, why, sizeof why)) { /* timed out, cancelled, another file */
         s->ec = QD_EC_NOT_RECEIVING;
-        snprintf(s->msg, sizeof s->msg, "job %lld takes no more files: %s", (long long)s->id,
-                 why);
+        snprintf(s->msg, sizeof s->msg, "job %lld takes no more files: %s", (long long)s->id, why);
         s->ended = true;
         return false;
     }
     if (s->shard && !s->checked && !check_header(s, r->upload_bytes, false)) return false;
     if (s->checked && r->upload_bytes > s->expect) {
-        snprintf(s->msg, sizeof s->msg, "%s: the body is longer than the %llu bytes its header "
-                 "implies", s->name, (unsigned long long)s->expect);
+        snprintf(s->msg, sizeof s->msg,
+                 "%s: the body is longer than the %llu bytes its header "
+                 "implies",
+                 s->name, (unsigned long long)s->expect);
         sink_refuse(s, QD_EC_LENGTH_MISMATCH, s->msg);
         return false;
     }
@@ -215,8 +215,8 @@ static void sink_end(qd_req *r)
     input_sink *s = r->sink;
     if (!s->ended) {
         char msg[512];
-        snprintf(msg, sizeof msg,
-                 "the upload of '%s' did not complete: %s after %llu bytes", s->name,
+        snprintf(msg, sizeof msg, "the upload of '%s' did not complete: %s after %llu bytes",
+                 s->name,
                  r->upload_failed ? "writing it failed (disk full?)"
                  : r->refused != QD_REFUSE_NONE
                      ? "its body was refused"
@@ -288,8 +288,13 @@ enum MHD_Result qd_h_job_input_precheck(qd_req *r)
         qd_receiving_fail(r->app, id, QD_JOB_FAILED, "out of memory");
         return MHD_NO;
     }
-    *s = (input_sink){.app = r->app, .id = id, .ji = ji, .idx = idx, .name = r->params[1],
-                      .ec = QD_EC_COUNT, .declared = UINT64_MAX};
+    *s = (input_sink){.app = r->app,
+                      .id = id,
+                      .ji = ji,
+                      .idx = idx,
+                      .name = r->params[1],
+                      .ec = QD_EC_COUNT,
+                      .declared = UINT64_MAX};
     s->shard = ends_with(s->name, ".safetensors");
     r->sink = s;
     r->sink_end = sink_end; /* from here on, a request that ends unanswered fails the job */
@@ -298,8 +303,7 @@ enum MHD_Result qd_h_job_input_precheck(qd_req *r)
     s->path = input_path(r->app, id, s->name);
     int fd = s->path ? open(s->path, O_RDWR | O_TRUNC | O_NOFOLLOW | O_CLOEXEC) : -1;
     if (fd < 0) {
-        snprintf(s->msg, sizeof s->msg, "%s: cannot open the input: %s", s->name,
-                 strerror(errno));
+        snprintf(s->msg, sizeof s->msg, "%s: cannot open the input: %s", s->name, strerror(errno));
         sink_refuse(s, QD_EC_INTERNAL, s->msg);
         return qd_reply_ec(r, QD_EC_INTERNAL, "name", "%s", s->msg);
     }
@@ -348,8 +352,8 @@ enum MHD_Result qd_h_job_input_put(qd_req *r)
     if (st != QD_OK) return qd_reply_store_error(r, st, &err);
     json_t *out = qd_job_json(r->app, &j);
     qd_job_clear(&j);
-    json_object_set_new(out, "input",
-                        json_pack("{s:s,s:I}", "name", s->name, "bytes",
-                                  (json_int_t)r->upload_bytes));
+    json_object_set_new(
+        out, "input",
+        json_pack("{s:s,s:I}", "name", s->name, "bytes", (json_int_t)r->upload_bytes));
     return qd_reply_json(r, MHD_HTTP_OK, out);
 }

@@ -484,8 +484,9 @@ enum MHD_Result qd_h_job_list(qd_req *r)
     qd_job_state state = QD_JOB_STATE_COUNT;
     const char *s = qd_req_query(r, "state");
     if (s && !qd_job_state_parse(s, &state))
-        return qd_reply_ec(r, QD_EC_INVALID, "state",
-                           "state must be receiving, queued, running, succeeded, failed or cancelled");
+        return qd_reply_ec(
+            r, QD_EC_INVALID, "state",
+            "state must be receiving, queued, running, succeeded, failed or cancelled");
     if (!query_int(r, "after", 0, INT64_MAX, &after) || !query_int(r, "limit", 1, 1000, &limit))
         return MHD_YES;
     qd_job *jobs = NULL;

@@ -113,8 +113,8 @@ qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err);
  * QD_CONFLICT when not receiving. */
 qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rules, qd_err *err);
 /* receiving -> failed (error) or cancelled (finished now). QD_CONFLICT when not receiving. */
-qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state,
-                                     const char *error, qd_err *err);
+qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                                     qd_err *err);
 /* queued -> cancelled (finished now). QD_CONFLICT when not queued. */
 qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err);
 /* Deletes a finished job (succeeded/failed/cancelled) with its outputs and report;

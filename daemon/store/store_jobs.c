@@ -173,11 +173,10 @@ static qd_status insert_fn(qd_store *s, void *p, qd_err *err)
     const qd_job *j = c->j;
     bool row = false;
     c->now = qd_now_ms();
-    qd_status st = qd_store_run(s, QD_Q_JOB_INSERT, "insert job", err, &row, "ttttttitt", j->ruleset,
-                                j->rules, j->layout, j->source_kind, j->source_path, j->stats_model,
-                                c->now, j->unused_rules,
-                                qd_job_state_name(j->state == QD_JOB_RECEIVING ? QD_JOB_RECEIVING
-                                                                               : QD_JOB_QUEUED));
+    qd_status st = qd_store_run(
+        s, QD_Q_JOB_INSERT, "insert job", err, &row, "ttttttitt", j->ruleset, j->rules, j->layout,
+        j->source_kind, j->source_path, j->stats_model, c->now, j->unused_rules,
+        qd_job_state_name(j->state == QD_JOB_RECEIVING ? QD_JOB_RECEIVING : QD_JOB_QUEUED));
     if (st == QD_OK && !row) st = qd_fail(err, QD_DB, "insert job: no id returned");
     if (st == QD_OK) c->id = sqlite3_column_int64(s->q[QD_Q_JOB_INSERT], 0);
     return st;
@@ -408,8 +407,8 @@ static qd_status end_receiving_fn(qd_store *s, void *p, qd_err *err)
     return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, c->id, "receiving", err) : st;
 }
 
-qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state,
-                                     const char *error, qd_err *err)
+qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                                     qd_err *err)
 {
     if (state != QD_JOB_FAILED && state != QD_JOB_CANCELLED)
         return qd_fail(err, QD_INVALID, "a receiving job ends failed or cancelled");

@@ -24,8 +24,7 @@
 #define RULES   "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]}"
 #define SHARD1  "model-00001-of-00002.safetensors"
 #define SHARD2  "model-00002-of-00002.safetensors"
-#define FILES                                                                                      \
-    "[\"config.json\",\"" SHARD1 "\",\"" SHARD2 "\",\"model.safetensors.index.json\"]"
+#define FILES   "[\"config.json\",\"" SHARD1 "\",\"" SHARD2 "\",\"model.safetensors.index.json\"]"
 
 static const char *const fixture_files[] = {"config.json", SHARD1, SHARD2,
                                             "model.safetensors.index.json", NULL};
@@ -59,10 +58,8 @@ static long long create(qdp *d, const char *body, long status, const char *code)
         ck_assert_str_eq(loc, want);
         free(loc);
     } else if (code) {
-        const char *got =
-            json_string_value(json_object_get(json_object_get(j, "error"), "code"));
-        ck_assert_msg(got && strcmp(got, code) == 0, "POST %s: %s, wanted %s", body, r.body,
-                      code);
+        const char *got = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+        ck_assert_msg(got && strcmp(got, code) == 0, "POST %s: %s, wanted %s", body, r.body, code);
     }
     json_decref(j);
     qdp_resp_free(&r);
@@ -88,8 +85,7 @@ static void put_bytes(qdp *d, long long id, const char *name, const void *p, siz
                   status);
     if (code) {
         json_t *j = qdp_json(&r);
-        const char *got =
-            json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+        const char *got = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
         ck_assert_msg(got && strcmp(got, code) == 0, "PUT %s: %s, wanted %s", name, r.body, code);
         json_decref(j);
     }
@@ -126,10 +122,10 @@ static void expect_ended(qdp *d, long long id, const char *state, const char *ne
     json_t *j = qdp_wait_job(d, id, 30);
     const char *st = json_string_value(json_object_get(j, "state"));
     const char *err = json_string_value(json_object_get(j, "error"));
-    ck_assert_msg(strcmp(st, state) == 0, "job %lld is %s (%s), wanted %s", id, st,
-                  err ? err : "-", state);
-    ck_assert_msg(err && strstr(err, needle), "job %lld error '%s' lacks '%s'", id,
-                  err ? err : "-", needle);
+    ck_assert_msg(strcmp(st, state) == 0, "job %lld is %s (%s), wanted %s", id, st, err ? err : "-",
+                  state);
+    ck_assert_msg(err && strstr(err, needle), "job %lld error '%s' lacks '%s'", id, err ? err : "-",
+                  needle);
     ck_assert_ptr_null(json_object_get(j, "outputs"));
     json_decref(j);
     char path[4096];
@@ -149,8 +145,9 @@ static char *cli_outputs(const char *layout)
     char *root = qdt_tmpdir(), cmd[8192];
     snprintf(cmd, sizeof cmd, "%s/rules.json", root);
     ck_assert_int_eq(kit_write_file(cmd, RULES, strlen(RULES)), 0);
-    snprintf(cmd, sizeof cmd, "%s quantize --rules %s/rules.json --layout %s %s %s/out >/dev/null 2>&1",
-             quant_bin(), root, layout, SHARDED, root);
+    snprintf(cmd, sizeof cmd,
+             "%s quantize --rules %s/rules.json --layout %s %s %s/out >/dev/null 2>&1", quant_bin(),
+             root, layout, SHARDED, root);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "rm %s/out/quant-report.json", root); /* the daemon serves /report */
     ck_assert_int_eq(system(cmd), 0);
@@ -209,9 +206,10 @@ static int raw_put(qdp *d, long long id, const char *name, const char *p, size_t
 {
     int fd = qdp_raw_connect(d);
     char head[512];
-    int n = snprintf(head, sizeof head,
-                     "PUT /v1/jobs/%lld/inputs/%s HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n",
-                     id, name, announced);
+    int n =
+        snprintf(head, sizeof head,
+                 "PUT /v1/jobs/%lld/inputs/%s HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n",
+                 id, name, announced);
     ck_assert(qdp_send_all(fd, head, (size_t)n));
     if (send) ck_assert(qdp_send_all(fd, p, send));
     return fd;
@@ -233,8 +231,8 @@ START_TEST(test_cut_uploads)
         close(fd); /* the client leaves */
         expect_ended(&d, id, "failed", SHARD2);
         json_t *j = qdp_get_job(&d, id);
-        ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "error")),
-                                     "did not complete"));
+        ck_assert_ptr_nonnull(
+            strstr(json_string_value(json_object_get(j, "error")), "did not complete"));
         json_decref(j);
     }
     free(shard);
@@ -370,8 +368,7 @@ START_TEST(test_create_checks)
     const char *args[] = {"--max-input-files", "3", "--max-input-name", "20", NULL};
     start(&d, args);
     const char *bad[] = {
-        "{\"ruleset\":\"int8\",\"files\":[]}",
-        "{\"ruleset\":\"int8\",\"files\":\"a.safetensors\"}",
+        "{\"ruleset\":\"int8\",\"files\":[]}", "{\"ruleset\":\"int8\",\"files\":\"a.safetensors\"}",
         "{\"ruleset\":\"int8\",\"files\":[\"a/b.safetensors\"]}",
         "{\"ruleset\":\"int8\",\"files\":[\"..\",\"a.safetensors\"]}",
         "{\"ruleset\":\"int8\",\"files\":[\".hidden\",\"a.safetensors\"]}",
@@ -386,18 +383,16 @@ START_TEST(test_create_checks)
         "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\",\"b\",\"c\",\"d\"]}",
         "{\"ruleset\":\"int8\",\"layout\":\"gguf\",\"files\":[\"a.safetensors\"]}",
         "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\"],\"source\":{\"path\":\"/x\"}}",
-        "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\"],\"colour\":1}",
-        NULL};
+        "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\"],\"colour\":1}", NULL};
     for (int i = 0; bad[i]; i++) create(&d, bad[i], 400, "invalid");
     create(&d, "{\"ruleset\":\"int8\",\"files\":[\"a\\u0000b\",\"a.safetensors\"]}", 400,
            "bad_json"); /* no NUL gets past the JSON parser */
     create(&d, "{\"ruleset\":\"nope\",\"files\":[\"a.safetensors\"]}", 422, "unknown_ruleset");
-    create(&d, "{\"ruleset\":\"int8\",\"stats_model\":\"nope\",\"files\":[\"a.safetensors\"]}",
-           422, "unknown_stats_model");
+    create(&d, "{\"ruleset\":\"int8\",\"stats_model\":\"nope\",\"files\":[\"a.safetensors\"]}", 422,
+           "unknown_stats_model");
     /* at the limits: 20 bytes, 3 files */
-    long long id =
-        create(&d, "{\"ruleset\":\"int8\",\"files\":[\"abcdefgh.safetensors\",\"b\",\"c\"]}", 201,
-               NULL);
+    long long id = create(
+        &d, "{\"ruleset\":\"int8\",\"files\":[\"abcdefgh.safetensors\",\"b\",\"c\"]}", 201, NULL);
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs?state=receiving");
     qdp_resp r = qdp_req(&d, "GET", path, NULL, NULL, 0, NULL);
@@ -423,8 +418,9 @@ START_TEST(test_upload_script)
              ">/dev/null && diff -r %s/out %s/got",
              d.base, SHARDED, cli, cli, cli);
     ck_assert_msg(system(cmd) == 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "QUANTD_URL=%s examples/upload_checkpoint.sh nope %s %s/x 2>/dev/null",
-             d.base, SHARDED, cli);
+    snprintf(cmd, sizeof cmd,
+             "QUANTD_URL=%s examples/upload_checkpoint.sh nope %s %s/x 2>/dev/null", d.base,
+             SHARDED, cli);
     int rc = system(cmd);
     ck_assert_int_eq(WEXITSTATUS(rc), 1);
     kit_rmtree(cli);
