@@ -270,11 +270,12 @@ static bool queue_has_room(qd_req *r)
         qd_reply_store_error(r, QD_DB, &err);
         return false;
     }
-    if (counts[QD_JOB_QUEUED] < cap) return true;
+    int64_t waiting = counts[QD_JOB_QUEUED] + counts[QD_JOB_RECEIVING];
+    if (waiting < cap) return true;
     qd_reply_ec_limit(r, QD_EC_QUEUE_FULL, "max_queued_jobs", 30,
-                      "%lld jobs are queued, the most this server takes (max_queued_jobs = %d); "
-                      "retry once some have run",
-                      (long long)counts[QD_JOB_QUEUED], cap);
+                      "%lld jobs are queued or receiving their files, the most this server takes "
+                      "(max_queued_jobs = %d); retry once some have run",
+                      (long long)waiting, cap);
     return false;
 }
 
