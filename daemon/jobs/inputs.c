@@ -238,7 +238,7 @@ qd_status qd_inputs_expired(qd_inputs *in, int64_t now_ms, int64_t **ids, size_t
     pthread_mutex_lock(&in->mu);
     for (qd_job_inputs *ji = in->head; ji && st == QD_OK; ji = ji->next) {
         pthread_mutex_lock(&ji->mu);
-        bool late = ji->deadline_ms <= now_ms && ji->n_complete < ji->n;
+        bool late = ji->deadline_ms <= now_ms && ji->n_complete < ji->n && !ji->failed;
         pthread_mutex_unlock(&ji->mu);
         if (!late) continue;
         if (*n == cap) {

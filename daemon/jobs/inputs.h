@@ -47,7 +47,8 @@ bool qd_inputs_failed(qd_job_inputs *ji, char *why, size_t len);
 /* The names not yet complete, comma-separated, into buf (cut with "..." when long); their
  * number. */
 size_t qd_inputs_missing(qd_job_inputs *ji, char *buf, size_t len);
-/* The ids (malloc'd, *n of them) of the jobs past their deadline with a file missing. */
+/* The ids (malloc'd, *n of them) of the jobs past their deadline with a file missing (and not
+ * failed already). */
 qd_status qd_inputs_expired(qd_inputs *in, int64_t now_ms, int64_t **ids, size_t *n, qd_err *err);
 
 /* quant_input_wait_fn over a job's entry (user: the qd_job_inputs): blocks until bytes [0, end)

@@ -104,12 +104,15 @@ void qd_receiving_fail(qd_app *app, int64_t id, qd_job_state state, const char *
     qd_job_inputs *ji = qd_inputs_get(app->inputs, id);
     if (ji) qd_inputs_fail(ji, why);
     qd_inputs_release(ji);
-    qd_inputs_remove(app->inputs, id);
     qd_job j;
     qd_err err;
     if (qd_store_job_get(app->store, id, &j, &err) != QD_OK) return;
+    /* still receiving: it ends here. Running (a worker took it, perhaps a moment ago): its run
+     * sees the failure in its next wait and the worker ends it, removes the files and the
+     * entry, which stays registered until then so that the run finds it. */
     if (j.state == QD_JOB_RECEIVING &&
         qd_store_job_end_receiving(app->store, id, state, why, &err) == QD_OK) {
+        qd_inputs_remove(app->inputs, id);
         qd_remove_upload(j.source_path);
         char sid[24];
         snprintf(sid, sizeof sid, "%lld", (long long)id);

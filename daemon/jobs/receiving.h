@@ -21,8 +21,8 @@ typedef struct qd_receiving qd_receiving;
 qd_status qd_receiving_create(qd_app *app, qd_job *j, const char *const *names, size_t n,
                               qd_err *err);
 /* Ends receiving job id as failed with why (or cancelled): its inputs fail (waits and writes
- * stop), the store records it, its files are removed. A job no longer receiving is left alone
- * apart from its inputs' failure. */
+ * stop), the store records it, its files are removed. A job a worker runs is left to the worker
+ * (its run's next wait fails with why) apart from its inputs' failure. */
 void qd_receiving_fail(qd_app *app, int64_t id, qd_job_state state, const char *why);
 /* Every file of job id is in. A job a worker runs already (it reads its files as they arrive)
  * only loses its entry in app->inputs (the run holds its own reference); one still waiting for
