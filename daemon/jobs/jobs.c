@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +299,20 @@ static const char *client_message(const qd_app *app, const qd_job *j, const char
     return buf;
 }
 
+/* A job not planned before its run (a checkpoint job run as its files arrived): its unused
+ * rules from the report's summary, as the job's JSON shows them for every other job. */
+static void set_unused_from(qd_app *app, int64_t id, const char *report)
+{
+    json_t *doc = report ? json_loads(report, 0, NULL) : NULL;
+    json_t *unused = json_object_get(json_object_get(doc, "summary"), "unused_rules");
+    char *text = json_is_array(unused) ? json_dumps(unused, JSON_COMPACT) : NULL;
+    qd_err err;
+    if (text && qd_store_job_set_unused(app->store, id, text, &err) != QD_OK)
+        qd_log(QD_LOG_WARN, "unused rules not stored", "error", err.message, NULL);
+    free(text);
+    json_decref(doc);
+}
+
 static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, const char *msg,
                    char *report, const qd_output *written, size_t n_written)
 {
@@ -316,6 +331,7 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         size_t n = 0;
         done = dir ? list_outputs(out, written, n_written, &outs, &n, &err)
                    : qd_fail(&err, QD_NOMEM, "no memory");
+        if (done == QD_OK && !j->unused_rules) set_unused_from(app, j->id, report);
         if (done == QD_OK)
             done = qd_store_job_finish(app->store, j->id, QD_JOB_SUCCEEDED, NULL, outs, n, report,
                                        &err);

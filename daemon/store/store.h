@@ -112,6 +112,9 @@ qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err);
 /* receiving -> queued with the plan's unused rules (JSON text): every input has arrived.
  * QD_CONFLICT when not receiving. */
 qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rules, qd_err *err);
+/* The job's unused rules (JSON text) when it has none yet: a checkpoint job run while its files
+ * arrived was not planned before its run; its report tells them. */
+qd_status qd_store_job_set_unused(qd_store *s, int64_t id, const char *unused_rules, qd_err *err);
 /* receiving -> failed (error) or cancelled (finished now). QD_CONFLICT when not receiving. */
 qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,
                                      qd_err *err);

@@ -41,6 +41,7 @@ typedef enum qd_query {
     QD_Q_JOB_CANCEL,
     QD_Q_JOB_RECEIVED,
     QD_Q_JOB_END_RECEIVING,
+    QD_Q_JOB_SET_UNUSED,
     QD_Q_JOB_DELETE,
     QD_Q_JOB_RUNNING_IDS,
     QD_Q_JOB_REQUEUE,

@@ -50,6 +50,8 @@ static const qd_query_def job_queries[] = {
                       "WHERE id = ?1 AND state = 'queued'"},
     {QD_Q_JOB_RECEIVED, "UPDATE jobs SET state = 'queued', unused_rules = ?2 "
                         "WHERE id = ?1 AND state = 'receiving'"},
+    {QD_Q_JOB_SET_UNUSED,
+     "UPDATE jobs SET unused_rules = ?2 WHERE id = ?1 AND unused_rules IS NULL"},
     {QD_Q_JOB_END_RECEIVING, "UPDATE jobs SET state = ?2, finished_ms = ?3, error = ?4 "
                              "WHERE id = ?1 AND state = 'receiving'"},
     {QD_Q_JOB_DELETE, /* outputs and reports go with it: ON DELETE CASCADE */
@@ -405,6 +407,19 @@ static qd_status end_receiving_fn(qd_store *s, void *p, qd_err *err)
     qd_status st = qd_store_run(s, QD_Q_JOB_END_RECEIVING, "end receiving job", err, NULL, "itit",
                                 c->id, qd_job_state_name(c->state), qd_now_ms(), c->text);
     return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, c->id, "receiving", err) : st;
+}
+
+static qd_status set_unused_fn(qd_store *s, void *p, qd_err *err)
+{
+    received_ctx *c = p;
+    return qd_store_run(s, QD_Q_JOB_SET_UNUSED, "set unused rules", err, NULL, "it", c->id,
+                        c->text);
+}
+
+qd_status qd_store_job_set_unused(qd_store *s, int64_t id, const char *unused_rules, qd_err *err)
+{
+    received_ctx c = {id, QD_JOB_QUEUED, unused_rules};
+    return qd_store_txn(s, true, set_unused_fn, &c, err);
 }
 
 qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,

@@ -163,6 +163,7 @@ static void roundtrip(const char *layout)
     json_t *j = qdp_wait_job(&d, id, 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
     ck_assert_uint_eq(json_array_size(json_object_get(j, "outputs")), 4);
+    ck_assert(json_is_array(json_object_get(j, "unused_rules"))); /* from the plan or report */
     json_decref(j);
     char *cli = cli_outputs(layout), cmd[8192];
     /* every output byte-identical to the CLI's, and the tar extracts to that directory */
