@@ -74,7 +74,10 @@ static long long create_fixture_job(qdp *d, const char *layout)
     return create(d, body, 201, NULL);
 }
 
-/* PUT of len bytes as file `name` of job id; must answer status (and code when not NULL). */
+/* PUT of len bytes as file `name` of job id; must answer status (and code when not NULL). A
+ * refusal decided before the body (404, 409) is sent with a body small enough to be in the
+ * socket before the answer comes back (curl would otherwise see the connection close while it
+ * still sends). */
 static void put_bytes(qdp *d, long long id, const char *name, const void *p, size_t len,
                       long status, const char *code)
 {
@@ -293,7 +296,7 @@ START_TEST(test_bad_inputs)
     long long id = create_fixture_job(&d, "native");
     put_file(&d, id, "config.json", 200, NULL);
     put_bytes(&d, id, "tokenizer.json", "{}", 2, 404, "unknown_input");
-    put_file(&d, id, "config.json", 409, "input_already_sent");
+    put_bytes(&d, id, "config.json", "{}", 2, 409, "input_already_sent");
     json_t *j = qdp_get_job(&d, id);
     const char *st = json_string_value(json_object_get(j, "state"));
     ck_assert_msg(strcmp(st, "running") == 0 || strcmp(st, "receiving") == 0, "%s", st);
@@ -304,7 +307,7 @@ START_TEST(test_bad_inputs)
     memset(longer + len, 0, 7);
     put_bytes(&d, id, SHARD2, longer, len + 7, 400, "length_mismatch");
     expect_ended(&d, id, "failed", "Content-Length");
-    put_file(&d, id, SHARD1, 409, "not_receiving"); /* over: no more files */
+    put_bytes(&d, id, SHARD1, "x", 1, 409, "not_receiving"); /* over: no more files */
 
     /* the body shorter than its header implies (chunk-free, whole): 400, the job fails */
     id = create_fixture_job(&d, "native");
@@ -334,7 +337,7 @@ START_TEST(test_bad_inputs)
     ck_assert_msg(r.status == 200 || r.status == 202, "DELETE: %ld %s", r.status, r.body);
     qdp_resp_free(&r);
     expect_ended(&d, id, "cancelled", "cancelled");
-    put_file(&d, id, SHARD2, 409, "not_receiving");
+    put_bytes(&d, id, SHARD2, "x", 1, 409, "not_receiving");
 
     /* no such job */
     put_bytes(&d, 999, SHARD1, "x", 1, 404, "not_found");
@@ -358,7 +361,7 @@ START_TEST(test_input_timeout)
     json_t *j = qdp_get_job(&d, id);
     ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "error")), SHARD2));
     json_decref(j);
-    put_file(&d, id, SHARD2, 409, "not_receiving");
+    put_bytes(&d, id, SHARD2, "x", 1, 409, "not_receiving");
     qdp_stop(&d);
 }
 END_TEST
