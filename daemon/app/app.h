@@ -19,15 +19,19 @@ typedef struct qd_jobs qd_jobs;
 typedef struct qd_tokens qd_tokens;
 typedef struct qd_janitor qd_janitor;
 typedef struct qd_tls qd_tls;
+typedef struct qd_inputs qd_inputs;
+typedef struct qd_receiving qd_receiving;
 
 typedef struct qd_app {
     const qd_config *cfg;
     qd_store *store;
     qd_jobs *jobs;
     qd_metrics *metrics;
-    qd_stats *stats;     /* calibration statistics: their own connections and writer thread */
-    qd_tokens *tokens;   /* access tokens: their own connection */
-    qd_janitor *janitor; /* housekeeping: retention, the insecure warning */
+    qd_stats *stats;         /* calibration statistics: their own connections and writer thread */
+    qd_tokens *tokens;       /* access tokens: their own connection */
+    qd_janitor *janitor;     /* housekeeping: retention, the insecure warning */
+    qd_inputs *inputs;       /* checkpoint jobs' files while they arrive (inputs.h) */
+    qd_receiving *receiving; /* their input_timeout watch (receiving.h) */
     /* no token needed while none exists: the server listens on loopback only, or --insecure */
     bool open_without_tokens;
     _Atomic uint64_t body_bytes; /* request bodies held in memory now (req_limits.c) */

@@ -5,7 +5,9 @@
  */
 #include "app_run.h"
 
+#include "inputs.h"
 #include "janitor.h"
+#include "receiving.h"
 #include "jobs.h"
 #include "log.h"
 #include "router.h"
@@ -71,7 +73,8 @@ static qd_status open_parts(qd_app *app, bool *insecure, const char **what, qd_e
     if ((st = qd_stats_open(cfg->db_path, app->metrics, &app->stats, err)) != QD_OK) return st;
     qd_stats_configure(app->stats, cfg->stats_quota, cfg->idempotency_window);
     *what = "data directory";
-    return qd_app_dirs(app, err);
+    if ((st = qd_app_dirs(app, err)) != QD_OK) return st;
+    return qd_inputs_new(&app->inputs, err);
 }
 
 qd_status qd_app_start(qd_app *app, qd_http **http, int *port, const char **what, qd_err *err)
@@ -88,8 +91,18 @@ qd_status qd_app_start(qd_app *app, qd_http **http, int *port, const char **what
         app->jobs = NULL;
         return st;
     }
+    *what = "checkpoint jobs";
+    if ((st = qd_receiving_start(app, &app->receiving, err)) != QD_OK) {
+        qd_janitor_stop(app->janitor);
+        qd_jobs_stop(app->jobs);
+        app->janitor = NULL;
+        app->jobs = NULL;
+        return st;
+    }
     *what = "http";
     if ((st = qd_http_start(app, http, port, err)) != QD_OK) {
+        qd_receiving_stop(app->receiving);
+        app->receiving = NULL;
         qd_janitor_stop(app->janitor);
         qd_jobs_stop(app->jobs);
         app->janitor = NULL;
@@ -104,7 +117,9 @@ void qd_app_stop(qd_app *app, qd_http *http)
     qd_http_quiesce(http);
     qd_jobs_stop(app->jobs); /* running jobs are interrupted and queued again */
     qd_http_stop(http);
+    qd_receiving_stop(app->receiving);
     qd_janitor_stop(app->janitor);
+    app->receiving = NULL;
     app->jobs = NULL;
     app->janitor = NULL;
 }
@@ -115,6 +130,8 @@ void qd_app_close(qd_app *app)
     qd_tokens_close(app->tokens);
     qd_tls_free(app->tls); /* no handshake can run any more */
     qd_store_close(app->store);
+    qd_inputs_free(app->inputs);
+    app->inputs = NULL;
     qd_metrics_free(app->metrics);
     qd_app_dirs_free(app);
     app->stats = NULL;

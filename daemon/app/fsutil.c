@@ -85,7 +85,12 @@ static void fsync_dir_of(const char *path)
 
 void qd_remove_upload(const char *path)
 {
-    unlink(path);
+    struct stat sb;
+    qd_err err;
+    if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* a checkpoint job's inputs */
+        qd_rmtree(path, &err);
+    else
+        unlink(path);
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');

@@ -18,7 +18,8 @@ qd_status qd_rmtree(const char *path, qd_err *err);
 qd_status qd_mkdir(const char *path, unsigned mode, qd_err *err);
 /* SHA-256 of the file as 64 lowercase hex digits (hex has 65 bytes) and its size. */
 qd_status qd_sha256_file(const char *path, char hex[65], int64_t *size, qd_err *err);
-/* Removes an upload (DATA/uploads/ID/model.safetensors) and its directory; best effort. */
+/* Removes an upload (DATA/uploads/ID/model.safetensors, or a checkpoint job's
+ * DATA/uploads/ID/inputs directory with everything in it) and its directory ID; best effort. */
 void qd_remove_upload(const char *path);
 /* fsyncs the file, renames it to `to`, fsyncs to's directory. */
 qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err);

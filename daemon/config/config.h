@@ -59,6 +59,9 @@ typedef struct qd_config {
     int64_t job_retention; /* seconds a finished job keeps its outputs, default 7 days; 0 =
                               forever */
     int keep_outputs;      /* finished jobs that keep outputs, newest first; 0 = no cap */
+    int64_t input_timeout; /* seconds a checkpoint job may wait for its files, default 1 h */
+    int max_input_files;   /* files one checkpoint job may list, default 1000 */
+    int max_input_name;    /* bytes of one of its file names, default 255 */
     char *source_roots[QD_MAX_SOURCE_ROOTS]; /* absolute, resolved (realpath) */
     int n_source_roots;
     qd_log_level log_level; /* default info */

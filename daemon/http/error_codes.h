@@ -17,13 +17,17 @@ typedef enum qd_ec {
     QD_EC_INVALID,                /* 400 a query argument, header or field is wrong */
     QD_EC_BAD_JSON,               /* 400 the body is not the JSON object the route takes */
     QD_EC_EMPTY_BODY,             /* 400 an upload without a byte */
+    QD_EC_LENGTH_MISMATCH,        /* 400 an input's length is not what its header implies */
     QD_EC_INVALID_STATS,          /* 400 a statistics post breaks SPEC section 8 or 9 */
     QD_EC_UNAUTHORIZED,           /* 401 no valid bearer token */
     QD_EC_FORBIDDEN,              /* 403 the token's role, or a path outside the roots */
     QD_EC_NOT_FOUND,              /* 404 no such route, job, rule set, model or output */
+    QD_EC_UNKNOWN_INPUT,          /* 404 a file the checkpoint job did not list */
     QD_EC_CONFLICT,               /* 409 the resource is not in a state for the change */
     QD_EC_IDEMPOTENCY_CONFLICT,   /* 409 an Idempotency-Key reused for another body */
     QD_EC_JOB_NOT_READY,          /* 409 not_ready: the job has not succeeded */
+    QD_EC_INPUT_ALREADY_SENT,     /* 409 a file of the job sent (or being sent) already */
+    QD_EC_NOT_RECEIVING,          /* 409 the job takes no more files */
     QD_EC_SEVERAL_OUTPUTS,        /* 409 /output of a job with several shards */
     QD_EC_OUTPUTS_REMOVED,        /* 410 retention removed the job's outputs */
     QD_EC_TOO_LARGE,              /* 413 a body over the route's limit */

@@ -72,6 +72,7 @@ static qd_req *req_new(qd_http *h, struct MHD_Connection *conn, const char *meth
 
 static void req_free(qd_req *r)
 {
+    if (r->sink_end) r->sink_end(r);
     if (r->upload_fd >= 0) close(r->upload_fd);
     if (r->upload_path) {
         unlink(r->upload_path); /* the handler renames what it keeps */
@@ -100,6 +101,8 @@ static const char *body_limit_key(const qd_req *r)
         return "no_body";
     case QD_BODY_STATS:
         return "max_stats_body";
+    case QD_BODY_INPUT:
+        return "max_upload";
     default:
         return r->streaming ? "max_upload" : "max_json_body";
     }
@@ -128,6 +131,8 @@ static size_t body_limit(const qd_req *r)
         return 0;
     case QD_BODY_STATS:
         return (size_t)cfg->max_stats_body;
+    case QD_BODY_INPUT:
+        return (size_t)cfg->max_upload;
     default:
         return r->streaming ? (size_t)cfg->max_upload : (size_t)cfg->max_json_body;
     }
@@ -150,7 +155,8 @@ static enum MHD_Result body_reserve(qd_req *r, unsigned long long n)
  * (413), over what the memory budget has left (503), or more than the disk can take (507). */
 static enum MHD_Result body_begin(qd_req *r)
 {
-    r->streaming = r->route->body == QD_BODY_UPLOAD && is_octet_stream(r);
+    r->streaming =
+        (r->route->body == QD_BODY_UPLOAD && is_octet_stream(r)) || r->route->body == QD_BODY_INPUT;
     r->limit = body_limit(r);
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -161,7 +167,7 @@ static enum MHD_Result body_begin(qd_req *r)
         if (errno == 0 && *end == '\0' && body_reserve(r, n) != MHD_YES) return MHD_NO;
         if (r->replied) return MHD_YES;
     }
-    if (!r->streaming) return MHD_YES;
+    if (!r->streaming || r->upload_fd >= 0) return MHD_YES; /* the precheck opened its file */
     size_t len = strlen(r->app->tmp_dir) + 32;
     r->upload_path = malloc(len);
     if (!r->upload_path) return MHD_NO;
@@ -205,6 +211,8 @@ static enum MHD_Result upload_chunk(qd_req *r, const char *data, size_t n)
     if (!r->upload_failed && !write_all(r->upload_fd, data, n)) r->upload_failed = true;
     r->upload_bytes += n;
     qd_metrics_upload(r->app->metrics, n);
+    if (!r->upload_failed && r->sink_wrote && !r->sink_wrote(r))
+        return discard(r, QD_REFUSE_SINK, 0);
     char why[256];
     if (before / QD_DISK_CHECK_EVERY != r->upload_bytes / QD_DISK_CHECK_EVERY &&
         !qd_disk_room(r->app, 0, why, sizeof why)) {
@@ -414,7 +422,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->replied) return MHD_YES;
     qd_conn_busy(r->guard); /* the body is in: the server's turn */
-    if (r->refused != QD_REFUSE_NONE) return refuse(r);
+    if (r->refused != QD_REFUSE_NONE && r->refused != QD_REFUSE_SINK) return refuse(r);
     if (r->upload_failed)
         return qd_reply_ec(r, QD_EC_INTERNAL, NULL, "writing the upload failed (disk full?)");
     unsigned suspensions = r->suspensions;

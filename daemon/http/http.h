@@ -16,7 +16,7 @@
 #include "error_codes.h"
 
 #define QD_MAX_PARAMS    2
-#define QD_MAX_PARAM_LEN 128
+#define QD_MAX_PARAM_LEN 256 /* a checkpoint job's file name: up to 255 bytes */
 
 typedef struct qd_route qd_route;
 typedef struct qd_http qd_http;
@@ -28,7 +28,8 @@ typedef enum qd_refusal {
     QD_REFUSE_NONE = 0,
     QD_REFUSE_TOO_LARGE, /* 413: over the route's body limit */
     QD_REFUSE_BUDGET,    /* 503: max_body_memory spent */
-    QD_REFUSE_DISK       /* 507: the disk would go below min_free_disk */
+    QD_REFUSE_DISK,      /* 507: the disk would go below min_free_disk */
+    QD_REFUSE_SINK       /* the sink refused the bytes: the route's handler answers */
 } qd_refusal;
 
 typedef struct qd_req {
@@ -48,8 +49,14 @@ typedef struct qd_req {
     char *body;
     size_t body_len, body_cap, limit;
     uint64_t budget; /* bytes of max_body_memory this request holds (req_limits.c) */
-    /* an octet-stream body, streamed into a temporary file */
+    /* an octet-stream body, streamed into a temporary file -- or into the file a route's precheck
+     * opened itself (upload_fd set, upload_path NULL: PUT /v1/jobs/{id}/inputs/{name}), which
+     * may watch the bytes: sink_wrote after each write (upload_bytes counts them; false: the rest
+     * is dropped and the handler answers), sink_end when the request ends, whatever happened */
     bool streaming;
+    bool (*sink_wrote)(struct qd_req *r);
+    void (*sink_end)(struct qd_req *r);
+    void *sink;
     int upload_fd;
     char *upload_path;
     uint64_t upload_bytes;

@@ -38,6 +38,7 @@ const qd_route qd_routes[] = {
     ROUTE("GET",    "/v1/jobs/{id}/outputs",         qd_h_job_outputs,      QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/outputs.tar",     qd_h_job_outputs_tar,  QD_BODY_NONE,   NULL, READING),
     ROUTE("GET",    "/v1/jobs/{id}/outputs/{name}",  qd_h_job_output_named, QD_BODY_NONE,   NULL, READING),
+    ROUTE("PUT",    "/v1/jobs/{id}/inputs/{name}",   qd_h_job_input_put,    QD_BODY_INPUT,  qd_h_job_input_precheck, OPERATOR),
     ROUTE("GET",    "/v1/jobs/{id}/report",          qd_h_job_report,       QD_BODY_NONE,   NULL, READING),
     ROUTE("POST",   "/v1/plans",                     qd_h_plan_create,      QD_BODY_UPLOAD, qd_h_plan_precheck, OPERATOR),
     ROUTE("GET",    "/v1/models",                    qd_h_model_list,       QD_BODY_NONE,   NULL, TRAINING),

@@ -24,7 +24,8 @@ typedef enum qd_body_kind {
     QD_BODY_NONE = 0, /* any body is refused with 413 */
     QD_BODY_JSON,     /* gathered in memory up to max_json_body */
     QD_BODY_UPLOAD,   /* application/octet-stream streamed to a file up to max_upload; JSON too */
-    QD_BODY_STATS     /* any body (safetensors or JSON) gathered in memory up to max_stats_body */
+    QD_BODY_STATS,    /* any body (safetensors or JSON) gathered in memory up to max_stats_body */
+    QD_BODY_INPUT     /* any body streamed up to max_upload into the file the precheck opened */
 } qd_body_kind;
 
 typedef enum MHD_Result (*qd_handler)(qd_req *r);

@@ -37,7 +37,7 @@ quant_ck_status qd_job_source_open(const qd_app *app, const qd_job *j, qd_job_so
             return st;
         }
         src->in = strdup(base + 1); /* messages name model.safetensors, not where it is kept */
-        src->is_dir = false;
+        src->is_dir = S_ISDIR(sb.st_mode); /* a checkpoint job's inputs directory */
         return src->in ? QUANT_CK_OK : quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");
     }
     if (qd_source_locate(j->source_path, cfg->source_roots, cfg->n_source_roots, &src->dir_fd,

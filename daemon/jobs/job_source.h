@@ -19,7 +19,8 @@ typedef struct qd_job_source {
     bool is_dir;
 } qd_job_source;
 
-/* An upload from its own directory in DATA/uploads (named model.safetensors); a server-side
+/* An upload from its own directory in DATA/uploads (named model.safetensors, or the directory
+ * `inputs` holding a checkpoint job's files); a server-side
  * path below its source root's parent, opened without following any link (as the pipeline then
  * does for every file under it), so that a link swapped in after the job was accepted leads
  * nowhere. */

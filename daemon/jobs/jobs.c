@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "inputs.h"
 #include "janitor.h"
 #include "job_source.h"
 #include "jobs.h"
@@ -222,8 +224,8 @@ int qd_jobs_threads(int quant_threads, long online_cpus, int workers)
 /* Runs the pipeline on src; on success *report_json and the files written (*written, with their
  * SHA-256, n_written of them) are set. Returns the pipeline's status. */
 static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const qd_job_source *src,
-                                    const char *out, char **report_json, qd_output **written,
-                                    size_t *n_written, quant_ck_error *ck)
+                                    qd_job_inputs *ji, const char *out, char **report_json,
+                                    qd_output **written, size_t *n_written, quant_ck_error *ck)
 {
     quant_ruleset *rs = NULL;
     quant_ck_status st = quant_ruleset_parse(j->rules, strlen(j->rules), "job rules", &rs, ck);
@@ -242,6 +244,11 @@ static quant_ck_status run_pipeline(qd_app *app, slot *s, const qd_job *j, const
     o.cancel = &s->cancel;
     if (srq) quant_srq_apply(srq, &o);
     o.sha256 = true; /* the outputs' ETags, taken as they are written */
+    if (ji) {        /* a checkpoint job whose files are still arriving: read as they land */
+        o.input_wait = qd_inputs_wait;
+        o.input_wait_user = ji;
+        o.map_input = false; /* the library refuses both (a growing file) */
+    }
     quant_report *rep = NULL;
     st = quant_quantize_path(rs, src->in, out, &o, &rep, ck);
     if (st == QUANT_CK_OK) {
@@ -292,6 +299,20 @@ static const char *client_message(const qd_app *app, const qd_job *j, const char
     return buf;
 }
 
+/* A job not planned before its run (a checkpoint job run as its files arrived): its unused
+ * rules from the report's summary, as the job's JSON shows them for every other job. */
+static void set_unused_from(qd_app *app, int64_t id, const char *report)
+{
+    json_t *doc = report ? json_loads(report, 0, NULL) : NULL;
+    json_t *unused = json_object_get(json_object_get(doc, "summary"), "unused_rules");
+    char *text = json_is_array(unused) ? json_dumps(unused, JSON_COMPACT) : NULL;
+    qd_err err;
+    if (text && qd_store_job_set_unused(app->store, id, text, &err) != QD_OK)
+        qd_log(QD_LOG_WARN, "unused rules not stored", "error", err.message, NULL);
+    free(text);
+    json_decref(doc);
+}
+
 static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, const char *msg,
                    char *report, const qd_output *written, size_t n_written)
 {
@@ -310,6 +331,7 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         size_t n = 0;
         done = dir ? list_outputs(out, written, n_written, &outs, &n, &err)
                    : qd_fail(&err, QD_NOMEM, "no memory");
+        if (done == QD_OK && !j->unused_rules) set_unused_from(app, j->id, report);
         if (done == QD_OK)
             done = qd_store_job_finish(app->store, j->id, QD_JOB_SUCCEEDED, NULL, outs, n, report,
                                        &err);
@@ -320,7 +342,8 @@ static void finish(qd_app *app, slot *s, const qd_job *j, quant_ck_status st, co
         qd_log(QD_LOG_INFO, "job finished", "job", id, "state", "succeeded", NULL);
         qd_janitor_wake(app->janitor); /* keep_outputs may now drop an older job's outputs */
     } else {
-        bool cancelled = st == QUANT_CK_ERR_CANCELLED;
+        /* a cancel also ends the job's uploads: a wait that gave up on them was the cancel */
+        bool cancelled = st == QUANT_CK_ERR_CANCELLED || atomic_load(&s->cancel);
         remove_files(app, j, true);
         char shown[QUANT_CK_MESSAGE_MAX];
         done = qd_store_job_finish(app->store, j->id, cancelled ? QD_JOB_CANCELLED : QD_JOB_FAILED,
@@ -350,9 +373,22 @@ static void run_job(qd_app *app, slot *s, const qd_job *j)
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "not started: %s", why);
     if (st == QUANT_CK_OK && !(out = output_target(app, j, src.is_dir, &err)))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_IO, "%s", err.message);
+    /* the job's files, when some are still arriving (receiving.h); NULL when all are in */
+    qd_job_inputs *ji = qd_inputs_get(app->inputs, j->id);
     if (st == QUANT_CK_OK)
-        st = run_pipeline(app, s, j, &src, out, &report, &written, &n_written, &ck);
+        st = run_pipeline(app, s, j, &src, ji, out, &report, &written, &n_written, &ck);
     qd_job_source_close(&src);
+    if (ji && st != QUANT_CK_OK) { /* uploads still going stop: the job is over */
+        qd_inputs_fail(ji, st == QUANT_CK_ERR_CANCELLED ? "cancelled" : "the job failed");
+        qd_inputs_remove(app->inputs, j->id);
+        if (s->interrupted) { /* its uploads are cut: it cannot run again */
+            s->interrupted = false;
+            atomic_store(&s->cancel, 0);
+            st = quant_ck_fail(&ck, QUANT_CK_ERR_IO,
+                               "interrupted: quantd stopped while the job's files were arriving");
+        }
+    }
+    qd_inputs_release(ji);
     finish(app, s, j, st, ck.message, report, written, n_written);
     qd_outputs_free(written, n_written);
     free(report);
@@ -452,6 +488,14 @@ qd_status qd_jobs_start(qd_app *app, qd_jobs **out, qd_err *err)
     }
     *out = js;
     return QD_OK;
+}
+
+void qd_jobs_hold(qd_jobs *js, bool hold)
+{
+    if (hold)
+        pthread_mutex_lock(&js->mu);
+    else
+        pthread_mutex_unlock(&js->mu);
 }
 
 void qd_jobs_wake(qd_jobs *js)

@@ -16,6 +16,9 @@ int qd_jobs_threads(int quant_threads, long online_cpus, int workers);
 qd_status qd_jobs_start(qd_app *app, qd_jobs **out, qd_err *err);
 /* A job was queued: wake a worker. */
 void qd_jobs_wake(qd_jobs *j);
+/* Holds (true) or lets go of (false) the workers' claim lock: what is done in between (a job
+ * inserted and registered) is seen whole by the next claim. */
+void qd_jobs_hold(qd_jobs *j, bool hold);
 /* Cancels job id: queued -> cancelled at once (QD_OK, *running false); running -> its pipeline
  * is told to stop (QD_OK, *running true; the worker records the end). QD_NOT_FOUND / QD_CONFLICT
  * from the store otherwise. */

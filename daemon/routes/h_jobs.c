@@ -16,12 +16,14 @@
 
 #include "fsutil.h"
 #include "handlers.h"
+#include "inputs.h"
 #include "job_source.h"
 #include "jobs.h"
 #include "req_limits.h"
 #include "router.h"
 #include "quant_pipeline.h"
 #include "quant_st.h"
+#include "receiving.h"
 #include "stats.h"
 #include "timefmt.h"
 
@@ -268,11 +270,12 @@ static bool queue_has_room(qd_req *r)
         qd_reply_store_error(r, QD_DB, &err);
         return false;
     }
-    if (counts[QD_JOB_QUEUED] < cap) return true;
+    int64_t waiting = counts[QD_JOB_QUEUED] + counts[QD_JOB_RECEIVING];
+    if (waiting < cap) return true;
     qd_reply_ec_limit(r, QD_EC_QUEUE_FULL, "max_queued_jobs", 30,
-                      "%lld jobs are queued, the most this server takes (max_queued_jobs = %d); "
-                      "retry once some have run",
-                      (long long)counts[QD_JOB_QUEUED], cap);
+                      "%lld jobs are queued or receiving their files, the most this server takes "
+                      "(max_queued_jobs = %d); retry once some have run",
+                      (long long)waiting, cap);
     return false;
 }
 
@@ -317,8 +320,8 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     return MHD_YES;
 }
 
-static const char *const job_fields[] = {"ruleset", "rules",       "source",
-                                         "layout",  "stats_model", NULL};
+static const char *const job_fields[] = {"ruleset",     "rules", "source", "layout",
+                                         "stats_model", "files", NULL};
 
 static bool known_field(const char *key)
 {
@@ -364,7 +367,7 @@ static char *source_path(qd_req *r, json_t *source)
     return norm;
 }
 
-bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
+bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j)
 {
     *j = (qd_job){.source_kind = "path"};
     const char *key;
@@ -389,7 +392,19 @@ bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
     j->layout = (char *)(layout ? json_string_value(layout) : "native");
     j->stats_model = (char *)json_string_value(stats_model);
     if (!qd_layout_ok(r, j->layout) || !qd_stats_model_ok(r, j->stats_model)) return false;
-    if (!(j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules")))) return false;
+    return (j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules"))) != NULL;
+}
+
+bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)
+{
+    if (json_object_get(doc, "files")) {
+        *j = (qd_job){.source_kind = "path"};
+        qd_reply_ec(r, QD_EC_INVALID, "files",
+                    "files name the files of a checkpoint job created by POST /v1/jobs; a job on "
+                    "a server-side source takes none");
+        return false;
+    }
+    if (!qd_job_fields_json(r, doc, j)) return false;
     if ((j->source_path = source_path(r, json_object_get(doc, "source")))) return true;
     free(j->rules);
     j->rules = NULL;
@@ -400,6 +415,11 @@ static enum MHD_Result create_from_json(qd_req *r)
 {
     json_t *doc = qd_req_json(r);
     if (!doc) return MHD_YES;
+    if (json_object_get(doc, "files") && !json_object_get(doc, "source")) {
+        enum MHD_Result ret = qd_job_create_receiving(r, doc);
+        json_decref(doc);
+        return ret;
+    }
     qd_job j;
     enum MHD_Result ret = MHD_YES;
     if (qd_job_from_json(r, doc, &j)) ret = queue_job(r, &j);
@@ -465,8 +485,9 @@ enum MHD_Result qd_h_job_list(qd_req *r)
     qd_job_state state = QD_JOB_STATE_COUNT;
     const char *s = qd_req_query(r, "state");
     if (s && !qd_job_state_parse(s, &state))
-        return qd_reply_ec(r, QD_EC_INVALID, "state",
-                           "state must be queued, running, succeeded, failed or cancelled");
+        return qd_reply_ec(
+            r, QD_EC_INVALID, "state",
+            "state must be receiving, queued, running, succeeded, failed or cancelled");
     if (!query_int(r, "after", 0, INT64_MAX, &after) || !query_int(r, "limit", 1, 1000, &limit))
         return MHD_YES;
     qd_job *jobs = NULL;
@@ -489,9 +510,16 @@ enum MHD_Result qd_h_job_delete(qd_req *r)
 {
     int64_t id;
     if (!qd_job_id_param(r, &id)) return MHD_YES;
-    bool running;
+    bool running = false;
     qd_err err;
+    qd_job_inputs *ji = qd_inputs_get(r->app->inputs, id);
+    qd_inputs_release(ji);
+    /* running: told to stop before its inputs fail (so its run ends cancelled, not failed) */
     qd_status st = qd_jobs_cancel(r->app->jobs, id, &running, &err);
+    if (ji) { /* still receiving files: its uploads stop; not yet running: its files go */
+        qd_receiving_fail(r->app, id, QD_JOB_CANCELLED, "cancelled");
+        if (st == QD_CONFLICT) st = QD_OK;
+    }
     if (st == QD_OK) {
         qd_job j;
         if (qd_store_job_get(r->app->store, id, &j, &err) != QD_OK)

@@ -82,6 +82,14 @@ bool qd_shard_query_ok(qd_req *r, enum MHD_Result *ret);
  * without following links. j->rules and j->source_path are malloc'd (the caller frees them), the
  * other strings live in `doc`. Replies (400, 403, 422) and returns false on error. */
 bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j);
+/* The same fields without the source (ruleset | rules, layout, stats_model; unknown fields
+ * refused): j->rules malloc'd, the rest in doc. */
+bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j);
+/* POST /v1/jobs with "files" (h_job_inputs.c): a checkpoint job whose client PUTs the files. */
+enum MHD_Result qd_job_create_receiving(qd_req *r, json_t *doc);
+/* PUT /v1/jobs/{id}/inputs/{name} (h_job_inputs.c): one of those files, streamed. */
+enum MHD_Result qd_h_job_input_precheck(qd_req *r);
+enum MHD_Result qd_h_job_input_put(qd_req *r);
 /* The 422 code of a job that cannot be planned, by the pipeline's status (h_jobs.c). */
 qd_ec qd_plan_error_code(quant_ck_status st);
 

@@ -23,11 +23,9 @@
 #define BUSY_TIMEOUT_MS 5000
 #define APPLICATION_ID  0x514E5444 /* "QNTD" in the file header: this file is quantd's */
 
-static const char *const state_names[QD_JOB_STATE_COUNT] = {[QD_JOB_QUEUED] = "queued",
-                                                            [QD_JOB_RUNNING] = "running",
-                                                            [QD_JOB_SUCCEEDED] = "succeeded",
-                                                            [QD_JOB_FAILED] = "failed",
-                                                            [QD_JOB_CANCELLED] = "cancelled"};
+static const char *const state_names[QD_JOB_STATE_COUNT] = {
+    [QD_JOB_QUEUED] = "queued", [QD_JOB_RUNNING] = "running",     [QD_JOB_SUCCEEDED] = "succeeded",
+    [QD_JOB_FAILED] = "failed", [QD_JOB_CANCELLED] = "cancelled", [QD_JOB_RECEIVING] = "receiving"};
 
 const char *qd_job_state_name(qd_job_state s)
 {

@@ -26,10 +26,11 @@ typedef enum qd_job_state {
     QD_JOB_SUCCEEDED,
     QD_JOB_FAILED,
     QD_JOB_CANCELLED,
+    QD_JOB_RECEIVING, /* a checkpoint job waiting for the files its client PUTs (0007) */
     QD_JOB_STATE_COUNT
 } qd_job_state;
 const char *qd_job_state_name(qd_job_state s);
-/* Parses "queued" ... "cancelled"; false when unknown. */
+/* Parses "queued" ... "cancelled", "receiving"; false when unknown. */
 bool qd_job_state_parse(const char *name, qd_job_state *out);
 
 typedef struct qd_job {
@@ -84,14 +85,15 @@ qd_status qd_store_ruleset_delete(qd_store *s, const char *name, qd_err *err);
 
 /* ---- jobs --------------------------------------------------------------------------------------
  */
-/* Inserts j (state queued, created now); sets j->id and j->created_ms. */
+/* Inserts j in state j->state (queued, or receiving for a checkpoint job whose files are still
+ * to come), created now; sets j->id and j->created_ms. */
 qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err);
 qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err);
 /* Jobs with id > after_id (0: from the start), optionally in one state (state < 0: any), oldest
  * first, at most limit; *jobs is an array of *n jobs (qd_job_clear each, then free). */
 qd_status qd_store_job_list(qd_store *s, int state, int64_t after_id, int limit, qd_job **jobs,
                             size_t *n, qd_err *err);
-/* Atomically takes the oldest queued job: state running, started now, attempts + 1.
+/* Atomically takes the oldest queued or receiving job: state running, started now, attempts + 1.
  * QD_NOT_FOUND when the queue is empty. */
 qd_status qd_store_job_claim(qd_store *s, qd_job *out, qd_err *err);
 qd_status qd_store_job_progress(qd_store *s, int64_t id, int64_t tensors_done,
@@ -107,6 +109,15 @@ qd_status qd_store_job_finish(qd_store *s, int64_t id, qd_job_state state, const
  * graceful stop runs again from the start without counting the attempt. QD_CONFLICT when not
  * running. */
 qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err);
+/* receiving -> queued with the plan's unused rules (JSON text): every input has arrived.
+ * QD_CONFLICT when not receiving. */
+qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rules, qd_err *err);
+/* The job's unused rules (JSON text) when it has none yet: a checkpoint job run while its files
+ * arrived was not planned before its run; its report tells them. */
+qd_status qd_store_job_set_unused(qd_store *s, int64_t id, const char *unused_rules, qd_err *err);
+/* receiving -> failed (error) or cancelled (finished now). QD_CONFLICT when not receiving. */
+qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                                     qd_err *err);
 /* queued -> cancelled (finished now). QD_CONFLICT when not queued. */
 qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err);
 /* Deletes a finished job (succeeded/failed/cancelled) with its outputs and report;

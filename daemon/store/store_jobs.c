@@ -20,18 +20,20 @@
 static const qd_query_def job_queries[] = {
     {QD_Q_JOB_INSERT, "INSERT INTO jobs (state, ruleset, rules, layout, source_kind, source_path, "
                       "stats_model, created_ms, unused_rules) "
-                      "VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"},
+                      "VALUES (?9, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"},
     {QD_Q_JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1"},
     {QD_Q_JOB_STATE, "SELECT state FROM jobs WHERE id = ?1"},
     {QD_Q_JOB_LIST_ALL, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 ORDER BY id LIMIT ?2"},
     {QD_Q_JOB_LIST_STATE,
      "SELECT " JOB_COLS " FROM jobs WHERE state = ?2 AND id > ?1 ORDER BY id LIMIT ?3"},
     /* One statement: the oldest queued job becomes running, whoever else is claiming. A job
-     * claimed again after recovery starts from nothing. */
+     * claimed again after recovery starts from nothing. A receiving job is claimed like a queued
+     * one: its run reads its files as they arrive (quant_pipeline_options.input_wait). */
     {QD_Q_JOB_CLAIM, "UPDATE jobs SET state = 'running', started_ms = ?1, attempts = attempts + 1, "
                      "finished_ms = NULL, error = NULL, tensors_done = 0, tensors_total = 0, "
                      "bytes_done = 0, bytes_total = 0 "
-                     "WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) "
+                     "WHERE id = (SELECT id FROM jobs WHERE state IN ('queued', 'receiving') "
+                     "ORDER BY id LIMIT 1) "
                      "RETURNING " JOB_COLS},
     {QD_Q_JOB_PROGRESS, "UPDATE jobs SET tensors_done = ?2, tensors_total = ?3, bytes_done = ?4, "
                         "bytes_total = ?5 WHERE id = ?1 AND state = 'running'"},
@@ -46,6 +48,12 @@ static const qd_query_def job_queries[] = {
     {QD_Q_REPORT_INSERT, "INSERT INTO reports (job_id, body) VALUES (?1, ?2)"},
     {QD_Q_JOB_CANCEL, "UPDATE jobs SET state = 'cancelled', finished_ms = ?2 "
                       "WHERE id = ?1 AND state = 'queued'"},
+    {QD_Q_JOB_RECEIVED, "UPDATE jobs SET state = 'queued', unused_rules = ?2 "
+                        "WHERE id = ?1 AND state = 'receiving'"},
+    {QD_Q_JOB_SET_UNUSED,
+     "UPDATE jobs SET unused_rules = ?2 WHERE id = ?1 AND unused_rules IS NULL"},
+    {QD_Q_JOB_END_RECEIVING, "UPDATE jobs SET state = ?2, finished_ms = ?3, error = ?4 "
+                             "WHERE id = ?1 AND state = 'receiving'"},
     {QD_Q_JOB_DELETE, /* outputs and reports go with it: ON DELETE CASCADE */
      "DELETE FROM jobs WHERE id = ?1 AND state IN ('succeeded', 'failed', 'cancelled')"},
     {QD_Q_JOB_RUNNING_IDS, "SELECT id FROM jobs WHERE state = 'running' ORDER BY id"},
@@ -167,9 +175,10 @@ static qd_status insert_fn(qd_store *s, void *p, qd_err *err)
     const qd_job *j = c->j;
     bool row = false;
     c->now = qd_now_ms();
-    qd_status st = qd_store_run(s, QD_Q_JOB_INSERT, "insert job", err, &row, "ttttttit", j->ruleset,
-                                j->rules, j->layout, j->source_kind, j->source_path, j->stats_model,
-                                c->now, j->unused_rules);
+    qd_status st = qd_store_run(
+        s, QD_Q_JOB_INSERT, "insert job", err, &row, "ttttttitt", j->ruleset, j->rules, j->layout,
+        j->source_kind, j->source_path, j->stats_model, c->now, j->unused_rules,
+        qd_job_state_name(j->state == QD_JOB_RECEIVING ? QD_JOB_RECEIVING : QD_JOB_QUEUED));
     if (st == QD_OK && !row) st = qd_fail(err, QD_DB, "insert job: no id returned");
     if (st == QD_OK) c->id = sqlite3_column_int64(s->q[QD_Q_JOB_INSERT], 0);
     return st;
@@ -184,7 +193,7 @@ qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err)
     if (st != QD_OK) return st;
     j->id = c.id;
     j->created_ms = c.now;
-    j->state = QD_JOB_QUEUED;
+    if (j->state != QD_JOB_RECEIVING) j->state = QD_JOB_QUEUED;
     return QD_OK;
 }
 
@@ -370,6 +379,56 @@ static qd_status cancel_fn(qd_store *s, void *p, qd_err *err)
     int64_t id = *(const int64_t *)p;
     qd_status st = qd_store_run(s, QD_Q_JOB_CANCEL, "cancel job", err, NULL, "ii", id, qd_now_ms());
     return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, id, "queued", err) : st;
+}
+
+typedef struct received_ctx {
+    int64_t id;
+    qd_job_state state;
+    const char *text; /* the unused rules, or the error */
+} received_ctx;
+
+static qd_status received_fn(qd_store *s, void *p, qd_err *err)
+{
+    received_ctx *c = p;
+    qd_status st =
+        qd_store_run(s, QD_Q_JOB_RECEIVED, "job received", err, NULL, "it", c->id, c->text);
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, c->id, "receiving", err) : st;
+}
+
+qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rules, qd_err *err)
+{
+    received_ctx c = {id, QD_JOB_QUEUED, unused_rules};
+    return qd_store_txn(s, true, received_fn, &c, err);
+}
+
+static qd_status end_receiving_fn(qd_store *s, void *p, qd_err *err)
+{
+    received_ctx *c = p;
+    qd_status st = qd_store_run(s, QD_Q_JOB_END_RECEIVING, "end receiving job", err, NULL, "itit",
+                                c->id, qd_job_state_name(c->state), qd_now_ms(), c->text);
+    return st == QD_OK && qd_store_changes(s) == 0 ? miss(s, c->id, "receiving", err) : st;
+}
+
+static qd_status set_unused_fn(qd_store *s, void *p, qd_err *err)
+{
+    received_ctx *c = p;
+    return qd_store_run(s, QD_Q_JOB_SET_UNUSED, "set unused rules", err, NULL, "it", c->id,
+                        c->text);
+}
+
+qd_status qd_store_job_set_unused(qd_store *s, int64_t id, const char *unused_rules, qd_err *err)
+{
+    received_ctx c = {id, QD_JOB_QUEUED, unused_rules};
+    return qd_store_txn(s, true, set_unused_fn, &c, err);
+}
+
+qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                                     qd_err *err)
+{
+    if (state != QD_JOB_FAILED && state != QD_JOB_CANCELLED)
+        return qd_fail(err, QD_INVALID, "a receiving job ends failed or cancelled");
+    received_ctx c = {id, state, error};
+    return qd_store_txn(s, true, end_receiving_fn, &c, err);
 }
 
 qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err)

@@ -292,8 +292,9 @@ json_t *qdp_wait_job(qdp *d, long long id, double timeout_s)
     for (;;) {
         json_t *j = qdp_get_job(d, id);
         const char *st = json_string_value(json_object_get(j, "state"));
-        if ((strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) || kit_now() - t0 > timeout_s)
-            return j;
+        bool over =
+            strcmp(st, "queued") != 0 && strcmp(st, "running") != 0 && strcmp(st, "receiving") != 0;
+        if (over || kit_now() - t0 > timeout_s) return j;
         json_decref(j);
         kit_sleep_ms(20);
     }

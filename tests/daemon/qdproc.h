@@ -61,8 +61,8 @@ void qdp_resp_free(qdp_resp *r);
 char *qdp_header(const qdp_resp *r, const char *name);
 /* The body as JSON (fails the test if not JSON). */
 json_t *qdp_json(const qdp_resp *r);
-/* Polls GET /v1/jobs/ID until its state is not queued/running (or timeout_s passes); returns
- * the job JSON. */
+/* Polls GET /v1/jobs/ID until its state is not receiving/queued/running (or timeout_s passes);
+ * returns the job JSON. */
 json_t *qdp_wait_job(qdp *d, long long id, double timeout_s);
 /* GET /v1/jobs/ID, which must answer 200: the job's JSON (the caller decrefs). */
 json_t *qdp_get_job(qdp *d, long long id);

@@ -84,6 +84,7 @@ static const struct {
     {"GET", "/v1/jobs/{id}/outputs", R | O},
     {"GET", "/v1/jobs/{id}/outputs.tar", R | O},
     {"GET", "/v1/jobs/{id}/outputs/{name}", R | O},
+    {"PUT", "/v1/jobs/{id}/inputs/{name}", O}, /* a checkpoint job's files: job creation */
     {"GET", "/v1/jobs/{id}/report", R | O},
     {"POST", "/v1/plans", O}, /* like job creation: server paths, stored rule sets */
     {"GET", "/v1/models", T | O},

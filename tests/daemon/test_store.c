@@ -782,6 +782,87 @@ START_TEST(test_job_cancel_queued)
 }
 END_TEST
 
+/* Checkpoint jobs (0007): inserted receiving, claimable, then queued (received) or ended
+ * failed / cancelled while receiving; nothing else moves a receiving job. */
+START_TEST(test_job_receiving)
+{
+    qd_err err;
+    qd_job j = {.rules = "{\"rules\":[]}",
+                .layout = "native",
+                .source_kind = "upload",
+                .source_path = "r",
+                .state = QD_JOB_RECEIVING};
+    ck_assert_int_eq(qd_store_job_insert(g_s, &j, &err), QD_OK);
+    int64_t a = j.id;
+    ck_assert_int_eq(j.state, QD_JOB_RECEIVING);
+    j.state = QD_JOB_RECEIVING;
+    ck_assert_int_eq(qd_store_job_insert(g_s, &j, &err), QD_OK);
+    int64_t b = j.id;
+    j.state = QD_JOB_RECEIVING;
+    ck_assert_int_eq(qd_store_job_insert(g_s, &j, &err), QD_OK);
+    int64_t c = j.id;
+    expect_status(qd_store_job_cancel_queued(g_s, a, &err), QD_CONFLICT, &err);
+    ck_assert_int_eq(qd_store_job_received(g_s, a, "[1]", &err), QD_OK);
+    expect_status(qd_store_job_received(g_s, a, "[]", &err), QD_CONFLICT, &err);
+    qd_job got;
+    ck_assert_int_eq(qd_store_job_get(g_s, a, &got, &err), QD_OK);
+    ck_assert_int_eq(got.state, QD_JOB_QUEUED);
+    ck_assert_str_eq(got.unused_rules, "[1]");
+    qd_job_clear(&got);
+    expect_status(qd_store_job_end_receiving(g_s, a, QD_JOB_FAILED, "x", &err), QD_CONFLICT, &err);
+    expect_status(qd_store_job_end_receiving(g_s, b, QD_JOB_SUCCEEDED, "x", &err), QD_INVALID,
+                  &err);
+    ck_assert_int_eq(qd_store_job_end_receiving(g_s, b, QD_JOB_FAILED, "late", &err), QD_OK);
+    ck_assert_int_eq(qd_store_job_get(g_s, b, &got, &err), QD_OK);
+    ck_assert_int_eq(got.state, QD_JOB_FAILED);
+    ck_assert_str_eq(got.error, "late");
+    ck_assert_int_gt(got.finished_ms, 0);
+    qd_job_clear(&got);
+    ck_assert_int_eq(claim_ok(g_s), a); /* FIFO over queued and receiving */
+    ck_assert_int_eq(claim_ok(g_s), c);
+    ck_assert_int_eq(qd_store_job_end_receiving(g_s, c, QD_JOB_CANCELLED, NULL, &err), QD_CONFLICT);
+    ck_assert(qd_job_state_parse("receiving", &got.state));
+}
+END_TEST
+
+/* 0007 rebuilds the jobs table: rows, ids and AUTOINCREMENT's high-water mark survive it. */
+START_TEST(test_migration_0007_keeps_jobs)
+{
+    char *path = kit_join(g_dir, "at-6.db");
+    sqlite3 *db = raw_open(path);
+    raw_exec(db, "BEGIN");
+    for (int i = 0; i < 6; i++) raw_exec(db, qd_migrations[i].sql);
+    raw_exec(db, "INSERT INTO jobs (state, rules, layout, source_kind, source_path, created_ms) "
+                 "VALUES ('succeeded', '{}', 'native', 'path', '/a', 1), "
+                 "('queued', '{}', 'native', 'path', '/b', 2), "
+                 "('failed', '{}', 'native', 'path', '/c', 3)");
+    raw_exec(db, "INSERT INTO outputs (job_id, name, bytes, sha256) VALUES (1, 'o', 1, '"
+                 "0000000000000000000000000000000000000000000000000000000000000000')");
+    raw_exec(db, "DELETE FROM jobs WHERE id = 3");
+    char sql[96];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = 6; PRAGMA application_id = %d",
+             APPLICATION_ID);
+    raw_exec(db, sql);
+    raw_exec(db, "COMMIT");
+    sqlite3_close(db);
+    qd_store *s = open_ok(path);
+    qd_err err;
+    qd_job j;
+    ck_assert_int_eq(qd_store_job_get(s, 2, &j, &err), QD_OK);
+    ck_assert_int_eq(j.state, QD_JOB_QUEUED);
+    ck_assert_str_eq(j.source_path, "/b");
+    qd_job_clear(&j);
+    qd_output *o = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(qd_store_job_outputs(s, 1, &o, &n, &err), QD_OK);
+    ck_assert_uint_eq(n, 1);
+    qd_outputs_free(o, n);
+    ck_assert_int_eq(add_job(s, "d"), 4); /* 3 was handed out once */
+    qd_store_close(s);
+    free(path);
+}
+END_TEST
+
 START_TEST(test_job_delete)
 {
     qd_err err;
@@ -964,7 +1045,7 @@ END_TEST
 
 START_TEST(test_state_names_and_errors)
 {
-    const char *names[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+    const char *names[] = {"queued", "running", "succeeded", "failed", "cancelled", "receiving"};
     for (int i = 0; i < QD_JOB_STATE_COUNT; i++) {
         qd_job_state s = QD_JOB_STATE_COUNT;
         ck_assert_str_eq(qd_job_state_name((qd_job_state)i), names[i]);
@@ -1066,6 +1147,8 @@ Suite *suite_store(void)
     tcase_add_test(jobs, test_job_finish_atomic);
     tcase_add_test(jobs, test_job_requeue);
     tcase_add_test(jobs, test_job_cancel_queued);
+    tcase_add_test(jobs, test_job_receiving);
+    tcase_add_test(jobs, test_migration_0007_keeps_jobs);
     tcase_add_test(jobs, test_job_delete);
     tcase_add_test(jobs, test_job_recover);
     tcase_add_test(jobs, test_job_counts);

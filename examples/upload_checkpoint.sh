@@ -1,0 +1,77 @@
+#!/bin/sh
+# upload_checkpoint.sh -- owns the "whole checkpoint through quantd" example of issue 11: creates
+# a checkpoint job listing every file of a directory (POST /v1/jobs with "files"), PUTs the files
+# in parallel with `curl -T` (streamed from disk: `--data-binary @FILE` would load each whole
+# shard into curl's memory; in parallel because the run reads every shard header before its
+# first tensor, and quantizes while the bytes arrive), waits for the job, then downloads all its
+# outputs as one tar into OUT_DIR. Exit status 0 when the job succeeded and OUT_DIR holds its
+# outputs, 1 otherwise, 2 on bad usage. Needs sh, curl, tar, xargs, sed; no jq.
+#   examples/upload_checkpoint.sh [-u URL] [-l LAYOUT] [-P JOBS] RULESET IN_DIR OUT_DIR
+# URL defaults to $QUANTD_URL or http://127.0.0.1:8080; a server with tokens needs an operator
+# token in $QUANTD_TOKEN.
+# SPDX-License-Identifier: Apache-2.0
+set -eu
+
+url=${QUANTD_URL:-http://127.0.0.1:8080}
+layout=native
+par=4
+usage() {
+    echo "usage: $0 [-u URL] [-l native|compressed-tensors] [-P PARALLEL] RULESET IN_DIR OUT_DIR" >&2
+    exit 2
+}
+while getopts u:l:P:h opt; do
+    case $opt in
+    u) url=$OPTARG ;;
+    l) layout=$OPTARG ;;
+    P) par=$OPTARG ;;
+    *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 3 ] || usage
+ruleset=$1 in=$2 out=$3
+[ -d "$in" ] || { echo "$0: $in is not a directory" >&2; exit 2; }
+
+auth=
+[ -n "${QUANTD_TOKEN:-}" ] && auth="Authorization: Bearer $QUANTD_TOKEN"
+call() { curl -sS --fail-with-body ${auth:+-H "$auth"} "$@"; }
+
+# The regular files of IN_DIR (plain names: no '/', no leading '.'), as a JSON array.
+files=$(cd "$in" && for f in *; do [ -f "$f" ] && printf '%s\n' "$f"; done)
+[ -n "$files" ] || { echo "$0: no files in $in" >&2; exit 1; }
+list=$(printf '%s\n' "$files" | sed 's/\\/\\\\/g; s/"/\\"/g; s/.*/"&"/' | paste -sd, -)
+
+job=$(call -X POST -H 'Content-Type: application/json' \
+    -d "{\"ruleset\":\"$ruleset\",\"layout\":\"$layout\",\"files\":[$list]}" "$url/v1/jobs") || {
+    echo "$0: creating the job failed: $job" >&2; exit 1; }
+id=$(printf '%s' "$job" | sed -n 's/^{"id":\([0-9]*\),.*/\1/p')
+[ -n "$id" ] || { echo "$0: unexpected answer: $job" >&2; exit 1; }
+echo "job $id: uploading $(printf '%s\n' "$files" | wc -l) files"
+
+# One `curl -T` per file, PARALLEL at a time (checkpoint file names are URL-safe:
+# letters, digits, "-", "_", ".").
+export url id auth
+if ! (cd "$in" && printf '%s\n' "$files" | xargs -P "$par" -I{} sh -c '
+    curl -sS --fail-with-body -o /dev/null ${auth:+-H "$auth"} -T "$1" \
+        "$url/v1/jobs/$id/inputs/$1" || { echo "upload of $1 failed" >&2; exit 1; }' sh {}); then
+    echo "$0: an upload failed; job $id:" >&2
+    call "$url/v1/jobs/$id" >&2 || true
+    exit 1
+fi
+
+# Wait for the job to end.
+while :; do
+    state=$(call "$url/v1/jobs/$id" | sed -n 's/^{"id":[0-9]*,"state":"\([a-z]*\)".*/\1/p')
+    case $state in
+    succeeded) break ;;
+    failed | cancelled)
+        echo "$0: job $id $state:" >&2
+        call "$url/v1/jobs/$id" >&2
+        exit 1 ;;
+    esac
+    sleep 0.5
+done
+
+mkdir -p "$out"
+call "$url/v1/jobs/$id/outputs.tar" | tar -x -C "$out"
+echo "job $id: outputs in $out"
