@@ -39,11 +39,11 @@ void quant_errstats_sum(const double *partial, int64_t items, quant_error_stats 
     }
 }
 
-void quant_errstats_span(const quant_kernels *k, const quant_plan *p, const uint8_t *q,
-                         const float *scale, const int32_t *zp, int64_t row, int64_t c0, int64_t n,
-                         const float *x, uint8_t *codes, float *ds, double acc[3])
+void quant_errstats_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
+                          const float *scale, const int32_t *zp, int64_t row, int64_t c0, int64_t n,
+                          const float *x, float *ds, double acc[3])
 {
-    quant_dequantize_span(k, p, q, scale, zp, row, c0, n, codes, ds);
+    quant_dequantize_codes(k, p, codes, scale, zp, row, c0, n, ds);
     k->errstats(x, ds, n, acc);
 }
 
@@ -60,8 +60,13 @@ static void measure_item(void *arg, int64_t item, int worker)
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
             int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
             const float *x = quant_load_row(run->k, run->x, p, row, c0, n, xs);
-            quant_errstats_span(run->k, p, run->q, run->scale, run->zp, row, c0, n, x, codes, ds,
-                                acc);
+            const uint8_t *src = run->q + row * p->qrow_bytes;
+            const void *c = src + c0 * (int64_t)p->code_size;
+            if (p->packed) {
+                quant_unpack_nibbles(src + c0 / 2, 1, n, p->kcode == QK_I8, codes);
+                c = codes;
+            }
+            quant_errstats_codes(run->k, p, c, run->scale, run->zp, row, c0, n, x, ds, acc);
         }
 }
 

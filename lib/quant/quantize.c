@@ -69,9 +69,11 @@ static int reduce_row(quant_reader *rd, int64_t row, float *scratch, float *a, f
 }
 
 /* The error sums of the span just quantized (columns c0.. of row `row`; x is its input as float32
- * or NULL when it was read as bf16 in place) into its work item's partial sums. */
+ * or NULL when it was read as bf16 in place; `codes` the codes as the kernel wrote them, before
+ * any packing: each in its nibble's range, so they are the bytes quant_unpack_nibbles gives back)
+ * into its work item's partial sums. */
 static void measure_span(quant_run *run, int64_t row, int64_t c0, int64_t n, const float *x,
-                         int worker)
+                         const void *codes, int worker)
 {
     const quant_plan *p = run->rd.plan;
     if (!x)
@@ -79,9 +81,9 @@ static void measure_span(quant_run *run, int64_t row, int64_t c0, int64_t n, con
                            run->scratch + (int64_t)worker * QUANT_CHUNK);
     const float *scale = run->scale ? run->scale : run->scale_out;
     const int32_t *zp = run->scale ? run->zp : run->zp_out;
-    quant_errstats_span(
-        run->rd.k, p, run->q, scale, zp, row, c0, n, x, run->codes + (int64_t)worker * QUANT_CHUNK,
-        run->deq + (int64_t)worker * QUANT_CHUNK, run->err_partial + row / run->rows_per_item * 3);
+    quant_errstats_codes(run->rd.k, p, codes, scale, zp, row, c0, n, x,
+                         run->deq + (int64_t)worker * QUANT_CHUNK,
+                         run->err_partial + row / run->rows_per_item * 3);
 }
 
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
@@ -132,7 +134,7 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
             return 1;
         }
         if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
-        if (run->err_partial) measure_span(run, row, c0, n, x, worker);
+        if (run->err_partial) measure_span(run, row, c0, n, x, out, worker);
     }
     return 0;
 }
