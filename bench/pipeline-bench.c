@@ -1,11 +1,16 @@
 /* pipeline-bench.c -- `quant quantize` throughput on a generated bf16 checkpoint (int8
- * per-channel), beside `cp -r` of the same files in the same run (both from the page cache), and
- * the quantizer's peak resident memory. Prints a Markdown table.
+ * per-channel, and int4 in tiles of 128 columns), with and without the quality measurement,
+ * beside `cp -r` of the same files in the same run (all from the page cache), with the CPU time
+ * (user + system) of each and the quantizer's peak resident memory. The runs are interleaved (cp,
+ * then each variant, repeated) and each figure is the best of its repetitions, so a slow spell of
+ * the shared machine hits them all alike. Prints a Markdown table.
  * SPDX-License-Identifier: Apache-2.0
  *
- * Usage: pipeline-bench QUANT_BINARY
+ * Usage: pipeline-bench QUANT_BINARY [BASELINE_QUANT_BINARY]
+ *   (a second binary, e.g. the previous build, is timed the same way in the same rounds)
  * Environment: QUANT_BENCH_PIPELINE_MIB (checkpoint size, default 2048), QUANT_BENCH_THREADS
- * (default 2), TMPDIR (where the checkpoint is generated; needs ~2.5x the size free).
+ * (default 2), QUANT_BENCH_REPS (rounds, default 4), TMPDIR (where the checkpoint is generated;
+ * needs ~2.5x the size free).
  */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
@@ -51,8 +56,9 @@ static void write_shard(const char *path, int shard, uint16_t *buf)
     quant_st_writer_free(w);
 }
 
-/* Runs argv, returns wall seconds; *maxrss_kib gets the child's peak RSS. */
-static double run(char *const argv[], long *maxrss_kib)
+/* Runs argv, returns wall seconds; *maxrss_kib gets the child's peak RSS, *cpu its user + system
+ * seconds (either may be NULL). */
+static double run(char *const argv[], long *maxrss_kib, double *cpu)
 {
     sync(); /* the previous run's dirty pages are written back before, not during, this one */
     struct rusage ru;
@@ -63,6 +69,9 @@ static double run(char *const argv[], long *maxrss_kib)
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         bench_fail("%s failed (status %d)", argv[0], status);
     if (maxrss_kib) *maxrss_kib = ru.ru_maxrss;
+    if (cpu)
+        *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     return t;
 }
 
@@ -78,25 +87,63 @@ static void warm(const char *dir)
     if (system(cmd) != 0) bench_die("warming the page cache");
 }
 
+/* One timed configuration: a binary, a rule file, quality on or off. */
+typedef struct variant {
+    const char *label, *bin, *rules;
+    bool no_quality;
+    double best, best_cpu; /* wall and CPU (user + system) seconds, each the least seen */
+    long rss_kib;
+} variant;
+
+static double run_variant(variant *v, const char *threads, const char *in, const char *out)
+{
+    char *q_argv[12];
+    int k = 0;
+    q_argv[k++] = (char *)v->bin;
+    q_argv[k++] = "quantize";
+    q_argv[k++] = "--quiet";
+    q_argv[k++] = "--threads";
+    q_argv[k++] = (char *)threads;
+    q_argv[k++] = "--rules";
+    q_argv[k++] = (char *)v->rules;
+    if (v->no_quality) q_argv[k++] = "--no-quality";
+    q_argv[k++] = (char *)in;
+    q_argv[k++] = (char *)out;
+    q_argv[k] = NULL;
+    long r = 0;
+    double cpu = 0;
+    double t = run(q_argv, &r, &cpu);
+    rm_rf(out);
+    v->best = t < v->best ? t : v->best;
+    v->best_cpu = cpu < v->best_cpu ? cpu : v->best_cpu;
+    v->rss_kib = r > v->rss_kib ? r : v->rss_kib;
+    return t;
+}
+
 int main(int argc, char **argv)
 {
     bench_init("pipeline-bench");
-    if (argc != 2) {
-        fprintf(stderr, "usage: pipeline-bench QUANT_BINARY\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: pipeline-bench QUANT_BINARY [BASELINE_QUANT_BINARY]\n");
         return 2;
     }
     const char *env = getenv("QUANT_BENCH_PIPELINE_MIB");
     long mib = env ? atol(env) : 2048;
     const char *th = getenv("QUANT_BENCH_THREADS");
+    const char *threads = th ? th : "2";
+    const char *reps_env = getenv("QUANT_BENCH_REPS");
+    int reps = reps_env ? atoi(reps_env) : 4;
+    if (reps < 1) reps = 1;
     int shards = (int)((mib + 511) / 512);
     if (shards < 1) shards = 1;
     if (mib < 512) tensor_rows = mib < 1 ? 8 : mib * 8; /* one shard of mib MiB */
     const char *root = bench_make_root();
-    char in[4200], out[4200], cpout[4200], rules[4200], path[4400];
+    char in[4200], out[4200], cpout[4200], rules8[4200], rules4[4200], path[4400];
     snprintf(in, sizeof in, "%s/in", root);
     snprintf(out, sizeof out, "%s/out", root);
     snprintf(cpout, sizeof cpout, "%s/cp", root);
-    snprintf(rules, sizeof rules, "%s/rules.json", root);
+    snprintf(rules8, sizeof rules8, "%s/int8.json", root);
+    snprintf(rules4, sizeof rules4, "%s/int4.json", root);
     if (mkdir(in, 0755) != 0) bench_die("mkdir");
     uint16_t *buf = malloc(TENSOR_BYTES);
     if (!buf) bench_die("malloc");
@@ -105,50 +152,45 @@ int main(int argc, char **argv)
         write_shard(path, s, buf);
     }
     free(buf);
-    const char *rules_json = "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]\n";
-    if (kit_write_file(rules, rules_json, strlen(rules_json)) != 0) bench_die(rules);
+    const char *json8 = "[{\"module_path\": \".*\", \"weight_qtype\": \"int8\"}]\n";
+    const char *json4 = "[{\"module_path\": \".*\", \"weight_qtype\": \"int4\", "
+                        "\"tile_size\": 128}]\n";
+    if (kit_write_file(rules8, json8, strlen(json8)) != 0) bench_die(rules8);
+    if (kit_write_file(rules4, json4, strlen(json4)) != 0) bench_die(rules4);
     double gib = (double)shards * TENSORS_PER_SHARD * (double)TENSOR_BYTES / (1u << 30);
     warm(in);
-    char *cp_argv[] = {"cp", "-r", in, cpout, NULL};
-    double t_cp = 1e30;
-    for (int rep = 0; rep < 2; rep++) { /* best of two */
-        double t = run(cp_argv, NULL);
-        t_cp = t < t_cp ? t : t_cp;
-        rm_rf(cpout);
-    }
-    printf("## pipeline: quant quantize of %.2f GiB bf16 (%d shards, int8 per-channel), "
-           "threads %s\n\n",
-           gib, shards, th ? th : "2");
-    printf("| run | GB/s | ratio vs cp | peak RSS MiB |\n|---|---|---|---|\n");
-    printf("| cp -r (baseline) | %.2f | 1.00 | - |\n", gib * 1.073741824 / t_cp);
-    const char *variants[2][2] = {{"quant quantize", NULL},
-                                  {"quant quantize --no-quality", "--no-quality"}};
-    for (int v = 0; v < 2; v++) {
-        char *q_argv[12];
-        int k = 0;
-        q_argv[k++] = argv[1];
-        q_argv[k++] = "quantize";
-        q_argv[k++] = "--quiet";
-        q_argv[k++] = "--threads";
-        q_argv[k++] = (char *)(th ? th : "2");
-        q_argv[k++] = "--rules";
-        q_argv[k++] = rules;
-        if (variants[v][1]) q_argv[k++] = (char *)variants[v][1];
-        q_argv[k++] = in;
-        q_argv[k++] = out;
-        q_argv[k] = NULL;
-        long rss = 0;
-        double t = 1e30;
-        for (int rep = 0; rep < 2; rep++) { /* best of two, like the baseline */
-            long r;
-            double dt = run(q_argv, &r);
-            rm_rf(out);
-            t = dt < t ? dt : t;
-            rss = r > rss ? r : rss;
+    variant vs[8];
+    int nv = 0;
+    for (int b = 1; b < argc; b++) {
+        const char *who = b == 1 ? "" : " (baseline binary)";
+        static char labels[8][96];
+        const char *names[4] = {"int8 per-channel", "int8 per-channel, --no-quality",
+                                "int4 tile 128", "int4 tile 128, --no-quality"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(labels[nv], sizeof labels[nv], "quant quantize, %s%s", names[i], who);
+            vs[nv] =
+                (variant){labels[nv], argv[b], i < 2 ? rules8 : rules4, i % 2 == 1, 1e30, 1e30, 0};
+            nv++;
         }
-        printf("| %s | %.2f | %.2f | %.0f |\n", variants[v][0], gib * 1.073741824 / t, t_cp / t,
-               (double)rss / 1024.0);
     }
+    char *cp_argv[] = {"cp", "-r", in, cpout, NULL};
+    double t_cp = 1e30, cpu_cp = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        double cpu = 0;
+        double t = run(cp_argv, NULL, &cpu);
+        rm_rf(cpout);
+        t_cp = t < t_cp ? t : t_cp;
+        cpu_cp = cpu < cpu_cp ? cpu : cpu_cp;
+        for (int i = 0; i < nv; i++) run_variant(&vs[i], threads, in, out);
+    }
+    printf("## pipeline: quant quantize of %.2f GiB bf16 (%d shards), threads %s, best of %d "
+           "interleaved rounds\n\n",
+           gib, shards, threads, reps);
+    printf("| run | GB/s | ratio vs cp | CPU s | peak RSS MiB |\n|---|---|---|---|---|\n");
+    printf("| cp -r (baseline) | %.2f | 1.00 | %.2f | - |\n", gib * 1.073741824 / t_cp, cpu_cp);
+    for (int i = 0; i < nv; i++)
+        printf("| %s | %.2f | %.2f | %.2f | %.0f |\n", vs[i].label, gib * 1.073741824 / vs[i].best,
+               t_cp / vs[i].best, vs[i].best_cpu, (double)vs[i].rss_kib / 1024.0);
     bench_cleanup();
     return 0;
 }

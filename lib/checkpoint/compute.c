@@ -1,8 +1,8 @@
 /* compute.c -- the compute stage: one unit of work at a time through libquant (its thread pool
  * does the math). Quantizes a row range (or calibrates it, in a two-pass tensor), measures the
- * error of the fake-quantized values against the input in the same pass, and encodes the
- * outputs (codes, scales, zero points) as the layout stores them.
- * SPDX-License-Identifier: Apache-2.0
+ * error of the fake-quantized values against the input in the same pass
+ * (quant_quantize_measured), and encodes the outputs (codes, scales, zero points) as the layout
+ * stores them. SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
 #include <stdlib.h>
@@ -100,20 +100,13 @@ static quant_ck_status calibrate_unit(ck_compute *c, ck_unit *u, const quant_ten
     return QUANT_CK_OK;
 }
 
-/* ---- quality: fake-quant error against the input --------------------------------------------- */
+/* ---- quality: fake-quant error against the input, taken by the quantize pass ----------------- */
 
-static quant_ck_status measure(ck_compute *c, ck_unit *u, const quant_tensor *x,
-                               const quant_how *how, const void *q, const float *scale,
-                               const int32_t *zp, quant_ck_error *err)
+static void add_quality(ck_compute *c, const quant_error_stats *es)
 {
-    quant_error_stats es;
-    quant_error qe;
-    if (quant_measure_error(c->ctx, how, x, q, scale, zp, &es, &qe) != QUANT_OK)
-        return qfail(err, u, &qe);
-    c->st.sum_x2 += es.sum_sq_x;
-    c->st.sum_e2 += es.sum_sq_err;
-    if (es.max_abs_err > c->st.max_err) c->st.max_err = es.max_abs_err;
-    return QUANT_CK_OK;
+    c->st.sum_x2 += es->sum_sq_x;
+    c->st.sum_e2 += es->sum_sq_err;
+    if (es->max_abs_err > c->st.max_err) c->st.max_err = es->max_abs_err;
 }
 
 /* ---- encoding the outputs -------------------------------------------------------------------- */
@@ -216,15 +209,16 @@ static quant_ck_status quantize_unit(ck_compute *c, ck_unit *u, const quant_tens
     void *q = qb >= 0 ? ck_buf_alloc((size_t)qb) : NULL;
     if (!q) return nomem(err);
     quant_error qe;
-    quant_status qs = tp->two_pass ? quant_quantize_with_scale(c->ctx, how, x, scale, zp, q, &qe)
-                                   : quant_quantize(c->ctx, how, x, q, scale, zp, &qe);
-    quant_ck_status st2 = qs == QUANT_OK ? QUANT_CK_OK : qfail(err, u, &qe);
-    if (st2 == QUANT_CK_OK && c->quality) st2 = measure(c, u, x, how, q, scale, zp, err);
-    if (st2 != QUANT_CK_OK) {
+    quant_error_stats es, *esp = c->quality ? &es : NULL;
+    quant_status qs =
+        tp->two_pass ? quant_quantize_with_scale_measured(c->ctx, how, x, scale, zp, q, esp, &qe)
+                     : quant_quantize_measured(c->ctx, how, x, q, scale, zp, esp, &qe);
+    if (qs != QUANT_OK) {
         ck_buf_free(q, (size_t)qb);
-        return st2;
+        return qfail(err, u, &qe);
     }
-    st2 = emit_codes(u, q, (size_t)qb, err);
+    if (esp) add_quality(c, esp);
+    quant_ck_status st2 = emit_codes(u, q, (size_t)qb, err);
     if (st2 == QUANT_CK_OK && u->last) st2 = emit_params(c, u, err);
     return st2;
 }

@@ -216,11 +216,33 @@ const char *quant_row_address(const quant_tensor *x, int64_t row, int64_t c0);
 /* True when rows can be read without conversion (contiguous float32). */
 bool quant_rows_direct(const quant_tensor *x);
 
+/* Dequantizes n unpacked codes (one per code_size bytes: nibbles sign- or zero-extended to a
+ * byte) of columns [c0, c0 + n) of row `row` into out (n floats). */
+void quant_dequantize_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
+                            const float *scale, const int32_t *zp, int64_t row, int64_t c0,
+                            int64_t n, float *out);
 /* Dequantizes columns [c0, c0 + n) of row `row` of the codes q (laid out as quant_quantize
  * writes them) into out (n floats); codes is QUANT_CHUNK bytes of scratch for unpacking. */
 void quant_dequantize_span(const quant_kernels *k, const quant_plan *p, const uint8_t *q,
                            const float *scale, const int32_t *zp, int64_t row, int64_t c0,
                            int64_t n, uint8_t *codes, float *out);
+
+/* ---- work items and error sums (quantize.c, measure.c) ----------------------------------------
+ */
+
+/* Rows per pool work item for row-wise passes: about QUANT_ITEM_ELEMS values, at least one row.
+ * The quantize and measure passes share it, so the per-item error sums of a fused quantize pass
+ * are the ones quant_measure_error() adds. */
+#define QUANT_ITEM_ELEMS (1 << 15)
+int64_t quant_rows_per_item(const quant_plan *p);
+/* Adds the per-item sums `partial` (items x 3: sum x^2, sum err^2, max |err|) in item order. */
+void quant_errstats_sum(const double *partial, int64_t items, quant_error_stats *out);
+/* The error sums of columns [c0, c0 + n) of row `row` into acc: x (n input values as float32)
+ * against `codes` (unpacked, as quant_dequantize_codes takes them) dequantized into ds
+ * (QUANT_CHUNK floats). */
+void quant_errstats_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
+                          const float *scale, const int32_t *zp, int64_t row, int64_t c0, int64_t n,
+                          const float *x, float *ds, double acc[3]);
 
 /* Validates an input tensor against its plan (dtype, data, strides). */
 quant_status quant_check_input(const quant_tensor *x, quant_error *err);

@@ -452,6 +452,22 @@ QUANT_API quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how,
                                            const int32_t *zero_point, quant_error_stats *out,
                                            quant_error *err);
 
+/*! quant_quantize_measured(), quant_quantize_with_scale_measured() :
+ * quant_quantize() / quant_quantize_with_scale() that also fill *stats (when not NULL) with the
+ * error of the codes they wrote, taken in the same pass over memory (each span is dequantized
+ * while it is still in cache): bit-identical to quant_measure_error() on their outputs, whatever
+ * the ISA and thread count. Outputs as the plain calls; *stats is zero unless QUANT_OK.
+ * @return : as quant_quantize() / quant_quantize_with_scale(). */
+QUANT_API quant_status quant_quantize_measured(quant_ctx *ctx, const quant_how *how,
+                                               const quant_tensor *x, void *q, float *scale,
+                                               int32_t *zero_point, quant_error_stats *stats,
+                                               quant_error *err);
+QUANT_API quant_status quant_quantize_with_scale_measured(quant_ctx *ctx, const quant_how *how,
+                                                          const quant_tensor *x, const float *scale,
+                                                          const int32_t *zero_point, void *q,
+                                                          quant_error_stats *stats,
+                                                          quant_error *err);
+
 /* ---------------------------------------------------------------------------------------------
  * Packing of <= 4-bit codes
  * ------------------------------------------------------------------------------------------- */

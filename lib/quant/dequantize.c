@@ -37,20 +37,27 @@ static void store_row(quant_tensor *t, int64_t base, int64_t stride, const float
     }
 }
 
-void quant_dequantize_span(const quant_kernels *k, const quant_plan *p, const uint8_t *q,
-                           const float *scale, const int32_t *zp, int64_t row, int64_t c0,
-                           int64_t n, uint8_t *codes, float *out)
+void quant_dequantize_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
+                            const float *scale, const int32_t *zp, int64_t row, int64_t c0,
+                            int64_t n, float *out)
 {
     int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
     quant_krow kr = {
         .kcode = p->kcode, .tile = p->col_tile, .scale = scale + off, .zp = zp ? zp + off : NULL};
+    k->dequantize(&kr, codes, n, c0, out);
+}
+
+void quant_dequantize_span(const quant_kernels *k, const quant_plan *p, const uint8_t *q,
+                           const float *scale, const int32_t *zp, int64_t row, int64_t c0,
+                           int64_t n, uint8_t *codes, float *out)
+{
     const uint8_t *src = q + row * p->qrow_bytes;
     const void *c = src + c0 * (int64_t)p->code_size;
     if (p->packed) {
         quant_unpack_nibbles(src + c0 / 2, 1, n, p->kcode == QK_I8, codes);
         c = codes;
     }
-    k->dequantize(&kr, c, n, c0, out);
+    quant_dequantize_codes(k, p, c, scale, zp, row, c0, n, out);
 }
 
 static void deq_item(void *arg, int64_t item, int worker)

@@ -1,7 +1,9 @@
 /* measure.c -- quant_measure_error(): how far fake-quant lands from the input (sum of squares of
  * the input and of the error, largest absolute error) in one parallel pass over the codes, with
  * no dequantized copy of the tensor. Each work item keeps its own partial sums and they are
- * added in item order, so the result does not depend on the thread count.
+ * added in item order, so the result does not depend on the thread count. Also the pieces the
+ * quantize pass uses to take the same sums while it writes the codes (quant_quantize_measured):
+ * the same work items, spans and order, so both give the same bits.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -21,6 +23,30 @@ typedef struct measure_run {
     double *partial; /* nitems x 3: sum x^2, sum err^2, max |err| */
 } measure_run;
 
+int64_t quant_rows_per_item(const quant_plan *p)
+{
+    return p->ncols >= QUANT_ITEM_ELEMS ? 1 : QUANT_ITEM_ELEMS / (p->ncols ? p->ncols : 1);
+}
+
+void quant_errstats_sum(const double *partial, int64_t items, quant_error_stats *out)
+{
+    *out = (quant_error_stats){0};
+    for (int64_t i = 0; i < items; i++) {
+        const double *a = partial + i * 3;
+        out->sum_sq_x += a[0];
+        out->sum_sq_err += a[1];
+        out->max_abs_err = a[2] > out->max_abs_err ? a[2] : out->max_abs_err;
+    }
+}
+
+void quant_errstats_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
+                          const float *scale, const int32_t *zp, int64_t row, int64_t c0, int64_t n,
+                          const float *x, float *ds, double acc[3])
+{
+    quant_dequantize_codes(k, p, codes, scale, zp, row, c0, n, ds);
+    k->errstats(x, ds, n, acc);
+}
+
 static void measure_item(void *arg, int64_t item, int worker)
 {
     measure_run *run = arg;
@@ -33,8 +59,14 @@ static void measure_item(void *arg, int64_t item, int worker)
     for (int64_t row = item * run->rows_per_item; row < end; row++)
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
             int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-            quant_dequantize_span(run->k, p, run->q, run->scale, run->zp, row, c0, n, codes, ds);
-            run->k->errstats(quant_load_row(run->k, run->x, p, row, c0, n, xs), ds, n, acc);
+            const float *x = quant_load_row(run->k, run->x, p, row, c0, n, xs);
+            const uint8_t *src = run->q + row * p->qrow_bytes;
+            const void *c = src + c0 * (int64_t)p->code_size;
+            if (p->packed) {
+                quant_unpack_nibbles(src + c0 / 2, 1, n, p->kcode == QK_I8, codes);
+                c = codes;
+            }
+            quant_errstats_codes(run->k, p, c, run->scale, run->zp, row, c0, n, x, ds, acc);
         }
 }
 
@@ -53,7 +85,7 @@ quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how, const qua
     QUANT_RETURN_IF_ERR(quant_check_zero_point(&p, zero_point, err));
     int threads = quant_pool_threads(ctx->pool);
     measure_run run = {&p, ctx->k, x, q, scale, zero_point, 0, NULL, NULL, NULL};
-    run.rows_per_item = p.ncols >= (1 << 15) ? 1 : (1 << 15) / p.ncols;
+    run.rows_per_item = quant_rows_per_item(&p);
     int64_t items = (p.nrows + run.rows_per_item - 1) / run.rows_per_item;
     run.scratch = malloc((size_t)threads * 2 * QUANT_CHUNK * sizeof *run.scratch);
     run.codes = malloc((size_t)threads * QUANT_CHUNK);
@@ -63,12 +95,7 @@ quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how, const qua
         st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate measuring buffers");
     } else {
         quant_pool_run(ctx->pool, items, measure_item, &run);
-        for (int64_t i = 0; i < items; i++) {
-            const double *a = run.partial + i * 3;
-            out->sum_sq_x += a[0];
-            out->sum_sq_err += a[1];
-            out->max_abs_err = a[2] > out->max_abs_err ? a[2] : out->max_abs_err;
-        }
+        quant_errstats_sum(run.partial, items, out);
     }
     free(run.scratch);
     free(run.codes);

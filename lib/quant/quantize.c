@@ -1,6 +1,8 @@
 /* quantize.c -- quantize drivers (SPEC section 5): with a given scale, and dynamic range, fused
  * into one pass over memory (scan a row while it is in cache, then quantize it) whenever each
- * scale row covers exactly one row of the input.
+ * scale row covers exactly one row of the input. On request the same pass takes the error sums
+ * of quant_measure_error() (each span dequantized right after its codes are written, while both
+ * are in cache), with measure.c's work items, spans and order: the same bits.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -9,7 +11,6 @@
 #include "internal.h"
 #include "numerics.h"
 
-#define ITEM_ELEMS (1 << 15)
 /* The fused path prefetches the source about this far ahead (whole rows, at least the next one):
  * a short row (a bf16 one of 4096 values is 8 KiB) quantizes too fast for the next row alone to
  * arrive in time. */
@@ -29,6 +30,9 @@ typedef struct quant_run {
     /* fused path, per worker: accumulators and one row of calibration values */
     float *acc_a, *acc_b, *cal_a, *cal_b;
     double *acc_s;
+    /* measuring: per item error sums (items x 3), per worker a dequantized span; NULL if not */
+    double *err_partial;
+    float *deq;
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
 } quant_run;
 
@@ -62,6 +66,24 @@ static int reduce_row(quant_reader *rd, int64_t row, float *scratch, float *a, f
         }
     }
     return 0;
+}
+
+/* The error sums of the span just quantized (columns c0.. of row `row`; x is its input as float32
+ * or NULL when it was read as bf16 in place; `codes` the codes as the kernel wrote them, before
+ * any packing: each in its nibble's range, so they are the bytes quant_unpack_nibbles gives back)
+ * into its work item's partial sums. */
+static void measure_span(quant_run *run, int64_t row, int64_t c0, int64_t n, const float *x,
+                         const void *codes, int worker)
+{
+    const quant_plan *p = run->rd.plan;
+    if (!x)
+        x = quant_load_row(run->rd.k, run->rd.x, p, row, c0, n,
+                           run->scratch + (int64_t)worker * QUANT_CHUNK);
+    const float *scale = run->scale ? run->scale : run->scale_out;
+    const int32_t *zp = run->scale ? run->zp : run->zp_out;
+    quant_errstats_codes(run->rd.k, p, codes, scale, zp, row, c0, n, x,
+                         run->deq + (int64_t)worker * QUANT_CHUNK,
+                         run->err_partial + row / run->rows_per_item * 3);
 }
 
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
@@ -112,6 +134,7 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
             return 1;
         }
         if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
+        if (run->err_partial) measure_span(run, row, c0, n, x, out, worker);
     }
     return 0;
 }
@@ -172,13 +195,22 @@ static void fused_item(void *arg, int64_t item, int worker)
     }
 }
 
-static quant_status run_alloc(quant_run *run, const quant_plan *p, int threads, bool fused,
-                              quant_error *err)
+static int64_t nitems(const quant_run *run, const quant_plan *p)
 {
-    run->rows_per_item = p->ncols >= ITEM_ELEMS ? 1 : ITEM_ELEMS / (p->ncols ? p->ncols : 1);
+    return (p->nrows + run->rows_per_item - 1) / run->rows_per_item;
+}
+
+static quant_status run_alloc(quant_run *run, const quant_plan *p, int threads, bool fused,
+                              bool measured, quant_error *err)
+{
+    run->rows_per_item = quant_rows_per_item(p);
     run->scratch = malloc((size_t)threads * QUANT_CHUNK * sizeof *run->scratch);
     run->codes = malloc((size_t)threads * QUANT_CHUNK);
     bool ok = run->scratch && run->codes;
+    if (measured) {
+        ok = ok && (run->deq = malloc((size_t)threads * QUANT_CHUNK * sizeof *run->deq));
+        ok = ok && (run->err_partial = calloc((size_t)nitems(run, p) * 3, sizeof(double)));
+    }
     if (fused) {
         size_t per = (size_t)threads * (size_t)(p->ncolgroups ? p->ncolgroups : 1);
         if (p->method.kind == QUANT_CALIB_RMS) {
@@ -203,11 +235,8 @@ static void run_free(quant_run *run)
     free(run->acc_s);
     free(run->cal_a);
     free(run->cal_b);
-}
-
-static int64_t nitems(const quant_run *run, const quant_plan *p)
-{
-    return (p->nrows + run->rows_per_item - 1) / run->rows_per_item;
+    free(run->deq);
+    free(run->err_partial);
 }
 
 static quant_status check_given_scale(const quant_plan *p, const float *scale, const int32_t *zp,
@@ -227,21 +256,23 @@ static quant_status check_given_scale(const quant_plan *p, const float *scale, c
 }
 
 /* Runs the rows of one pass (fused or with known scales) on the pool; fills err on non-finite
- * input. The caller set up `run` and frees it. */
+ * input, and *stats (when not NULL) with the error sums. The caller set up `run` and frees it. */
 static quant_status run_pass(quant_ctx *ctx, quant_run *run, const quant_plan *p, bool fused,
-                             quant_error *err)
+                             quant_error_stats *stats, quant_error *err)
 {
-    quant_status st = run_alloc(run, p, quant_pool_threads(ctx->pool), fused, err);
+    quant_status st = run_alloc(run, p, quant_pool_threads(ctx->pool), fused, stats != NULL, err);
     if (st != QUANT_OK) return st;
     quant_pool_run(ctx->pool, nitems(run, p), fused ? fused_item : given_item, run);
     long long bad = atomic_load(&run->rd.bad);
-    return bad != INT64_MAX ? quant_fail_nonfinite(err, bad) : QUANT_OK;
+    if (bad != INT64_MAX) return quant_fail_nonfinite(err, bad);
+    if (stats) quant_errstats_sum(run->err_partial, nitems(run, p), stats);
+    return QUANT_OK;
 }
 
 /* The quantize pass with known scales (shared by both public entry points). */
 static quant_status quantize_given(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
                                    const quant_tensor *x, const float *scale, const int32_t *zp,
-                                   void *q, quant_error *err)
+                                   void *q, quant_error_stats *stats, quant_error *err)
 {
     if (p->numel == 0) return QUANT_OK;
     quant_run run = {0};
@@ -250,7 +281,7 @@ static quant_status quantize_given(quant_ctx *ctx, const quant_how *how, const q
     run.q = q;
     run.scale = scale;
     run.zp = zp;
-    quant_status st = run_pass(ctx, &run, p, false, err);
+    quant_status st = run_pass(ctx, &run, p, false, stats, err);
     run_free(&run);
     return st;
 }
@@ -264,21 +295,32 @@ static quant_status check_args(quant_ctx *ctx, const quant_how *how, const quant
     return quant_plan_make(how, x->rank, x->shape, p, err);
 }
 
-quant_status quant_quantize_with_scale(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
-                                       const float *scale, const int32_t *zero_point, void *q,
-                                       quant_error *err)
+quant_status quant_quantize_with_scale_measured(quant_ctx *ctx, const quant_how *how,
+                                                const quant_tensor *x, const float *scale,
+                                                const int32_t *zero_point, void *q,
+                                                quant_error_stats *stats, quant_error *err)
 {
+    if (stats) *stats = (quant_error_stats){0};
     quant_plan p;
     QUANT_RETURN_IF_ERR(check_args(ctx, how, x, &p, err));
     if (!scale || (!q && p.numel > 0)) return quant_fail(err, QUANT_ERR_ARG, "scale or q is NULL");
     QUANT_RETURN_IF_ERR(check_given_scale(&p, scale, zero_point, err));
-    return quantize_given(ctx, how, &p, x, scale, zero_point, q, err);
+    quant_status st = quantize_given(ctx, how, &p, x, scale, zero_point, q, stats, err);
+    if (st != QUANT_OK && stats) *stats = (quant_error_stats){0};
+    return st;
+}
+
+quant_status quant_quantize_with_scale(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                       const float *scale, const int32_t *zero_point, void *q,
+                                       quant_error *err)
+{
+    return quant_quantize_with_scale_measured(ctx, how, x, scale, zero_point, q, NULL, err);
 }
 
 /* Two passes: calibrate everything, derive the scales, then quantize. */
 static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
                                       const quant_tensor *x, void *q, float *scale, int32_t *zp,
-                                      quant_error *err)
+                                      quant_error_stats *stats, quant_error *err)
 {
     size_t n = (size_t)(p->scale_numel ? p->scale_numel : 1);
     quant_calibration cal = {p->method.asymmetric, NULL, NULL, NULL};
@@ -291,7 +333,7 @@ static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, cons
     if (st == QUANT_OK)
         st =
             quant_scale_range(ctx->k, p, how->scale_dtype, &cal, p->scale_numel, scale, zp, 0, err);
-    if (st == QUANT_OK) st = quantize_given(ctx, how, p, x, scale, zp, q, err);
+    if (st == QUANT_OK) st = quantize_given(ctx, how, p, x, scale, zp, q, stats, err);
     free(cal.absmax);
     free(cal.max);
     return st;
@@ -299,7 +341,7 @@ static quant_status quantize_two_pass(quant_ctx *ctx, const quant_how *how, cons
 
 static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const quant_plan *p,
                                    const quant_tensor *x, void *q, float *scale, int32_t *zp,
-                                   quant_error *err)
+                                   quant_error_stats *stats, quant_error *err)
 {
     quant_run run = {0};
     quant_reader_init(&run.rd, p, x, ctx->k);
@@ -307,7 +349,7 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
     run.q = q;
     run.scale_out = scale;
     run.zp_out = zp;
-    quant_status st = run_pass(ctx, &run, p, true, err);
+    quant_status st = run_pass(ctx, &run, p, true, stats, err);
     long long bad_scale = atomic_load(&run.bad_scale);
     if (st == QUANT_OK && bad_scale != INT64_MAX) {
         /* rerun the first failing scale row alone to report it */
@@ -335,9 +377,11 @@ static quant_status derive_global_scale(quant_ctx *ctx, const quant_tensor *x, q
     return QUANT_OK;
 }
 
-quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_tensor *x, void *q,
-                            float *scale, int32_t *zero_point, quant_error *err)
+quant_status quant_quantize_measured(quant_ctx *ctx, const quant_how *how, const quant_tensor *x,
+                                     void *q, float *scale, int32_t *zero_point,
+                                     quant_error_stats *stats, quant_error *err)
 {
+    if (stats) *stats = (quant_error_stats){0};
     quant_plan p;
     QUANT_RETURN_IF_ERR(check_args(ctx, how, x, &p, err));
     QUANT_RETURN_IF_ERR(derive_global_scale(ctx, x, &p, err));
@@ -345,7 +389,17 @@ quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_te
     if (p.method.asymmetric && !zero_point)
         return quant_fail(err, QUANT_ERR_ARG, "zero_point is NULL for an asymmetric calibration");
     if (!p.method.asymmetric) zero_point = NULL; /* symmetric: the caller's buffer is not used */
+    quant_status st;
     if (p.members == 1 && p.numel > 0 && p.method.kind != QUANT_CALIB_FIXED)
-        return quantize_fused(ctx, how, &p, x, q, scale, zero_point, err);
-    return quantize_two_pass(ctx, how, &p, x, q, scale, zero_point, err);
+        st = quantize_fused(ctx, how, &p, x, q, scale, zero_point, stats, err);
+    else
+        st = quantize_two_pass(ctx, how, &p, x, q, scale, zero_point, stats, err);
+    if (st != QUANT_OK && stats) *stats = (quant_error_stats){0};
+    return st;
+}
+
+quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, const quant_tensor *x, void *q,
+                            float *scale, int32_t *zero_point, quant_error *err)
+{
+    return quant_quantize_measured(ctx, how, x, q, scale, zero_point, NULL, err);
 }

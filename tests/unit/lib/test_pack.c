@@ -37,12 +37,32 @@ START_TEST(pack_random_widths)
 }
 END_TEST
 
+/* Every byte value, both extensions, even and odd widths: each nibble comes back as the literal
+ * definition says (zero-extended, or bit 3 copied into the high four bits). */
+START_TEST(unpack_every_byte)
+{
+    uint8_t packed[256], back[512];
+    for (int i = 0; i < 256; i++) packed[i] = (uint8_t)i;
+    for (int se = 0; se < 2; se++)
+        for (int64_t n = 511; n <= 512; n++) {
+            quant_unpack_nibbles(packed, 1, n, se, back);
+            for (int64_t i = 0; i < n; i++) {
+                uint8_t v = (uint8_t)((packed[i / 2] >> (i % 2 * 4)) & 0x0f);
+                if (se && (v & 0x08)) v |= 0xf0;
+                ck_assert_msg(back[i] == v, "byte %#x nibble %lld sign %d: %#x", packed[i / 2],
+                              (long long)(i % 2), se, back[i]);
+            }
+        }
+}
+END_TEST
+
 Suite *suite_pack(void)
 {
     Suite *s = suite_create("pack");
     TCase *tc = tcase_create("nibbles");
     tcase_add_test(tc, pack_layout_and_round_trip);
     tcase_add_test(tc, pack_random_widths);
+    tcase_add_test(tc, unpack_every_byte);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,8 @@
 /* test_props.c -- property tests: over random shapes, axes, tiles, qtypes, methods, input dtypes
  * and strides, every available ISA and every thread count gives the scalar one-thread result
- * bit for bit (calibration, scales, zero points, codes, dequantized values); plus the kernels
- * alone on random chunk offsets and tile widths.
+ * bit for bit (calibration, scales, zero points, codes, dequantized values, the error sums the
+ * quantize pass takes, themselves equal to quant_measure_error's); plus the kernels alone on
+ * random chunk offsets and tile widths.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
@@ -147,7 +148,35 @@ typedef struct result {
     uint8_t *q;
     float *scale, *deq;
     int32_t *zp;
+    quant_error_stats es; /* taken by the quantize pass */
 } result;
+
+/* The error sums the quantize passes take (quant_quantize_measured, and
+ * quant_quantize_with_scale_measured given the scales it wrote) are those quant_measure_error
+ * computes afterwards on the codes, bit for bit, with the codes of the plain calls. */
+static void check_fused_measure(quant_ctx *ctx, const pcase *c, const quant_tensor *t,
+                                const result *res, bool asym)
+{
+    quant_error err;
+    const int32_t *zp = asym ? res->zp : NULL;
+    quant_error_stats sep, given;
+    ck_assert_int_eq(quant_measure_error(ctx, &c->how, t, res->q, res->scale, zp, &sep, &err),
+                     QUANT_OK);
+    ck_assert_msg(memcmp(&sep, &res->es, sizeof sep) == 0, "fused sums %a %a %a, separate %a %a %a",
+                  res->es.sum_sq_x, res->es.sum_sq_err, res->es.max_abs_err, sep.sum_sq_x,
+                  sep.sum_sq_err, sep.max_abs_err);
+    int64_t qb = quant_qvalue_bytes(&c->how, c->rank, c->shape);
+    uint8_t *q2 = calloc((size_t)qb + 1, 1), *q3 = calloc((size_t)qb + 1, 1);
+    ck_assert_int_eq(
+        quant_quantize_with_scale_measured(ctx, &c->how, t, res->scale, zp, q2, &given, &err),
+        QUANT_OK);
+    ck_assert_msg(memcmp(&given, &sep, sizeof sep) == 0, "given-scale sums differ");
+    ck_assert_int_eq(quant_quantize_with_scale(ctx, &c->how, t, res->scale, zp, q3, &err),
+                     QUANT_OK);
+    ck_assert(memcmp(q2, res->q, (size_t)qb) == 0 && memcmp(q3, res->q, (size_t)qb) == 0);
+    free(q2);
+    free(q3);
+}
 
 static void run_case(const pcase *c, const quant_tensor *t, quant_isa isa, int threads, result *res)
 {
@@ -161,7 +190,7 @@ static void run_case(const pcase *c, const quant_tensor *t, quant_isa isa, int t
     res->scale = calloc((size_t)sn + 1, sizeof(float));
     res->zp = calloc((size_t)sn + 1, sizeof(int32_t));
     res->deq = calloc((size_t)n + 1, sizeof(float));
-    res->st = quant_quantize(ctx, &c->how, t, res->q, res->scale, res->zp, &err);
+    res->st = quant_quantize_measured(ctx, &c->how, t, res->q, res->scale, res->zp, &res->es, &err);
     res->bad = err.index;
     if (res->st == QUANT_OK) {
         quant_tensor o;
@@ -171,6 +200,15 @@ static void run_case(const pcase *c, const quant_tensor *t, quant_isa isa, int t
         ck_assert_int_eq(quant_dequantize(ctx, &c->how, res->q, res->scale,
                                           m.asymmetric ? res->zp : NULL, &o, &err),
                          QUANT_OK);
+        check_fused_measure(ctx, c, t, res, m.asymmetric);
+        /* the plain call writes the same codes */
+        uint8_t *q = calloc((size_t)qb + 1, 1);
+        float *scale = calloc((size_t)sn + 1, sizeof(float));
+        ck_assert_int_eq(quant_quantize(ctx, &c->how, t, q, scale, res->zp, &err), QUANT_OK);
+        ck_assert(memcmp(q, res->q, (size_t)qb) == 0);
+        ck_assert(memcmp(scale, res->scale, (size_t)sn * sizeof(float)) == 0);
+        free(q);
+        free(scale);
     }
     quant_ctx_free(ctx);
 }
@@ -247,6 +285,9 @@ START_TEST(all_isas_and_threads_equal_scalar)
                     ck_assert_msg(memcmp(got.deq, ref.deq, (size_t)n * 4) == 0,
                                   "%s on %s/%d: dequantized values differ", desc,
                                   quant_isa_name(isas[k]), threads);
+                    ck_assert_msg(memcmp(&got.es, &ref.es, sizeof got.es) == 0,
+                                  "%s on %s/%d: error sums differ", desc, quant_isa_name(isas[k]),
+                                  threads);
                 }
                 free_result(&got);
             }
@@ -396,6 +437,9 @@ START_TEST(fused_small_tiles_equal_scalar)
                     ck_assert_msg(at == qb, "%s on %s/%d: code byte %lld is %#x, scalar %#x", desc,
                                   quant_isa_name(isas[k]), threads, (long long)at,
                                   at < qb ? got.q[at] : 0, at < qb ? ref.q[at] : 0);
+                    ck_assert_msg(memcmp(&got.es, &ref.es, sizeof got.es) == 0,
+                                  "%s on %s/%d: error sums differ", desc, quant_isa_name(isas[k]),
+                                  threads);
                 }
                 free_result(&got);
             }
