@@ -48,6 +48,7 @@ typedef struct stat_row {
     bool broken;   /* its stored row could not be read: every post to it fails (QD_DB) */
     uint64_t seen; /* the post that last checked it: a name twice in one post */
     uint64_t used; /* the group that last used it */
+    size_t pend;   /* 1 + its index in the readers' overlay (stats_pending.c), 0: not there */
 } stat_row;
 
 /* The arrays of a part, and the parts: a (absmax or min), b (max), sq (mean_sq). */
@@ -88,6 +89,11 @@ struct stats_group {
     int64_t now_ms;        /* the group's time */
     stats_settings set;    /* the limits it runs with */
     int64_t last_purge_ms; /* when expired keys were last deleted (0: never) */
+    /* the delta log (stats_log.h) and the readers' overlay of what it holds */
+    struct qd_dlog *log;
+    qd_pending *pend;
+    int64_t first_logged_ms; /* when the log's first record since the last fold was written */
+    bool need_replay;        /* the cache lost the log's posts: the next SQL group replays it */
     /* the group's SQL failure: every request gets it */
     bool failed;
     qd_status fail_st;
@@ -107,6 +113,12 @@ int qd_group_step(stats_group *g, sqlite3_stmt *st, const char *op);
  * when out of memory (arr untouched). */
 void *qd_group_reserve(void *arr, size_t *cap, size_t want, size_t elem);
 
+/* ---- stats_pending.c: the writer's side of the overlay (under its mutex) ------------------------
+ */
+
+bool qd_pending_put_model(qd_pending *p, const model_row *m);
+bool qd_pending_put_row(qd_pending *p, stat_row *r);
+
 /* ---- stats_cache.c: models and activations, loaded once, kept within a budget -----------------
  */
 
@@ -117,6 +129,9 @@ void qd_cache_model_create(stats_group *g, model_row *m);
 /* The entry for (m, name), loaded on first use (count 0 when not stored). QD_DB for a stored
  * row that cannot be read. */
 qd_status qd_cache_row(stats_group *g, model_row *m, const char *name, stat_row **out, qd_err *err);
+/* The cached entry for model name / for (m, name), or NULL: never loads. */
+model_row *qd_cache_find_model(stats_group *g, const char *name);
+stat_row *qd_cache_find_row(stats_group *g, const model_row *m, const char *name);
 /* Room for doubles values in r->v. */
 bool qd_cache_row_alloc(stat_row *r, size_t doubles);
 /* Keeps the most recently used rows that fit budget bytes (after a committed group). */

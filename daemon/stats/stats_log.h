@@ -1,0 +1,52 @@
+/* stats_log.h -- the statistics' delta log (stats_log.c): a file of checksummed records, one per
+ * post the writer stored without rewriting sums in SQLite, appended with fdatasync before the
+ * post is answered, read back (replayed) at recovery, emptied after each fold.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QD_STATS_LOG_H
+#define QD_STATS_LOG_H
+
+#include "stats_internal.h"
+
+/* The log's file: the database's path with this appended. */
+#define QD_LOG_SUFFIX "-statslog"
+
+typedef struct qd_dlog_buf {
+    unsigned char *data;
+    size_t len, cap;
+} qd_dlog_buf;
+
+typedef struct qd_dlog {
+    int fd;
+    char *path;
+    int64_t end;     /* bytes of acknowledged records: the next append goes here */
+    int64_t dropped; /* qd_dlog_read: bytes after the last whole record (a torn, unanswered tail) */
+    bool stale;      /* a truncation failed: records the database already holds may remain */
+    qd_dlog_buf buf; /* the group's records being built */
+} qd_dlog;
+
+/* One record read back: a post as it was stored, its group's time and its model's post count
+ * before it (the record's place: replay applies it only when the model's count is that). */
+typedef struct qd_dlog_record {
+    qd_stat_post post;
+    int64_t now_ms;
+    int64_t posts_before;
+} qd_dlog_record;
+
+qd_status qd_dlog_open(qd_dlog *l, const char *db_path, qd_err *err);
+void qd_dlog_close(qd_dlog *l);
+/* Appends p's record to l->buf (false when out of memory). */
+bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64_t posts_before);
+/* Writes l->buf at l->end and fdatasyncs; l->end advances on success. QD_DB naming the error. */
+qd_status qd_dlog_append(qd_dlog *l, qd_err *err);
+/* Empties the file (after a fold committed); false when that failed (l->stale). */
+bool qd_dlog_truncate(qd_dlog *l);
+
+typedef qd_status (*qd_dlog_visit)(void *ctx, const qd_dlog_record *rec, qd_err *err);
+/* Calls visit for each whole record in order; stops at the first torn or unreadable one (its
+ * bytes and the rest are l->dropped) or at visit's first failure. Sets l->end. */
+qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err);
+void qd_dlog_record_clear(qd_dlog_record *rec);
+uint64_t qd_dlog_checksum(const void *buf, size_t len);
+
+#endif /* QD_STATS_LOG_H */
