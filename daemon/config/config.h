@@ -55,6 +55,9 @@ typedef struct qd_config {
     int max_queued_jobs;        /* queued jobs before 429, default 100; 0 = no cap */
     int64_t stats_quota;        /* bytes of statistics sums per model, default 1G */
     int64_t idempotency_window; /* seconds an Idempotency-Key is remembered, default 1 day */
+    int64_t stats_fold_interval; /* seconds before the statistics' delta log is folded, default
+                                    1; 0 = no log (every group rewrites its sums) */
+    int64_t stats_fold_bytes;    /* bytes of delta log that trigger a fold, default 64M */
     int max_attempts;      /* runs of a job interrupted by a crash before it fails, default 2 */
     int64_t job_retention; /* seconds a finished job keeps its outputs, default 7 days; 0 =
                               forever */
