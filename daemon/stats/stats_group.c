@@ -490,7 +490,9 @@ static size_t sql_group(stats_group *g, stats_req *list)
         return 0;
     }
     if (logged) {
-        qd_dlog_truncate(g->log); /* on failure l->stale: the next group retries */
+        /* on failure l->stale: the next group retries; a file past twice the fold size (after
+         * fold_bytes was lowered) is cut */
+        qd_dlog_truncate(g->log, 2 * g->set.fold_bytes + ((int64_t)16 << 20));
         g->first_logged_ms = 0;
         g->need_replay = false;
         pthread_mutex_lock(&g->pend->mu);
@@ -552,7 +554,7 @@ static size_t log_group(stats_group *g, stats_req *list)
     bool ok = true;
     for (stats_req *r = list; ok && r; r = r->next)
         if (r->kind == QD_REQ_POST && r->ans.outcome == QD_POST_STORED)
-            ok = qd_dlog_encode(&g->log->buf, r->post, g->now_ms, r->posts_before);
+            ok = qd_dlog_encode(&g->log->buf, r->post, g->now_ms, r->posts_before, g->log->epoch);
     if (!ok) return sql_group(g, NULL);
     if (g->log->buf.len == 0) return 1;
     qd_err err;

@@ -4,11 +4,17 @@
  * the append's fdatasync. This file owns the record format, its checksum, the append, the
  * truncation after a fold, and reading the records back at recovery.
  *
- * A record: a 16-byte head (magic "QDSL", payload length, a 64-bit checksum of the payload),
- * then the payload: the group's time (ms), the model's post count before this post, the model
- * name, and each entry (name, kind, rank, shape, n, n_sq, count, then its arrays a, b, sq). An
- * array whose values are all exactly representable as float32 (every value of an F32 post) is
- * stored as float32, else as float64: decoding gives back the same doubles bit for bit.
+ * A record: a 24-byte head (magic "QDSL", payload length, the log's epoch, a 64-bit checksum of
+ * the payload and the epoch), then the payload: the group's time (ms), the model's post count
+ * before this post, the model name, and each entry (name, kind, rank, shape, n, n_sq, count, then
+ * its arrays a, b, sq). An array whose values are all exactly representable as float32 (every value
+ * of an F32 post) is stored as float32, else as float64: decoding gives back the same doubles bit
+ * for bit.
+ *
+ * The file is not shortened after a fold: the next records overwrite the old ones in place, since
+ * an fdatasync of blocks already written needs no journal commit (ext4: several times faster than
+ * one that extends the file). A fold zeroes the first record's head and starts a new epoch, so
+ * records of an older epoch that remain past the new ones end the log when read back.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -19,12 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stats_log.h"
 
 #define LOG_MAGIC 0x4c534451u /* "QDSL" little-endian */
-#define HEAD_LEN  16
+#define HEAD_LEN  24
 /* A record's payload is at most this (a post of more is folded, not logged: qd_dlog_encode). */
 #define PAYLOAD_MAX ((size_t)INT32_MAX)
 
@@ -57,13 +64,6 @@ uint64_t qd_dlog_checksum(const void *buf, size_t len)
 /* ---- encoding ---------------------------------------------------------------------------------
  */
 
-static bool exact_f32(const double *v, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if ((double)(float)v[i] != v[i]) return false;
-    return true;
-}
-
 static size_t array_bytes(int64_t n, bool f32)
 {
     return (size_t)n * (f32 ? 4 : 8);
@@ -94,42 +94,42 @@ static void put(qd_dlog_buf *b, const void *src, size_t n)
     b->len += n;
 }
 
-static void put_array(qd_dlog_buf *b, const double *v, int64_t n, bool f32)
+/* v as float32 when every value is exactly one (one pass: converted while checked), else as
+ * float64; true for float32. Room for float64 is reserved. */
+static bool put_array(qd_dlog_buf *b, const double *v, int64_t n)
 {
-    if (!f32) {
-        put(b, v, (size_t)n * 8);
-        return;
-    }
     unsigned char *at = b->data + b->len;
-    for (int64_t i = 0; i < n; i++) {
+    int64_t i = 0;
+    for (; i < n; i++) {
         float f = (float)v[i];
+        if ((double)f != v[i]) break;
         memcpy(at + (size_t)i * 4, &f, 4);
     }
-    b->len += (size_t)n * 4;
+    if (i == n) {
+        b->len += (size_t)n * 4;
+        return true;
+    }
+    put(b, v, (size_t)n * 8);
+    return false;
 }
 
-/* False when out of memory or the record would exceed PAYLOAD_MAX (the group then fails: an
- * activation holds at most QD_STATS_MAX_ELEMS values, so only a post of hundreds of large
- * activations comes near). */
-bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64_t posts_before)
+static uint64_t record_sum(const unsigned char *payload, size_t len, uint64_t epoch)
 {
-    size_t model_len = strlen(p->model), payload = 8 + 8 + 4 + 4 + model_len;
-    unsigned *flags = calloc(p->n ? p->n : 1, sizeof *flags);
-    if (!flags) return false;
+    return qd_dlog_checksum(payload, len) ^ mix(epoch, 0x5851f42d4c957f2dULL);
+}
+
+bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64_t posts_before,
+                    uint64_t epoch)
+{
+    /* room for the record with every array as float64; the length is what it took */
+    size_t model_len = strlen(p->model), most = 8 + 8 + 4 + 4 + model_len;
     for (size_t i = 0; i < p->n; i++) {
         const qd_stat_entry *e = &p->e[i];
-        bool fa = e->a && exact_f32(e->a, e->n), fb = e->b && exact_f32(e->b, e->n);
-        bool fs = e->sq && exact_f32(e->sq, e->n_sq);
-        flags[i] = (fa ? F32_A : 0) | (fb ? F32_B : 0) | (fs ? F32_SQ : 0);
-        payload += entry_head_len(e->rank) + strlen(e->name);
-        if (e->a) payload += array_bytes(e->n, fa);
-        if (e->b) payload += array_bytes(e->n, fb);
-        if (e->sq) payload += array_bytes(e->n_sq, fs);
+        most += entry_head_len(e->rank) + strlen(e->name);
+        most += array_bytes(e->a ? e->n : 0, false) + array_bytes(e->b ? e->n : 0, false) +
+                array_bytes(e->sq ? e->n_sq : 0, false);
     }
-    if (payload > PAYLOAD_MAX || !reserve(b, HEAD_LEN + payload)) {
-        free(flags);
-        return false;
-    }
+    if (most > PAYLOAD_MAX || !reserve(b, HEAD_LEN + most)) return false;
     size_t head_at = b->len;
     b->len += HEAD_LEN;
     uint32_t u32 = (uint32_t)model_len, n_e = (uint32_t)p->n;
@@ -141,25 +141,27 @@ bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64
     for (size_t i = 0; i < p->n; i++) {
         const qd_stat_entry *e = &p->e[i];
         uint32_t name_len = (uint32_t)strlen(e->name);
-        unsigned char small[4] = {(unsigned char)e->kind, (unsigned char)e->rank,
-                                  (unsigned char)flags[i], 0};
+        unsigned char small[4] = {(unsigned char)e->kind, (unsigned char)e->rank, 0, 0};
         put(b, &name_len, 4);
+        size_t flags_at = b->len + 2;
         put(b, small, 4);
         put(b, &e->n, 8);
         put(b, &e->n_sq, 8);
         put(b, &e->count, 8);
         put(b, e->shape, (size_t)e->rank * 8);
         put(b, e->name, name_len);
-        if (e->a) put_array(b, e->a, e->n, flags[i] & F32_A);
-        if (e->b) put_array(b, e->b, e->n, flags[i] & F32_B);
-        if (e->sq) put_array(b, e->sq, e->n_sq, flags[i] & F32_SQ);
+        unsigned flags = 0;
+        if (e->a && put_array(b, e->a, e->n)) flags |= F32_A;
+        if (e->b && put_array(b, e->b, e->n)) flags |= F32_B;
+        if (e->sq && put_array(b, e->sq, e->n_sq)) flags |= F32_SQ;
+        b->data[flags_at] = (unsigned char)flags;
     }
-    free(flags);
-    uint32_t magic = LOG_MAGIC, len32 = (uint32_t)payload;
-    uint64_t sum = qd_dlog_checksum(b->data + head_at + HEAD_LEN, payload);
+    uint32_t magic = LOG_MAGIC, len32 = (uint32_t)(b->len - head_at - HEAD_LEN);
+    uint64_t sum = record_sum(b->data + head_at + HEAD_LEN, len32, epoch);
     memcpy(b->data + head_at, &magic, 4);
     memcpy(b->data + head_at + 4, &len32, 4);
-    memcpy(b->data + head_at + 8, &sum, 8);
+    memcpy(b->data + head_at + 8, &epoch, 8);
+    memcpy(b->data + head_at + 16, &sum, 8);
     return true;
 }
 
@@ -297,10 +299,28 @@ fail:;
     return st;
 }
 
-bool qd_dlog_truncate(qd_dlog *l)
+/* A new epoch: the time in ns, above the last one. */
+static uint64_t next_epoch(uint64_t last)
 {
-    bool ok = ftruncate(l->fd, 0) == 0 && fdatasync(l->fd) == 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t e = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return e > last ? e : last + 1;
+}
+
+bool qd_dlog_truncate(qd_dlog *l, int64_t keep_bytes)
+{
+    struct stat sb;
+    bool ok = fstat(l->fd, &sb) == 0;
+    if (ok && sb.st_size > keep_bytes) {
+        ok = ftruncate(l->fd, 0) == 0; /* larger than the log needs: give the space back */
+    } else if (ok && sb.st_size > 0) {
+        static const unsigned char zero[HEAD_LEN];
+        ok = pwrite(l->fd, zero, HEAD_LEN, 0) == HEAD_LEN;
+    }
+    ok = ok && fdatasync(l->fd) == 0;
     l->end = 0;
+    l->epoch = next_epoch(l->epoch);
     l->stale = !ok;
     return ok;
 }
@@ -324,15 +344,17 @@ qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
         unsigned char head[HEAD_LEN];
         if (pread(l->fd, head, HEAD_LEN, (off_t)at) != HEAD_LEN) break;
         uint32_t magic, len;
-        uint64_t sum;
+        uint64_t epoch, sum;
         memcpy(&magic, head, 4);
         memcpy(&len, head + 4, 4);
-        memcpy(&sum, head + 8, 8);
+        memcpy(&epoch, head + 8, 8);
+        memcpy(&sum, head + 16, 8);
         if (magic != LOG_MAGIC || (size_t)len > PAYLOAD_MAX || size - at - HEAD_LEN < len) break;
+        if (at > 0 && epoch != l->epoch) break; /* an older epoch's record: the log ends */
         unsigned char *payload = malloc(len ? len : 1);
         if (!payload) return qd_fail(err, QD_NOMEM, "out of memory reading the statistics log");
         bool ok = pread(l->fd, payload, len, (off_t)(at + HEAD_LEN)) == (ssize_t)len &&
-                  qd_dlog_checksum(payload, len) == sum;
+                  record_sum(payload, len, epoch) == sum;
         qd_dlog_record rec = {.post = {.step = -1}};
         ok = ok && decode(payload, len, &rec);
         free(payload);
@@ -340,6 +362,7 @@ qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
             qd_dlog_record_clear(&rec);
             break;
         }
+        l->epoch = epoch;
         st = visit(ctx, &rec, err);
         qd_dlog_record_clear(&rec);
         at += HEAD_LEN + (int64_t)len;
@@ -347,5 +370,8 @@ qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
     /* a torn or unreadable tail: never acknowledged (a group is answered after its fdatasync) */
     l->dropped = size - at;
     l->end = at;
+    /* appends go on in the epoch of the records read (they stay until a fold); after none, in a
+     * new one that no record left in the file has */
+    if (at == 0) l->epoch = next_epoch(l->epoch);
     return st;
 }

@@ -21,6 +21,7 @@ typedef struct qd_dlog {
     char *path;
     int64_t end;     /* bytes of acknowledged records: the next append goes here */
     int64_t dropped; /* qd_dlog_read: bytes after the last whole record (a torn, unanswered tail) */
+    uint64_t epoch;  /* written into every record: a fold starts a new one */
     bool stale;      /* a truncation failed: records the database already holds may remain */
     qd_dlog_buf buf; /* the group's records being built */
 } qd_dlog;
@@ -36,15 +37,19 @@ typedef struct qd_dlog_record {
 qd_status qd_dlog_open(qd_dlog *l, const char *db_path, qd_err *err);
 void qd_dlog_close(qd_dlog *l);
 /* Appends p's record to l->buf (false when out of memory). */
-bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64_t posts_before);
+bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64_t posts_before,
+                    uint64_t epoch);
 /* Writes l->buf at l->end and fdatasyncs; l->end advances on success. QD_DB naming the error. */
 qd_status qd_dlog_append(qd_dlog *l, qd_err *err);
-/* Empties the file (after a fold committed); false when that failed (l->stale). */
-bool qd_dlog_truncate(qd_dlog *l);
+/* Empties the log after a fold committed: zeroes the first record's head (the file keeps its
+ * size, so the next appends overwrite blocks in place) and starts a new epoch; a file larger than
+ * keep_bytes is cut to 0 instead. False when that failed (l->stale). */
+bool qd_dlog_truncate(qd_dlog *l, int64_t keep_bytes);
 
 typedef qd_status (*qd_dlog_visit)(void *ctx, const qd_dlog_record *rec, qd_err *err);
-/* Calls visit for each whole record in order; stops at the first torn or unreadable one (its
- * bytes and the rest are l->dropped) or at visit's first failure. Sets l->end. */
+/* Calls visit for each whole record in order, from the first one's epoch on; stops at the first
+ * torn or unreadable one or one of another epoch (its bytes and the rest are l->dropped) or at
+ * visit's first failure. Sets l->end, and a new epoch for what is appended after. */
 qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err);
 void qd_dlog_record_clear(qd_dlog_record *rec);
 uint64_t qd_dlog_checksum(const void *buf, size_t len);
