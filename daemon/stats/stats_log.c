@@ -184,8 +184,8 @@ static bool take(reader *r, void *dst, size_t n)
 
 static double *take_array(reader *r, int64_t n, bool f32)
 {
+    if (n < 0 || n > QD_STATS_MAX_ELEMS || array_bytes(n, f32) > r->left) return NULL;
     size_t bytes = array_bytes(n, f32);
-    if (n < 0 || n > QD_STATS_MAX_ELEMS || bytes > r->left) return NULL;
     double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v) return NULL;
     for (int64_t i = 0; i < n; i++) {
