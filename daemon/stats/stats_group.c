@@ -82,7 +82,9 @@ qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **o
         g->need_replay = true;
         g->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
                                   .quota_bytes = QD_STATS_QUOTA_BYTES,
-                                  .window_ms = QD_STATS_WINDOW_S * 1000};
+                                  .window_ms = QD_STATS_WINDOW_S * 1000,
+                                  .fold_ms = QD_STATS_FOLD_MS,
+                                  .fold_bytes = QD_STATS_FOLD_BYTES};
         g->now_ms = now_ms();
         sql_group(g, NULL);
         if (g->failed) st = g->fail_st, *err = g->fail_err;
