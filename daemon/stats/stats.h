@@ -1,7 +1,9 @@
 /* stats.h -- calibration statistics from training jobs (issue 5, SPEC section 8): what a post
  * carries, the per-model averaging settings, the single writer that group-commits posts to
- * SQLite (an answer only after its transaction committed), the reads (never blocked by the
- * writer: WAL, own connection), and the averages as the library's SRQ engine takes them.
+ * SQLite or to its delta log (issue 13; an answer only after its transaction committed or its
+ * records were fdatasync'd), the reads (never blocked by the writer: WAL, own connection, and
+ * the overlay of the posts logged but not folded), and the averages as the library's SRQ engine
+ * takes them.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STATS_H
@@ -121,7 +123,8 @@ void qd_stats_configure_log(qd_stats *s, int64_t fold_interval_ms, int64_t fold_
 void qd_stats_close(qd_stats *s);
 
 /* Writes go through the one writer thread, which takes every write queued while it was busy
- * into one transaction (group commit); each call returns after that transaction committed (or
+ * into one transaction or one append to the delta log (group commit; qd_stats_configure_log);
+ * each call returns after that transaction committed or that append was fdatasync'd (or
  * failed). A post is all or nothing: QD_INVALID (message naming the activation: shape or kind
  * differs from what is stored) leaves nothing of it stored, whatever the other posts of the
  * group do. An unknown model is created with the default settings by its first post. */
