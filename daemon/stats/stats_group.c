@@ -9,6 +9,7 @@
  * them all and empties the cache, since the database went back to what it was.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -574,16 +575,25 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings 
     bool admin = false;
     for (stats_req *r = list; r; r = r->next) admin |= r->kind != QD_REQ_POST;
     g->now_ms = now_ms();
+    g->failed = false;
     if (admin && (g->log->end > 0 || g->need_replay)) {
         /* a reset or new settings apply to folded statistics only: fold first */
         sql_group(g, NULL);
         g->groups++;
     }
+    if (admin && !g->failed && !qd_dlog_sync(g->log)) {
+        /* a reset takes post counts back: the log's old records must be gone for good first */
+        g->failed = true;
+        g->fail_st =
+            qd_fail(&g->fail_err, QD_DB, "syncing the statistics log: %s", strerror(errno));
+    }
     g->now_ms = now_ms();
-    if (log_eligible(g, list))
-        log_group(g, list);
-    else
-        sql_group(g, list);
+    if (!g->failed) { /* else the admin requests are answered with the failure */
+        if (log_eligible(g, list))
+            log_group(g, list);
+        else
+            sql_group(g, list);
+    }
     g->groups++;
     size_t posts = 0;
     for (stats_req *r = list; r; r = r->next) {

@@ -291,6 +291,7 @@ qd_status qd_dlog_append(qd_dlog *l, qd_err *err)
     }
     if (fdatasync(l->fd) != 0) goto fail;
     l->end += (int64_t)l->buf.len;
+    l->unsynced = false;
     return QD_OK;
 fail:;
     qd_status st = qd_fail(err, QD_DB, "writing the statistics log: %s", strerror(errno));
@@ -318,11 +319,19 @@ bool qd_dlog_truncate(qd_dlog *l, int64_t keep_bytes)
         static const unsigned char zero[HEAD_LEN];
         ok = pwrite(l->fd, zero, HEAD_LEN, 0) == HEAD_LEN;
     }
-    ok = ok && fdatasync(l->fd) == 0;
     l->end = 0;
     l->epoch = next_epoch(l->epoch);
     l->stale = !ok;
+    l->unsynced = ok;
     return ok;
+}
+
+bool qd_dlog_sync(qd_dlog *l)
+{
+    if (!l->unsynced) return true;
+    if (fdatasync(l->fd) != 0) return false;
+    l->unsynced = false;
+    return true;
 }
 
 void qd_dlog_record_clear(qd_dlog_record *rec)

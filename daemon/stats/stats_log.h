@@ -23,6 +23,7 @@ typedef struct qd_dlog {
     int64_t dropped; /* qd_dlog_read: bytes after the last whole record (a torn, unanswered tail) */
     uint64_t epoch;  /* written into every record: a fold starts a new one */
     bool stale;      /* a truncation failed: records the database already holds may remain */
+    bool unsynced;   /* a truncation not yet fdatasync'd (qd_dlog_sync, or the next append) */
     qd_dlog_buf buf; /* the group's records being built */
 } qd_dlog;
 
@@ -43,8 +44,13 @@ bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64
 qd_status qd_dlog_append(qd_dlog *l, qd_err *err);
 /* Empties the log after a fold committed: zeroes the first record's head (the file keeps its
  * size, so the next appends overwrite blocks in place) and starts a new epoch; a file larger than
- * keep_bytes is cut to 0 instead. False when that failed (l->stale). */
+ * keep_bytes is cut to 0 instead. Not fdatasync'd: until it is, a crash leaves records that the
+ * database holds, which replay skips (their model's post count is past them), as long as no
+ * model's count went back; so a reset syncs it first (qd_dlog_sync). False when it failed
+ * (l->stale). */
 bool qd_dlog_truncate(qd_dlog *l, int64_t keep_bytes);
+/* fdatasyncs a truncation not yet synced; false when that failed. */
+bool qd_dlog_sync(qd_dlog *l);
 
 typedef qd_status (*qd_dlog_visit)(void *ctx, const qd_dlog_record *rec, qd_err *err);
 /* Calls visit for each whole record in order, from the first one's epoch on; stops at the first
