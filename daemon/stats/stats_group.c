@@ -7,6 +7,14 @@
  * row is written once when the group ends; a key is recorded as soon as its post is applied. A
  * post that fails its check changes nothing and the others still commit; an SQL failure fails
  * them all and empties the cache, since the database went back to what it was.
+ *
+ * The delta log (issue 13, stats_log.c): a group whose posts only update cached activations,
+ * none with a key, runs against the cache alone and is made durable by appending its posts'
+ * records to the log (log_group); the changed rows stay dirty in the cache and are copied to the
+ * readers' overlay (stats_pending.c). Every SQL group writes all dirty rows, so it folds the log,
+ * which it then resets; it first replays the log into the cache when the cache lost it (at open,
+ * after a failure). A reset or new settings fold first. Replay runs each record as its post ran
+ * (run_post, at its group's time), when its model's post count is the record's place.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>

@@ -4,7 +4,10 @@
  * transaction committed (or failed). The fsync of a commit is thus shared by every post that
  * arrived while the previous group was being written (group commit). Each group runs with the
  * settings of the moment it was taken: the cache budget, the quota and the Idempotency-Key window
- * (qd_stats_configure).
+ * (qd_stats_configure), the delta log's fold interval and size (qd_stats_configure_log). A group
+ * may instead be appended to the delta log (stats_group.c); while the log holds records the
+ * writer also wakes when its fold is due, and folds it when stopping (unless a test asks it to
+ * stop as kill -9 would).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
