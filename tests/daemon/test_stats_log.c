@@ -391,7 +391,7 @@ START_TEST(test_log_fold_triggers)
     store_new(&got, 300);
     run_sequence(got.s, 0, 3);
     ck_assert_int_gt(qd_stats_log_bytes(got.s), 0);
-    for (int i = 0; i < 100 && qd_stats_log_bytes(got.s) > 0; i++) sleep_ms(20);
+    for (int i = 0; i < 500 && qd_stats_log_bytes(got.s) > 0; i++) sleep_ms(20);
     ck_assert_int_eq(qd_stats_log_bytes(got.s), 0);
     ck_assert(!log_has_records(&got));
     /* fold_bytes 1 MiB: posts of 64 KiB each, the log never passes one post beyond it */
