@@ -110,14 +110,14 @@ qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out
  * seconds an Idempotency-Key is remembered. Values below 1 keep the current setting. */
 void qd_stats_configure(qd_stats *s, int64_t quota_bytes, int64_t idempotency_window_s);
 /* The delta log (config stats_fold_interval, stats_fold_bytes), from the writer's next group
- * on. A group of posts that only update activations the writer holds in memory, none with an
- * Idempotency-Key, is made durable by appending the posts to the log (DB-statslog) with one
- * fdatasync instead of rewriting the activations' float64 sums in SQLite; the log is folded into
- * SQLite (every changed row written, the log emptied) once fold_interval_ms passed since its
- * first record or it holds fold_bytes, before a reset or new settings, at close, and at open
- * (the records a kill -9 left are replayed). Reads see folded and logged posts alike, bit for
- * bit. fold_interval_ms 0: no log (every group writes its rows, as before); values below 0 (and
- * fold_bytes below 1) keep the current setting. */
+ * on. A group of posts that only update activations the writer holds in memory (their
+ * Idempotency-Keys logged with them and written to SQLite by the fold) is made durable by appending
+ * the posts to the log (DB-statslog) with one fdatasync instead of rewriting the activations'
+ * float64 sums in SQLite; the log is folded into SQLite (every changed row written, the log
+ * emptied) once fold_interval_ms passed since its first record or it holds fold_bytes, before a
+ * reset or new settings, at close, and at open (the records a kill -9 left are replayed). Reads see
+ * folded and logged posts alike, bit for bit. fold_interval_ms 0: no log (every group writes its
+ * rows, as before); values below 0 (and fold_bytes below 1) keep the current setting. */
 void qd_stats_configure_log(qd_stats *s, int64_t fold_interval_ms, int64_t fold_bytes);
 /* Finishes the queued writes, folds the delta log, stops the writer, closes. NULL is a no-op. */
 void qd_stats_close(qd_stats *s);

@@ -261,6 +261,7 @@ static void drop_row(stat_row *r)
 
 void qd_cache_forget(stats_group *g)
 {
+    g->n_keys = 0; /* they point at the models; a replay records them again */
     for (size_t i = 0; i < g->n_rows; i++) drop_row(g->rows[i]);
     for (size_t i = 0; i < g->n_models; i++) {
         free(g->models[i]->name);

@@ -8,8 +8,9 @@
  * post that fails its check changes nothing and the others still commit; an SQL failure fails
  * them all and empties the cache, since the database went back to what it was.
  *
- * The delta log (issue 13, stats_log.c): a group whose posts only update cached activations,
- * none with a key, runs against the cache alone and is made durable by appending its posts'
+ * The delta log (issue 13, stats_log.c): a group whose posts only update cached activations
+ * runs against the cache alone (a key is looked up among the logged posts' keys, g->keys, then in
+ * SQL, and recorded in g->keys, which the fold writes) and is made durable by appending its posts'
  * records to the log (log_group); the changed rows stay dirty in the cache and are copied to the
  * readers' overlay (stats_pending.c). Every SQL group writes all dirty rows, so it folds the log,
  * which it then resets; it first replays the log into the cache when the cache lost it (at open,
@@ -118,6 +119,7 @@ void qd_stats_group_free(stats_group *g)
     free(g->rows);
     free(g->slots);
     free(g->post_rows);
+    free(g->keys);
     free(g);
 }
 
@@ -398,6 +400,7 @@ static bool flush_row(stats_group *g, stat_row *r)
 /* Models first: a model this group created gets its id before its rows are inserted. */
 static bool flush_all(stats_group *g)
 {
+    if (!qd_idem_flush(g)) return false; /* the logged posts' keys */
     for (size_t i = 0; i < g->n_models; i++)
         if (g->models[i]->dirty && !flush_model(g, g->models[i])) return false;
     for (size_t i = 0; i < g->n_rows; i++) {
@@ -511,12 +514,13 @@ static size_t sql_group(stats_group *g, stats_req *list)
         pthread_mutex_unlock(&g->pend->mu);
         for (size_t i = 0; i < g->n_rows; i++) g->rows[i]->pend = 0;
     }
+    g->n_keys = 0; /* written by this fold */
     qd_cache_trim(g, g->set.cache_budget);
     return 1;
 }
 
-/* May the group go to the log? Only posts without an Idempotency-Key that update activations
- * the cache holds (nothing to create, no quota to grow, no key to record), while the log is
+/* May the group go to the log? Only posts that update activations the cache holds (nothing to
+ * create, no quota to grow), while the log is
  * within its fold interval and size. */
 static bool log_eligible(stats_group *g, const stats_req *list)
 {
@@ -526,8 +530,10 @@ static bool log_eligible(stats_group *g, const stats_req *list)
     if (g->log->end > 0 &&
         (g->now_ms >= g->first_logged_ms + set->fold_ms || g->log->end >= set->fold_bytes))
         return false;
+    size_t keyed = 0;
     for (const stats_req *r = list; r; r = r->next) {
-        if (r->kind != QD_REQ_POST || r->post->key) return false;
+        if (r->kind != QD_REQ_POST) return false;
+        keyed += r->post->key != NULL;
         model_row *m = qd_cache_find_model(g, r->post->model);
         if (!m || !m->live || !m->id) return false;
         for (size_t i = 0; i < r->post->n; i++) {
@@ -535,6 +541,11 @@ static bool log_eligible(stats_group *g, const stats_req *list)
             if (!row || row->count == 0 || row->broken) return false;
         }
     }
+    /* room for the keys the group may record (qd_idem_record cannot fail then) */
+    if (keyed == 0) return true;
+    pend_key *keys = qd_group_reserve(g->keys, &g->cap_keys, g->n_keys + keyed, sizeof *keys);
+    if (!keys) return false;
+    g->keys = keys;
     return true;
 }
 
@@ -560,7 +571,14 @@ static bool publish(stats_group *g)
 static size_t log_group(stats_group *g, stats_req *list)
 {
     g->failed = false;
+    g->logging = true;
     for (stats_req *r = list; r; r = r->next) run_one(g, r);
+    g->logging = false;
+    if (g->failed) { /* a key's look-up failed: the cache holds posts never logged */
+        qd_cache_forget(g);
+        g->need_replay = g->log->end > 0;
+        return 0;
+    }
     g->log->buf.len = 0;
     bool ok = true;
     for (stats_req *r = list; ok && r; r = r->next)

@@ -73,6 +73,14 @@ typedef enum group_stmt {
     G_COUNT
 } group_stmt;
 
+/* An Idempotency-Key of a logged post, not yet in stat_post_keys (the fold writes it). */
+typedef struct pend_key {
+    const model_row *m;
+    char key[QD_KEY_MAX + 1];
+    uint8_t fingerprint[QD_FINGERPRINT_LEN];
+    int64_t activations, step, created_ms;
+} pend_key;
+
 struct stats_group {
     sqlite3 *db;
     sqlite3_stmt *q[G_COUNT];
@@ -94,6 +102,9 @@ struct stats_group {
     qd_pending *pend;
     int64_t first_logged_ms; /* when the log's first record since the last fold was written */
     bool need_replay;        /* the cache lost the log's posts: the next SQL group replays it */
+    bool logging;            /* running a log group: keys go to keys[], not to SQL */
+    pend_key *keys;          /* the keys of the logged posts, until the fold writes them */
+    size_t n_keys, cap_keys;
     /* the group's SQL failure: every request gets it */
     bool failed;
     qd_status fail_st;
@@ -149,9 +160,12 @@ void qd_cache_forget(stats_group *g);
  * QD_DB after a group failure. */
 qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *p,
                         qd_stat_answer *ans, qd_err *err);
-/* Records p's key for m (stored: m->id known) with its answer, replacing an expired row. False
- * after recording a group failure. */
+/* Records p's key for m (stored: m->id known) with its answer, replacing an expired row; in a
+ * log group into g->keys (room reserved by the group), written by the fold. False after
+ * recording a group failure. */
 bool qd_idem_record(stats_group *g, const model_row *m, const qd_stat_post *p);
+/* Writes the logged posts' keys (g->keys) into SQL (in the fold's transaction). */
+bool qd_idem_flush(stats_group *g);
 /* Deletes the keys older than the window, at most once a minute (or when the settings say
  * purge_now). False after recording a group failure. */
 bool qd_idem_purge(stats_group *g);

@@ -6,10 +6,11 @@
  *
  * A record: a 24-byte head (magic "QDSL", payload length, the log's epoch, a 64-bit checksum of
  * the payload and the epoch), then the payload: the group's time (ms), the model's post count
- * before this post, the model name, and each entry (name, kind, rank, shape, n, n_sq, count, then
- * its arrays a, b, sq). An array whose values are all exactly representable as float32 (every value
- * of an F32 post) is stored as float32, else as float64: decoding gives back the same doubles bit
- * for bit.
+ * before this post, its step, its Idempotency-Key and fingerprint (when it has one: the fold, or
+ * the replay, records the key), the model name, and each entry (name, kind, rank, shape, n, n_sq,
+ * count, then its arrays a, b, sq). An array whose values are all exactly representable as float32
+ * (every value of an F32 post) is stored as float32, else as float64: decoding gives back the same
+ * doubles bit for bit.
  *
  * The file is not shortened after a fold: the next records overwrite the old ones in place, since
  * an fdatasync of blocks already written needs no journal commit (ext4: several times faster than
@@ -122,7 +123,8 @@ bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64
                     uint64_t epoch)
 {
     /* room for the record with every array as float64; the length is what it took */
-    size_t model_len = strlen(p->model), most = 8 + 8 + 4 + 4 + model_len;
+    size_t model_len = strlen(p->model), key_len = p->key ? strlen(p->key) : 0;
+    size_t most = 8 + 8 + 8 + 4 + (key_len ? key_len + QD_FINGERPRINT_LEN : 0) + 4 + 4 + model_len;
     for (size_t i = 0; i < p->n; i++) {
         const qd_stat_entry *e = &p->e[i];
         most += entry_head_len(e->rank) + strlen(e->name);
@@ -133,8 +135,15 @@ bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64
     size_t head_at = b->len;
     b->len += HEAD_LEN;
     uint32_t u32 = (uint32_t)model_len, n_e = (uint32_t)p->n;
+    uint32_t k32 = (uint32_t)key_len;
     put(b, &now_ms, 8);
     put(b, &posts_before, 8);
+    put(b, &p->step, 8);
+    put(b, &k32, 4);
+    if (key_len) {
+        put(b, p->key, key_len);
+        put(b, p->fingerprint, QD_FINGERPRINT_LEN);
+    }
     put(b, &u32, 4);
     put(b, &n_e, 4);
     put(b, p->model, model_len);
@@ -234,10 +243,15 @@ static bool take_entry(reader *r, qd_stat_entry *e)
 static bool decode(const unsigned char *payload, size_t len, qd_dlog_record *out)
 {
     reader r = {payload, len};
-    uint32_t model_len, n;
+    uint32_t model_len, n, key_len;
     if (!take(&r, &out->now_ms, 8) || !take(&r, &out->posts_before, 8) ||
-        !take(&r, &model_len, 4) || !take(&r, &n, 4))
+        !take(&r, &out->post.step, 8) || !take(&r, &key_len, 4))
         return false;
+    if (key_len > QD_KEY_MAX) return false;
+    if (key_len && (!(out->post.key = take_text(&r, key_len)) ||
+                    !take(&r, out->post.fingerprint, QD_FINGERPRINT_LEN)))
+        return false;
+    if (!take(&r, &model_len, 4) || !take(&r, &n, 4)) return false;
     if (!(out->post.model = take_text(&r, model_len))) return false;
     if (n > r.left / 32 + 1) return false; /* each entry takes at least 32 bytes */
     out->post.e = calloc(n ? n : 1, sizeof *out->post.e);

@@ -4,7 +4,8 @@
  * of averaging in between) give bit-identical reads through the log as through the rewrite of
  * every group (stats_fold_interval 0, the behaviour before the log), before a fold, after one,
  * and after a reopen that replays what a crash left; a torn tail is dropped; a log that does not
- * fit the database refuses to open; the interval and the size fold it. Against quantd: every
+ * fit the database refuses to open; the interval and the size fold it; Idempotency-Keys decided
+ * and kept through the log and its replay. Against quantd: every
  * answered post survives kill -9.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -377,6 +378,68 @@ START_TEST(test_log_epochs)
 }
 END_TEST
 
+/* Post k to model with key "s<k>" and a fingerprint of k + fp_salt; the outcome. */
+static qd_stat_outcome post_keyed(qd_stats *s, const char *model, int k, int fp_salt)
+{
+    qd_stat_post p = make_post(model, k);
+    char key[16];
+    snprintf(key, sizeof key, "s%d", k);
+    p.key = strdup(key);
+    memset(p.fingerprint, k + fp_salt, sizeof p.fingerprint);
+    qd_stat_answer ans;
+    qd_err err = {{0}};
+    qd_status st = qd_stats_post_answer(s, &p, &ans, &err);
+    ck_assert_msg(st == QD_OK || ans.outcome == QD_POST_KEY_CONFLICT, "post %d: %s", k,
+                  err.message);
+    if (ans.outcome == QD_POST_REPLAYED) {
+        ck_assert_int_eq(ans.activations, 4);
+        ck_assert_int_eq(ans.step, k);
+    }
+    qd_stat_post_clear(&p);
+    return ans.outcome;
+}
+
+/* Posts with an Idempotency-Key go to the log too: a retry is a replay and a different post a
+ * conflict while the key is only in the log, and after a crash the replayed log has recorded the
+ * key, so a retry then is still a replay. */
+START_TEST(test_log_keys)
+{
+    store ref = {0}, got = {0};
+    store_new(&ref, 0);
+    store_new(&got, (int64_t)3600 * 1000);
+    post_ok(ref.s, "m", 0);
+    post_ok(got.s, "m", 0);
+    for (int k = 1; k < 6; k++) {
+        ck_assert_int_eq(post_keyed(ref.s, "m", k, 0), QD_POST_STORED);
+        ck_assert_int_eq(post_keyed(got.s, "m", k, 0), QD_POST_STORED);
+    }
+    ck_assert_int_gt(qd_stats_log_bytes(got.s), 0); /* logged, keys and all */
+    ck_assert_int_eq(post_keyed(got.s, "m", 3, 0), QD_POST_REPLAYED);
+    ck_assert_int_eq(post_keyed(got.s, "m", 3, 1), QD_POST_KEY_CONFLICT);
+    ck_assert_int_eq(post_keyed(ref.s, "m", 3, 0), QD_POST_REPLAYED);
+    ck_assert_int_eq(post_keyed(ref.s, "m", 3, 1), QD_POST_KEY_CONFLICT);
+    same_reads(ref.s, got.s, "m");
+    store_close(&got, true); /* kill -9 */
+    store_open(&got, (int64_t)3600 * 1000, (int64_t)64 << 20);
+    ck_assert_int_eq(post_keyed(got.s, "m", 4, 0), QD_POST_REPLAYED);
+    ck_assert_int_eq(post_keyed(got.s, "m", 5, 1), QD_POST_KEY_CONFLICT);
+    ck_assert_int_eq(post_keyed(got.s, "m", 6, 0), QD_POST_STORED);
+    ck_assert_int_eq(post_keyed(ref.s, "m", 6, 0), QD_POST_STORED);
+    same_reads(ref.s, got.s, "m");
+    same_models(ref.s, got.s);
+    /* the fold wrote the keys: the reader's look-up finds them */
+    qd_err err = {{0}};
+    ck_assert_msg(qd_stats_fold(got.s, &err) == QD_OK, "%s", err.message);
+    uint8_t fp[QD_FINGERPRINT_LEN];
+    memset(fp, 6, sizeof fp);
+    qd_stat_answer ans;
+    ck_assert_msg(qd_stats_key_peek(got.s, "m", "s6", fp, &ans, &err) == QD_OK, "%s", err.message);
+    ck_assert_int_eq(ans.outcome, QD_POST_REPLAYED);
+    store_free(&ref);
+    store_free(&got);
+}
+END_TEST
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -470,6 +533,7 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_torn_tail);
     tcase_add_test(tc, test_log_gap_refused);
     tcase_add_test(tc, test_log_epochs);
+    tcase_add_test(tc, test_log_keys);
     tcase_add_test(tc, test_log_fold_triggers);
     tcase_add_test(tc, test_log_kill9_daemon);
     suite_add_tcase(s, tc);
