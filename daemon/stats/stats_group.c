@@ -520,8 +520,7 @@ static size_t sql_group(stats_group *g, stats_req *list)
 }
 
 /* May the group go to the log? Only posts that update activations the cache holds (nothing to
- * create, no quota to grow), while the log is
- * within its fold interval and size. */
+ * create, no quota to grow), while the log is within its fold interval and size. */
 static bool log_eligible(stats_group *g, const stats_req *list)
 {
     const stats_settings *set = &g->set;
