@@ -72,6 +72,7 @@ static qd_status open_parts(qd_app *app, bool *insecure, const char **what, qd_e
     *what = "cannot open the statistics store";
     if ((st = qd_stats_open(cfg->db_path, app->metrics, &app->stats, err)) != QD_OK) return st;
     qd_stats_configure(app->stats, cfg->stats_quota, cfg->idempotency_window);
+    qd_stats_configure_log(app->stats, cfg->stats_fold_interval * 1000, cfg->stats_fold_bytes);
     *what = "data directory";
     if ((st = qd_app_dirs(app, err)) != QD_OK) return st;
     return qd_inputs_new(&app->inputs, err);

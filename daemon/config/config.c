@@ -23,6 +23,7 @@
 #endif
 
 #define KIB      ((int64_t)1 << 10)
+#define MIB      ((int64_t)1 << 20)
 #define GIB      ((int64_t)1 << 30)
 #define TIB      ((int64_t)1 << 40)
 #define F(field) offsetof(qd_config, field)
@@ -124,6 +125,13 @@ const cfg_setting cfg_settings[] = {
     {"stats", "idempotency_window", "QUANTD_IDEMPOTENCY_WINDOW", "--idempotency-window",
      "DURATION", CFG_DURATION, 60, 365 * (int64_t)DAY, F(idempotency_window), "1d", NULL,
      "how long a statistics post's Idempotency-Key is remembered (1m..365d)", NULL},
+    {"stats", "fold_interval", "QUANTD_STATS_FOLD_INTERVAL", "--stats-fold-interval", "DURATION",
+     CFG_DURATION, 0, 3600, F(stats_fold_interval), "1s", NULL,
+     "posts that only update stored activations are appended to the delta log and folded into "
+     "the database this long after the log's first record; 0 = no log (0..1h)", NULL},
+    {"stats", "fold_bytes", "QUANTD_STATS_FOLD_BYTES", "--stats-fold-bytes", "SIZE", CFG_SIZE,
+     MIB, 16 * GIB, F(stats_fold_bytes), "64M", NULL,
+     "the delta log is folded sooner once it holds this much (1M..16G)", NULL},
     {"log", "level", "QUANTD_LOG_LEVEL", "--log-level", "LEVEL", CFG_LEVEL, 0, 0, F(log_level),
      "info", NULL, "least severe level logged: debug, info, warn or error", NULL},
     {NULL, "port_file", NULL, "--port-file", "FILE", CFG_PATH, 0, 0, F(port_file), NULL, "none",

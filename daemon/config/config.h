@@ -45,16 +45,19 @@ typedef struct qd_config {
     int64_t max_stats_body; /* bytes, default 64 MiB (statistics posts, JSON or safetensors) */
     int idle_timeout;       /* seconds a connection may stay idle, default 60 */
     /* limits that hold under abuse (SECURITY.md) */
-    int max_connections;        /* open connections, default 1000 */
-    int max_conns_per_ip;       /* open connections from one address, default 128; 0 = none */
-    int header_timeout;         /* seconds for a request's line and headers, default 10 */
-    int body_timeout;           /* seconds of grace for a body before body_min_rate, default 20 */
-    int64_t body_min_rate;      /* bytes/s a body must average after the grace, default 1K */
-    int64_t max_body_memory;    /* bytes of request bodies held in memory at once, default 256M */
-    int64_t min_free_disk;      /* bytes the data directory keeps free, default 1G */
-    int max_queued_jobs;        /* queued jobs before 429, default 100; 0 = no cap */
-    int64_t stats_quota;        /* bytes of statistics sums per model, default 1G */
-    int64_t idempotency_window; /* seconds an Idempotency-Key is remembered, default 1 day */
+    int max_connections;         /* open connections, default 1000 */
+    int max_conns_per_ip;        /* open connections from one address, default 128; 0 = none */
+    int header_timeout;          /* seconds for a request's line and headers, default 10 */
+    int body_timeout;            /* seconds of grace for a body before body_min_rate, default 20 */
+    int64_t body_min_rate;       /* bytes/s a body must average after the grace, default 1K */
+    int64_t max_body_memory;     /* bytes of request bodies held in memory at once, default 256M */
+    int64_t min_free_disk;       /* bytes the data directory keeps free, default 1G */
+    int max_queued_jobs;         /* queued jobs before 429, default 100; 0 = no cap */
+    int64_t stats_quota;         /* bytes of statistics sums per model, default 1G */
+    int64_t idempotency_window;  /* seconds an Idempotency-Key is remembered, default 1 day */
+    int64_t stats_fold_interval; /* seconds before the statistics' delta log is folded, default
+                                    1; 0 = no log (every group rewrites its sums) */
+    int64_t stats_fold_bytes;    /* bytes of delta log that trigger a fold, default 64M */
     int max_attempts;      /* runs of a job interrupted by a crash before it fails, default 2 */
     int64_t job_retention; /* seconds a finished job keeps its outputs, default 7 days; 0 =
                               forever */

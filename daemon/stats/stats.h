@@ -1,7 +1,9 @@
 /* stats.h -- calibration statistics from training jobs (issue 5, SPEC section 8): what a post
  * carries, the per-model averaging settings, the single writer that group-commits posts to
- * SQLite (an answer only after its transaction committed), the reads (never blocked by the
- * writer: WAL, own connection), and the averages as the library's SRQ engine takes them.
+ * SQLite or to its delta log (issue 13; an answer only after its transaction committed or its
+ * records were fdatasync'd), the reads (never blocked by the writer: WAL, own connection, and
+ * the overlay of the posts logged but not folded), and the averages as the library's SRQ engine
+ * takes them.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STATS_H
@@ -107,11 +109,22 @@ qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out
  * quota_bytes of sums a model may hold (8 bytes per value of sum_a and sum_b), and how many
  * seconds an Idempotency-Key is remembered. Values below 1 keep the current setting. */
 void qd_stats_configure(qd_stats *s, int64_t quota_bytes, int64_t idempotency_window_s);
-/* Finishes the queued writes, stops the writer, closes. NULL is a no-op. */
+/* The delta log (config stats_fold_interval, stats_fold_bytes), from the writer's next group
+ * on. A group of posts that only update activations the writer holds in memory (their
+ * Idempotency-Keys logged with them and written to SQLite by the fold) is made durable by appending
+ * the posts to the log (DB-statslog) with one fdatasync instead of rewriting the activations'
+ * float64 sums in SQLite; the log is folded into SQLite (every changed row written, the log
+ * emptied) once fold_interval_ms passed since its first record or it holds fold_bytes, before a
+ * reset or new settings, at close, and at open (the records a kill -9 left are replayed). Reads see
+ * folded and logged posts alike, bit for bit. fold_interval_ms 0: no log (every group writes its
+ * rows, as before); values below 0 (and fold_bytes below 1) keep the current setting. */
+void qd_stats_configure_log(qd_stats *s, int64_t fold_interval_ms, int64_t fold_bytes);
+/* Finishes the queued writes, folds the delta log, stops the writer, closes. NULL is a no-op. */
 void qd_stats_close(qd_stats *s);
 
 /* Writes go through the one writer thread, which takes every write queued while it was busy
- * into one transaction (group commit); each call returns after that transaction committed (or
+ * into one transaction or one append to the delta log (group commit; qd_stats_configure_log);
+ * each call returns after that transaction committed or that append was fdatasync'd (or
  * failed). A post is all or nothing: QD_INVALID (message naming the activation: shape or kind
  * differs from what is stored) leaves nothing of it stored, whatever the other posts of the
  * group do. An unknown model is created with the default settings by its first post. */

@@ -239,6 +239,19 @@ qd_status qd_cache_row(stats_group *g, model_row *m, const char *name, stat_row 
     return row_load(g, r, err);
 }
 
+model_row *qd_cache_find_model(stats_group *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_models; i++)
+        if (strcmp(g->models[i]->name, name) == 0) return g->models[i];
+    return NULL;
+}
+
+stat_row *qd_cache_find_row(stats_group *g, const model_row *m, const char *name)
+{
+    if (!g->n_slots) return NULL;
+    return *slot_of(g, m, name, row_hash(m, name));
+}
+
 static void drop_row(stat_row *r)
 {
     free(r->name);
@@ -248,6 +261,7 @@ static void drop_row(stat_row *r)
 
 void qd_cache_forget(stats_group *g)
 {
+    g->n_keys = 0; /* they point at the models; a replay records them again */
     for (size_t i = 0; i < g->n_rows; i++) drop_row(g->rows[i]);
     for (size_t i = 0; i < g->n_models; i++) {
         free(g->models[i]->name);

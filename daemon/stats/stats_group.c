@@ -7,8 +7,18 @@
  * row is written once when the group ends; a key is recorded as soon as its post is applied. A
  * post that fails its check changes nothing and the others still commit; an SQL failure fails
  * them all and empties the cache, since the database went back to what it was.
+ *
+ * The delta log (issue 13, stats_log.c): a group whose posts only update cached activations
+ * runs against the cache alone (a key is looked up among the logged posts' keys, g->keys, then in
+ * SQL, and recorded in g->keys, which the fold writes) and is made durable by appending its posts'
+ * records to the log (log_group); the changed rows stay dirty in the cache and are copied to the
+ * readers' overlay (stats_pending.c). Every SQL group writes all dirty rows, so it folds the log,
+ * which it then resets; it first replays the log into the cache when the cache lost it (at open,
+ * after a failure). A reset or new settings fold first. Replay runs each record as its post ran
+ * (run_post, at its group's time), when its model's post count is the record's place.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +27,10 @@
 
 #include "config.h"
 #include "stats_group.h"
+#include "stats_log.h"
 #include "write_gate.h"
+
+static int64_t now_ms(void);
 
 static const char *const group_sql[G_COUNT] = {
     [G_BEGIN] = "BEGIN IMMEDIATE",
@@ -56,14 +69,36 @@ static const char *const group_sql[G_COUNT] = {
 /* ---- set-up ----------------------------------------------------------------------------------
  */
 
-qd_status qd_stats_group_new(const char *path, stats_group **out, qd_err *err)
+static size_t sql_group(stats_group *g, stats_req *list);
+
+qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **out, qd_err *err)
 {
     *out = NULL;
     stats_group *g = calloc(1, sizeof *g);
     if (!g) return qd_fail(err, QD_NOMEM, "out of memory");
+    g->pend = pend;
+    g->log = calloc(1, sizeof *g->log);
+    if (!g->log) {
+        free(g);
+        return qd_fail(err, QD_NOMEM, "out of memory");
+    }
+    g->log->fd = -1;
     qd_status st = qd_stats_connect(path, false, &g->db, err);
     for (int i = 0; st == QD_OK && i < G_COUNT; i++)
         st = qd_stats_prepare(g->db, group_sql[i], &g->q[i], err);
+    if (st == QD_OK) st = qd_dlog_open(g->log, path, err);
+    if (st == QD_OK) {
+        /* the posts answered before the last stop (or crash) that were not folded: into SQLite */
+        g->need_replay = true;
+        g->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
+                                  .quota_bytes = QD_STATS_QUOTA_BYTES,
+                                  .window_ms = QD_STATS_WINDOW_S * 1000,
+                                  .fold_ms = QD_STATS_FOLD_MS,
+                                  .fold_bytes = QD_STATS_FOLD_BYTES};
+        g->now_ms = now_ms();
+        sql_group(g, NULL);
+        if (g->failed) st = g->fail_st, *err = g->fail_err;
+    }
     if (st != QD_OK) {
         qd_stats_group_free(g);
         return st;
@@ -78,11 +113,19 @@ void qd_stats_group_free(stats_group *g)
     qd_cache_forget(g);
     for (int i = 0; i < G_COUNT; i++) sqlite3_finalize(g->q[i]);
     sqlite3_close(g->db);
+    if (g->log) qd_dlog_close(g->log);
+    free(g->log);
     free(g->models);
     free(g->rows);
     free(g->slots);
     free(g->post_rows);
+    free(g->keys);
     free(g);
+}
+
+int64_t qd_stats_group_fold_at(const stats_group *g, const stats_settings *set)
+{
+    return g->log->end > 0 ? g->first_logged_ms + set->fold_ms : 0;
 }
 
 /* ---- SQL helpers ------------------------------------------------------------------------------
@@ -206,6 +249,7 @@ static qd_status run_post(stats_group *g, stats_req *r, qd_err *err)
     if (m->live && m->posts == INT64_MAX)
         return qd_fail(err, QD_INVALID, "model %s: its post count would overflow", m->name);
     if (!m->live) qd_cache_model_create(g, m);
+    r->posts_before = m->posts;
     for (size_t i = 0; i < p->n; i++) qd_stat_apply(g, rows[i], &p->e[i], &m->conf);
     m->stats_bytes += growth;
     m->posts++;
@@ -356,6 +400,7 @@ static bool flush_row(stats_group *g, stat_row *r)
 /* Models first: a model this group created gets its id before its rows are inserted. */
 static bool flush_all(stats_group *g)
 {
+    if (!qd_idem_flush(g)) return false; /* the logged posts' keys */
     for (size_t i = 0; i < g->n_models; i++)
         if (g->models[i]->dirty && !flush_model(g, g->models[i])) return false;
     for (size_t i = 0; i < g->n_rows; i++) {
@@ -387,27 +432,193 @@ static void run_one(stats_group *g, stats_req *r)
     case QD_REQ_PUT_MODEL:
         r->st = run_put_model(g, r, &r->err);
         break;
+    case QD_REQ_FOLD: /* the group itself folds */
+        r->st = QD_OK;
+        break;
     }
+}
+
+/* ---- replaying the delta log (in an SQL group, before its requests) ----------------------------
+ */
+
+/* One record: applied when its model's post count is the record's place (posts_before), skipped
+ * when the model already holds it (a fold committed but the log was not emptied), refused when
+ * posts are missing before it. It runs as the post ran (run_post), at its group's time. */
+static qd_status replay_one(void *ctx, const qd_dlog_record *rec, qd_err *err)
+{
+    stats_group *g = ctx;
+    model_row *m = NULL;
+    qd_status st = qd_cache_model(g, rec->post.model, &m, err);
+    if (st != QD_OK) return st;
+    if (m->live && rec->posts_before < m->posts) return QD_OK;
+    if (!m->live || rec->posts_before > m->posts)
+        return qd_fail(err, QD_DB,
+                       "the statistics log holds post %lld of model %s, the database %lld posts",
+                       (long long)rec->posts_before + 1, rec->post.model, (long long)m->posts);
+    stats_req r = {.kind = QD_REQ_POST, .post = &rec->post};
+    int64_t saved = g->now_ms;
+    g->now_ms = rec->now_ms;
+    st = run_post(g, &r, err);
+    g->now_ms = saved;
+    if (st != QD_OK && !g->failed) {
+        qd_err why = *err;
+        st = qd_fail(err, QD_DB, "replaying the statistics log: %s", why.message);
+    }
+    return st;
+}
+
+static bool replay(stats_group *g)
+{
+    if (!g->need_replay) return true;
+    qd_err err = {0};
+    qd_status st = qd_dlog_read(g->log, replay_one, g, &err);
+    if (st == QD_OK) return true;
+    if (!g->failed) {
+        g->failed = true;
+        g->fail_st = st;
+        g->fail_err = err;
+    }
+    return false;
+}
+
+/* ---- the two kinds of group ---------------------------------------------------------------------
+ */
+
+/* Everything in one SQLite transaction, as before the log: the log's posts replayed first when
+ * the cache lost them, every changed row written (a fold), the log emptied after the commit. */
+static size_t sql_group(stats_group *g, stats_req *list)
+{
+    bool logged = g->log->end > 0 || g->need_replay || g->log->stale;
+    g->failed = false;
+    qd_write_gate_enter(); /* fair turns with the job store's writes */
+    if (run_simple(g, G_BEGIN, "begin the statistics transaction") && qd_idem_purge(g) &&
+        replay(g)) {
+        for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
+        if (!g->failed && flush_all(g)) run_simple(g, G_COMMIT, "commit the statistics");
+        if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
+    }
+    qd_write_gate_leave();
+    if (g->failed) {
+        qd_cache_forget(g); /* the database went back: so does the cache */
+        g->need_replay = g->need_replay || g->log->end > 0;
+        return 0;
+    }
+    if (logged) {
+        /* on failure l->stale: the next group retries; a file past twice the fold size (after
+         * fold_bytes was lowered) is cut */
+        qd_dlog_truncate(g->log, 2 * g->set.fold_bytes + ((int64_t)16 << 20));
+        g->first_logged_ms = 0;
+        g->need_replay = false;
+        pthread_mutex_lock(&g->pend->mu);
+        qd_pending_clear(g->pend);
+        pthread_mutex_unlock(&g->pend->mu);
+        for (size_t i = 0; i < g->n_rows; i++) g->rows[i]->pend = 0;
+    }
+    g->n_keys = 0; /* written by this fold */
+    qd_cache_trim(g, g->set.cache_budget);
+    return 1;
+}
+
+/* May the group go to the log? Only posts that update activations the cache holds (nothing to
+ * create, no quota to grow), while the log is within its fold interval and size. */
+static bool log_eligible(stats_group *g, const stats_req *list)
+{
+    const stats_settings *set = &g->set;
+    if (!list || set->fold_ms <= 0 || set->purge_now || g->need_replay || g->log->stale)
+        return false;
+    if (g->log->end > 0 &&
+        (g->now_ms >= g->first_logged_ms + set->fold_ms || g->log->end >= set->fold_bytes))
+        return false;
+    size_t keyed = 0;
+    for (const stats_req *r = list; r; r = r->next) {
+        if (r->kind != QD_REQ_POST) return false;
+        keyed += r->post->key != NULL;
+        model_row *m = qd_cache_find_model(g, r->post->model);
+        if (!m || !m->live || !m->id) return false;
+        for (size_t i = 0; i < r->post->n; i++) {
+            stat_row *row = qd_cache_find_row(g, m, r->post->e[i].name);
+            if (!row || row->count == 0 || row->broken) return false;
+        }
+    }
+    /* room for the keys the group may record (qd_idem_record cannot fail then) */
+    if (keyed == 0) return true;
+    pend_key *keys = qd_group_reserve(g->keys, &g->cap_keys, g->n_keys + keyed, sizeof *keys);
+    if (!keys) return false;
+    g->keys = keys;
+    return true;
+}
+
+/* Copies what the group changed into the readers' overlay; false when out of memory. */
+static bool publish(stats_group *g)
+{
+    bool ok = true;
+    pthread_mutex_lock(&g->pend->mu);
+    for (size_t i = 0; ok && i < g->n_models; i++)
+        if (g->models[i]->dirty) ok = qd_pending_put_model(g->pend, g->models[i]);
+    for (size_t i = 0; ok && i < g->n_rows; i++) {
+        stat_row *r = g->rows[i];
+        if (r->dirty && r->used == g->groups) ok = qd_pending_put_row(g->pend, r);
+    }
+    pthread_mutex_unlock(&g->pend->mu);
+    return ok;
+}
+
+/* The posts run against the cache (no SQL: every row is cached), their records appended to the
+ * log with one write and one fdatasync; answered after it. When the records cannot be built or
+ * written, the group is folded instead: its posts (applied to the cache) go to SQLite with the
+ * rest of what the log held, and the log is emptied. */
+static size_t log_group(stats_group *g, stats_req *list)
+{
+    g->failed = false;
+    g->logging = true;
+    for (stats_req *r = list; r; r = r->next) run_one(g, r);
+    g->logging = false;
+    if (g->failed) { /* a key's look-up failed: the cache holds posts never logged */
+        qd_cache_forget(g);
+        g->need_replay = g->log->end > 0;
+        return 0;
+    }
+    g->log->buf.len = 0;
+    bool ok = true;
+    for (stats_req *r = list; ok && r; r = r->next)
+        if (r->kind == QD_REQ_POST && r->ans.outcome == QD_POST_STORED)
+            ok = qd_dlog_encode(&g->log->buf, r->post, g->now_ms, r->posts_before, g->log->epoch);
+    if (!ok) return sql_group(g, NULL);
+    if (g->log->buf.len == 0) return 1;
+    qd_err err;
+    if (qd_dlog_append(g->log, &err) != QD_OK) return sql_group(g, NULL);
+    if (!g->first_logged_ms) g->first_logged_ms = g->now_ms;
+    if (!publish(g)) return sql_group(g, NULL); /* the overlay is short: fold (it empties it) */
+    return 1;
 }
 
 size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings *set, qd_metrics *m)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    g->failed = false;
-    g->now_ms = now_ms();
     g->set = *set;
-    qd_write_gate_enter(); /* fair turns with the job store's writes */
-    if (run_simple(g, G_BEGIN, "begin the statistics transaction") && qd_idem_purge(g)) {
-        for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
-        if (!g->failed && flush_all(g)) run_simple(g, G_COMMIT, "commit the statistics");
-        if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
+    bool admin = false;
+    for (stats_req *r = list; r; r = r->next) admin |= r->kind != QD_REQ_POST;
+    g->now_ms = now_ms();
+    g->failed = false;
+    if (admin && (g->log->end > 0 || g->need_replay)) {
+        /* a reset or new settings apply to folded statistics only: fold first */
+        sql_group(g, NULL);
+        g->groups++;
     }
-    qd_write_gate_leave();
-    if (g->failed)
-        qd_cache_forget(g); /* the database went back: so does the cache */
-    else
-        qd_cache_trim(g, set->cache_budget);
+    if (admin && !g->failed && !qd_dlog_sync(g->log)) {
+        /* a reset takes post counts back: the log's old records must be gone for good first */
+        g->failed = true;
+        g->fail_st =
+            qd_fail(&g->fail_err, QD_DB, "syncing the statistics log: %s", strerror(errno));
+    }
+    g->now_ms = now_ms();
+    if (!g->failed) { /* else the admin requests are answered with the failure */
+        if (log_eligible(g, list))
+            log_group(g, list);
+        else
+            sql_group(g, list);
+    }
     g->groups++;
     size_t posts = 0;
     for (stats_req *r = list; r; r = r->next) {

@@ -48,6 +48,7 @@ typedef struct stat_row {
     bool broken;   /* its stored row could not be read: every post to it fails (QD_DB) */
     uint64_t seen; /* the post that last checked it: a name twice in one post */
     uint64_t used; /* the group that last used it */
+    size_t pend;   /* 1 + its index in the readers' overlay (stats_pending.c), 0: not there */
 } stat_row;
 
 /* The arrays of a part, and the parts: a (absmax or min), b (max), sq (mean_sq). */
@@ -72,6 +73,14 @@ typedef enum group_stmt {
     G_COUNT
 } group_stmt;
 
+/* An Idempotency-Key of a logged post, not yet in stat_post_keys (the fold writes it). */
+typedef struct pend_key {
+    const model_row *m;
+    char key[QD_KEY_MAX + 1];
+    uint8_t fingerprint[QD_FINGERPRINT_LEN];
+    int64_t activations, step, created_ms;
+} pend_key;
+
 struct stats_group {
     sqlite3 *db;
     sqlite3_stmt *q[G_COUNT];
@@ -88,6 +97,14 @@ struct stats_group {
     int64_t now_ms;        /* the group's time */
     stats_settings set;    /* the limits it runs with */
     int64_t last_purge_ms; /* when expired keys were last deleted (0: never) */
+    /* the delta log (stats_log.h) and the readers' overlay of what it holds */
+    struct qd_dlog *log;
+    qd_pending *pend;
+    int64_t first_logged_ms; /* when the log's first record since the last fold was written */
+    bool need_replay;        /* the cache lost the log's posts: the next SQL group replays it */
+    bool logging;            /* running a log group: keys go to keys[], not to SQL */
+    pend_key *keys;          /* the keys of the logged posts, until the fold writes them */
+    size_t n_keys, cap_keys;
     /* the group's SQL failure: every request gets it */
     bool failed;
     qd_status fail_st;
@@ -107,6 +124,12 @@ int qd_group_step(stats_group *g, sqlite3_stmt *st, const char *op);
  * when out of memory (arr untouched). */
 void *qd_group_reserve(void *arr, size_t *cap, size_t want, size_t elem);
 
+/* ---- stats_pending.c: the writer's side of the overlay (under its mutex) ------------------------
+ */
+
+bool qd_pending_put_model(qd_pending *p, const model_row *m);
+bool qd_pending_put_row(qd_pending *p, stat_row *r);
+
 /* ---- stats_cache.c: models and activations, loaded once, kept within a budget -----------------
  */
 
@@ -117,6 +140,9 @@ void qd_cache_model_create(stats_group *g, model_row *m);
 /* The entry for (m, name), loaded on first use (count 0 when not stored). QD_DB for a stored
  * row that cannot be read. */
 qd_status qd_cache_row(stats_group *g, model_row *m, const char *name, stat_row **out, qd_err *err);
+/* The cached entry for model name / for (m, name), or NULL: never loads. */
+model_row *qd_cache_find_model(stats_group *g, const char *name);
+stat_row *qd_cache_find_row(stats_group *g, const model_row *m, const char *name);
 /* Room for doubles values in r->v. */
 bool qd_cache_row_alloc(stat_row *r, size_t doubles);
 /* Keeps the most recently used rows that fit budget bytes (after a committed group). */
@@ -134,9 +160,12 @@ void qd_cache_forget(stats_group *g);
  * QD_DB after a group failure. */
 qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *p,
                         qd_stat_answer *ans, qd_err *err);
-/* Records p's key for m (stored: m->id known) with its answer, replacing an expired row. False
- * after recording a group failure. */
+/* Records p's key for m (stored: m->id known) with its answer, replacing an expired row; in a
+ * log group into g->keys (room reserved by the group), written by the fold. False after
+ * recording a group failure. */
 bool qd_idem_record(stats_group *g, const model_row *m, const qd_stat_post *p);
+/* Writes the logged posts' keys (g->keys) into SQL (in the fold's transaction). */
+bool qd_idem_flush(stats_group *g);
 /* Deletes the keys older than the window, at most once a minute (or when the settings say
  * purge_now). False after recording a group failure. */
 bool qd_idem_purge(stats_group *g);

@@ -73,20 +73,40 @@ static void key_row(sqlite3_stmt *st, const uint8_t *fp, qd_stat_answer *ans)
 /* ---- the writer -------------------------------------------------------------------------------
  */
 
+/* A logged post's key for (m, key) within the window, or NULL. */
+static const pend_key *pending_key(const stats_group *g, const model_row *m, const char *key)
+{
+    for (size_t i = 0; i < g->n_keys; i++) {
+        const pend_key *k = &g->keys[i];
+        if (k->m == m && k->created_ms >= g->now_ms - g->set.window_ms && strcmp(k->key, key) == 0)
+            return k;
+    }
+    return NULL;
+}
+
 qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *p,
                         qd_stat_answer *ans, qd_err *err)
 {
     *ans = (qd_stat_answer){.outcome = QD_POST_NONE};
     if (!m->id) return QD_OK; /* a model not stored yet has no keys */
-    sqlite3_stmt *st = qd_group_stmt(g, G_KEY_GET);
-    if (sqlite3_bind_int64(st, 1, m->id) != SQLITE_OK ||
-        sqlite3_bind_text(st, 2, p->key, -1, SQLITE_STATIC) != SQLITE_OK ||
-        sqlite3_bind_int64(st, 3, g->now_ms - g->set.window_ms) != SQLITE_OK)
-        return qd_group_fail(g, "read Idempotency-Key");
-    int rc = qd_group_step(g, st, "read Idempotency-Key");
-    if (rc < 0) return g->fail_st;
-    if (rc == SQLITE_ROW) key_row(st, p->fingerprint, ans);
-    sqlite3_reset(st);
+    const pend_key *k = pending_key(g, m, p->key);
+    if (k) {
+        bool same = memcmp(k->fingerprint, p->fingerprint, QD_FINGERPRINT_LEN) == 0;
+        *ans = (qd_stat_answer){.outcome = same ? QD_POST_REPLAYED : QD_POST_KEY_CONFLICT,
+                                .activations = k->activations,
+                                .step = k->step,
+                                .first_ms = k->created_ms};
+    } else {
+        sqlite3_stmt *st = qd_group_stmt(g, G_KEY_GET);
+        if (sqlite3_bind_int64(st, 1, m->id) != SQLITE_OK ||
+            sqlite3_bind_text(st, 2, p->key, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 3, g->now_ms - g->set.window_ms) != SQLITE_OK)
+            return qd_group_fail(g, "read Idempotency-Key");
+        int rc = qd_group_step(g, st, "read Idempotency-Key");
+        if (rc < 0) return g->fail_st;
+        if (rc == SQLITE_ROW) key_row(st, p->fingerprint, ans);
+        sqlite3_reset(st);
+    }
     if (ans->outcome != QD_POST_KEY_CONFLICT) return QD_OK;
     char when[QD_TIME_LEN];
     return qd_fail(err, QD_CONFLICT,
@@ -96,20 +116,42 @@ qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *
                    p->key, m->name, qd_iso8601(ans->first_ms, when));
 }
 
-bool qd_idem_record(stats_group *g, const model_row *m, const qd_stat_post *p)
+static bool key_put(stats_group *g, int64_t model_id, const char *key, const uint8_t *fp,
+                    int64_t activations, int64_t step, int64_t created_ms)
 {
     sqlite3_stmt *st = qd_group_stmt(g, G_KEY_PUT);
-    int rc = sqlite3_bind_int64(st, 1, m->id);
-    rc |= sqlite3_bind_text(st, 2, p->key, -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_blob(st, 3, p->fingerprint, QD_FINGERPRINT_LEN, SQLITE_STATIC);
-    rc |= sqlite3_bind_int64(st, 4, (int64_t)p->n);
-    rc |= p->step >= 0 ? sqlite3_bind_int64(st, 5, p->step) : sqlite3_bind_null(st, 5);
-    rc |= sqlite3_bind_int64(st, 6, g->now_ms);
+    int rc = sqlite3_bind_int64(st, 1, model_id);
+    rc |= sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+    rc |= sqlite3_bind_blob(st, 3, fp, QD_FINGERPRINT_LEN, SQLITE_STATIC);
+    rc |= sqlite3_bind_int64(st, 4, activations);
+    rc |= step >= 0 ? sqlite3_bind_int64(st, 5, step) : sqlite3_bind_null(st, 5);
+    rc |= sqlite3_bind_int64(st, 6, created_ms);
     if (rc != SQLITE_OK) return qd_group_fail(g, "record Idempotency-Key"), false;
     bool ok = qd_group_step(g, st, "record Idempotency-Key") >= 0;
     sqlite3_reset(st);
     sqlite3_clear_bindings(st); /* SQLite lets go of the key and fingerprint */
     return ok;
+}
+
+bool qd_idem_record(stats_group *g, const model_row *m, const qd_stat_post *p)
+{
+    if (!g->logging)
+        return key_put(g, m->id, p->key, p->fingerprint, (int64_t)p->n, p->step, g->now_ms);
+    pend_key *k = &g->keys[g->n_keys++]; /* room reserved by the log group */
+    *k = (pend_key){.m = m, .activations = (int64_t)p->n, .step = p->step, .created_ms = g->now_ms};
+    snprintf(k->key, sizeof k->key, "%s", p->key);
+    memcpy(k->fingerprint, p->fingerprint, QD_FINGERPRINT_LEN);
+    return true;
+}
+
+bool qd_idem_flush(stats_group *g)
+{
+    for (size_t i = 0; i < g->n_keys; i++) {
+        const pend_key *k = &g->keys[i];
+        if (!key_put(g, k->m->id, k->key, k->fingerprint, k->activations, k->step, k->created_ms))
+            return false;
+    }
+    return true;
 }
 
 bool qd_idem_purge(stats_group *g)

@@ -21,7 +21,12 @@
 /* ---- write requests --------------------------------------------------------------------------
  */
 
-typedef enum stats_req_kind { QD_REQ_POST, QD_REQ_RESET, QD_REQ_PUT_MODEL } stats_req_kind;
+typedef enum stats_req_kind {
+    QD_REQ_POST,
+    QD_REQ_RESET,
+    QD_REQ_PUT_MODEL,
+    QD_REQ_FOLD /* folds the delta log, nothing else (qd_stats_fold) */
+} stats_req_kind;
 
 /* Lives on the caller's stack while the caller waits for done; the writer fills st/err before
  * setting done (under the queue mutex) and never touches it afterwards. */
@@ -32,6 +37,7 @@ typedef struct stats_req {
     const char *model;         /* QD_REQ_RESET, QD_REQ_PUT_MODEL */
     const qd_model_conf *conf; /* QD_REQ_PUT_MODEL */
     bool created;              /* QD_REQ_PUT_MODEL: the answer */
+    int64_t posts_before;      /* QD_REQ_POST stored: its model's post count before it */
     qd_status st;
     qd_err err;
     bool done;
@@ -47,7 +53,48 @@ typedef struct stats_settings {
     int64_t quota_bytes; /* sums a model may hold (config stats_quota) */
     int64_t window_ms;   /* how long an Idempotency-Key is remembered (idempotency_window) */
     bool purge_now;      /* test hook: purge expired keys in the next group, whenever the last */
+    int64_t fold_ms;     /* fold the delta log this long after its first record (0: no log) */
+    int64_t fold_bytes;  /* ... or once it holds this many bytes (config stats_fold_bytes) */
 } stats_settings;
+
+/* ---- the posts logged but not folded, as the reads see them (stats_pending.c) ------------------
+ */
+
+typedef struct qd_pend_row {
+    char *model, *name;
+    uint64_t hash;
+    qd_stat_kind kind;
+    int rank;
+    int64_t shape[QUANT_MAX_RANK];
+    int64_t n, n_sq, count, updated_ms;
+    bool has_last, has_ema;
+    double *v; /* the layout of stat_row.v (stats_group.h); only the kept arrays are copied */
+    size_t v_len;
+} qd_pend_row;
+
+typedef struct qd_pend_model {
+    char *name;
+    int64_t posts, last_ms; /* the model's stat_models.posts and stats_updated_ms, unfolded */
+} qd_pend_model;
+
+/* The overlay; mu is held by a read for its whole transaction and by the writer while it changes
+ * the overlay (after a logged group is durable, and after a fold committed: emptied). */
+typedef struct qd_pending {
+    pthread_mutex_t mu;
+    qd_pend_row *rows;
+    size_t n_rows, cap_rows;
+    qd_pend_model *models;
+    size_t n_models, cap_models;
+} qd_pending;
+
+void qd_pending_init(qd_pending *p);
+void qd_pending_free(qd_pending *p);
+void qd_pending_clear(qd_pending *p);
+const qd_pend_model *qd_pending_model(const qd_pending *p, const char *model);
+const qd_pend_row *qd_pending_row(const qd_pending *p, const char *model, const char *name);
+/* The calibration of r under the model's settings c, as a stored row would give it; false when
+ * out of memory (a holds what was allocated: free it). */
+bool qd_pending_avg(const qd_pend_row *r, const qd_model_conf *c, qd_stat_avg *a);
 
 struct qd_stats {
     qd_metrics *metrics; /* may be NULL */
@@ -62,7 +109,10 @@ struct qd_stats {
     stats_req *head, *tail;
     size_t queued;
     stats_settings set;
+    qd_pending pend; /* what the reads see of the unfolded delta log */
     bool stopping, paused, started;
+    bool no_final_fold; /* test hook: stop as kill -9 would, leaving the log unfolded */
+    int64_t log_bytes;  /* the delta log's bytes after the last group (qd_stats_log_bytes) */
     pthread_t thread;
 };
 
@@ -102,7 +152,16 @@ void qd_stats_writer_stop(qd_stats *s);
 #define QD_STATS_QUOTA_BYTES ((int64_t)1 << 30)
 #define QD_STATS_WINDOW_S    ((int64_t)86400)
 
-qd_status qd_stats_group_new(const char *path, stats_group **out, qd_err *err);
+/* The delta log's defaults before qd_stats_configure_log: config's stats_fold_interval (1 s) and
+ * stats_fold_bytes (64 MiB). */
+#define QD_STATS_FOLD_MS    ((int64_t)1000)
+#define QD_STATS_FOLD_BYTES ((int64_t)64 << 20)
+
+/* Opens the writer's connection and the delta log beside path, and replays the log's records
+ * into the database (a fold): the posts answered before a crash. pend: the readers' overlay. */
+qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **out, qd_err *err);
+/* When the delta log is due for a fold (CLOCK_REALTIME ms), 0 when it holds nothing. */
+int64_t qd_stats_group_fold_at(const stats_group *g, const stats_settings *set);
 void qd_stats_group_free(stats_group *g);
 /* Runs the requests of list (linked by next) in one transaction and fills each one's st/err
  * (and a post's answer); returns the number of posts stored (replays are not). */
@@ -119,5 +178,11 @@ void qd_stats_pause(qd_stats *s, bool paused);
 size_t qd_stats_queued(qd_stats *s);
 void qd_stats_cache_budget(qd_stats *s, size_t bytes);
 void qd_stats_purge_next(qd_stats *s);
+/* Closes s leaving the delta log as a kill -9 would: no final fold (tests of the recovery). */
+void qd_stats_close_unfolded(qd_stats *s);
+/* Folds the delta log into SQLite now (tests that read the tables themselves). */
+qd_status qd_stats_fold(qd_stats *s, qd_err *err);
+/* Bytes of records in the delta log now (the writer's view; tests). */
+int64_t qd_stats_log_bytes(qd_stats *s);
 
 #endif /* QD_STATS_INTERNAL_H */

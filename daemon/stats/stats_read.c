@@ -47,6 +47,9 @@ typedef qd_status (*read_fn)(qd_stats *s, void *ctx, qd_err *err);
 static qd_status read_txn(qd_stats *s, read_fn fn, void *ctx, qd_err *err)
 {
     pthread_mutex_lock(&s->rmu);
+    /* held for the whole read: the writer empties the overlay only after a fold committed, so
+     * this read sees the rows folded or the rows before the fold plus the overlay (the same) */
+    pthread_mutex_lock(&s->pend.mu);
     qd_status st = QD_OK;
     if (sqlite3_exec(s->rdb, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
         st = qd_stats_dberr(s->rdb, err, "begin a read");
@@ -60,6 +63,7 @@ static qd_status read_txn(qd_stats *s, read_fn fn, void *ctx, qd_err *err)
             sqlite3_exec(s->rdb, "ROLLBACK", NULL, NULL, NULL);
         }
     }
+    pthread_mutex_unlock(&s->pend.mu);
     pthread_mutex_unlock(&s->rmu);
     return st;
 }
@@ -95,19 +99,22 @@ static qd_status load_conf(qd_stats *s, const char *model, int64_t *id, qd_model
 /* ---- models -----------------------------------------------------------------------------------
  */
 
-static json_t *model_json(sqlite3_stmt *st)
+/* A model's row, with its post count and time from the overlay when posts of it are unfolded. */
+static json_t *model_json(sqlite3_stmt *st, const qd_pending *pend)
 {
     char when[QD_TIME_LEN];
-    json_t *updated = sqlite3_column_type(st, 5) == SQLITE_NULL
-                          ? json_null()
-                          : json_string(qd_iso8601(sqlite3_column_int64(st, 5), when));
     const unsigned char *name = sqlite3_column_text(st, 0), *avg = sqlite3_column_text(st, 1);
-    return json_pack(
-        "{s:s,s:s,s:f,s:I,s:I,s:I,s:o,s:I}", "name", name ? (const char *)name : "", "averaging",
-        avg ? (const char *)avg : "simple", "ema_constant", sqlite3_column_double(st, 2),
-        "bootstrap_steps", (json_int_t)sqlite3_column_int64(st, 3), "activations",
-        (json_int_t)sqlite3_column_int64(st, 6), "posts", (json_int_t)sqlite3_column_int64(st, 4),
-        "updated_at", updated, "stats_bytes", (json_int_t)sqlite3_column_int64(st, 7));
+    const qd_pend_model *pm = name ? qd_pending_model(pend, (const char *)name) : NULL;
+    int64_t posts = pm ? pm->posts : sqlite3_column_int64(st, 4);
+    bool never = pm ? pm->last_ms == 0 : sqlite3_column_type(st, 5) == SQLITE_NULL;
+    int64_t last = pm ? pm->last_ms : sqlite3_column_int64(st, 5);
+    json_t *updated = never ? json_null() : json_string(qd_iso8601(last, when));
+    return json_pack("{s:s,s:s,s:f,s:I,s:I,s:I,s:o,s:I}", "name", name ? (const char *)name : "",
+                     "averaging", avg ? (const char *)avg : "simple", "ema_constant",
+                     sqlite3_column_double(st, 2), "bootstrap_steps",
+                     (json_int_t)sqlite3_column_int64(st, 3), "activations",
+                     (json_int_t)sqlite3_column_int64(st, 6), "posts", (json_int_t)posts,
+                     "updated_at", updated, "stats_bytes", (json_int_t)sqlite3_column_int64(st, 7));
 }
 
 static qd_status models_fn(qd_stats *s, void *ctx, qd_err *err)
@@ -117,7 +124,7 @@ static qd_status models_fn(qd_stats *s, void *ctx, qd_err *err)
     sqlite3_reset(st);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *m = model_json(st);
+        json_t *m = model_json(st, &s->pend);
         if (!m || json_array_append_new(list, m) != 0)
             return qd_fail(err, QD_NOMEM, "out of memory listing models");
     }
@@ -298,7 +305,14 @@ static qd_status rows_fn(qd_stats *s, void *p, qd_err *err)
             c->v = v;
             c->cap = want;
         }
-        r = read_row(st, &conf, &c->v[c->n], err);
+        const qd_pend_row *pr =
+            qd_pending_row(&s->pend, c->model, (const char *)sqlite3_column_text(st, C_NAME));
+        if (!pr)
+            r = read_row(st, &conf, &c->v[c->n], err);
+        else if (!qd_pending_avg(pr, &conf, &c->v[c->n])) {
+            avg_clear(&c->v[c->n]);
+            r = qd_fail(err, QD_NOMEM, "out of memory reading statistics");
+        }
         if (r == QD_OK) c->n++;
     }
     if (r == QD_OK && rc != SQLITE_DONE) r = qd_stats_dberr(s->rdb, err, "read statistics");

@@ -301,12 +301,14 @@ qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out
         free(s);
         return qd_fail(err, QD_NOMEM, "cannot create the statistics' read mutex");
     }
+    qd_pending_init(&s->pend);
     qd_status st = qd_stats_connect(db_path, true, &s->rdb, err);
     if (st == QD_OK) st = qd_stats_prepare_reads(s, err);
     if (st == QD_OK) st = qd_stats_writer_start(s, db_path, err);
     if (st != QD_OK) {
         close_reader(s);
         pthread_mutex_destroy(&s->rmu);
+        qd_pending_free(&s->pend);
         free(s);
         return st;
     }
@@ -320,5 +322,15 @@ void qd_stats_close(qd_stats *s)
     qd_stats_writer_stop(s);
     close_reader(s);
     pthread_mutex_destroy(&s->rmu);
+    qd_pending_free(&s->pend);
     free(s);
+}
+
+void qd_stats_close_unfolded(qd_stats *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->qmu);
+    s->no_final_fold = true;
+    pthread_mutex_unlock(&s->qmu);
+    qd_stats_close(s);
 }

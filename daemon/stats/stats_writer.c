@@ -4,23 +4,59 @@
  * transaction committed (or failed). The fsync of a commit is thus shared by every post that
  * arrived while the previous group was being written (group commit). Each group runs with the
  * settings of the moment it was taken: the cache budget, the quota and the Idempotency-Key window
- * (qd_stats_configure).
+ * (qd_stats_configure), the delta log's fold interval and size (qd_stats_configure_log). A group
+ * may instead be appended to the delta log (stats_group.c); while the log holds records the
+ * writer also wakes when its fold is due, and folds it when stopping (unless a test asks it to
+ * stop as kill -9 would).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "stats_internal.h"
+#include <time.h>
 
-/* Everything queued now, or NULL when stopping with an empty queue; *set: the settings to run
- * it with (a purge asked for is handed over once). */
-static stats_req *take_all(qd_stats *s, stats_settings *set)
+#include "stats_internal.h"
+#include "stats_log.h"
+#include "stats_group.h"
+
+/* CLOCK_REALTIME ms as a timespec, for pthread_cond_timedwait. */
+static struct timespec at_ms(int64_t ms)
 {
+    return (struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+}
+
+static int64_t realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Everything queued now, or NULL: stopping with an empty queue (*fold false), or the delta log's
+ * fold is due with nothing queued (*fold true). *set: the settings to run it with (a purge asked
+ * for is handed over once). */
+static stats_req *take_all(qd_stats *s, stats_settings *set, bool *fold)
+{
+    *fold = false;
     pthread_mutex_lock(&s->qmu);
-    while ((!s->head || s->paused) && !s->stopping) pthread_cond_wait(&s->work_cv, &s->qmu);
-    stats_req *list = s->head;
-    s->head = s->tail = NULL;
-    s->queued = 0;
+    while ((!s->head || s->paused) && !s->stopping) {
+        int64_t due = s->paused ? 0 : qd_stats_group_fold_at(s->group, &s->set);
+        if (!due) {
+            pthread_cond_wait(&s->work_cv, &s->qmu);
+            continue;
+        }
+        if (realtime_ms() >= due) {
+            *fold = true;
+            break;
+        }
+        struct timespec ts = at_ms(due);
+        pthread_cond_timedwait(&s->work_cv, &s->qmu, &ts);
+    }
+    stats_req *list = *fold ? NULL : s->head;
+    if (list) {
+        s->head = s->tail = NULL;
+        s->queued = 0;
+    }
     *set = s->set;
     if (list) s->set.purge_now = false;
     pthread_mutex_unlock(&s->qmu);
@@ -31,6 +67,7 @@ static stats_req *take_all(qd_stats *s, stats_settings *set)
 static void answer_all(qd_stats *s, stats_req *list)
 {
     pthread_mutex_lock(&s->qmu);
+    s->log_bytes = s->group->log->end;
     for (stats_req *r = list, *next; r; r = next) {
         next = r->next;
         r->done = true;
@@ -44,9 +81,17 @@ static void *writer_main(void *arg)
     qd_stats *s = arg;
     stats_req *list;
     stats_settings set;
-    while ((list = take_all(s, &set)) != NULL) {
+    bool fold;
+    for (;;) {
+        list = take_all(s, &set, &fold);
+        if (!list && !fold) break;
         qd_stats_group_run(s->group, list, &set, s->metrics);
         answer_all(s, list);
+    }
+    /* stopping: what the log holds goes into SQLite, so the next start has nothing to replay */
+    if (!s->no_final_fold && s->group->log->end > 0) {
+        qd_stats_group_run(s->group, NULL, &set, s->metrics);
+        answer_all(s, NULL);
     }
     return NULL;
 }
@@ -55,8 +100,10 @@ qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err)
 {
     s->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
                               .quota_bytes = QD_STATS_QUOTA_BYTES,
-                              .window_ms = QD_STATS_WINDOW_S * 1000};
-    qd_status st = qd_stats_group_new(path, &s->group, err);
+                              .window_ms = QD_STATS_WINDOW_S * 1000,
+                              .fold_ms = QD_STATS_FOLD_MS,
+                              .fold_bytes = QD_STATS_FOLD_BYTES};
+    qd_status st = qd_stats_group_new(path, &s->pend, &s->group, err);
     if (st != QD_OK) return st;
     if (pthread_mutex_init(&s->qmu, NULL) != 0) {
         qd_stats_group_free(s->group);
@@ -127,6 +174,23 @@ void qd_stats_configure(qd_stats *s, int64_t quota_bytes, int64_t idempotency_wi
     pthread_mutex_unlock(&s->qmu);
 }
 
+void qd_stats_configure_log(qd_stats *s, int64_t fold_interval_ms, int64_t fold_bytes)
+{
+    pthread_mutex_lock(&s->qmu);
+    if (fold_interval_ms >= 0) s->set.fold_ms = fold_interval_ms;
+    if (fold_bytes > 0) s->set.fold_bytes = fold_bytes;
+    pthread_cond_signal(&s->work_cv); /* a sooner fold may be due */
+    pthread_mutex_unlock(&s->qmu);
+}
+
+int64_t qd_stats_log_bytes(qd_stats *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    int64_t n = s->log_bytes;
+    pthread_mutex_unlock(&s->qmu);
+    return n;
+}
+
 stats_settings qd_stats_settings(qd_stats *s)
 {
     pthread_mutex_lock(&s->qmu);
@@ -186,6 +250,12 @@ qd_status qd_stats_post_answer(qd_stats *s, const qd_stat_post *p, qd_stat_answe
 qd_status qd_stats_post(qd_stats *s, const qd_stat_post *p, qd_err *err)
 {
     return qd_stats_post_answer(s, p, NULL, err);
+}
+
+qd_status qd_stats_fold(qd_stats *s, qd_err *err)
+{
+    stats_req r = {.kind = QD_REQ_FOLD};
+    return submit(s, &r, err);
 }
 
 qd_status qd_stats_reset(qd_stats *s, const char *model, qd_err *err)

@@ -14,6 +14,7 @@ int main(void)
     srunner_add_suite(sr, suite_api());
     srunner_add_suite(sr, suite_stats_store());
     srunner_add_suite(sr, suite_stats_api());
+    srunner_add_suite(sr, suite_stats_log());
     srunner_add_suite(sr, suite_srq());
     srunner_add_suite(sr, suite_openapi());
     srunner_add_suite(sr, suite_fsutil());

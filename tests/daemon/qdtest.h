@@ -17,6 +17,7 @@ Suite *suite_log(void);
 Suite *suite_api(void);
 Suite *suite_stats_store(void);
 Suite *suite_stats_api(void);
+Suite *suite_stats_log(void);
 Suite *suite_srq(void);
 Suite *suite_openapi(void);
 Suite *suite_auth(void);

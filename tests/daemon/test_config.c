@@ -574,6 +574,19 @@ START_TEST(test_security_settings)
     }
     EXPECT_ERROR("--job-retention: must be 0..3650d, got 3651d", "--job-retention", "3651d");
     EXPECT_ERROR("--idempotency-window: must be 1m..365d, got 59", "--idempotency-window", "59");
+    /* the statistics' delta log: defaults, 0 turns it off, the bounds */
+    loaded f;
+    ck_assert_msg(LOAD(&f, "--stats-fold-interval", "0", "--stats-fold-bytes", "1M"), "%s", f.msg);
+    ck_assert(f.cfg.stats_fold_interval == 0 && f.cfg.stats_fold_bytes == (int64_t)1 << 20);
+    done(&f);
+    ck_assert_msg(LOAD(&f, "--stats-fold-interval", "1h"), "%s", f.msg);
+    ck_assert(f.cfg.stats_fold_interval == 3600 && f.cfg.stats_fold_bytes == (int64_t)64 << 20);
+    done(&f);
+    ck_assert_msg(LOAD(&f, "--data-dir", "/d"), "%s", f.msg);
+    ck_assert(f.cfg.stats_fold_interval == 1);
+    done(&f);
+    EXPECT_ERROR("--stats-fold-interval: must be 0..1h, got 61m", "--stats-fold-interval", "61m");
+    EXPECT_ERROR("--stats-fold-bytes: must be 1M..16G, got 512K", "--stats-fold-bytes", "512K");
     /* a bare --insecure takes no value from the next argument */
     loaded r;
     ck_assert_msg(LOAD(&r, "--insecure", "migrate"), "%s", r.msg);
@@ -915,6 +928,8 @@ static void round_trip(const char *const *args)
     ck_assert(a->body_min_rate == b->body_min_rate);
     ck_assert(a->job_retention == b->job_retention);
     ck_assert(a->idempotency_window == b->idempotency_window);
+    ck_assert(a->stats_fold_interval == b->stats_fold_interval);
+    ck_assert(a->stats_fold_bytes == b->stats_fold_bytes);
     ck_assert_int_eq(a->header_timeout, b->header_timeout);
     ck_assert_int_eq(a->keep_outputs, b->keep_outputs);
     ck_assert_int_eq(a->max_conns_per_ip, b->max_conns_per_ip);
@@ -958,6 +973,10 @@ START_TEST(test_round_trip)
                                 "7",
                                 "--idempotency-window",
                                 "90m",
+                                "--stats-fold-interval",
+                                "0",
+                                "--stats-fold-bytes",
+                                "8M",
                                 "--max-connections-per-ip",
                                 "0",
                                 "--data-dir",
@@ -1035,6 +1054,8 @@ START_TEST(test_round_trip)
                                              "\n"
                                              "[stats]\n"
                                              "idempotency_window = 1d\n"
+                                             "fold_interval = 1\n"
+                                             "fold_bytes = 64M\n"
                                              "\n"
                                              "[log]\n"
                                              "level = info\n");

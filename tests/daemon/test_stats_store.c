@@ -771,8 +771,11 @@ END_TEST
  */
 
 /* The first column of sql's first row as an integer, from a plain connection. */
+/* The database as the store's writer left it, the delta log folded first. */
 static long long raw_int(const char *sql)
 {
+    qd_err err = {{0}};
+    if (g_s) ck_assert_msg(qd_stats_fold(g_s, &err) == QD_OK, "fold: %s", err.message);
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
@@ -788,6 +791,8 @@ static long long raw_int(const char *sql)
 /* Runs sql on a plain connection (another writer than the store's: it waits its turn). */
 static void raw_exec(const char *sql)
 {
+    qd_err err = {{0}};
+    if (g_s) ck_assert_msg(qd_stats_fold(g_s, &err) == QD_OK, "fold: %s", err.message);
     sqlite3 *db = NULL;
     ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
     sqlite3_busy_timeout(db, 5000);

@@ -1,0 +1,400 @@
+/* stats_log.c -- the statistics' delta log (issue 13): the file beside the database
+ * (DB-statslog) where the writer appends the posts of a group that only update activations it
+ * already holds, instead of rewriting their float64 sums in SQLite; the group is answered after
+ * the append's fdatasync. This file owns the record format, its checksum, the append, the
+ * truncation after a fold, and reading the records back at recovery.
+ *
+ * A record: a 24-byte head (magic "QDSL", payload length, the log's epoch, a 64-bit checksum of
+ * the payload and the epoch), then the payload: the group's time (ms), the model's post count
+ * before this post, its step, its Idempotency-Key and fingerprint (when it has one: the fold, or
+ * the replay, records the key), the model name, and each entry (name, kind, rank, shape, n, n_sq,
+ * count, then its arrays a, b, sq). An array whose values are all exactly representable as float32
+ * (every value of an F32 post) is stored as float32, else as float64: decoding gives back the same
+ * doubles bit for bit.
+ *
+ * The file is not shortened after a fold: the next records overwrite the old ones in place, since
+ * an fdatasync of blocks already written needs no journal commit (ext4: several times faster than
+ * one that extends the file). A fold zeroes the first record's head and starts a new epoch, so
+ * records of an older epoch that remain past the new ones end the log when read back.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stats_log.h"
+
+#define LOG_MAGIC 0x4c534451u /* "QDSL" little-endian */
+#define HEAD_LEN  24
+/* A record's payload is at most this (a post of more is folded, not logged: qd_dlog_encode). */
+#define PAYLOAD_MAX ((size_t)INT32_MAX)
+
+enum { F32_A = 1, F32_B = 2, F32_SQ = 4 };
+
+/* ---- checksum: 64-bit words, multiply and rotate (not cryptographic: torn writes, bit rot) ----
+ */
+
+static uint64_t mix(uint64_t h, uint64_t w)
+{
+    h ^= w * 0x9e3779b97f4a7c15ULL;
+    h = (h << 31 | h >> 33) * 0xbf58476d1ce4e5b9ULL;
+    return h;
+}
+
+uint64_t qd_dlog_checksum(const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    uint64_t h = 0x243f6a8885a308d3ULL ^ (uint64_t)len, w;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = mix(h, w);
+    }
+    w = 0;
+    if (i < len) memcpy(&w, p + i, len - i);
+    return mix(h, w) ^ (h >> 29);
+}
+
+/* ---- encoding ---------------------------------------------------------------------------------
+ */
+
+static size_t array_bytes(int64_t n, bool f32)
+{
+    return (size_t)n * (f32 ? 4 : 8);
+}
+
+/* Fixed part of an entry: name_len u32, kind u8, rank u8, flags u8, pad u8, n, n_sq, count i64,
+ * shape i64 x rank. */
+static size_t entry_head_len(int rank)
+{
+    return 8 + 3 * 8 + (size_t)rank * 8;
+}
+
+static bool reserve(qd_dlog_buf *b, size_t more)
+{
+    if (b->len + more <= b->cap) return true;
+    size_t c = b->cap ? b->cap : 1 << 16;
+    while (c < b->len + more) c *= 2;
+    unsigned char *p = realloc(b->data, c);
+    if (!p) return false;
+    b->data = p;
+    b->cap = c;
+    return true;
+}
+
+static void put(qd_dlog_buf *b, const void *src, size_t n)
+{
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+}
+
+/* v as float32 when every value is exactly one (one pass: converted while checked), else as
+ * float64; true for float32. Room for float64 is reserved. */
+static bool put_array(qd_dlog_buf *b, const double *v, int64_t n)
+{
+    unsigned char *at = b->data + b->len;
+    int64_t i = 0;
+    for (; i < n; i++) {
+        float f = (float)v[i];
+        if ((double)f != v[i]) break;
+        memcpy(at + (size_t)i * 4, &f, 4);
+    }
+    if (i == n) {
+        b->len += (size_t)n * 4;
+        return true;
+    }
+    put(b, v, (size_t)n * 8);
+    return false;
+}
+
+static uint64_t record_sum(const unsigned char *payload, size_t len, uint64_t epoch)
+{
+    return qd_dlog_checksum(payload, len) ^ mix(epoch, 0x5851f42d4c957f2dULL);
+}
+
+bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64_t posts_before,
+                    uint64_t epoch)
+{
+    /* room for the record with every array as float64; the length is what it took */
+    size_t model_len = strlen(p->model), key_len = p->key ? strlen(p->key) : 0;
+    size_t most = 8 + 8 + 8 + 4 + (key_len ? key_len + QD_FINGERPRINT_LEN : 0) + 4 + 4 + model_len;
+    for (size_t i = 0; i < p->n; i++) {
+        const qd_stat_entry *e = &p->e[i];
+        most += entry_head_len(e->rank) + strlen(e->name);
+        most += array_bytes(e->a ? e->n : 0, false) + array_bytes(e->b ? e->n : 0, false) +
+                array_bytes(e->sq ? e->n_sq : 0, false);
+    }
+    if (most > PAYLOAD_MAX || !reserve(b, HEAD_LEN + most)) return false;
+    size_t head_at = b->len;
+    b->len += HEAD_LEN;
+    uint32_t u32 = (uint32_t)model_len, n_e = (uint32_t)p->n;
+    uint32_t k32 = (uint32_t)key_len;
+    put(b, &now_ms, 8);
+    put(b, &posts_before, 8);
+    put(b, &p->step, 8);
+    put(b, &k32, 4);
+    if (key_len) {
+        put(b, p->key, key_len);
+        put(b, p->fingerprint, QD_FINGERPRINT_LEN);
+    }
+    put(b, &u32, 4);
+    put(b, &n_e, 4);
+    put(b, p->model, model_len);
+    for (size_t i = 0; i < p->n; i++) {
+        const qd_stat_entry *e = &p->e[i];
+        uint32_t name_len = (uint32_t)strlen(e->name);
+        unsigned char small[4] = {(unsigned char)e->kind, (unsigned char)e->rank, 0, 0};
+        put(b, &name_len, 4);
+        size_t flags_at = b->len + 2;
+        put(b, small, 4);
+        put(b, &e->n, 8);
+        put(b, &e->n_sq, 8);
+        put(b, &e->count, 8);
+        put(b, e->shape, (size_t)e->rank * 8);
+        put(b, e->name, name_len);
+        unsigned flags = 0;
+        if (e->a && put_array(b, e->a, e->n)) flags |= F32_A;
+        if (e->b && put_array(b, e->b, e->n)) flags |= F32_B;
+        if (e->sq && put_array(b, e->sq, e->n_sq)) flags |= F32_SQ;
+        b->data[flags_at] = (unsigned char)flags;
+    }
+    uint32_t magic = LOG_MAGIC, len32 = (uint32_t)(b->len - head_at - HEAD_LEN);
+    uint64_t sum = record_sum(b->data + head_at + HEAD_LEN, len32, epoch);
+    memcpy(b->data + head_at, &magic, 4);
+    memcpy(b->data + head_at + 4, &len32, 4);
+    memcpy(b->data + head_at + 8, &epoch, 8);
+    memcpy(b->data + head_at + 16, &sum, 8);
+    return true;
+}
+
+/* ---- decoding ---------------------------------------------------------------------------------
+ */
+
+typedef struct reader {
+    const unsigned char *p;
+    size_t left;
+} reader;
+
+static bool take(reader *r, void *dst, size_t n)
+{
+    if (n > r->left) return false;
+    memcpy(dst, r->p, n);
+    r->p += n;
+    r->left -= n;
+    return true;
+}
+
+static double *take_array(reader *r, int64_t n, bool f32)
+{
+    if (n < 0 || n > QD_STATS_MAX_ELEMS || array_bytes(n, f32) > r->left) return NULL;
+    size_t bytes = array_bytes(n, f32);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (f32) {
+            float f;
+            memcpy(&f, r->p + (size_t)i * 4, 4);
+            v[i] = (double)f;
+        } else {
+            memcpy(&v[i], r->p + (size_t)i * 8, 8);
+        }
+    }
+    r->p += bytes;
+    r->left -= bytes;
+    return v;
+}
+
+static char *take_text(reader *r, uint32_t len)
+{
+    if (len == 0 || len > r->left) return NULL;
+    char *s = malloc((size_t)len + 1);
+    if (!s) return NULL;
+    memcpy(s, r->p, len);
+    s[len] = '\0';
+    r->p += len;
+    r->left -= len;
+    return memchr(s, '\0', len) ? (free(s), NULL) : s;
+}
+
+static bool take_entry(reader *r, qd_stat_entry *e)
+{
+    uint32_t name_len;
+    unsigned char small[4];
+    if (!take(r, &name_len, 4) || !take(r, small, 4) || !take(r, &e->n, 8) ||
+        !take(r, &e->n_sq, 8) || !take(r, &e->count, 8))
+        return false;
+    e->kind = (qd_stat_kind)small[0];
+    e->rank = small[1];
+    if (e->rank > QUANT_MAX_RANK || !take(r, e->shape, (size_t)e->rank * 8)) return false;
+    if (!(e->name = take_text(r, name_len))) return false;
+    if (e->kind != QD_STAT_NONE && !(e->a = take_array(r, e->n, small[2] & F32_A))) return false;
+    if (e->kind == QD_STAT_MINMAX && !(e->b = take_array(r, e->n, small[2] & F32_B))) return false;
+    if (e->n_sq > 0 && !(e->sq = take_array(r, e->n_sq, small[2] & F32_SQ))) return false;
+    return true;
+}
+
+static bool decode(const unsigned char *payload, size_t len, qd_dlog_record *out)
+{
+    reader r = {payload, len};
+    uint32_t model_len, n, key_len;
+    if (!take(&r, &out->now_ms, 8) || !take(&r, &out->posts_before, 8) ||
+        !take(&r, &out->post.step, 8) || !take(&r, &key_len, 4))
+        return false;
+    if (key_len > QD_KEY_MAX) return false;
+    if (key_len && (!(out->post.key = take_text(&r, key_len)) ||
+                    !take(&r, out->post.fingerprint, QD_FINGERPRINT_LEN)))
+        return false;
+    if (!take(&r, &model_len, 4) || !take(&r, &n, 4)) return false;
+    if (!(out->post.model = take_text(&r, model_len))) return false;
+    if (n > r.left / 32 + 1) return false; /* each entry takes at least 32 bytes */
+    out->post.e = calloc(n ? n : 1, sizeof *out->post.e);
+    if (!out->post.e) return false;
+    for (uint32_t i = 0; i < n; i++) {
+        out->post.n = i + 1;
+        if (!take_entry(&r, &out->post.e[i])) return false;
+    }
+    out->post.n = n;
+    return r.left == 0 && qd_stat_post_check(&out->post, &(qd_err){0}) == QD_OK;
+}
+
+/* ---- the file ---------------------------------------------------------------------------------
+ */
+
+qd_status qd_dlog_open(qd_dlog *l, const char *db_path, qd_err *err)
+{
+    memset(l, 0, sizeof *l);
+    l->fd = -1;
+    size_t n = strlen(db_path) + sizeof QD_LOG_SUFFIX;
+    l->path = malloc(n);
+    if (!l->path) return qd_fail(err, QD_NOMEM, "out of memory");
+    snprintf(l->path, n, "%s%s", db_path, QD_LOG_SUFFIX);
+    l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (l->fd < 0) {
+        qd_status st =
+            qd_fail(err, QD_DB, "opening the statistics log %s: %s", l->path, strerror(errno));
+        qd_dlog_close(l);
+        return st;
+    }
+    return QD_OK;
+}
+
+void qd_dlog_close(qd_dlog *l)
+{
+    if (l->fd >= 0) close(l->fd);
+    free(l->path);
+    free(l->buf.data);
+    memset(l, 0, sizeof *l);
+    l->fd = -1;
+}
+
+qd_status qd_dlog_append(qd_dlog *l, qd_err *err)
+{
+    size_t done = 0;
+    while (done < l->buf.len) {
+        ssize_t w = pwrite(l->fd, l->buf.data + done, l->buf.len - done, (off_t)(l->end + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) goto fail;
+        done += (size_t)w;
+    }
+    if (fdatasync(l->fd) != 0) goto fail;
+    l->end += (int64_t)l->buf.len;
+    l->unsynced = false;
+    return QD_OK;
+fail:;
+    qd_status st = qd_fail(err, QD_DB, "writing the statistics log: %s", strerror(errno));
+    /* what was written past the committed end is cut (or overwritten by the next append) */
+    if (ftruncate(l->fd, (off_t)l->end) != 0) l->stale = true;
+    return st;
+}
+
+/* A new epoch: the time in ns, above the last one. */
+static uint64_t next_epoch(uint64_t last)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t e = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return e > last ? e : last + 1;
+}
+
+bool qd_dlog_truncate(qd_dlog *l, int64_t keep_bytes)
+{
+    struct stat sb;
+    bool ok = fstat(l->fd, &sb) == 0;
+    if (ok && sb.st_size > keep_bytes) {
+        ok = ftruncate(l->fd, 0) == 0; /* larger than the log needs: give the space back */
+    } else if (ok && sb.st_size > 0) {
+        static const unsigned char zero[HEAD_LEN];
+        ok = pwrite(l->fd, zero, HEAD_LEN, 0) == HEAD_LEN;
+    }
+    l->end = 0;
+    l->epoch = next_epoch(l->epoch);
+    l->stale = !ok;
+    l->unsynced = ok;
+    return ok;
+}
+
+bool qd_dlog_sync(qd_dlog *l)
+{
+    if (!l->unsynced) return true;
+    if (fdatasync(l->fd) != 0) return false;
+    l->unsynced = false;
+    return true;
+}
+
+void qd_dlog_record_clear(qd_dlog_record *rec)
+{
+    qd_stat_post_clear(&rec->post);
+    rec->now_ms = rec->posts_before = 0;
+}
+
+qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
+{
+    l->end = 0;
+    l->dropped = 0;
+    struct stat sb;
+    if (fstat(l->fd, &sb) != 0)
+        return qd_fail(err, QD_DB, "reading the statistics log: %s", strerror(errno));
+    int64_t size = sb.st_size, at = 0;
+    qd_status st = QD_OK;
+    while (st == QD_OK && size - at >= HEAD_LEN) {
+        unsigned char head[HEAD_LEN];
+        if (pread(l->fd, head, HEAD_LEN, (off_t)at) != HEAD_LEN) break;
+        uint32_t magic, len;
+        uint64_t epoch, sum;
+        memcpy(&magic, head, 4);
+        memcpy(&len, head + 4, 4);
+        memcpy(&epoch, head + 8, 8);
+        memcpy(&sum, head + 16, 8);
+        if (magic != LOG_MAGIC || (size_t)len > PAYLOAD_MAX || size - at - HEAD_LEN < len) break;
+        if (at > 0 && epoch != l->epoch) break; /* an older epoch's record: the log ends */
+        unsigned char *payload = malloc(len ? len : 1);
+        if (!payload) return qd_fail(err, QD_NOMEM, "out of memory reading the statistics log");
+        bool ok = pread(l->fd, payload, len, (off_t)(at + HEAD_LEN)) == (ssize_t)len &&
+                  record_sum(payload, len, epoch) == sum;
+        qd_dlog_record rec = {.post = {.step = -1}};
+        ok = ok && decode(payload, len, &rec);
+        free(payload);
+        if (!ok) {
+            qd_dlog_record_clear(&rec);
+            break;
+        }
+        l->epoch = epoch;
+        st = visit(ctx, &rec, err);
+        qd_dlog_record_clear(&rec);
+        at += HEAD_LEN + (int64_t)len;
+    }
+    /* a torn or unreadable tail: never acknowledged (a group is answered after its fdatasync) */
+    l->dropped = size - at;
+    l->end = at;
+    /* appends go on in the epoch of the records read (they stay until a fold); after none, in a
+     * new one that no record left in the file has */
+    if (at == 0) l->epoch = next_epoch(l->epoch);
+    return st;
+}
