@@ -792,4 +792,5 @@ const quant_kernels quant_kernels_neon = {
     .mx_scales = quant_generic_mx_scales,
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
+    .mse_acc = quant_generic_mse_acc,
 };

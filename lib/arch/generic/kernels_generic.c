@@ -196,6 +196,22 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
+void quant_generic_mse_acc(const float *x, const float *d, const float *w, int64_t n, int64_t c0,
+                           int64_t tile, double *err)
+{
+    int64_t j = 0;
+    while (j < n) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        double a = err[g];
+        for (; j < end; j++) {
+            double e = (double)x[j] - (double)d[j];
+            a += (double)w[j] * (e * e);
+        }
+        err[g] = a;
+    }
+}
+
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale)
 {
     for (int64_t i = 0; i < n; i++) scale[i] = qn_mx_scale(absmax[i], bound, c);
@@ -232,4 +248,5 @@ const quant_kernels quant_kernels_generic = {
     .mx_scales = quant_generic_mx_scales,
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
+    .mse_acc = quant_generic_mse_acc,
 };

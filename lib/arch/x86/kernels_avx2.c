@@ -816,4 +816,5 @@ const quant_kernels quant_kernels_avx2 = {
     .mx_scales = mx_scales_avx2,
     .nvfp4_scales = nvfp4_scales_avx2,
     .lin_scales = lin_scales_avx2,
+    .mse_acc = quant_generic_mse_acc,
 };

@@ -1318,4 +1318,5 @@ const quant_kernels quant_kernels_avx512 = {
     .lin_scales = lin_scales_avx512,
     .absmax_bf16 = absmax_bf16_avx512,
     .quantize_bf16 = quantize_bf16_avx512,
+    .mse_acc = quant_generic_mse_acc,
 };
