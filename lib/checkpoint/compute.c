@@ -216,8 +216,18 @@ static quant_ck_status quantize_unit(ck_compute *c, ck_unit *u, const quant_tens
     void *q = qb >= 0 ? ck_buf_alloc((size_t)qb) : NULL;
     if (!q) return nomem(err);
     quant_error qe;
+    quant_mse_result mse = {0};
+    quant_how h = *how;
+    h.mse_out = &mse;
     quant_status qs = tp->two_pass ? quant_quantize_with_scale(c->ctx, how, x, scale, zp, q, &qe)
-                                   : quant_quantize(c->ctx, how, x, q, scale, zp, &qe);
+                                   : quant_quantize(c->ctx, &h, x, q, scale, zp, &qe);
+    if (qs == QUANT_OK && mse.groups > 0) { /* an MSE search ran: its errors, unit by unit */
+        st->mse = true;
+        st->mse_before += mse.err_before;
+        st->mse_after += mse.err_after;
+        st->mse_groups += mse.groups;
+        st->mse_shrunk += mse.shrunk;
+    }
     quant_ck_status st2 = qs == QUANT_OK ? QUANT_CK_OK : qfail(err, u, &qe);
     if (st2 == QUANT_CK_OK && c->quality) st2 = measure(c, u, x, how, q, scale, zp, err);
     if (st2 != QUANT_CK_OK) {
@@ -248,6 +258,10 @@ quant_ck_status ck_compute_unit(ck_compute *c, ck_unit *u, quant_ck_error *err)
     quant_tensor_init(&x, tp->in_dtype, tp->in->rank, shape, u->in_buf, NULL);
     quant_how how = tp->how;
     how.sr_index_base = (uint64_t)(u->row0 * tp->row_elems);
+    if (how.importance && how.importance_axis == 0) { /* units split axis 0 */
+        how.importance += u->row0;
+        how.importance_len = u->rows;
+    }
     if (u->kind == CK_UNIT_CALIB) return calibrate_unit(c, u, &x, &how, err);
     return quantize_unit(c, u, &x, &how, err);
 }
@@ -258,6 +272,13 @@ void ck_compute_finish(ck_compute *c, quant_report_entry *e)
         e->has_quality = true;
         e->max_abs_err = c->st.max_err;
         e->sqnr_db = c->st.sum_e2 > 0 ? 10.0 * log10(c->st.sum_x2 / c->st.sum_e2) : INFINITY;
+    }
+    if (e && e->quantized && c->st.mse) {
+        e->has_mse = true;
+        e->mse_err_before = c->st.mse_before;
+        e->mse_err_after = c->st.mse_after;
+        e->mse_groups = c->st.mse_groups;
+        e->mse_shrunk = c->st.mse_shrunk;
     }
     state_clear(&c->st);
 }

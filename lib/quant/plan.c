@@ -332,6 +332,11 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
                           "calibration \"%.64s\" is asymmetric, which %s does not allow "
                           "(use absmax, rms or a symmetric fixed range)",
                           how->calibration, plan->traits->name);
+    if (how->stochastic && quant_plan_is_mse(plan))
+        return quant_fail(err, QUANT_ERR_UNSUPPORTED,
+                          "stochastic rounding does not combine with calibration \"%.64s\" (the "
+                          "search compares round-to-nearest candidates)",
+                          how->calibration);
     if (how->stochastic && plan->traits->kind != QUANT_CODE_INT)
         return quant_fail(err, QUANT_ERR_UNSUPPORTED,
                           "stochastic rounding applies to integer qtypes only, not %s",
