@@ -97,8 +97,8 @@ static quant_ck_status plan_importance(ck_tensor_plan *tp, const quant_pipeline_
 {
     const quant_st_tensor *t = tp->in;
     if (!tp->r->weight_importance) return QUANT_CK_OK;
-    char shown[CK_SHORT_MAX];
-    ck_short_text(t->name, shown, sizeof shown);
+    char buf[CK_SHORT_MAX];
+    const char *shown = ck_short_text(t->name, buf, sizeof buf);
     if (!o->importance_given) {
         if (o->allow_static_acts) return QUANT_CK_OK;
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
