@@ -129,9 +129,8 @@ static quant_ck_status plan_importance(ck_tensor_plan *tp, const quant_pipeline_
                              "weight '%s': rule %ld sets weight_importance, and %s activation "
                              "of its module path has a mean_sq of length %lld (its contraction "
                              "dim)%s%s",
-                             shown, tp->rule, matches ? "more than one" : "no",
-                             (long long)dim, matches ? ": the first is " : "",
-                             matches ? found->act : "");
+                             shown, tp->rule, matches ? "more than one" : "no", (long long)dim,
+                             matches ? ": the first is " : "", matches ? found->act : "");
     tp->imp = found;
     tp->how.importance = found->w;
     tp->how.importance_len = found->n;

@@ -274,8 +274,8 @@ static json_t *entry_json(const quant_report_entry *e)
     }
     if (e->has_mse) {
         json_t *m = json_pack("{s:f, s:f, s:I, s:I}", "error_before", e->mse_err_before,
-                              "error_after", e->mse_err_after, "groups",
-                              (json_int_t)e->mse_groups, "shrunk", (json_int_t)e->mse_shrunk);
+                              "error_after", e->mse_err_after, "groups", (json_int_t)e->mse_groups,
+                              "shrunk", (json_int_t)e->mse_shrunk);
         if (m && e->importance_act)
             json_object_set_new(m, "importance", json_string(e->importance_act));
         json_object_set_new(o, "mse", m);

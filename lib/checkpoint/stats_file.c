@@ -311,8 +311,7 @@ static quant_ck_status take_mean_sq(reader *r, act_keys *k, int64_t count, value
     r->key = key_names[role];
     quant_ck_status st = QUANT_CK_OK;
     if (v->rank != 1)
-        st = fail(r, "must be a list of one value per input feature, not %d-dimensional",
-                  v->rank);
+        st = fail(r, "must be a list of one value per input feature, not %d-dimensional", v->rank);
     for (int64_t i = 0; st == QUANT_CK_OK && i < v->n; i++) {
         if (role == K_SUM_MEAN_SQ) v->v[i] /= (double)count;
         if (!(v->v[i] >= 0)) st = fail(r, "element [%lld] is negative", (long long)i);

@@ -145,12 +145,13 @@ typedef int (*quant_absmax_bf16_fn)(const uint16_t *x, int64_t n, int64_t c0, in
 typedef int (*quant_quantize_bf16_fn)(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
                                       void *codes);
 
-/* The MSE search's error sum (SPEC 9): for j in [0, n), in order within each column group
+/* The MSE search's error sums (SPEC 9) of nk (1..4) candidates: for candidate k (dequantized
+ * values d + k * ds, sums err + k * es) and j in [0, n), in order within each column group
  * g = (c0 + j) / tile, err[g] += (double)w[j] * (e * e) with e = (double)x[j] - (double)d[j],
- * every operation in float64 and each group's additions in element order (versions may run
- * several groups side by side, never reorder one group's sum). */
-typedef void (*quant_mse_acc_fn)(const float *x, const float *d, const float *w, int64_t n,
-                                 int64_t c0, int64_t tile, double *err);
+ * every operation in float64 and each sum's additions in element order (versions may run
+ * several candidates or groups side by side, never reorder one sum). */
+typedef void (*quant_mse_acc_fn)(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                                 int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -189,8 +190,8 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale);
 int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale);
 int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
-void quant_generic_mse_acc(const float *x, const float *d, const float *w, int64_t n, int64_t c0,
-                           int64_t tile, double *err);
+void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                           int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
 /* The tail and the ordered reduction of quant_generic_errstats, for SIMD versions that ran the
  * full lane groups: adds x/d[0..n) (n < QUANT_ERR_LANES) into the lanes, then the lanes to acc. */
 void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,

@@ -219,8 +219,7 @@ quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *p, const qua
         run.sums = malloc((size_t)(slots ? slots : 1) * sizeof *run.sums);
     } else {
         run.a = malloc((size_t)(slots ? slots : 1) * sizeof *run.a);
-        if (p->method.asymmetric)
-            run.b = malloc((size_t)(slots ? slots : 1) * sizeof *run.b);
+        if (p->method.asymmetric) run.b = malloc((size_t)(slots ? slots : 1) * sizeof *run.b);
     }
     run.scratch = malloc((size_t)threads * QUANT_CHUNK * sizeof *run.scratch);
     if (!run.scratch || (!run.sums && !run.a) || (p->method.asymmetric && !run.b)) {

@@ -18,13 +18,16 @@
 /* Elements of a row quantized per candidate at once: x, the dequantized values and the codes
  * (about 10 KiB) stay in L1 while the n + 1 candidates run over them. */
 #define MSE_CHUNK 1024
+/* Candidates whose error sums run side by side (quant_mse_acc_fn's nk). */
+#define MSE_BATCH 4
 
 bool quant_plan_is_mse(const quant_plan *plan)
 {
     return plan->method.kind == QUANT_CALIB_MSE || plan->method.kind == QUANT_CALIB_MINMAX_MSE;
 }
 
-/* ---- r_k: the float32 nearest to the exact rational (n - k + k * lo) / n ---------------------- */
+/* ---- r_k: the float32 nearest to the exact rational (n - k + k * lo) / n ----------------------
+ */
 
 /* Shewchuk's exact two-sum. */
 static void two_sum(double a, double b, double *s, double *e)
@@ -63,8 +66,7 @@ static bool f32_odd(float f)
 
 float quant_mse_ratio(int k, int n, double lo)
 {
-    if (n < 1 || n > QUANT_MSE_MAX_STEPS || k < 0 || k > n || !(lo >= 0.0 && lo <= 1.0))
-        return NAN;
+    if (n < 1 || n > QUANT_MSE_MAX_STEPS || k < 0 || k > n || !(lo >= 0.0 && lo <= 1.0)) return NAN;
     if (k == 0) return 1.0f;
     if (k == n) return (float)lo; /* one correct rounding of the double */
     /* 0 < k < n: r >= 1/n >= 2^-8, and k * lo / n < 2^-950 cannot move r across a float32
@@ -124,8 +126,7 @@ static void candidate_scales(const mse_run *run, int64_t base, float r, float *c
         }
     }
     quant_calibration c = {p->method.asymmetric, ca, ca, cb};
-    if (quant_scale_range(run->rd.k, p, p->scale_dtype, &c, ng, scale, zp, base, NULL) ==
-        QUANT_OK)
+    if (quant_scale_range(run->rd.k, p, p->scale_dtype, &c, ng, scale, zp, base, NULL) == QUANT_OK)
         return;
     for (int64_t g = 0; g < ng; g++) {
         quant_calibration one = {p->method.asymmetric, ca + g, ca + g, cb + g};
@@ -142,35 +143,39 @@ static void candidate_scales(const mse_run *run, int64_t base, float r, float *c
  * follows the column, else `one` filled with the row's weight (or 1 without importance). */
 static const float *row_weights(const quant_plan *p, int64_t row, int64_t c0, int64_t n, float *one)
 {
-    if (p->importance && p->imp_inner == 0 && p->imp_axis == p->rank - 1)
-        return p->importance + c0;
+    if (p->importance && p->imp_inner == 0 && p->imp_axis == p->rank - 1) return p->importance + c0;
     float w = 1.0f;
     if (p->importance) w = p->importance[(row / p->imp_inner) % p->shape[p->imp_axis]];
     for (int64_t j = 0; j < n; j++) one[j] = w;
     return one;
 }
 
-/* All candidates over columns [c0, c0 + n) of one member row, errors added into err. */
+/* All candidates over columns [c0, c0 + n) of one member row, errors added into err: four
+ * candidates quantized and dequantized into their own buffers, then their sums side by side. */
 static void chunk_candidates(mse_run *run, int worker, const float *x, const float *w, int64_t n,
                              int64_t c0)
 {
     const quant_plan *p = run->rd.plan;
     const quant_kernels *kt = run->rd.k;
     int64_t ng = p->ncolgroups, woff = (int64_t)worker * (run->steps + 1) * ng;
-    float *deq = run->deq + (int64_t)worker * MSE_CHUNK;
+    float *deq = run->deq + (int64_t)worker * MSE_BATCH * MSE_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * MSE_CHUNK * 2;
-    for (int k = 0; k <= run->steps; k++) {
-        quant_krow kr = {.kcode = p->kcode,
-                         .tile = p->col_tile,
-                         .scale = run->cscale + woff + k * ng,
-                         .zp = p->method.asymmetric ? run->czp + woff + k * ng : NULL,
-                         .qmin = (float)p->traits->qmin,
-                         .qmax = (float)p->traits->qmax,
-                         .pf_elem = 4,
-                         .checked = true};
-        kt->quantize(&kr, x, n, c0, codes);
-        kt->dequantize(&kr, codes, n, c0, deq);
-        kt->mse_acc(x, deq, w, n, c0, p->col_tile, run->err + woff + k * ng);
+    for (int k0 = 0; k0 <= run->steps; k0 += MSE_BATCH) {
+        int nk = run->steps + 1 - k0 < MSE_BATCH ? run->steps + 1 - k0 : MSE_BATCH;
+        for (int b = 0; b < nk; b++) {
+            int k = k0 + b;
+            quant_krow kr = {.kcode = p->kcode,
+                             .tile = p->col_tile,
+                             .scale = run->cscale + woff + k * ng,
+                             .zp = p->method.asymmetric ? run->czp + woff + k * ng : NULL,
+                             .qmin = (float)p->traits->qmin,
+                             .qmax = (float)p->traits->qmax,
+                             .pf_elem = 4,
+                             .checked = true};
+            kt->quantize(&kr, x, n, c0, codes);
+            kt->dequantize(&kr, codes, n, c0, deq + b * MSE_CHUNK);
+        }
+        kt->mse_acc(x, deq, MSE_CHUNK, nk, w, n, c0, p->col_tile, run->err + woff + k0 * ng, ng);
     }
 }
 
@@ -248,7 +253,7 @@ static bool mse_alloc(mse_run *run, const quant_plan *p, int threads)
     run->invalid = malloc(per);
     run->err = malloc(per * sizeof *run->err);
     run->x = malloc(chunk * sizeof *run->x);
-    run->deq = malloc(chunk * sizeof *run->deq);
+    run->deq = malloc(chunk * MSE_BATCH * sizeof *run->deq);
     run->w = malloc(chunk * sizeof *run->w);
     run->codes = malloc(chunk * 2);
     run->err0 = malloc(ns * sizeof *run->err0);

@@ -375,19 +375,19 @@ static quant_status plan_importance(const quant_how *how, quant_plan *plan, quan
     int a = 0;
     QUANT_RETURN_IF_ERR(normalize_axis(how->importance_axis, plan->rank, "importance", &a, err));
     if (how->importance_len != plan->shape[a])
-        return quant_fail(err, QUANT_ERR_ARG,
-                          "importance has %lld values but axis %d has %lld",
+        return quant_fail(err, QUANT_ERR_ARG, "importance has %lld values but axis %d has %lld",
                           (long long)how->importance_len, how->importance_axis,
                           (long long)plan->shape[a]);
     for (int64_t i = 0; i < how->importance_len; i++) {
         if (!(how->importance[i] >= 0.0f) || how->importance[i] > 3.4028234663852886e38f)
             return quant_fail(err, QUANT_ERR_ARG,
-                              "importance value %lld is %g (must be finite and >= 0)",
-                              (long long)i, (double)how->importance[i]);
+                              "importance value %lld is %g (must be finite and >= 0)", (long long)i,
+                              (double)how->importance[i]);
     }
     plan->importance = how->importance;
     /* rows are the axes before the last: a row's index along axis a is (row / inner) % dim */
-    plan->imp_inner = a == plan->rank - 1 ? 0 : quant_numel(plan->rank - 2 - a, plan->shape + a + 1);
+    plan->imp_inner =
+        a == plan->rank - 1 ? 0 : quant_numel(plan->rank - 2 - a, plan->shape + a + 1);
     plan->imp_axis = a;
     return QUANT_OK;
 }

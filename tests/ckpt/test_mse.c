@@ -179,7 +179,8 @@ START_TEST(importance_resolution_errors)
     /* an activation of the module, but of another length */
     quant_stats *s = stats_for("m/q/dot_general0_lhs", 16, "", NULL);
     ck_assert_int_eq(run_with(s, IMP_RULES, in, out, NULL, &err), QUANT_CK_ERR_ARG);
-    ck_assert_msg(strstr(err.message, "weight 'm.q.weight'") && strstr(err.message, "no activation"),
+    ck_assert_msg(strstr(err.message, "weight 'm.q.weight'") &&
+                      strstr(err.message, "no activation"),
                   "%s", err.message);
     quant_stats_free(s);
     /* another module's activation only */
@@ -220,8 +221,7 @@ START_TEST(rule_checks)
          "stochastic"},
         {"[{\"weight_qtype\":\"int4\",\"weight_calibration_method\":\"mse,0\"}]", "1..256"},
         {"[{\"weight_qtype\":\"int4\",\"weight_calibration_method\":\"mse,4,2\"}]", "[0, 1]"},
-        {"[{\"weight_qtype\":\"nf4\",\"weight_calibration_method\":\"minmax_mse\"}]",
-         "asymmetric"},
+        {"[{\"weight_qtype\":\"nf4\",\"weight_calibration_method\":\"minmax_mse\"}]", "asymmetric"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         quant_ruleset *rs = NULL;

@@ -196,19 +196,52 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
-void quant_generic_mse_acc(const float *x, const float *d, const float *w, int64_t n, int64_t c0,
-                           int64_t tile, double *err)
+/* One candidate's run [j, end) of one group added into its sum in order. */
+static double mse_run(const float *x, const float *d, const float *w, int64_t j, int64_t end,
+                      double a)
 {
-    int64_t j = 0;
-    while (j < n) {
+    for (; j < end; j++) {
+        double e = (double)x[j] - (double)d[j];
+        a += (double)w[j] * (e * e);
+    }
+    return a;
+}
+
+/* Four candidates' runs side by side: four independent chains sharing the loads of x and w. */
+static void mse_run4(const float *x, const float *d, int64_t ds, const float *w, int64_t j,
+                     int64_t end, double *a)
+{
+    double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    for (; j < end; j++) {
+        double xv = (double)x[j], wv = (double)w[j];
+        double e0 = xv - (double)d[j], e1 = xv - (double)d[ds + j];
+        double e2 = xv - (double)d[2 * ds + j], e3 = xv - (double)d[3 * ds + j];
+        a0 += wv * (e0 * e0);
+        a1 += wv * (e1 * e1);
+        a2 += wv * (e2 * e2);
+        a3 += wv * (e3 * e3);
+    }
+    a[0] = a0;
+    a[1] = a1;
+    a[2] = a2;
+    a[3] = a3;
+}
+
+void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                           int64_t n, int64_t c0, int64_t tile, double *err, int64_t es)
+{
+    for (int64_t j = 0; j < n;) {
         int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
         if (end > n) end = n;
-        double a = err[g];
-        for (; j < end; j++) {
-            double e = (double)x[j] - (double)d[j];
-            a += (double)w[j] * (e * e);
+        if (nk == 4) {
+            double a[4] = {err[g], err[es + g], err[2 * es + g], err[3 * es + g]};
+            mse_run4(x, d, ds, w, j, end, a);
+            for (int k = 0; k < 4; k++) err[k * es + g] = a[k];
+        } else {
+            for (int k = 0; k < nk; k++)
+                err[k * es + g] = mse_run(x, d + k * ds, w, j, end, err[k * es + g]);
         }
-        err[g] = a;
+        j = end;
     }
 }
 

@@ -22,7 +22,7 @@ START_TEST(mse_parse)
     ck_assert(m.kind == QUANT_CALIB_MINMAX_MSE && m.asymmetric && m.mse_steps == 256 &&
               m.mse_lo == 0.0);
     ck_assert_int_eq(quant_calib_parse("mse,1,1", &m, &err), QUANT_OK);
-    static const char *bad[] = {"mse,0",     "mse,257",   "mse,2.5",       "mse,-1",
+    static const char *bad[] = {"mse,0",     "mse,257",    "mse,2.5",     "mse,-1",
                                 "mse,4,1.5", "mse,4,-0.1", "mse,4,0.5,1", "minmax_mse,x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(quant_calib_parse(bad[i], &m, &err), QUANT_ERR_METHOD);
@@ -199,7 +199,15 @@ static const mcase mcases[] = {
     {QUANT_QTYPE_INT4, "mse,7,0.3", 2, {6, 64}, 1, {0}, 0, {{0}}, QUANT_DTYPE_F32, -1},
     {QUANT_QTYPE_INT8, "minmax_mse,6", 2, {5, 40}, 1, {0}, 1, {{-1, 8, 0}}, QUANT_DTYPE_BF16, -1},
     {QUANT_QTYPE_UINT4, "minmax_mse", 2, {4, 48}, 0, {0}, 0, {{0}}, QUANT_DTYPE_F32, -1},
-    {QUANT_QTYPE_INT3, "mse,4", 3, {2, 8, 16}, 1, {0}, 2, {{1, 4, 0}, {2, 8, 0}}, QUANT_DTYPE_F16,
+    {QUANT_QTYPE_INT3,
+     "mse,4",
+     3,
+     {2, 8, 16},
+     1,
+     {0},
+     2,
+     {{1, 4, 0}, {2, 8, 0}},
+     QUANT_DTYPE_F16,
      1},
     {QUANT_QTYPE_NF4, "mse,10", 2, {8, 32}, 0, {0}, 1, {{0, 4, 0}}, QUANT_DTYPE_F32, 0},
     {QUANT_QTYPE_FP8_E4M3FN, "mse,6,0.1", 2, {4, 24}, 1, {0}, 0, {{0}}, QUANT_DTYPE_F32, -1},
