@@ -145,7 +145,9 @@ typedef int (*quant_absmax_bf16_fn)(const uint16_t *x, int64_t n, int64_t c0, in
 typedef int (*quant_quantize_bf16_fn)(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
                                       void *codes);
 
-/* The MSE search's error sums (SPEC 9) of nk (1..4) candidates: for candidate k (dequantized
+/* Candidates whose error sums an mse_acc call runs side by side (mse.c's batch). */
+#define QUANT_MSE_BATCH 8
+/* The MSE search's error sums (SPEC 9) of nk (1..QUANT_MSE_BATCH) candidates: for candidate k (dequantized
  * values d + k * ds, sums err + k * es) and j in [0, n), in order within each column group
  * g = (c0 + j) / tile, err[g] += (double)w[j] * (e * e) with e = (double)x[j] - (double)d[j],
  * every operation in float64 and each sum's additions in element order (versions may run
@@ -192,6 +194,17 @@ int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *s
 int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
 void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
                            int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
+/* mse_acc's per-element terms t[j] = (double)w[j] * (e * e), e = (double)x[j] - (double)d[j]
+ * (any order: each term is one exact formula), and the shared driver that sums them in element
+ * order per group and candidate, blocks of MSE_TERMS_BLOCK elements at a time: SIMD versions
+ * pass their own terms function, so the sums are the same code on every ISA. */
+#define MSE_TERMS_BLOCK 256
+typedef void (*quant_mse_terms_fn)(const float *x, const float *d, const float *w, int64_t n,
+                                   double *t);
+void quant_generic_mse_terms(const float *x, const float *d, const float *w, int64_t n, double *t);
+void quant_mse_acc_with(quant_mse_terms_fn terms, const float *x, const float *d, int64_t ds,
+                        int nk, const float *w, int64_t n, int64_t c0, int64_t tile, double *err,
+                        int64_t es);
 /* The tail and the ordered reduction of quant_generic_errstats, for SIMD versions that ran the
  * full lane groups: adds x/d[0..n) (n < QUANT_ERR_LANES) into the lanes, then the lanes to acc. */
 void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,

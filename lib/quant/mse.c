@@ -18,8 +18,7 @@
 /* Elements of a row quantized per candidate at once: x, the dequantized values and the codes
  * (about 10 KiB) stay in L1 while the n + 1 candidates run over them. */
 #define MSE_CHUNK 1024
-/* Candidates whose error sums run side by side (quant_mse_acc_fn's nk). */
-#define MSE_BATCH 4
+#define MSE_BATCH QUANT_MSE_BATCH /* candidates whose error sums run side by side */
 
 bool quant_plan_is_mse(const quant_plan *plan)
 {
@@ -150,7 +149,7 @@ static const float *row_weights(const quant_plan *p, int64_t row, int64_t c0, in
     return one;
 }
 
-/* All candidates over columns [c0, c0 + n) of one member row, errors added into err: four
+/* All candidates over columns [c0, c0 + n) of one member row, errors added into err: a batch of
  * candidates quantized and dequantized into their own buffers, then their sums side by side. */
 static void chunk_candidates(mse_run *run, int worker, const float *x, const float *w, int64_t n,
                              int64_t c0)

@@ -196,53 +196,65 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
-/* One candidate's run [j, end) of one group added into its sum in order. */
-static double mse_run(const float *x, const float *d, const float *w, int64_t j, int64_t end,
-                      double a)
+void quant_generic_mse_terms(const float *x, const float *d, const float *w, int64_t n, double *t)
 {
-    for (; j < end; j++) {
+    for (int64_t j = 0; j < n; j++) {
         double e = (double)x[j] - (double)d[j];
-        a += (double)w[j] * (e * e);
+        t[j] = (double)w[j] * (e * e);
     }
-    return a;
 }
 
-/* Four candidates' runs side by side: four independent chains sharing the loads of x and w. */
-static void mse_run4(const float *x, const float *d, int64_t ds, const float *w, int64_t j,
-                     int64_t end, double *a)
+/* The ordered sums of one block's terms t[k][0..n) (nk candidates, row stride MSE_TERMS_BLOCK),
+ * group run by group run; the candidates' chains are independent and run side by side. */
+static void mse_sums(const double *t, int nk, int64_t n, int64_t c0, int64_t tile, double *err,
+                     int64_t es)
 {
-    double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-    for (; j < end; j++) {
-        double xv = (double)x[j], wv = (double)w[j];
-        double e0 = xv - (double)d[j], e1 = xv - (double)d[ds + j];
-        double e2 = xv - (double)d[2 * ds + j], e3 = xv - (double)d[3 * ds + j];
-        a0 += wv * (e0 * e0);
-        a1 += wv * (e1 * e1);
-        a2 += wv * (e2 * e2);
-        a3 += wv * (e3 * e3);
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        double a[QUANT_MSE_BATCH];
+        for (int k = 0; k < nk; k++) a[k] = err[k * es + g];
+        if (nk == QUANT_MSE_BATCH) { /* eight chains in registers */
+            double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+            double a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+            const double *t0 = t + j;
+            for (int64_t i = 0; i < end - j; i++) {
+                a0 += t0[i];
+                a1 += t0[MSE_TERMS_BLOCK + i];
+                a2 += t0[2 * MSE_TERMS_BLOCK + i];
+                a3 += t0[3 * MSE_TERMS_BLOCK + i];
+                a4 += t0[4 * MSE_TERMS_BLOCK + i];
+                a5 += t0[5 * MSE_TERMS_BLOCK + i];
+                a6 += t0[6 * MSE_TERMS_BLOCK + i];
+                a7 += t0[7 * MSE_TERMS_BLOCK + i];
+            }
+            a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+            a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
+        } else {
+            for (int64_t i = j; i < end; i++)
+                for (int k = 0; k < nk; k++) a[k] += t[k * MSE_TERMS_BLOCK + i];
+        }
+        for (int k = 0; k < nk; k++) err[k * es + g] = a[k];
+        j = end;
     }
-    a[0] = a0;
-    a[1] = a1;
-    a[2] = a2;
-    a[3] = a3;
+}
+
+void quant_mse_acc_with(quant_mse_terms_fn terms, const float *x, const float *d, int64_t ds,
+                        int nk, const float *w, int64_t n, int64_t c0, int64_t tile, double *err,
+                        int64_t es)
+{
+    double t[QUANT_MSE_BATCH * MSE_TERMS_BLOCK];
+    for (int64_t b = 0; b < n; b += MSE_TERMS_BLOCK) {
+        int64_t m = n - b < MSE_TERMS_BLOCK ? n - b : MSE_TERMS_BLOCK;
+        for (int k = 0; k < nk; k++) terms(x + b, d + k * ds + b, w + b, m, t + k * MSE_TERMS_BLOCK);
+        mse_sums(t, nk, m, c0 + b, tile, err, es);
+    }
 }
 
 void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
                            int64_t n, int64_t c0, int64_t tile, double *err, int64_t es)
 {
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
-        if (end > n) end = n;
-        if (nk == 4) {
-            double a[4] = {err[g], err[es + g], err[2 * es + g], err[3 * es + g]};
-            mse_run4(x, d, ds, w, j, end, a);
-            for (int k = 0; k < 4; k++) err[k * es + g] = a[k];
-        } else {
-            for (int k = 0; k < nk; k++)
-                err[k * es + g] = mse_run(x, d + k * ds, w, j, end, err[k * es + g]);
-        }
-        j = end;
-    }
+    quant_mse_acc_with(quant_generic_mse_terms, x, d, ds, nk, w, n, c0, tile, err, es);
 }
 
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale)
