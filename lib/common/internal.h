@@ -147,9 +147,9 @@ typedef int (*quant_quantize_bf16_fn)(const quant_krow *r, const uint16_t *x, in
 
 /* Candidates whose error sums an mse_acc call runs side by side (mse.c's batch). */
 #define QUANT_MSE_BATCH 8
-/* The MSE search's error sums (SPEC 9) of nk (1..QUANT_MSE_BATCH) candidates: for candidate k (dequantized
- * values d + k * ds, sums err + k * es) and j in [0, n), in order within each column group
- * g = (c0 + j) / tile, err[g] += (double)w[j] * (e * e) with e = (double)x[j] - (double)d[j],
+/* The MSE search's error sums (SPEC 9) of nk (1..QUANT_MSE_BATCH) candidates: for candidate k
+ * (dequantized values d + k * ds, sums err + k * es) and j in [0, n), in order within each column
+ * group g = (c0 + j) / tile, err[g] += (double)w[j] * (e * e) with e = (double)x[j] - (double)d[j],
  * every operation in float64 and each sum's additions in element order (versions may run
  * several candidates or groups side by side, never reorder one sum). */
 typedef void (*quant_mse_acc_fn)(const float *x, const float *d, int64_t ds, int nk, const float *w,

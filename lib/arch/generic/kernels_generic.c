@@ -246,7 +246,8 @@ void quant_mse_acc_with(quant_mse_terms_fn terms, const float *x, const float *d
     double t[QUANT_MSE_BATCH * MSE_TERMS_BLOCK];
     for (int64_t b = 0; b < n; b += MSE_TERMS_BLOCK) {
         int64_t m = n - b < MSE_TERMS_BLOCK ? n - b : MSE_TERMS_BLOCK;
-        for (int k = 0; k < nk; k++) terms(x + b, d + k * ds + b, w + b, m, t + k * MSE_TERMS_BLOCK);
+        for (int k = 0; k < nk; k++)
+            terms(x + b, d + k * ds + b, w + b, m, t + k * MSE_TERMS_BLOCK);
         mse_sums(t, nk, m, c0 + b, tile, err, es);
     }
 }
