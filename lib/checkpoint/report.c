@@ -251,6 +251,11 @@ static json_t *dims(int rank, const int64_t *shape)
     return a;
 }
 
+static json_t *finite_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
 static json_t *entry_json(const quant_report_entry *e)
 {
     json_t *o =
@@ -273,9 +278,11 @@ static json_t *entry_json(const quant_report_entry *e)
         json_object_set_new(o, "max_abs_error", json_real(e->max_abs_err));
     }
     if (e->has_mse) {
-        json_t *m = json_pack("{s:f, s:f, s:I, s:I}", "error_before", e->mse_err_before,
-                              "error_after", e->mse_err_after, "groups", (json_int_t)e->mse_groups,
-                              "shrunk", (json_int_t)e->mse_shrunk);
+        /* JSON has no infinity: null when k = 0's scale had no value in the scale dtype */
+        json_t *m =
+            json_pack("{s:o, s:o, s:I, s:I}", "error_before", finite_or_null(e->mse_err_before),
+                      "error_after", finite_or_null(e->mse_err_after), "groups",
+                      (json_int_t)e->mse_groups, "shrunk", (json_int_t)e->mse_shrunk);
         if (m && e->importance_act)
             json_object_set_new(m, "importance", json_string(e->importance_act));
         json_object_set_new(o, "mse", m);
