@@ -60,6 +60,10 @@ static quant_ck_status check_options(const quant_pipeline_options *o, quant_ck_e
                              o->chunk_bytes, CK_MIN_CHUNK);
     if (o->buffers < 1 || o->buffers > 64)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "buffers must be 1..64, not %d", o->buffers);
+    if (o->map_input && o->input_wait)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                             "map_input cannot be used with input_wait (an input still arriving is "
+                             "read as its bytes are confirmed, never mapped)");
     if (o->threads < 0 || o->threads > QUANT_MAX_THREADS)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "threads must be 0..%d, not %d",
                              QUANT_MAX_THREADS, o->threads);
@@ -241,6 +245,7 @@ typedef struct ck_job {
     long *unused;                      /* rules that are the first match of no tensor */
     size_t n_unused;
     bool plan_only; /* quant_check_path / quant_plan_*: no tensor data read, nothing written */
+    ck_wait wait;   /* opts' input_wait, the inputs' ck_dir points here */
 } ck_job;
 
 /* Places every static activation in a shard. */
@@ -360,7 +365,11 @@ static quant_ck_status job_start(ck_job *j, const quant_ruleset *rules, const ch
                                  const char *out, quant_ck_error *err)
 {
     const quant_pipeline_options *o = j->run.opts;
-    ck_dir base = {.fd = o->input_dir_fd, .shown = NULL, .nofollow = o->no_symlinks};
+    j->wait = (ck_wait){.fn = o->input_wait, .user = o->input_wait_user, .cancel = o->cancel};
+    ck_dir base = {.fd = o->input_dir_fd,
+                   .shown = NULL,
+                   .nofollow = o->no_symlinks,
+                   .wait = o->input_wait ? &j->wait : NULL};
     quant_ck_status st = ck_shards_open(&base, in, &j->shards, err);
     if (st == QUANT_CK_OK && out) st = ck_check_output(out, j->shards.is_dir, err);
     if (st == QUANT_CK_OK && o->layout == QUANT_LAYOUT_CTENSORS && !(j->ct = ck_ct_config_new()))

@@ -1,7 +1,9 @@
 /* checkpoint_dir.c -- sharded checkpoints: opening the input (a file or a directory, under the
  * caller's directory descriptor), finding and validating the shards of an input directory
  * (model.safetensors.index.json, or every *.safetensors), each opened under the directory's
- * descriptor, no tensor name in two of them, and checking that the output name is free.
+ * descriptor (with inputs still arriving, each shard read as far as the wait confirms, the
+ * index waited for whole), no tensor name in two of them, and checking that the output name is
+ * free.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -160,7 +162,9 @@ static quant_ck_status open_shard(const ck_dir *dir, const char *name, quant_st_
     if (!shown) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     int fd;
     quant_ck_status st = ck_open_in(dir, name, CK_KIND_REG, &fd, NULL, err);
-    if (st == QUANT_CK_OK) st = quant_st_open_fd(fd, shown, f, err);
+    if (st == QUANT_CK_OK)
+        st = dir->wait ? ck_st_open_growing(fd, shown, dir->wait, f, err)
+                       : quant_st_open_fd(fd, shown, f, err);
     free(shown);
     return st;
 }
@@ -202,13 +206,14 @@ quant_ck_status ck_shards_open(const ck_dir *base, const char *in, ck_shards *s,
     if (st != QUANT_CK_OK) return st;
     s->is_dir = S_ISDIR(sb.st_mode);
     if (s->is_dir) {
-        s->dir = (ck_dir){.fd = fd, .shown = in, .nofollow = base->nofollow};
+        s->dir = (ck_dir){.fd = fd, .shown = in, .nofollow = base->nofollow, .wait = base->wait};
         st = open_dir(s, err);
     } else {
         s->f = calloc(1, sizeof *s->f);
         if (!s->f) close(fd);
-        st = s->f ? quant_st_open_fd(fd, in, &s->f[0], err)
-                  : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+        st = !s->f        ? quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory")
+             : base->wait ? ck_st_open_growing(fd, in, base->wait, &s->f[0], err)
+                          : quant_st_open_fd(fd, in, &s->f[0], err);
         if (st == QUANT_CK_OK) s->n = 1;
     }
     if (st != QUANT_CK_OK) ck_shards_close(s);

@@ -327,14 +327,47 @@ quant_ck_status ck_run_shard(ck_run *run, ck_shard_plan *sp, const char *out_pat
 quant_ck_status ck_global_scales(ck_run *run, ck_shard_plan *plans, size_t n_plans,
                                  quant_ck_error *err);
 
+/* ---- inputs still arriving (input_wait.c, st_read.c) ------------------------------------------
+ */
+
+/* The run's wait function (quant_pipeline_options.input_wait) and its cancel flag. */
+typedef struct ck_wait {
+    quant_input_wait_fn fn;
+    void *user;
+    atomic_int *cancel;
+} ck_wait;
+
+#define CK_WHY_MAX 256 /* room for the reason a wait function gives */
+
+/* Waits (w->fn) for bytes [0, end) of input `name` (its name under the input directory), or
+ * the whole file (QUANT_INPUT_WHOLE); `tensor` (may be NULL) is the tensor being read. OK at once
+ * when w or w->fn is NULL. A false from the wait: QUANT_CK_ERR_IO "tensor 'T': input stopped
+ * before byte N arrived: REASON" (without the file: the caller prefixes it); then the cancel
+ * flag: QUANT_CK_ERR_CANCELLED "cancelled" (as the pipeline says it: callers leave it as is). */
+quant_ck_status ck_wait_input(const ck_wait *w, const char *name, uint64_t end, const char *tensor,
+                              quant_ck_error *err);
+
+/* quant_st_open_fd() for a file still arriving: the length prefix and the header are read only
+ * once `w` confirms them (8 bytes, then 8 + length), the file's size is not taken (file_size is
+ * what the header implies: data start + the tensors' bytes), and quant_st_read() waits for the
+ * end of every range before reading it. `w` is copied; the wait name is the base name of
+ * `name`. */
+quant_ck_status ck_st_open_growing(int fd, const char *name, const ck_wait *w, quant_st_file **out,
+                                   quant_ck_error *err);
+/* A file opened by ck_st_open_growing, after its last tensor: waits for the whole file, then
+ * checks its size against the header as quant_st_open() does (QUANT_CK_ERR_FORMAT "PATH: N
+ * trailing bytes ..." / "PATH: file is truncated ..."). OK at once for any other file. */
+quant_ck_status ck_st_check_whole(const quant_st_file *f, quant_ck_error *err);
+
 /* ---- opening inputs under a directory descriptor (beneath.c) ---------------------------------
  */
 
 /* A directory the run's inputs are opened under. */
 typedef struct ck_dir {
-    int fd;            /* a directory descriptor, or AT_FDCWD */
-    const char *shown; /* its name in messages ("shown/name"); NULL: names are shown as given */
-    bool nofollow;     /* no_symlinks: plain components only, opened with O_NOFOLLOW */
+    int fd;              /* a directory descriptor, or AT_FDCWD */
+    const char *shown;   /* its name in messages ("shown/name"); NULL: names are shown as given */
+    bool nofollow;       /* no_symlinks: plain components only, opened with O_NOFOLLOW */
+    const ck_wait *wait; /* inputs still arriving: the files under it are waited for; NULL: none */
 } ck_dir;
 
 /* What an open may return: a regular file, a directory, or either. */
@@ -362,7 +395,7 @@ char *ck_shown_name(const ck_dir *d, const char *name);
  */
 
 /* Reads a whole small regular file (config, index) under `d`, up to `max` bytes; malloc'd and
- * NUL-terminated. */
+ * NUL-terminated. With d->wait, the whole file is waited for first (as by ck_copy_in*). */
 quant_ck_status ck_read_small_in(const ck_dir *d, const char *name, size_t max, char **out,
                                  size_t *len, quant_ck_error *err);
 /* Copies the regular file `name` under `d` (contents and mode) to the new file `to`. */

@@ -1,5 +1,6 @@
 /* files.c -- small-file helpers of the checkpoint driver: whole reads of bounded size and copies
- * of input files (opened under the input directory by ck_open_in), directory streams over a
+ * of input files (opened under the input directory by ck_open_in; an input still arriving is
+ * waited for whole before it is opened), directory streams over a
  * descriptor, atomic writes (a locked temporary file beside the target, fsync, rename over
  * nothing or a regular file only, fsync of the directory), each optionally hashed (SHA-256) from
  * the bytes it writes, and removal of a directory tree this process created.
@@ -28,12 +29,26 @@ static quant_ck_status io_fail(quant_ck_error *err, const char *what, const char
     return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s: %s", path, what, strerror(errno));
 }
 
+/* With inputs still arriving (d->wait), waits for the whole of `name`; errors name it. */
+static quant_ck_status wait_whole_in(const ck_dir *d, const char *name, quant_ck_error *err)
+{
+    if (!d->wait) return QUANT_CK_OK;
+    quant_ck_status st = ck_wait_input(d->wait, name, QUANT_INPUT_WHOLE, NULL, err);
+    if (st == QUANT_CK_OK || st == QUANT_CK_ERR_CANCELLED) return st; /* "cancelled" as is */
+    if (d->shown)
+        quant_ck_prefix(err, "%s/%s", d->shown, name);
+    else
+        quant_ck_prefix(err, "%s", name);
+    return st;
+}
+
 quant_ck_status ck_read_small_in(const ck_dir *d, const char *name, size_t max, char **out,
                                  size_t *len, quant_ck_error *err)
 {
     int fd;
     struct stat sb;
-    quant_ck_status st = ck_open_in(d, name, CK_KIND_REG, &fd, &sb, err);
+    quant_ck_status st = wait_whole_in(d, name, err);
+    if (st == QUANT_CK_OK) st = ck_open_in(d, name, CK_KIND_REG, &fd, &sb, err);
     if (st != QUANT_CK_OK) return st;
     if ((uint64_t)sb.st_size > max) {
         close(fd);
@@ -141,7 +156,8 @@ quant_ck_status ck_copy_in_sha(const ck_dir *d, const char *name, const char *to
 {
     int in;
     struct stat sb;
-    quant_ck_status st = ck_open_in(d, name, CK_KIND_REG, &in, &sb, err);
+    quant_ck_status st = wait_whole_in(d, name, err);
+    if (st == QUANT_CK_OK) st = ck_open_in(d, name, CK_KIND_REG, &in, &sb, err);
     if (st != QUANT_CK_OK) return st;
     int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, sb.st_mode & 0777);
     if (out < 0) {

@@ -26,7 +26,7 @@ static quant_ck_status chunk_absmax(ck_run *run, const ck_shard_plan *sp, const 
     uint64_t row_bytes = (uint64_t)tp->row_elems * quant_dtype_size(tp->in_dtype);
     quant_ck_status st = quant_st_read(sp->in, tp->in, row_bytes * (uint64_t)row0, buf,
                                        (size_t)(row_bytes * (uint64_t)rows), err);
-    if (st != QUANT_CK_OK) return st;
+    if (st != QUANT_CK_OK) return st; /* names the file */
     quant_tensor x;
     int64_t shape[2] = {rows, tp->row_elems};
     quant_error qe;
@@ -34,9 +34,11 @@ static quant_ck_status chunk_absmax(ck_run *run, const ck_shard_plan *sp, const 
     if (quant_absmax_all(run->ctx, &x, amax, &qe) == QUANT_OK) return QUANT_CK_OK;
     if (qe.status == QUANT_ERR_NONFINITE)
         return quant_ck_fail(err, QUANT_CK_ERR_QUANT,
-                             "tensor '%s': non-finite value (NaN or Inf) at flat index %lld",
-                             tp->in->name, (long long)(row0 * tp->row_elems + qe.index));
-    return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "tensor '%s': %s", tp->in->name, qe.message);
+                             "%s: tensor '%s': non-finite value (NaN or Inf) at flat index %lld",
+                             sp->in->path, tp->in->name,
+                             (long long)(row0 * tp->row_elems + qe.index));
+    return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "%s: tensor '%s': %s", sp->in->path, tp->in->name,
+                         qe.message);
 }
 
 static quant_ck_status tensor_amax(ck_run *run, const ck_shard_plan *sp, ck_tensor_plan *tp,
@@ -77,10 +79,7 @@ static quant_ck_status shard_amax(ck_run *run, ck_shard_plan *sp, bool *any, qua
     for (size_t i = 0; i < sp->n; i++) {
         if (!needs_global_scale(&sp->t[i])) continue;
         quant_ck_status st = tensor_amax(run, sp, &sp->t[i], err);
-        if (st != QUANT_CK_OK) {
-            quant_ck_prefix(err, "%s", sp->in->path);
-            return st;
-        }
+        if (st != QUANT_CK_OK) return st; /* the message names the file */
         *any = true;
     }
     return QUANT_CK_OK;

@@ -1,4 +1,6 @@
-/* pipeline.c -- one shard through three overlapped stages: a reader thread (pread into units),
+/* pipeline.c -- one shard through three overlapped stages: a reader thread (pread into units;
+ * for an input still arriving each unit waits for its last byte, and the shard's size is checked
+ * once it is whole),
  * the compute stage in the calling thread (libquant's pool does the math), and a writer thread
  * (pwrite of every output piece at its planned offset). Bounded queues between the stages keep
  * the number of buffers in flight, hence memory, fixed whatever the shard or tensor size. The
@@ -62,7 +64,8 @@ static void unit_free(ck_unit *u)
 /* ---- reader ---------------------------------------------------------------------------------- */
 
 /* The unit's input bytes: a buffer read with pread (copied units always: the writer takes it),
- * or, with map_input, a read-only mapping of the file (no copy). */
+ * or, with map_input, a read-only mapping of the file (no copy). Errors name the file (those of
+ * quant_st_read, which waits for a file still arriving, name it already). */
 static quant_ck_status load_input(pipe_t *p, ck_unit *u, quant_ck_error *e)
 {
     const quant_st_tensor *t = u->tp->in;
@@ -75,8 +78,8 @@ static quant_ck_status load_input(pipe_t *p, ck_unit *u, quant_ck_error *e)
         if (u->in_buf) return QUANT_CK_OK;
     }
     if (!(u->in_buf = ck_buf_alloc(u->in_len)))
-        return quant_ck_fail(e, QUANT_CK_ERR_NOMEM, "out of memory for a %llu-byte buffer",
-                             (unsigned long long)u->in_len);
+        return quant_ck_fail(e, QUANT_CK_ERR_NOMEM, "%s: out of memory for a %llu-byte buffer",
+                             p->sp->in->path, (unsigned long long)u->in_len);
     return quant_st_read(p->sp->in, t, u->in_off, u->in_buf, u->in_len, e);
 }
 
@@ -101,7 +104,6 @@ static bool read_unit(pipe_t *p, size_t tensor, ck_unit_kind kind, int64_t row0,
                    .first = first,
                    .last = last};
     if (load_input(p, u, &e) != QUANT_CK_OK) {
-        quant_ck_prefix(&e, "%s", p->sp->in->path);
         pipe_fail(p, &e);
         unit_free(u);
         return false;
@@ -140,6 +142,15 @@ static bool read_pass(pipe_t *p, size_t i, ck_unit_kind kind, bool first_pass)
     return true;
 }
 
+/* After the shard's last tensor: a file still arriving must then be whole, of the size its
+ * header implies (ck_st_check_whole; nothing for any other file). */
+static void shard_whole(pipe_t *p)
+{
+    quant_ck_error e;
+    if (!atomic_load(&p->failed) && ck_st_check_whole(p->sp->in, &e) != QUANT_CK_OK)
+        pipe_fail(p, &e);
+}
+
 static void *reader_main(void *arg)
 {
     pipe_t *p = arg;
@@ -149,7 +160,9 @@ static void *reader_main(void *arg)
                                 : (!tp->two_pass || read_pass(p, i, CK_UNIT_CALIB, true)) &&
                                       read_pass(p, i, CK_UNIT_QUANT, !tp->two_pass);
         if (!ok) break;
+        if (i + 1 == p->sp->n) shard_whole(p);
     }
+    if (p->sp->n == 0) shard_whole(p);
     ck_queue_close(&p->to_compute);
     return NULL;
 }

@@ -1,7 +1,9 @@
 /* st_read.c -- the safetensors reader: opens a file (or takes an open descriptor, or a buffer
  * already in memory), validates its header as the reference parser does (length, UTF-8, JSON,
  * dtypes, shapes, sizes, contiguous offsets, metadata), keeps the tensors in data order with a
- * name index, and reads tensor bytes on demand with pread (or memcpy from the buffer).
+ * name index, and reads tensor bytes on demand with pread (or memcpy from the buffer). A file
+ * still arriving (ck_st_open_growing) is read only as far as the run's wait function confirms,
+ * and its size checked against its header once it is whole.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ck_internal.h"
 #include "quant_st.h"
 
 /* What quant_st_open allocates: the public struct first, then the name index. */
@@ -22,6 +25,9 @@ typedef struct st_file {
     const quant_st_tensor **by_name; /* n_tensors pointers, sorted by strcmp of the name */
     const unsigned char *mem; /* quant_st_open_buffer: the caller's file_size bytes, else NULL */
     bool header_only;         /* quant_st_open_header_fd: the data may be cut short or absent */
+    bool growing;             /* ck_st_open_growing: read only what `wait` confirms; file_size is
+                                 what the header implies until ck_st_check_whole */
+    ck_wait wait;
 } st_file;
 
 #define SHAPE_TEXT_MAX (QUANT_MAX_RANK * 22 + 4)
@@ -108,10 +114,11 @@ static int read_at(const st_file *sf, void *buf, size_t n, uint64_t off)
 
 /* ---- the length prefix and the header text --------------------------------------------------- */
 
-/* The descriptor's size; it must be a regular file (O_NONBLOCK, if it was opened with it, is
- * cleared). */
-static quant_ck_status stat_file(quant_st_file *f, quant_ck_error *err)
+/* The descriptor's size (not for a file still arriving); it must be a regular file (O_NONBLOCK,
+ * if it was opened with it, is cleared). */
+static quant_ck_status stat_file(st_file *sf, quant_ck_error *err)
 {
+    quant_st_file *f = &sf->pub;
     struct stat sb;
     if (fstat(f->fd, &sb) != 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot stat: %s", strerror(errno));
@@ -119,8 +126,14 @@ static quant_ck_status stat_file(quant_st_file *f, quant_ck_error *err)
     int fl = fcntl(f->fd, F_GETFL);
     if (fl < 0 || ((fl & O_NONBLOCK) && fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "fcntl: %s", strerror(errno));
-    f->file_size = (uint64_t)sb.st_size;
+    if (!sf->growing) f->file_size = (uint64_t)sb.st_size;
     return QUANT_CK_OK;
+}
+
+/* A file still arriving: waits for bytes [0, end) (the header's: no tensor named). */
+static quant_ck_status wait_header(const st_file *sf, uint64_t end, quant_ck_error *err)
+{
+    return ck_wait_input(&sf->wait, ck_basename(sf->pub.path), end, NULL, err);
 }
 
 /* Whether the byte after the length prefix opens a JSON object, as every safetensors header does
@@ -155,9 +168,35 @@ static quant_ck_status bad_length(const st_file *sf, uint64_t n, quant_ck_error 
                n, f->file_size);
 }
 
+/* The length prefix of a file still arriving: its 8 bytes waited for, then the header's. */
+static quant_ck_status read_length_growing(st_file *sf, quant_ck_error *err)
+{
+    quant_st_file *f = &sf->pub;
+    quant_ck_status st = wait_header(sf, 8, err);
+    if (st != QUANT_CK_OK) return st;
+    unsigned char b[8];
+    int r = read_at(sf, b, 8, 0);
+    if (r != 0)
+        return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot read: %s",
+                             r < 0 ? strerror(errno) : "file shorter than its confirmed 8 bytes");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+    if (n > QUANT_ST_MAX_HEADER)
+        return bad(err,
+                   "not a safetensors file (the first 8 bytes are not a header length: they read "
+                   "as %" PRIu64 ", more than the %u-byte limit)",
+                   n, QUANT_ST_MAX_HEADER);
+    st = wait_header(sf, 8 + n, err);
+    if (st != QUANT_CK_OK) return st;
+    f->header_len = n;
+    f->data_start = 8 + n;
+    return QUANT_CK_OK;
+}
+
 static quant_ck_status read_length(st_file *sf, quant_ck_error *err)
 {
     quant_st_file *f = &sf->pub;
+    if (sf->growing) return read_length_growing(sf, err);
     if (f->file_size == 0) return bad(err, "empty file (0 bytes), not a safetensors file");
     if (f->file_size < 8)
         return bad(err, "file is %" PRIu64 " bytes, shorter than the 8-byte header length",
@@ -216,7 +255,9 @@ static quant_ck_status header_bytes(const st_file *sf, const char **text, char *
     int r = read_at(sf, *owned, n, 8);
     if (r != 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot read the header: %s",
-                             r < 0 ? strerror(errno) : "file shrank while reading");
+                             r < 0         ? strerror(errno)
+                             : sf->growing ? "file shorter than its confirmed header"
+                                           : "file shrank while reading");
     *text = *owned;
     return QUANT_CK_OK;
 }
@@ -427,21 +468,33 @@ static int by_offsets(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* The tensors, ending at `pos`, must cover the byte buffer up to the end of the file. */
-static quant_ck_status check_coverage(const quant_st_file *f, uint64_t pos, quant_ck_error *err)
+/* The tensors, ending at `pos`, must cover the byte buffer (`buffer` bytes after the header)
+ * exactly; `short_ok`: a header without (all of) its data. */
+static quant_ck_status coverage(uint64_t buffer, uint64_t pos, bool short_ok, quant_ck_error *err)
 {
-    uint64_t buffer = f->file_size - f->data_start;
     if (pos < buffer)
         return bad(err,
                    "%" PRIu64 " trailing bytes after the last tensor's data (tensors cover %" PRIu64
                    " of the %" PRIu64 "-byte buffer)",
                    buffer - pos, pos, buffer);
-    if (pos > buffer && !((const st_file *)f)->header_only)
+    if (pos > buffer && !short_ok)
         return bad(err,
                    "file is truncated: tensors need %" PRIu64 " bytes of data but the buffer "
                    "holds %" PRIu64 " (%" PRIu64 " missing bytes)",
                    pos, buffer, pos - buffer);
     return QUANT_CK_OK;
+}
+
+/* The tensors, ending at `pos`, must cover the byte buffer up to the end of the file; a file
+ * still arriving takes the size they imply (checked by ck_st_check_whole once it is whole). */
+static quant_ck_status check_coverage(quant_st_file *f, uint64_t pos, quant_ck_error *err)
+{
+    const st_file *sf = (const st_file *)f;
+    if (sf->growing) {
+        f->file_size = f->data_start + pos;
+        return QUANT_CK_OK;
+    }
+    return coverage(f->file_size - f->data_start, pos, sf->header_only, err);
 }
 
 /* Sorted by offsets, the tensors must tile [0, buffer size) exactly. */
@@ -495,7 +548,7 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
 {
     quant_st_file *f = &sf->pub;
     json_t *root = NULL;
-    quant_ck_status st = sf->mem ? QUANT_CK_OK : stat_file(f, err);
+    quant_ck_status st = sf->mem ? QUANT_CK_OK : stat_file(sf, err);
     if (st == QUANT_CK_OK) st = read_length(sf, err);
     if (st == QUANT_CK_OK) st = load_header(sf, &root, err);
     if (st == QUANT_CK_OK) st = parse_entries(f, root, err);
@@ -509,7 +562,8 @@ static quant_ck_status validate(st_file *sf, quant_ck_error *err)
  * NULL) and hands it out; on failure frees it (closing `fd`) and prefixes the message with the
  * name. */
 static quant_ck_status open_common(const char *name, int fd, const void *mem, size_t len,
-                                   bool header_only, quant_st_file **out, quant_ck_error *err)
+                                   bool header_only, const ck_wait *wait, quant_st_file **out,
+                                   quant_ck_error *err)
 {
     st_file *sf = calloc(1, sizeof *sf);
     if (!sf || !(sf->pub.path = strdup(name))) {
@@ -520,10 +574,14 @@ static quant_ck_status open_common(const char *name, int fd, const void *mem, si
     sf->pub.fd = fd;
     sf->mem = mem;
     sf->header_only = header_only;
+    if (wait) {
+        sf->growing = true;
+        sf->wait = *wait;
+    }
     if (mem) sf->pub.file_size = (uint64_t)len;
     quant_ck_status st = validate(sf, err);
     if (st != QUANT_CK_OK) {
-        quant_ck_prefix(err, "%s", name);
+        if (st != QUANT_CK_ERR_CANCELLED) quant_ck_prefix(err, "%s", name);
         quant_st_close(&sf->pub);
         return st;
     }
@@ -538,7 +596,7 @@ quant_ck_status quant_st_open(const char *path, quant_st_file **out, quant_ck_er
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
     if (fd < 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    return open_common(path, fd, NULL, 0, false, out, err);
+    return open_common(path, fd, NULL, 0, false, NULL, out, err);
 }
 
 quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out, quant_ck_error *err)
@@ -549,7 +607,7 @@ quant_ck_status quant_st_open_fd(int fd, const char *name, quant_st_file **out, 
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_fd: %s",
                              fd < 0 ? "negative descriptor" : "NULL argument");
     }
-    return open_common(name, fd, NULL, 0, false, out, err);
+    return open_common(name, fd, NULL, 0, false, NULL, out, err);
 }
 
 quant_ck_status quant_st_open_header_fd(int fd, const char *name, quant_st_file **out,
@@ -561,7 +619,36 @@ quant_ck_status quant_st_open_header_fd(int fd, const char *name, quant_st_file 
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_header_fd: %s",
                              fd < 0 ? "negative descriptor" : "NULL argument");
     }
-    return open_common(name, fd, NULL, 0, true, out, err);
+    return open_common(name, fd, NULL, 0, true, NULL, out, err);
+}
+
+quant_ck_status ck_st_open_growing(int fd, const char *name, const ck_wait *w, quant_st_file **out,
+                                   quant_ck_error *err)
+{
+    if (out) *out = NULL;
+    if (fd < 0 || !name || !w || !w->fn || !out) {
+        if (fd >= 0) close(fd);
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG, "ck_st_open_growing: bad argument");
+    }
+    return open_common(name, fd, NULL, 0, false, w, out, err);
+}
+
+quant_ck_status ck_st_check_whole(const quant_st_file *f, quant_ck_error *err)
+{
+    const st_file *sf = (const st_file *)f;
+    if (!sf->growing) return QUANT_CK_OK;
+    quant_ck_status st =
+        ck_wait_input(&sf->wait, ck_basename(f->path), QUANT_INPUT_WHOLE, NULL, err);
+    struct stat sb;
+    if (st == QUANT_CK_OK && fstat(f->fd, &sb) != 0)
+        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "cannot stat: %s", strerror(errno));
+    if (st == QUANT_CK_OK) {
+        uint64_t size = (uint64_t)sb.st_size;
+        uint64_t buffer = size > f->data_start ? size - f->data_start : 0;
+        st = coverage(buffer, f->file_size - f->data_start, false, err);
+    }
+    if (st != QUANT_CK_OK && st != QUANT_CK_ERR_CANCELLED) quant_ck_prefix(err, "%s", f->path);
+    return st;
 }
 
 quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *name,
@@ -570,7 +657,7 @@ quant_ck_status quant_st_open_buffer(const void *buf, size_t len, const char *na
     if (out) *out = NULL;
     if (!buf || !name || !out)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "quant_st_open_buffer: NULL argument");
-    return open_common(name, -1, buf, len, false, out, err);
+    return open_common(name, -1, buf, len, false, NULL, out, err);
 }
 
 void quant_st_close(quant_st_file *f)
@@ -629,7 +716,16 @@ quant_ck_status quant_st_read(const quant_st_file *f, const quant_st_tensor *t, 
                              "%s: tensor '%s': cannot read %zu bytes at offset %" PRIu64
                              " of its %" PRIu64 " bytes",
                              f->path, t->name, n, offset, size);
-    int r = read_at((const st_file *)f, buf, n, f->data_start + t->begin + offset);
+    const st_file *sf = (const st_file *)f;
+    uint64_t at = f->data_start + t->begin + offset;
+    if (sf->growing) {
+        quant_ck_status st = ck_wait_input(&sf->wait, ck_basename(f->path), at + n, t->name, err);
+        if (st != QUANT_CK_OK) {
+            if (st != QUANT_CK_ERR_CANCELLED) quant_ck_prefix(err, "%s", f->path);
+            return st;
+        }
+    }
+    int r = read_at(sf, buf, n, at);
     if (r != 0)
         return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: tensor '%s': read failed: %s", f->path,
                              t->name, r < 0 ? strerror(errno) : "short read (file changed?)");

@@ -87,7 +87,32 @@ typedef struct quant_importance {
  * (NUL-terminated, at most why_len bytes, no server path in it): the run then fails with
  * QUANT_CK_ERR_IO naming the file (and the tensor it was reading) and that reason. It may block;
  * it is called from the run's threads, one call at a time per file. Every input file must exist
- * (perhaps empty) when the run starts. */
+ * (perhaps empty) when the run starts.
+ *
+ * What the run asks, in order (so a client should send the small files first):
+ *  - a directory: the index (when the directory has one) whole, then each shard's 8-byte length
+ *    prefix and its header (end 8, then 8 + length) in the index's (or name) order; with the
+ *    compressed-tensors layout config.json whole (it is validated before any tensor is read).
+ *    A shard's size is not taken when it is opened: the header gives its data's end, and an
+ *    empty or short *.safetensors file is not refused for it;
+ *  - compressed-tensors nvfp4 only: every nvfp4 tensor of every shard (its global scale comes
+ *    from the whole tensor, or its fused group, before any shard is written);
+ *  - then shard by shard, tensor by tensor in file order, each unit of work (up to chunk_bytes)
+ *    waits for its own end offset just before its pread: a tensor is quantized as soon as its
+ *    last byte is confirmed, while later bytes still arrive; after a shard's last tensor, the
+ *    shard whole, then its size is checked (a longer or shorter file fails as quant_st_open()
+ *    would: QUANT_CK_ERR_FORMAT "N trailing bytes ..." / "file is truncated ...");
+ *  - at the end (a directory), each other file copied (config.json in the native layout too)
+ *    whole.
+ * A file is never read past what the wait confirmed. Messages: "IN/NAME: tensor 'T': input
+ * stopped before byte N arrived: REASON", "IN/NAME: input stopped before the whole file arrived:
+ * REASON" (a file run: "IN: ..."). After each wait returns true the run checks opts->cancel (a
+ * wait function may set it and return). A run that fails otherwise (bad data, a write error)
+ * asks for nothing more, but returns only once a wait in progress returns: at most one unit of
+ * work later, or when the wait gives up (bound it, or watch opts->cancel). quant_check_path() and
+ * quant_plan_path() make the same waits for what they read (the index, the headers, config.json): a
+ * server may plan a job as its headers arrive. quant_plan_file() ignores input_wait (its file is
+ * open already). With input_wait NULL the run never calls it and reads as before. */
 #define QUANT_INPUT_WHOLE UINT64_MAX
 typedef bool (*quant_input_wait_fn)(void *user, const char *name, uint64_t end, char *why,
                                     size_t why_len);

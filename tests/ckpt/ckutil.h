@@ -59,6 +59,7 @@ Suite *suite_plan(void);
 Suite *suite_microscaling_ckpt(void);
 Suite *suite_hash(void);
 Suite *suite_kit(void);
+Suite *suite_stream_in(void);
 Suite *suite_mse_ckpt(void);
 
 #endif
