@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "../testutil.h"
+#include "internal.h"
 
 START_TEST(mse_parse)
 {
@@ -403,6 +404,54 @@ START_TEST(mse_matches_reference)
 }
 END_TEST
 
+/* Every ISA's error sums (kernel table mse_acc) equal the generic ones bit for bit: ragged
+ * chunks, groups cut by the chunk's ends, 1..QUANT_MSE_BATCH candidates, zero weights. */
+START_TEST(mse_acc_isas)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    enum { N = 1024 };
+    static float x[N], d[QUANT_MSE_BATCH * N], w[N];
+    static double e0[QUANT_MSE_BATCH * 64], e1[QUANT_MSE_BATCH * 64];
+    static const int64_t tiles[] = {1, 3, 7, 32, 100, 5000};
+    tu_rng r = {4242};
+    for (int it = 0; it < tu_iters(200); it++) {
+        int64_t n = 1 + tu_below(&r, N), tile = tiles[tu_below(&r, 6)];
+        int64_t c0 = tu_below(&r, 3 * tile), es = (c0 + n - 1) / tile + 1;
+        if (es > 64) {
+            tile = (c0 + n + 63) / 64 + 1; /* keep the groups in the buffers */
+            es = (c0 + n - 1) / tile + 1;
+        }
+        int nk = 1 + (int)tu_below(&r, QUANT_MSE_BATCH);
+        tu_fill(&r, x, n, 2.0f, 1);
+        tu_fill(&r, d, (int64_t)nk * N, 2.0f, 1);
+        for (int64_t j = 0; j < n; j++) w[j] = tu_below(&r, 5) ? fabsf(tu_normal(&r, 3.0f)) : 0.0f;
+        for (int64_t i = 0; i < nk * es; i++) e0[i] = (double)i * 0.25;
+        quant_kernels_generic.mse_acc(x, d, N, nk, w, n, c0, tile, e0, es);
+        for (int i = 0; i < nisa; i++) {
+            const quant_kernels *k = quant_kernels_for(isas[i]);
+            ck_assert_ptr_nonnull(k);
+            for (int64_t g = 0; g < nk * es; g++) e1[g] = (double)g * 0.25;
+            k->mse_acc(x, d, N, nk, w, n, c0, tile, e1, es);
+            ck_assert_msg(memcmp(e0, e1, (size_t)(nk * es) * sizeof *e0) == 0,
+                          "isa %s n %lld c0 %lld tile %lld nk %d", quant_isa_name(isas[i]),
+                          (long long)n, (long long)c0, (long long)tile, nk);
+        }
+        /* and the generic sums are the formula in element order */
+        for (int k = 0; k < nk; k++)
+            for (int64_t g = 0; g < es; g++) {
+                double a = (double)(k * es + g) * 0.25;
+                for (int64_t j = 0; j < n; j++) {
+                    if ((c0 + j) / tile != g) continue;
+                    double e = (double)x[j] - (double)d[k * N + j];
+                    a += (double)w[j] * (e * e);
+                }
+                ck_assert(a == e0[k * es + g]);
+            }
+    }
+}
+END_TEST
+
 Suite *suite_mse(void)
 {
     Suite *s = suite_create("mse");
@@ -412,6 +461,7 @@ Suite *suite_mse(void)
     tcase_add_test(tc, mse_ratio_grid);
     tcase_add_test(tc, mse_hand_case);
     tcase_add_test(tc, mse_ties);
+    tcase_add_test(tc, mse_acc_isas);
     tcase_add_loop_test(tc, mse_matches_reference, 0, (int)(sizeof mcases / sizeof mcases[0]));
     suite_add_tcase(s, tc);
     return s;
