@@ -9,7 +9,8 @@
  *
  * Environment: QUANT_BENCH_MIB (tensor size in MiB of f32, overrides the LLC rule),
  * QUANT_BENCH_ROWS, QUANT_BENCH_COLS (override both), QUANT_BENCH_REPS (timed runs after one
- * warm-up, best kept; default 5), QUANT_ISA (kernel set).
+ * warm-up, best kept; default 5), QUANT_ISA (kernel set), QUANT_BENCH_ONLY (time only the
+ * kernels whose label holds one of these '|'-separated texts; the baselines always run).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -41,7 +42,7 @@
 #define BUFFER_ALIGN   64
 #define LABEL_MAX      64
 #define COLUMNS        2 /* 0: one thread, 1: all online CPUs */
-#define MAX_ROWS_SHOWN 20
+#define MAX_ROWS_SHOWN 22
 
 /* ---- one kernel to time ---------------------------------------------------------------------- */
 
@@ -62,6 +63,8 @@ static const kernel_case kernel_cases[] = {
     {"int4 tile 128 (packed)", QUANT_QTYPE_INT4, NULL, false, 128, false, false},
     {"fp8 e4m3fn per-channel", QUANT_QTYPE_FP8_E4M3FN, NULL, false, 0, false, false},
     {"nf4 tile 64 (packed)", QUANT_QTYPE_NF4, NULL, false, 64, false, false},
+    {"int4 tile 32 mse (n=20, 21 candidates)", QUANT_QTYPE_INT4, "mse", false, 32, false, false},
+    {"int8 per-channel mse (n=20)", QUANT_QTYPE_INT8, "mse", false, 0, false, false},
     {"int8 minmax per-channel (zero point)", QUANT_QTYPE_INT8, "minmax", false, 0, false, false},
     {"bf16 input -> int8 per-channel", QUANT_QTYPE_INT8, NULL, false, 0, true, false},
     {"bf16 input -> int8 tile 32", QUANT_QTYPE_INT8, NULL, false, 32, true, false},
@@ -141,6 +144,16 @@ static int report_quant_error(const char *call, const char *what, int threads,
 /* ---- configuration --------------------------------------------------------------------------- */
 
 /* Reads a positive integer from the environment, or `fallback` when the variable is unset. */
+/* QUANT_BENCH_ONLY: '|'-separated texts, a label is timed when it holds one of them. */
+static bool label_selected(const char *label, const char *only)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", only);
+    for (char *save = NULL, *t = strtok_r(buf, "|", &save); t; t = strtok_r(NULL, "|", &save))
+        if (strstr(label, t)) return true;
+    return false;
+}
+
 static int env_positive(const char *name, long fallback, long max, long *value)
 {
     const char *text = getenv(name);
@@ -683,8 +696,11 @@ static int measure_all(bench *b, bench_table *t)
         return -1;
     }
     if (measure_memcpy(b, &t->rows[t->n++]) != 0) return -1;
-    for (size_t i = 0; i < N_KERNEL_CASES; i++)
+    const char *only = getenv("QUANT_BENCH_ONLY");
+    for (size_t i = 0; i < N_KERNEL_CASES; i++) {
+        if (only && !label_selected(kernel_cases[i].label, only)) continue;
         if (measure_kernel(b, &kernel_cases[i], &t->rows[t->n++], &t->mismatch) != 0) return -1;
+    }
     bench_row again; /* the machine is shared: the baseline's best of before and after */
     if (measure_read_only(b, &again, max_abs_seen) != 0) return -1;
     for (int c = 0; c < COLUMNS; c++)

@@ -4,7 +4,8 @@
 # (`quant quantize`, every rule's weight_calibration_method set by --method), turns each result
 # back into float (`quant dequantize`) and compares it with the float model on the same held-out
 # sequences sampled from the float model (eval_kld.py's measure), printing one Markdown row per
-# rule set. Needs NumPy (Debian: python3-numpy). Run: python3 examples/kld_table.py --help
+# rule set. With --stats (a collect_stats.py --out dump holding mean_sq) every quantizing rule
+# also gets "weight_importance": true and `quant quantize --stats` weighs its MSE search (SPEC 9). Needs NumPy (Debian: python3-numpy). Run: python3 examples/kld_table.py --help
 # SPDX-License-Identifier: Apache-2.0
 import argparse
 import json
@@ -42,16 +43,18 @@ RULE_SETS = [
 ]
 
 
-def with_method(rules, method):
-    return [dict(r, weight_calibration_method=method) if r.get("weight_qtype") else r
+def with_method(rules, method, importance=False):
+    extra = {"weight_importance": True} if importance else {}
+    return [dict(r, weight_calibration_method=method, **extra) if r.get("weight_qtype") else r
             for r in rules]
 
 
-def quantize(quant, rules, src, out, tmp):
+def quantize(quant, rules, src, out, tmp, stats=None):
     path = os.path.join(tmp, "rules.json")
     with open(path, "w") as f:
         json.dump(rules, f)
-    r = subprocess.run([quant, "quantize", "-q", "-r", path, src, out], stdout=subprocess.PIPE,
+    cmd = [quant, "quantize", "-q", "-r", path] + (["--stats", stats] if stats else [])
+    r = subprocess.run(cmd + [src, out], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit("kld_table: quant quantize: %s" % r.stderr.strip())
@@ -66,6 +69,9 @@ def main(argv=None):
     p.add_argument("--quant", metavar="PATH", help="the quant command (as eval_kld.py)")
     p.add_argument("--method", default="absmax", help="weight_calibration_method of every "
                    "quantizing rule (default %(default)s)")
+    p.add_argument("--stats", metavar="FILE", help="statistics with mean_sq (collect_stats.py "
+                   "--out): every quantizing rule gets weight_importance (needs --method mse or "
+                   "minmax_mse)")
     p.add_argument("--sequences", type=int, default=64, help="default %(default)s")
     p.add_argument("--seq-len", type=int, default=128, help="default %(default)s")
     p.add_argument("--seed", type=int, default=1234, help="default %(default)s")
@@ -75,14 +81,15 @@ def main(argv=None):
     ref = llama_np.Llama(a.float_ckpt)
     tokens = ref.sample(a.sequences, a.seq_len, a.seed)
     print("%s: %d sequences x %d tokens sampled from the float model (seed %d), %d positions; "
-          "calibration %s" % (a.float_ckpt, a.sequences, a.seq_len, a.seed, tokens.size,
-                              a.method))
+          "calibration %s%s" % (a.float_ckpt, a.sequences, a.seq_len, a.seed, tokens.size,
+                                a.method, " + importance from " + a.stats if a.stats else ""))
     print("| rule set | bytes out | worst SQNR dB | mean KLD +/- stderr | p99 KLD | top-1 |")
     print("|---|---|---|---|---|---|")
     for name, rules in RULE_SETS:
         with tempfile.TemporaryDirectory(prefix="kld_table-") as tmp:
             out = os.path.join(tmp, "q")
-            summary = quantize(quant, with_method(rules, a.method), a.float_ckpt, out, tmp)
+            summary = quantize(quant, with_method(rules, a.method, bool(a.stats)), a.float_ckpt,
+                               out, tmp, a.stats)
             other = llama_np.Llama(eval_kld.dequantize(quant, out, tmp))
         s = eval_kld.summarize(a, *eval_kld.compare(ref, other, tokens))
         print("| %s | %d | %.2f | %.4f +/- %.4f | %.3f | %.2f %% |" % (

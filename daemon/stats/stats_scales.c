@@ -28,7 +28,9 @@ quant_act_stat *qd_stat_views(const qd_stat_avg *avg, size_t n)
                                 .rank = a->rank,
                                 .a = kind == QUANT_STAT_NONE ? NULL : a->a,
                                 .b = kind == QUANT_STAT_MINMAX ? a->b : NULL,
-                                .count = a->count};
+                                .count = a->count,
+                                .mean_sq = a->n_sq ? a->sq : NULL, /* weight_importance */
+                                .mean_sq_len = a->n_sq};
         memcpy(v[i].shape, a->shape, sizeof v[i].shape);
     }
     return v;

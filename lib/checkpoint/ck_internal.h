@@ -116,6 +116,9 @@ typedef struct ck_tensor_plan {
     int64_t unit_rows; /* axis-0 indices per unit */
     int64_t tile0;     /* axis-0 indices per scale row (shape[0] / scale_shape[0]) */
     bool two_pass;     /* axis 0 reduced and a scale group exceeds a unit: calibrate first */
+    /* weight_importance (SPEC 9): the statistic weighing its MSE search (how.importance points
+     * into it), or NULL */
+    const quant_importance *imp;
     /* compressed-tensors: the static activation that became this weight's input_scale */
     const quant_static_act *static_act;
 } ck_tensor_plan;
@@ -269,6 +272,9 @@ typedef struct ck_tensor_state {
     double *sumsq;             /* two-pass rms: sum of rms_chunk^2 * n_chunk */
     double sum_x2, sum_e2, max_err;
     int64_t calib_units;
+    bool mse;                             /* an MSE calibration: the search's errors, by unit */
+    double mse_before, mse_after;         /* summed in unit order */
+    int64_t mse_groups, mse_shrunk;
 } ck_tensor_state;
 
 typedef struct ck_compute {

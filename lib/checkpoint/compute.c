@@ -210,9 +210,19 @@ static quant_ck_status quantize_unit(ck_compute *c, ck_unit *u, const quant_tens
     if (!q) return nomem(err);
     quant_error qe;
     quant_error_stats es, *esp = c->quality ? &es : NULL;
+    quant_mse_result mse = {0};
+    quant_how h = *how;
+    h.mse_out = &mse;
     quant_status qs =
         tp->two_pass ? quant_quantize_with_scale_measured(c->ctx, how, x, scale, zp, q, esp, &qe)
-                     : quant_quantize_measured(c->ctx, how, x, q, scale, zp, esp, &qe);
+                     : quant_quantize_measured(c->ctx, &h, x, q, scale, zp, esp, &qe);
+    if (qs == QUANT_OK && mse.groups > 0) { /* an MSE search ran: its errors, unit by unit */
+        st->mse = true;
+        st->mse_before += mse.err_before;
+        st->mse_after += mse.err_after;
+        st->mse_groups += mse.groups;
+        st->mse_shrunk += mse.shrunk;
+    }
     if (qs != QUANT_OK) {
         ck_buf_free(q, (size_t)qb);
         return qfail(err, u, &qe);
@@ -242,6 +252,10 @@ quant_ck_status ck_compute_unit(ck_compute *c, ck_unit *u, quant_ck_error *err)
     quant_tensor_init(&x, tp->in_dtype, tp->in->rank, shape, u->in_buf, NULL);
     quant_how how = tp->how;
     how.sr_index_base = (uint64_t)(u->row0 * tp->row_elems);
+    if (how.importance && how.importance_axis == 0) { /* units split axis 0 */
+        how.importance += u->row0;
+        how.importance_len = u->rows;
+    }
     if (u->kind == CK_UNIT_CALIB) return calibrate_unit(c, u, &x, &how, err);
     return quantize_unit(c, u, &x, &how, err);
 }
@@ -252,6 +266,13 @@ void ck_compute_finish(ck_compute *c, quant_report_entry *e)
         e->has_quality = true;
         e->max_abs_err = c->st.max_err;
         e->sqnr_db = c->st.sum_e2 > 0 ? 10.0 * log10(c->st.sum_x2 / c->st.sum_e2) : INFINITY;
+    }
+    if (e && e->quantized && c->st.mse) {
+        e->has_mse = true;
+        e->mse_err_before = c->st.mse_before;
+        e->mse_err_after = c->st.mse_after;
+        e->mse_groups = c->st.mse_groups;
+        e->mse_shrunk = c->st.mse_shrunk;
     }
     state_clear(&c->st);
 }

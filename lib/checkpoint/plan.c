@@ -60,6 +60,14 @@ static void plan_units(ck_tensor_plan *tp, size_t chunk)
     tp->tile0 = d0 / tp->scale_shape[0];
     uint64_t group_bytes = row_bytes * (uint64_t)tp->tile0;
     tp->two_pass = group_bytes > chunk && tp->scale_shape[0] == 1;
+    quant_calib_method m;
+    if (tp->two_pass && quant_calib_parse(tp->how.calibration, &m, NULL) == QUANT_OK &&
+        (m.kind == QUANT_CALIB_MSE || m.kind == QUANT_CALIB_MINMAX_MSE)) {
+        /* an MSE search needs each scale group whole: axis 0 reduced means one unit */
+        tp->two_pass = false;
+        tp->unit_rows = d0;
+        return;
+    }
     if (tp->two_pass)
         tp->unit_rows = row_bytes >= chunk ? 1 : (int64_t)(chunk / row_bytes);
     else if (group_bytes >= chunk)
@@ -81,8 +89,58 @@ static void resolve_tiles(ck_tensor_plan *tp)
     }
 }
 
+/* weight_importance (SPEC 9): the one importance statistic whose module path is the weight's
+ * and whose length is its contraction dim. Without statistics, a plan that expects them later
+ * (allow_static_acts) leaves the weights at 1; a run is refused. */
+static quant_ck_status plan_importance(ck_tensor_plan *tp, const quant_pipeline_options *o,
+                                       quant_ck_error *err)
+{
+    const quant_st_tensor *t = tp->in;
+    if (!tp->r->weight_importance) return QUANT_CK_OK;
+    char buf[CK_SHORT_MAX];
+    const char *shown = ck_short_text(t->name, buf, sizeof buf);
+    if (!o->importance_given) {
+        if (o->allow_static_acts) return QUANT_CK_OK;
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "weight '%s': rule %ld sets weight_importance, which needs "
+                             "statistics with mean_sq (--stats, or a quantd job's stats_model); "
+                             "this run has none",
+                             shown, tp->rule);
+    }
+    int axis = tp->r->contraction_axes[0];
+    if (axis < 0) axis += t->rank;
+    int64_t dim = t->shape[axis];
+    size_t cap = strlen(t->name) + 1;
+    char *module = malloc(cap);
+    if (!module) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_module_path(t->name, module, cap);
+    const quant_importance *found = NULL;
+    size_t matches = 0;
+    for (size_t i = 0; i < o->n_importance; i++) {
+        const quant_importance *q = &o->importance[i];
+        if (q->n == dim && strcmp(q->module_path, module) == 0) {
+            if (!found) found = q;
+            matches++;
+        }
+    }
+    free(module);
+    if (matches != 1)
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                             "weight '%s': rule %ld sets weight_importance, and %s activation "
+                             "of its module path has a mean_sq of length %lld (its contraction "
+                             "dim)%s%s",
+                             shown, tp->rule, matches ? "more than one" : "no", (long long)dim,
+                             matches ? ": the first is " : "", matches ? found->act : "");
+    tp->imp = found;
+    tp->how.importance = found->w;
+    tp->how.importance_len = found->n;
+    tp->how.importance_axis = axis;
+    return QUANT_CK_OK;
+}
+
 static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, quant_layout layout,
-                                      size_t chunk, quant_ck_error *err)
+                                      size_t chunk, const quant_pipeline_options *o,
+                                      quant_ck_error *err)
 {
     const quant_st_tensor *t = tp->in;
     if (tp->r->act_static_scale && !sp->static_ok)
@@ -100,6 +158,8 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
         return quant_ck_fail(err, QUANT_CK_ERR_QUANT, "tensor '%s': rule %ld: %s", t->name,
                              tp->rule, qe.message);
     tp->scale_numel = quant_numel(t->rank, tp->scale_shape);
+    st = plan_importance(tp, o, err);
+    if (st != QUANT_CK_OK) return st;
     resolve_tiles(tp);
     tp->asym = quant_how_asymmetric(&tp->how);
     st = layout == QUANT_LAYOUT_CTENSORS ? ck_ct_outputs(sp, tp, err)
@@ -129,7 +189,7 @@ static quant_ck_status match_rule(ck_tensor_plan *tp, quant_rule_matcher *m, qua
 
 static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
                                    const quant_ruleset *rules, quant_rule_matcher *m,
-                                   quant_layout layout, size_t chunk, quant_ck_error *err)
+                                   const quant_pipeline_options *o, quant_ck_error *err)
 {
     const quant_st_tensor *t = tp->in;
     for (int k = 0; k < CK_OUT_ROLES; k++) tp->out[k] = -1;
@@ -149,7 +209,7 @@ static quant_ck_status plan_tensor(ck_shard_plan *sp, ck_tensor_plan *tp,
     }
     if (!tp->reason) {
         tp->quantize = true;
-        return plan_quantized(sp, tp, layout, chunk, err);
+        return plan_quantized(sp, tp, o->layout, o->chunk_bytes, o, err);
     }
     tp->out[CK_OUT_DATA] = ck_plan_add_out(sp, t->name, t->dtype, t->rank, t->shape);
     if (tp->out[CK_OUT_DATA] < 0) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
@@ -190,7 +250,7 @@ quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_
     if (!sp->t) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < sp->n; i++) {
         sp->t[i].in = &in->tensors[i];
-        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, m, layout, o->chunk_bytes, err);
+        quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, m, o, err);
         if (st != QUANT_CK_OK) {
             quant_ck_prefix(err, "%s", in->path);
             return st;

@@ -50,6 +50,7 @@ void quant_report_free(quant_report *r)
     for (size_t i = 0; i < r->n; i++) {
         free((char *)r->e[i].name);
         free((char *)r->e[i].shard);
+        free((char *)r->e[i].importance_act);
     }
     for (size_t i = 0; i < r->n_acts; i++) static_act_clear(&r->acts[i]);
     ck_report_drop_outputs(r);
@@ -239,6 +240,7 @@ quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_t
     e->rank = tp->in->rank;
     memcpy(e->shape, tp->in->shape, sizeof e->shape);
     if (tp->quantize) memcpy(e->scale_shape, tp->scale_shape, sizeof e->scale_shape);
+    if (tp->quantize && tp->imp) e->importance_act = strdup(tp->imp->act); /* NULL: not shown */
     return e;
 }
 
@@ -247,6 +249,11 @@ static json_t *dims(int rank, const int64_t *shape)
     json_t *a = json_array();
     for (int i = 0; a && i < rank; i++) json_array_append_new(a, json_integer(shape[i]));
     return a;
+}
+
+static json_t *finite_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
 }
 
 static json_t *entry_json(const quant_report_entry *e)
@@ -269,6 +276,16 @@ static json_t *entry_json(const quant_report_entry *e)
         json_object_set_new(o, "sqnr_db",
                             isfinite(e->sqnr_db) ? json_real(e->sqnr_db) : json_null());
         json_object_set_new(o, "max_abs_error", json_real(e->max_abs_err));
+    }
+    if (e->has_mse) {
+        /* JSON has no infinity: null when k = 0's scale had no value in the scale dtype */
+        json_t *m =
+            json_pack("{s:o, s:o, s:I, s:I}", "error_before", finite_or_null(e->mse_err_before),
+                      "error_after", finite_or_null(e->mse_err_after), "groups",
+                      (json_int_t)e->mse_groups, "shrunk", (json_int_t)e->mse_shrunk);
+        if (m && e->importance_act)
+            json_object_set_new(m, "importance", json_string(e->importance_act));
+        json_object_set_new(o, "mse", m);
     }
     return o;
 }

@@ -316,6 +316,12 @@ static quant_ck_status f_act_static(const ck_rule_ctx *c, const char *f, const j
     return want_bool(c, f, v, &r->act_static_scale);
 }
 
+static quant_ck_status f_weight_importance(const ck_rule_ctx *c, const char *f, const json_t *v,
+                                           quant_rule *r)
+{
+    return want_bool(c, f, v, &r->weight_importance);
+}
+
 static quant_ck_status f_act_batch_axes(const ck_rule_ctx *c, const char *f, const json_t *v,
                                         quant_rule *r)
 {
@@ -367,6 +373,7 @@ static const struct {
     {"scale_dtype", f_scale_dtype},
     {"pack", f_pack},
     {"stochastic_rounding", f_stochastic},
+    {"weight_importance", f_weight_importance},
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -510,6 +517,36 @@ static quant_ck_status check_microscaling(const ck_rule_ctx *c, const quant_rule
     return QUANT_CK_OK;
 }
 
+static bool is_mse(const char *calib)
+{
+    quant_calib_method m;
+    return quant_calib_parse(calib, &m, NULL) == QUANT_OK &&
+           (m.kind == QUANT_CALIB_MSE || m.kind == QUANT_CALIB_MINMAX_MSE);
+}
+
+/* weight_importance (SPEC 9) weighs an MSE search's error along one contraction axis; the MSE
+ * methods search weight scales only (activation scales come from statistics or at run time). */
+static quant_ck_status check_mse_fields(const ck_rule_ctx *c, const quant_rule *r)
+{
+    if (r->has_act_qtype && is_mse(r->act_calibration))
+        return ck_rule_fail(c, "act_calibration_method",
+                            "\"%.64s\" searches weight scales only; use absmax or minmax for "
+                            "activations",
+                            r->act_calibration);
+    if (!r->weight_importance || !r->has_weight_qtype) return QUANT_CK_OK;
+    if (!is_mse(r->weight_calibration))
+        return ck_rule_fail(c, "weight_importance",
+                            "true weighs an MSE scale search: it needs weight_calibration_method "
+                            "mse[,n[,lo]] or minmax_mse[,n[,lo]], not \"%.64s\"",
+                            r->weight_calibration);
+    if (r->n_contraction_axes != 1)
+        return ck_rule_fail(c, "weight_importance",
+                            "true needs a single contraction axis (the input features the "
+                            "activation's mean_sq is over), not %d",
+                            r->n_contraction_axes);
+    return QUANT_CK_OK;
+}
+
 static quant_ck_status rule_finish(const ck_rule_ctx *c, quant_rule *r)
 {
     quant_ck_status st = QUANT_CK_OK;
@@ -529,6 +566,8 @@ static quant_ck_status rule_finish(const ck_rule_ctx *c, quant_rule *r)
         if (st == QUANT_CK_OK) st = check_microscaling(c, r);
         if (st != QUANT_CK_OK) return st;
     }
+    st = check_mse_fields(c, r);
+    if (st != QUANT_CK_OK) return st;
     if (!r->has_act_qtype) return QUANT_CK_OK;
     if (r->act_static_scale && quant_qtype_traits_get(r->act_qtype)->fixed_tile)
         return ck_rule_fail(c, "act_static_scale",

@@ -23,6 +23,8 @@ struct quant_srq {
     size_t n, n_skipped;
     quant_static_act *acts;     /* name, tensor_base, scale, zero_point owned */
     quant_skipped_act *skipped; /* name, reason owned */
+    size_t n_imp;
+    quant_importance *imp; /* act, module_path, w owned: the activations with a mean_sq */
 };
 
 void quant_srq_options_init(quant_srq_options *o)
@@ -43,8 +45,14 @@ void quant_srq_free(quant_srq *srq)
         free((char *)srq->skipped[i].name);
         free((char *)srq->skipped[i].reason);
     }
+    for (size_t i = 0; i < srq->n_imp; i++) {
+        free((char *)srq->imp[i].act);
+        free((char *)srq->imp[i].module_path);
+        free((float *)srq->imp[i].w);
+    }
     free(srq->acts);
     free(srq->skipped);
+    free(srq->imp);
     free(srq);
 }
 
@@ -65,6 +73,49 @@ void quant_srq_apply(const quant_srq *srq, quant_pipeline_options *o)
     o->allow_static_acts = true;
     o->static_acts = quant_srq_acts(srq, &o->n_static_acts);
     o->skipped_acts = quant_srq_skipped(srq, &o->n_skipped_acts);
+    o->importance_given = true;
+    o->importance = srq->imp;
+    o->n_importance = srq->n_imp;
+}
+
+/* An activation's mean_sq as the importance of the weights of its module path (SPEC 9): the
+ * average rounded once to float32. */
+static quant_ck_status add_importance(quant_srq *q, const quant_act_stat *a, quant_ck_error *err)
+{
+    if (!a->mean_sq) return QUANT_CK_OK;
+    quant_importance *e = &q->imp[q->n_imp];
+    size_t len = strlen(a->name) + 1;
+    char *module = malloc(len);
+    float *w = malloc((size_t)(a->mean_sq_len ? a->mean_sq_len : 1) * sizeof *w);
+    char *act = strdup(a->name);
+    if (!module || !w || !act) {
+        free(module);
+        free(w);
+        free(act);
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    }
+    size_t cut = 0; /* the name less its last component, '/' read as '.' */
+    for (size_t i = 0; i < len; i++) {
+        module[i] = a->name[i] == '/' ? '.' : a->name[i];
+        if (module[i] == '.') cut = i;
+    }
+    module[cut] = '\0';
+    for (int64_t i = 0; i < a->mean_sq_len; i++) {
+        double v = a->mean_sq[i];
+        if (!(v >= 0) || (float)v > 3.4028234663852886e38f) {
+            free(module);
+            free(w);
+            free(act);
+            return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                                 "activation '%s': mean_sq element %lld is %g (must be finite "
+                                 "and >= 0 in float32)",
+                                 a->name, (long long)i, v);
+        }
+        w[i] = (float)v;
+    }
+    *e = (quant_importance){.act = act, .module_path = module, .w = w, .n = a->mean_sq_len};
+    q->n_imp++;
+    return QUANT_CK_OK;
 }
 
 /* ---- names ----------------------------------------------------------------------------------- */
@@ -309,9 +360,11 @@ quant_ck_status quant_srq_compute(const quant_act_stat *stats, size_t n, const q
     quant_rule_matcher *m = rules ? quant_rule_matcher_new(rules) : NULL;
     if (q) q->acts = calloc(n ? n : 1, sizeof *q->acts);
     if (q) q->skipped = calloc(n ? n : 1, sizeof *q->skipped);
-    if (!q || !q->acts || !q->skipped || (rules && !m))
+    if (q) q->imp = calloc(n ? n : 1, sizeof *q->imp);
+    if (!q || !q->acts || !q->skipped || !q->imp || (rules && !m))
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == QUANT_CK_OK && i < n; i++) st = one(q, v[i], rules, m, o, err);
+    for (size_t i = 0; st == QUANT_CK_OK && i < n; i++) st = add_importance(q, v[i], err);
     if (st == QUANT_CK_OK) st = distinct_bases(q, err);
     quant_rule_matcher_free(m);
     free(v);

@@ -300,6 +300,27 @@ static quant_ck_status choose_kind(reader *r, const act_keys *k, quant_stat_kind
                    "a count)");
 }
 
+/* The importance statistic (SPEC 9): mean_sq as averaged, else sum_of_mean_sq / count; one
+ * value >= 0 per input feature (a list). NULL in *out when the activation has none. */
+static quant_ck_status take_mean_sq(reader *r, act_keys *k, int64_t count, value **out)
+{
+    int role = k->v[K_MEAN_SQ].present ? K_MEAN_SQ : K_SUM_MEAN_SQ;
+    value *v = &k->v[role];
+    *out = NULL;
+    if (!v->present) return QUANT_CK_OK;
+    r->key = key_names[role];
+    quant_ck_status st = QUANT_CK_OK;
+    if (v->rank != 1)
+        st = fail(r, "must be a list of one value per input feature, not %d-dimensional", v->rank);
+    for (int64_t i = 0; st == QUANT_CK_OK && i < v->n; i++) {
+        if (role == K_SUM_MEAN_SQ) v->v[i] /= (double)count;
+        if (!(v->v[i] >= 0)) st = fail(r, "element [%lld] is negative", (long long)i);
+    }
+    r->key = NULL;
+    if (st == QUANT_CK_OK) *out = v;
+    return st;
+}
+
 static quant_ck_status add_act(reader *r, const char *name, act_keys *k)
 {
     quant_stat_kind kind = QUANT_STAT_NONE;
@@ -309,6 +330,8 @@ static quant_ck_status add_act(reader *r, const char *name, act_keys *k)
     quant_ck_status st = choose_kind(r, k, &kind, &first, &sums);
     if (st == QUANT_CK_OK) st = read_count(r, k, &count);
     if (st == QUANT_CK_OK) st = shape_matches(r, k, &k->v[first]);
+    value *msq = NULL;
+    if (st == QUANT_CK_OK) st = take_mean_sq(r, k, count, &msq);
     if (st != QUANT_CK_OK) return st;
     quant_stats *s = r->s;
     if (s->n == s->cap) {
@@ -334,6 +357,11 @@ static quant_ck_status add_act(reader *r, const char *name, act_keys *k)
     if (b) {
         e->b = b->v;
         b->v = NULL;
+    }
+    if (msq) {
+        e->mean_sq_len = msq->n;
+        e->mean_sq = msq->v; /* moves too (a mean_sq-only activation's a stays NULL) */
+        msq->v = NULL;
     }
     s->n++;
     return QUANT_CK_OK;
@@ -516,6 +544,7 @@ void quant_stats_free(quant_stats *s)
         free((char *)s->acts[i].name);
         free((double *)s->acts[i].a);
         free((double *)s->acts[i].b);
+        free((double *)s->acts[i].mean_sq);
     }
     free(s->acts);
     free(s);

@@ -56,6 +56,14 @@ typedef struct quant_plan {
     float global_scale; /* nvfp4: the tensor's g (0 when not known yet) */
     bool packed;        /* two codes per byte along the last axis */
     int64_t qrow_bytes; /* bytes of one row of codes */
+    quant_dtype scale_dtype;
+    /* MSE calibrations (mse.c): importance per index of axis imp_axis (NULL: all 1); for a
+     * row-axis imp_axis, row r's index is (r / imp_inner) % shape[imp_axis]; imp_inner is 0
+     * when imp_axis is the last axis (the weight follows the column) */
+    const float *importance;
+    int imp_axis;
+    int64_t imp_inner;
+    struct quant_mse_result *mse_out;
 } quant_plan;
 
 /* Validates the shape-independent part of `how`; sets plan->traits and plan->method. */
@@ -137,6 +145,16 @@ typedef int (*quant_absmax_bf16_fn)(const uint16_t *x, int64_t n, int64_t c0, in
 typedef int (*quant_quantize_bf16_fn)(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
                                       void *codes);
 
+/* Candidates whose error sums an mse_acc call runs side by side (mse.c's batch). */
+#define QUANT_MSE_BATCH 8
+/* The MSE search's error sums (SPEC 9) of nk (1..QUANT_MSE_BATCH) candidates: for candidate k
+ * (dequantized values d + k * ds, sums err + k * es) and j in [0, n), in order within each column
+ * group g = (c0 + j) / tile, err[g] += (double)w[j] * (e * e) with e = (double)x[j] - (double)d[j],
+ * every operation in float64 and each sum's additions in element order (versions may run
+ * several candidates or groups side by side, never reorder one sum). */
+typedef void (*quant_mse_acc_fn)(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                                 int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
+
 typedef struct quant_kernels {
     quant_isa isa;
     quant_absmax_fn absmax;
@@ -152,6 +170,7 @@ typedef struct quant_kernels {
     quant_lin_scales_fn lin_scales;
     quant_absmax_bf16_fn absmax_bf16;     /* optional (NULL: widen first) */
     quant_quantize_bf16_fn quantize_bf16; /* optional (NULL: widen first) */
+    quant_mse_acc_fn mse_acc;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -173,6 +192,19 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale);
 int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale);
 int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
+void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                           int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
+/* mse_acc's per-element terms t[j] = (double)w[j] * (e * e), e = (double)x[j] - (double)d[j]
+ * (any order: each term is one exact formula), and the shared driver that sums them in element
+ * order per group and candidate, blocks of MSE_TERMS_BLOCK elements at a time: SIMD versions
+ * pass their own terms function, so the sums are the same code on every ISA. */
+#define MSE_TERMS_BLOCK 256
+typedef void (*quant_mse_terms_fn)(const float *x, const float *d, const float *w, int64_t n,
+                                   double *t);
+void quant_generic_mse_terms(const float *x, const float *d, const float *w, int64_t n, double *t);
+void quant_mse_acc_with(quant_mse_terms_fn terms, const float *x, const float *d, int64_t ds,
+                        int nk, const float *w, int64_t n, int64_t c0, int64_t tile, double *err,
+                        int64_t es);
 /* The tail and the ordered reduction of quant_generic_errstats, for SIMD versions that ran the
  * full lane groups: adds x/d[0..n) (n < QUANT_ERR_LANES) into the lanes, then the lanes to acc. */
 void quant_errstats_finish(const float *x, const float *d, int64_t n, double *sx, double *se,
@@ -284,6 +316,11 @@ quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *plan, const 
 quant_status quant_scale_range(const quant_kernels *k, const quant_plan *plan,
                                quant_dtype scale_dtype, const quant_calibration *calib, int64_t n,
                                float *scale, int32_t *zero_point, int64_t first, quant_error *err);
+/* The MSE search of SPEC 9 (mse.c): out holds each group's plain calibration (absmax, or
+ * min/max) on entry and the winning shrunk one on return; fills plan->mse_out when set. */
+bool quant_plan_is_mse(const quant_plan *plan);
+quant_status quant_mse_search(quant_ctx *ctx, const quant_plan *plan, const quant_tensor *x,
+                              const quant_calibration *out, quant_error *err);
 /* Fills err for a non-finite value found at flat index idx. */
 quant_status quant_fail_nonfinite(quant_error *err, int64_t idx);
 

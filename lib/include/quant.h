@@ -244,7 +244,34 @@ typedef struct quant_how {
                                          quant_nvfp4_global_scale()); 0 lets quant_quantize()
                                          and quant_fake_quant() derive it from x itself, while
                                          quant_compute_scale() requires it */
+    /* MSE calibrations (mse, minmax_mse; SPEC 9) only, ignored by the others: */
+    const float *importance;          /* importance_len weights, one per index of
+                                         importance_axis (the contraction axis), finite and
+                                         >= 0; NULL: every weight is 1 */
+    int64_t importance_len;           /* must equal the dim of importance_axis */
+    int importance_axis;              /* may be negative: -1 is the last axis */
+    struct quant_mse_result *mse_out; /* when not NULL, receives the weighted errors */
 } quant_how;
+
+/* The errors of an MSE search (SPEC 9) over one tensor: the sums, over the scale groups in
+ * scale order, of sum_j w_j (x_j - dequantize(q_j))^2 with the plain scale (k = 0) and with the
+ * winning one. Written by quant_calibrate() / quant_quantize() when how->mse_out is set. */
+typedef struct quant_mse_result {
+    double err_before; /* k = 0 */
+    double err_after;  /* the chosen k of every group */
+    int64_t groups;    /* scale groups searched */
+    int64_t shrunk;    /* groups whose winner is some k > 0 */
+} quant_mse_result;
+
+/* The largest n of mse,n / minmax_mse,n: each group is quantized n + 1 times, and a worker
+ * keeps n + 1 float64 errors per scale group of a scale row. */
+#define QUANT_MSE_MAX_STEPS 256
+
+/*! quant_mse_ratio() :
+ * The shrink factor r_k of SPEC 9: the float32 nearest (ties to even) to the exact rational
+ * 1 - (1 - lo) * k / n, where lo is the double given. 0 <= k <= n <= QUANT_MSE_MAX_STEPS,
+ * 0 <= lo <= 1; anything else returns NaN. */
+QUANT_API float quant_mse_ratio(int k, int n, double lo);
 
 /*! quant_how_init() : int8, absmax, per-tensor, f32 scales, packing on, no noise. */
 QUANT_API void quant_how_init(quant_how *how, quant_qtype qtype);
@@ -277,7 +304,9 @@ typedef enum quant_calib_kind {
     QUANT_CALIB_ABSMAX = 0,
     QUANT_CALIB_MINMAX = 1,
     QUANT_CALIB_RMS = 2,
-    QUANT_CALIB_FIXED = 3
+    QUANT_CALIB_FIXED = 3,
+    QUANT_CALIB_MSE = 4,       /* mse[,n[,lo]]: absmax shrunk by the best of n + 1 factors */
+    QUANT_CALIB_MINMAX_MSE = 5 /* minmax_mse[,n[,lo]]: min and max shrunk alike */
 } quant_calib_kind;
 
 typedef struct quant_calib_method {
@@ -287,6 +316,8 @@ typedef struct quant_calib_method {
     double fixed_min; /* fixed,a[,b]: [a, b] (a = -a when one value is given) */
     double fixed_max;
     bool asymmetric; /* minmax, or fixed with a + b != 0 */
+    int mse_steps;   /* mse / minmax_mse: n (default 20) */
+    double mse_lo;   /* mse / minmax_mse: lo (default 0.5) */
 } quant_calib_method;
 
 /*! quant_calib_parse() :

@@ -67,6 +67,16 @@ typedef struct quant_skipped_act {
     const char *reason; /* "no rule matches module path 'm.x'", ... */
 } quant_skipped_act;
 
+/* An importance statistic (SPEC 9) a weight_importance rule may take: an activation's averaged
+ * mean_sq (rounded once to float32), found by its module path (the activation name with '/'
+ * read as '.', less the last component) and its length. */
+typedef struct quant_importance {
+    const char *act;         /* the activation's name, for messages */
+    const char *module_path; /* e.g. "model.layers.0.mlp.up_proj" */
+    const float *w;          /* n finite values >= 0 */
+    int64_t n;
+} quant_importance;
+
 /* Inputs that are still arriving (a server quantizing an upload while its bytes come in).
  * Before the run reads bytes of an input file it calls the wait function with the file's name
  * under the input directory (a file run: the base name of `in`) and `end`: the bytes [0, end)
@@ -138,6 +148,14 @@ typedef struct quant_pipeline_options {
      * static_acts). quant_srq_apply() (quant_srq.h) sets all of these from quant_srq_compute(). */
     const quant_skipped_act *skipped_acts;
     size_t n_skipped_acts;
+    /* Importance statistics for rules with weight_importance (SPEC 9), borrowed for the call.
+     * With importance_given, each such weight takes the one entry whose module path is its own
+     * and whose length is its contraction dim (none or several: an error naming the weight);
+     * without it such a rule is an error, except in a plan or check with allow_static_acts (the
+     * statistics come later, as for static_acts). quant_srq_apply() sets these too. */
+    bool importance_given;
+    const quant_importance *importance;
+    size_t n_importance;
     /* The directory `in` is resolved under (openat semantics; default AT_FDCWD). Borrowed: the
      * run neither closes nor moves it. Without no_symlinks an absolute `in` ignores it. */
     int input_dir_fd;
@@ -187,6 +205,13 @@ typedef struct quant_report_entry {
     bool has_quality;
     double sqnr_db;     /* 10 log10(sum x^2 / sum (x - fake_quant(x))^2); +inf when exact */
     double max_abs_err; /* max |x - fake_quant(x)| */
+    /* an MSE calibration (SPEC 9): the importance-weighted error sum_j w_j (x_j - deq_j)^2 over
+     * the tensor with the plain scales (k = 0) and with the chosen ones; groups searched and how
+     * many of them shrank; the activation whose mean_sq weighed it (NULL: all weights 1) */
+    bool has_mse;
+    double mse_err_before, mse_err_after;
+    int64_t mse_groups, mse_shrunk;
+    const char *importance_act;
 } quant_report_entry;
 
 typedef struct quant_report quant_report;

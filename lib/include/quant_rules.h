@@ -39,6 +39,8 @@ typedef struct quant_rule {
     bool pack;                /* default true */
     bool stochastic_rounding; /* default false */
     uint64_t sr_seed;         /* stochastic_rounding: true = seed 0, an integer = that seed */
+    bool weight_importance;   /* default false; true needs an mse or minmax_mse weight
+                                 calibration and a single contraction axis (SPEC 9) */
 } quant_rule;
 
 typedef struct quant_ruleset quant_ruleset;

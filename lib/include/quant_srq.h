@@ -38,6 +38,9 @@ typedef struct quant_act_stat {
     const double *a; /* absmax, or min: numel(shape) finite values (NULL for QUANT_STAT_NONE) */
     const double *b; /* max (QUANT_STAT_MINMAX), else NULL */
     int64_t count;   /* updates averaged; 0 is an error (nothing to average) */
+    /* the averaged importance statistic mean_sq (SPEC 9), mean_sq_len values >= 0, or NULL */
+    const double *mean_sq;
+    int64_t mean_sq_len;
 } quant_act_stat;
 
 /* ---- the engine ------------------------------------------------------------------------------ */
@@ -87,7 +90,9 @@ QUANT_API const quant_skipped_act *quant_srq_skipped(const quant_srq *srq, size_
 /*! quant_srq_apply() :
  * Sets `o`'s allow_static_acts, static_acts / n_static_acts and skipped_acts / n_skipped_acts
  * from `srq` (borrowed: keep it until the run returns), so the run writes the scales and its
- * report lists each written activation's count and the skipped ones. */
+ * report lists each written activation's count and the skipped ones; and importance_given,
+ * importance / n_importance: every activation of the statistics that has a mean_sq (SPEC 9),
+ * for the rules with weight_importance. */
 QUANT_API void quant_srq_apply(const quant_srq *srq, quant_pipeline_options *o);
 
 /*! quant_srq_free() : NULL is a no-op. */
@@ -108,9 +113,10 @@ QUANT_API void quant_srq_free(quant_srq *srq);
  * V is a number or nested lists of numbers (the nesting is the shape). An activation with the
  * averaged calibration ("absmax", or "min" and "max": the model's averaging, EMA and bootstrapping
  * included) takes it as it is; one with sums only takes sum_of_KEY / count in float64 (Qwix's
- * SimpleMovingAverage; Qwix divides in float32, we round once afterwards). "mean_sq" and
- * "sum_of_mean_sq" (SPEC section 9) are read and checked but not used here; an activation with
- * only those is QUANT_STAT_NONE. Any other key is an error naming it. */
+ * SimpleMovingAverage; Qwix divides in float32, we round once afterwards). "mean_sq" (else
+ * "sum_of_mean_sq" / count; SPEC section 9) must be a list of values >= 0 and becomes the
+ * activation's mean_sq; an activation with only those is QUANT_STAT_NONE for SRQ. Any other key
+ * is an error naming it. */
 
 typedef struct quant_stats quant_stats;
 

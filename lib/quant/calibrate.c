@@ -75,6 +75,7 @@ int quant_reduce_row(quant_reader *rd, int64_t row, float *scratch, float *a, fl
         int bad;
         switch (p->method.kind) {
         case QUANT_CALIB_MINMAX:
+        case QUANT_CALIB_MINMAX_MSE:
             bad = rd->k->minmax(x, n, c0, p->col_tile, a, b);
             break;
         case QUANT_CALIB_RMS:
@@ -109,7 +110,8 @@ void quant_reduce_finish(const quant_plan *plan, int64_t n, const float *a, cons
     float f = (float)m->factor;
     for (int64_t i = 0; i < n; i++) {
         switch (m->kind) {
-        case QUANT_CALIB_MINMAX: {
+        case QUANT_CALIB_MINMAX:
+        case QUANT_CALIB_MINMAX_MSE: {
             float lo = a[i] < 0.0f ? a[i] : 0.0f; /* canonical +0 whatever the min saw */
             float hi = b[i] > 0.0f ? b[i] : 0.0f;
             out->min[at + i] = m->has_factor ? lo * f : lo;
@@ -217,11 +219,10 @@ quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *p, const qua
         run.sums = malloc((size_t)(slots ? slots : 1) * sizeof *run.sums);
     } else {
         run.a = malloc((size_t)(slots ? slots : 1) * sizeof *run.a);
-        if (p->method.kind == QUANT_CALIB_MINMAX)
-            run.b = malloc((size_t)(slots ? slots : 1) * sizeof *run.b);
+        if (p->method.asymmetric) run.b = malloc((size_t)(slots ? slots : 1) * sizeof *run.b);
     }
     run.scratch = malloc((size_t)threads * QUANT_CHUNK * sizeof *run.scratch);
-    if (!run.scratch || (!run.sums && !run.a) || (p->method.kind == QUANT_CALIB_MINMAX && !run.b)) {
+    if (!run.scratch || (!run.sums && !run.a) || (p->method.asymmetric && !run.b)) {
         st = quant_fail(err, QUANT_ERR_NOMEM, "cannot allocate calibration buffers");
         goto done;
     }
@@ -245,6 +246,7 @@ quant_status quant_calibrate_plan(quant_ctx *ctx, const quant_plan *p, const qua
                             run.b ? run.b + off : NULL, run.sums ? run.sums + off : NULL, out,
                             s * p->ncolgroups);
     }
+    if (quant_plan_is_mse(p)) st = quant_mse_search(ctx, p, x, out, err);
 done:
     free(run.a);
     free(run.b);
@@ -264,6 +266,12 @@ quant_status quant_calibrate(quant_ctx *ctx, const quant_how *how, const quant_t
     out->asymmetric = p.method.asymmetric;
     if (p.method.asymmetric ? (!out->min || !out->max) : !out->absmax)
         return quant_fail(err, QUANT_ERR_ARG, "calibration output arrays are NULL");
+    if (quant_plan_is_mse(&p) && p.traits->scale_kind == QUANT_SCALE_NVFP4 &&
+        p.global_scale == 0.0f) { /* the search quantizes under the tensor's own g */
+        float amax = 0.0f;
+        QUANT_RETURN_IF_ERR(quant_absmax_all(ctx, x, &amax, err));
+        p.global_scale = quant_nvfp4_global_scale(amax);
+    }
     return quant_calibrate_plan(ctx, &p, x, out, err);
 }
 

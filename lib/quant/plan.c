@@ -95,6 +95,31 @@ static quant_status check_factor(quant_calib_method *m, const double *args, int 
     return QUANT_OK;
 }
 
+/* mse[,n[,lo]] / minmax_mse[,n[,lo]] (SPEC 9): n an integer in 1..QUANT_MSE_MAX_STEPS (default
+ * 20), lo in [0, 1] (default 0.5). */
+static quant_status check_mse(quant_calib_method *m, const double *args, int nargs,
+                              const char *text, quant_error *err)
+{
+    m->mse_steps = 20;
+    m->mse_lo = 0.5;
+    if (nargs >= 1) {
+        if (!(args[0] >= 1 && args[0] <= QUANT_MSE_MAX_STEPS) || args[0] != floor(args[0]))
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": the step count n must be an integer in "
+                              "1..%d",
+                              text, QUANT_MSE_MAX_STEPS);
+        m->mse_steps = (int)args[0];
+    }
+    if (nargs == 2) {
+        if (!(args[1] >= 0 && args[1] <= 1))
+            return quant_fail(err, QUANT_ERR_METHOD,
+                              "calibration \"%.64s\": the smallest factor lo must be in [0, 1]",
+                              text);
+        m->mse_lo = args[1];
+    }
+    return QUANT_OK;
+}
+
 quant_status quant_calib_parse(const char *text, quant_calib_method *out, quant_error *err)
 {
     if (!text) text = "absmax";
@@ -149,10 +174,14 @@ quant_status quant_calib_parse(const char *text, quant_calib_method *out, quant_
         m.fixed_min = a;
         m.fixed_max = b;
         m.asymmetric = (a + b != 0);
+    } else if (strcmp(name, "mse") == 0 || strcmp(name, "minmax_mse") == 0) {
+        m.kind = name[0] == 'm' && name[1] == 's' ? QUANT_CALIB_MSE : QUANT_CALIB_MINMAX_MSE;
+        m.asymmetric = m.kind == QUANT_CALIB_MINMAX_MSE;
+        QUANT_RETURN_IF_ERR(check_mse(&m, args, nargs, text, err));
     } else {
         return quant_fail(err, QUANT_ERR_METHOD,
                           "unknown calibration method \"%.64s\" (expected absmax[,f], minmax[,f], "
-                          "rms,f or fixed,a[,b])",
+                          "rms,f, fixed,a[,b], mse[,n[,lo]] or minmax_mse[,n[,lo]])",
                           text);
     }
     *out = m;
@@ -244,10 +273,11 @@ static quant_status check_microscaling(const quant_how *how, const quant_plan *p
                                        quant_error *err)
 {
     const char *name = plan->traits->name;
-    if (plan->method.kind != QUANT_CALIB_ABSMAX && plan->method.kind != QUANT_CALIB_RMS)
+    if (plan->method.kind != QUANT_CALIB_ABSMAX && plan->method.kind != QUANT_CALIB_RMS &&
+        plan->method.kind != QUANT_CALIB_MSE)
         return quant_fail(err, QUANT_ERR_METHOD,
-                          "calibration \"%.64s\" is not allowed for %s (symmetric absmax[,f] or "
-                          "rms,f only)",
+                          "calibration \"%.64s\" is not allowed for %s (symmetric absmax[,f], "
+                          "rms,f or mse[,n[,lo]] only)",
                           how->calibration ? how->calibration : "absmax", name);
     if (how->scale_dtype != QUANT_DTYPE_F32)
         return quant_fail(
@@ -295,11 +325,18 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
     QUANT_RETURN_IF_ERR(quant_calib_parse(how->calibration, &plan->method, err));
     if (plan->traits->fixed_tile) QUANT_RETURN_IF_ERR(check_microscaling(how, plan, err));
     plan->global_scale = how->global_scale;
+    plan->scale_dtype = how->scale_dtype;
+    plan->mse_out = how->mse_out;
     if (plan->method.asymmetric && !plan->traits->asymmetric_allowed)
         return quant_fail(err, QUANT_ERR_ASYMMETRIC,
                           "calibration \"%.64s\" is asymmetric, which %s does not allow "
                           "(use absmax, rms or a symmetric fixed range)",
                           how->calibration, plan->traits->name);
+    if (how->stochastic && quant_plan_is_mse(plan))
+        return quant_fail(err, QUANT_ERR_UNSUPPORTED,
+                          "stochastic rounding does not combine with calibration \"%.64s\" (the "
+                          "search compares round-to-nearest candidates)",
+                          how->calibration);
     if (how->stochastic && plan->traits->kind != QUANT_CODE_INT)
         return quant_fail(err, QUANT_ERR_UNSUPPORTED,
                           "stochastic rounding applies to integer qtypes only, not %s",
@@ -327,6 +364,31 @@ static quant_status check_fixed_tile(const quant_how *how, const quant_plan *pla
                           "%s needs exactly one tile, of its fixed size %lld, on the last "
                           "contraction axis (no other size, fraction or 2-D tile)",
                           t->name, (long long)t->fixed_tile);
+    return QUANT_OK;
+}
+
+/* MSE calibrations: the importance weights of the contraction axis (SPEC 9). */
+static quant_status plan_importance(const quant_how *how, quant_plan *plan, quant_error *err)
+{
+    bool mse = plan->method.kind == QUANT_CALIB_MSE || plan->method.kind == QUANT_CALIB_MINMAX_MSE;
+    if (!mse || !how->importance) return QUANT_OK;
+    int a = 0;
+    QUANT_RETURN_IF_ERR(normalize_axis(how->importance_axis, plan->rank, "importance", &a, err));
+    if (how->importance_len != plan->shape[a])
+        return quant_fail(err, QUANT_ERR_ARG, "importance has %lld values but axis %d has %lld",
+                          (long long)how->importance_len, how->importance_axis,
+                          (long long)plan->shape[a]);
+    for (int64_t i = 0; i < how->importance_len; i++) {
+        if (!(how->importance[i] >= 0.0f) || how->importance[i] > 3.4028234663852886e38f)
+            return quant_fail(err, QUANT_ERR_ARG,
+                              "importance value %lld is %g (must be finite and >= 0)", (long long)i,
+                              (double)how->importance[i]);
+    }
+    plan->importance = how->importance;
+    /* rows are the axes before the last: a row's index along axis a is (row / inner) % dim */
+    plan->imp_inner =
+        a == plan->rank - 1 ? 0 : quant_numel(plan->rank - 2 - a, plan->shape + a + 1);
+    plan->imp_axis = a;
     return QUANT_OK;
 }
 
@@ -367,7 +429,7 @@ quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shap
     plan->packed = how->pack && plan->traits->packable;
     plan->qrow_bytes =
         plan->packed ? (plan->ncols + 1) / 2 : plan->ncols * (int64_t)plan->code_size;
-    return QUANT_OK;
+    return plan_importance(how, plan, err);
 }
 
 int64_t quant_plan_srow(const quant_plan *plan, int64_t row)

@@ -390,7 +390,8 @@ quant_status quant_quantize_measured(quant_ctx *ctx, const quant_how *how, const
         return quant_fail(err, QUANT_ERR_ARG, "zero_point is NULL for an asymmetric calibration");
     if (!p.method.asymmetric) zero_point = NULL; /* symmetric: the caller's buffer is not used */
     quant_status st;
-    if (p.members == 1 && p.numel > 0 && p.method.kind != QUANT_CALIB_FIXED)
+    if (p.members == 1 && p.numel > 0 && p.method.kind != QUANT_CALIB_FIXED &&
+        !quant_plan_is_mse(&p)) /* the MSE search runs after the calibration pass */
         st = quantize_fused(ctx, how, &p, x, q, scale, zero_point, stats, err);
     else
         st = quantize_two_pass(ctx, how, &p, x, q, scale, zero_point, stats, err);

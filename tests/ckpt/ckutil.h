@@ -60,5 +60,6 @@ Suite *suite_microscaling_ckpt(void);
 Suite *suite_hash(void);
 Suite *suite_kit(void);
 Suite *suite_stream_in(void);
+Suite *suite_mse_ckpt(void);
 
 #endif

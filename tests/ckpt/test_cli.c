@@ -988,6 +988,63 @@ START_TEST(test_rules_forms_and_hints)
 }
 END_TEST
 
+/* ---- the MSE search with importance from --stats (SPEC 9) ---------------------------------- */
+
+/* --stats with mean_sq weighs a weight_importance rule's search: the summary says what it did,
+ * the report names the activation; the same rules without --stats are refused naming the
+ * weight. */
+START_TEST(test_mse_importance_stats)
+{
+    char *dir = setup(NULL);
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "mse.json");
+    char *stats = kit_join(dir, "stats.json"), *out = kit_join(dir, "out.safetensors");
+    char *report = kit_join(dir, "quant-report.json");
+    static const char mse_rules[] =
+        "[{\"module_path\":\"m\\\\.w\",\"weight_qtype\":\"int4\",\"tile_size\":16,"
+        "\"weight_calibration_method\":\"mse\",\"weight_importance\":true}]";
+    ck_write_file(rules, mse_rules, strlen(mse_rules));
+    char json[2048];
+    size_t at = (size_t)snprintf(json, sizeof json,
+                                 "{\"m/w/dot_general0_lhs\":{\"count\":1,"
+                                 "\"mean_sq\":[");
+    for (int i = 0; i < COLS; i++)
+        at += (size_t)snprintf(json + at, sizeof json - at, "%s%d", i ? "," : "", i % 3);
+    snprintf(json + at, sizeof json - at, "]}}");
+    ck_write_file(stats, json, strlen(json));
+    run_result r = RUN(dir, "quantize", "-r", rules, "--stats", stats, in, out);
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "mse search: 1 tensor, "), "%s", r.err);
+    result_free(&r);
+    json_t *rep = load_json_file(report);
+    size_t i;
+    json_t *t, *mse = NULL;
+    json_array_foreach(json_object_get(rep, "tensors"), i, t)
+    {
+        if (json_object_get(t, "mse")) mse = json_object_get(t, "mse");
+    }
+    ck_assert_ptr_nonnull(mse);
+    ck_assert_str_eq(json_string_value(json_object_get(mse, "importance")), "m/w/dot_general0_lhs");
+    ck_assert_int_eq(json_integer_value(json_object_get(mse, "groups")), ROWS * COLS / 16);
+    ck_assert(json_real_value(json_object_get(mse, "error_after")) <=
+              json_real_value(json_object_get(mse, "error_before")));
+    json_decref(rep);
+    char *out2 = kit_join(dir, "out2.safetensors");
+    r = RUN(dir, "quantize", "-r", rules, in, out2);
+    free(out2);
+    ck_assert_int_ne(r.status, 0);
+    ck_assert_msg(strstr(r.err, "weight 'm.w.weight'") && strstr(r.err, "weight_importance"), "%s",
+                  r.err);
+    result_free(&r);
+    kit_rmtree(dir);
+    free(in);
+    free(rules);
+    free(stats);
+    free(out);
+    free(report);
+    free(dir);
+}
+END_TEST
+
 /* ---- plans and unused rules (SPEC section 10) ------------------------------------------------ */
 
 /* Rule 0 matches nothing, rule 1 quantizes m.w.weight, rule 2 is shadowed by rule 1. */
@@ -1141,6 +1198,7 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_not_safetensors);
     tcase_add_test(tc, test_rules_forms_and_hints);
     tcase_add_test(tc, test_unused_rules_warned);
+    tcase_add_test(tc, test_mse_importance_stats);
     tcase_add_test(tc, test_plan_command);
     tcase_add_test(tc, test_plan_errors);
     suite_add_tcase(s, tc);

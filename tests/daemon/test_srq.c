@@ -520,6 +520,67 @@ START_TEST(test_cli_stats_equals_job)
 }
 END_TEST
 
+/* weight_importance (SPEC 9) from a job's stats_model: the posted mean_sq weighs q_proj's MSE
+ * search, the report names the activation, and `quant quantize --stats` on what GET .../stats
+ * returns writes the same bytes and report. Without stats_model the job is refused at creation,
+ * naming the weight. */
+#define IMP_RULES                                                                                  \
+    "[{\"module_path\":\"model\\\\.layers\\\\.0\\\\.self_attn\\\\.q_proj\","                       \
+    "\"weight_qtype\":\"int4\",\"tile_size\":32,\"weight_calibration_method\":\"mse\","            \
+    "\"weight_importance\":true}]"
+
+START_TEST(test_importance_job)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    char body[4096], path[128];
+    size_t at = (size_t)snprintf(body, sizeof body, "{\"stats\": {\"" Q_ACT "\": {\"mean_sq\": [");
+    for (int i = 0; i < 64; i++)
+        at += (size_t)snprintf(body + at, sizeof body - at, "%s%.3g", i ? ", " : "",
+                               0.25 * (i % 5) + (i == 7 ? 9.0 : 0.0));
+    snprintf(body + at, sizeof body - at, "]}}}");
+    request(&d, "POST", "/v1/models/imp/stats", body, 200);
+    snprintf(body, sizeof body, "{\"rules\": %s}", IMP_RULES);
+    request(&d, "PUT", "/v1/rulesets/imp", body, 201);
+    create_job(&d, "/v1/jobs?ruleset=imp", NULL, SHARD1, 422, "invalid_job");
+    long long id = create_job(&d, "/v1/jobs?ruleset=imp&stats_model=imp", NULL, SHARD1, 202, NULL);
+    json_decref(wait_succeeded(&d, id));
+    char *job_out = kit_join(d.root, "job.safetensors"), *stats = kit_join(d.root, "imp.json");
+    snprintf(path, sizeof path, "/v1/jobs/%lld/output", id);
+    download(&d, path, job_out);
+    download(&d, "/v1/models/imp/stats", stats);
+    char *rules = kit_join(d.root, "imp-rules.json"), *out = kit_join(d.root, "cli.safetensors");
+    FILE *f = fopen(rules, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(IMP_RULES, f);
+    fclose(f);
+    char cmd[4096];
+    const char *bin = getenv("QUANT_BIN") ? getenv("QUANT_BIN") : "build/bin/quant";
+    snprintf(cmd, sizeof cmd, "%s quantize -q -r '%s' --stats '%s' '%s' '%s'", bin, rules, stats,
+             SHARD1, out);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    same_bytes(out, job_out);
+    snprintf(path, sizeof path, "/v1/jobs/%lld/report", id);
+    qdp_resp r = qdp_req(&d, "GET", path, NULL, NULL, 0, NULL);
+    json_t *job = qdp_json(&r);
+    qdp_resp_free(&r);
+    json_t *t, *mse = NULL;
+    size_t i;
+    json_array_foreach(json_object_get(job, "tensors"), i, t)
+    {
+        if (json_object_get(t, "mse")) mse = json_object_get(t, "mse");
+    }
+    ck_assert_ptr_nonnull(mse);
+    ck_assert_str_eq(json_string_value(json_object_get(mse, "importance")), Q_ACT);
+    json_decref(job);
+    free(job_out);
+    free(stats);
+    free(rules);
+    free(out);
+    qdp_stop(&d);
+}
+END_TEST
+
 Suite *suite_srq(void)
 {
     Suite *s = suite_create("srq");
@@ -532,6 +593,7 @@ Suite *suite_srq(void)
     tcase_add_test(api, test_srq_dir_job);
     tcase_add_test(api, test_srq_refusals);
     tcase_add_test(api, test_cli_stats_equals_job);
+    tcase_add_test(api, test_importance_job);
     suite_add_tcase(s, api);
     return s;
 }

@@ -42,5 +42,6 @@ Suite *suite_pack(void);
 Suite *suite_props(void);
 Suite *suite_ctx(void);
 Suite *suite_microscaling(void);
+Suite *suite_mse(void);
 
 #endif

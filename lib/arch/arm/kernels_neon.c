@@ -779,6 +779,24 @@ static void pack_neon(const uint8_t *codes, int64_t n, uint8_t *packed)
     quant_pack_nibbles(codes + i, 1, n - i, packed + i / 2);
 }
 
+/* MSE search terms (SPEC 9), two elements per vector, each the exact float64 formula. */
+static void mse_terms_neon(const float *x, const float *d, const float *w, int64_t n, double *t)
+{
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float64x2_t e = vsubq_f64(vcvt_f64_f32(vld1_f32(x + j)), vcvt_f64_f32(vld1_f32(d + j)));
+        float64x2_t sq = vmulq_f64(e, e);
+        vst1q_f64(t + j, vmulq_f64(vcvt_f64_f32(vld1_f32(w + j)), sq));
+    }
+    quant_generic_mse_terms(x + j, d + j, w + j, n - j, t + j);
+}
+
+static void mse_acc_neon(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                         int64_t n, int64_t c0, int64_t tile, double *err, int64_t es)
+{
+    quant_mse_acc_with(mse_terms_neon, x, d, ds, nk, w, n, c0, tile, err, es);
+}
+
 const quant_kernels quant_kernels_neon = {
     .isa = QUANT_ISA_NEON,
     .absmax = absmax_neon,
@@ -792,4 +810,5 @@ const quant_kernels quant_kernels_neon = {
     .mx_scales = quant_generic_mx_scales,
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
+    .mse_acc = mse_acc_neon,
 };

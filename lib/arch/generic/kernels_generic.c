@@ -196,6 +196,68 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
+void quant_generic_mse_terms(const float *x, const float *d, const float *w, int64_t n, double *t)
+{
+    for (int64_t j = 0; j < n; j++) {
+        double e = (double)x[j] - (double)d[j];
+        t[j] = (double)w[j] * (e * e);
+    }
+}
+
+/* The ordered sums of one block's terms t[k][0..n) (nk candidates, row stride MSE_TERMS_BLOCK),
+ * group run by group run; the candidates' chains are independent and run side by side. */
+static void mse_sums(const double *t, int nk, int64_t n, int64_t c0, int64_t tile, double *err,
+                     int64_t es)
+{
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        double a[QUANT_MSE_BATCH];
+        for (int k = 0; k < nk; k++) a[k] = err[k * es + g];
+        if (nk == QUANT_MSE_BATCH) { /* eight chains in registers */
+            double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+            double a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+            const double *t0 = t + j;
+            for (int64_t i = 0; i < end - j; i++) {
+                a0 += t0[i];
+                a1 += t0[MSE_TERMS_BLOCK + i];
+                a2 += t0[2 * MSE_TERMS_BLOCK + i];
+                a3 += t0[3 * MSE_TERMS_BLOCK + i];
+                a4 += t0[4 * MSE_TERMS_BLOCK + i];
+                a5 += t0[5 * MSE_TERMS_BLOCK + i];
+                a6 += t0[6 * MSE_TERMS_BLOCK + i];
+                a7 += t0[7 * MSE_TERMS_BLOCK + i];
+            }
+            a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+            a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
+        } else {
+            for (int64_t i = j; i < end; i++)
+                for (int k = 0; k < nk; k++) a[k] += t[k * MSE_TERMS_BLOCK + i];
+        }
+        for (int k = 0; k < nk; k++) err[k * es + g] = a[k];
+        j = end;
+    }
+}
+
+void quant_mse_acc_with(quant_mse_terms_fn terms, const float *x, const float *d, int64_t ds,
+                        int nk, const float *w, int64_t n, int64_t c0, int64_t tile, double *err,
+                        int64_t es)
+{
+    double t[QUANT_MSE_BATCH * MSE_TERMS_BLOCK];
+    for (int64_t b = 0; b < n; b += MSE_TERMS_BLOCK) {
+        int64_t m = n - b < MSE_TERMS_BLOCK ? n - b : MSE_TERMS_BLOCK;
+        for (int k = 0; k < nk; k++)
+            terms(x + b, d + k * ds + b, w + b, m, t + k * MSE_TERMS_BLOCK);
+        mse_sums(t, nk, m, c0 + b, tile, err, es);
+    }
+}
+
+void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                           int64_t n, int64_t c0, int64_t tile, double *err, int64_t es)
+{
+    quant_mse_acc_with(quant_generic_mse_terms, x, d, ds, nk, w, n, c0, tile, err, es);
+}
+
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale)
 {
     for (int64_t i = 0; i < n; i++) scale[i] = qn_mx_scale(absmax[i], bound, c);
@@ -232,4 +294,5 @@ const quant_kernels quant_kernels_generic = {
     .mx_scales = quant_generic_mx_scales,
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
+    .mse_acc = quant_generic_mse_acc,
 };

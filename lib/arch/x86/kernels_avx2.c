@@ -803,6 +803,25 @@ static int lin_scales_avx2(const float *absmax, int64_t n, float bound, float *s
     return tail || !_mm256_testz_ps(bad, bad);
 }
 
+/* MSE search terms (SPEC 9), four elements per vector, each the exact float64 formula. */
+static void mse_terms_avx2(const float *x, const float *d, const float *w, int64_t n, double *t)
+{
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d e = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j)),
+                                  _mm256_cvtps_pd(_mm_loadu_ps(d + j)));
+        __m256d sq = _mm256_mul_pd(e, e);
+        _mm256_storeu_pd(t + j, _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + j)), sq));
+    }
+    quant_generic_mse_terms(x + j, d + j, w + j, n - j, t + j);
+}
+
+static void mse_acc_avx2(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                         int64_t n, int64_t c0, int64_t tile, double *err, int64_t es)
+{
+    quant_mse_acc_with(mse_terms_avx2, x, d, ds, nk, w, n, c0, tile, err, es);
+}
+
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -816,4 +835,5 @@ const quant_kernels quant_kernels_avx2 = {
     .mx_scales = mx_scales_avx2,
     .nvfp4_scales = nvfp4_scales_avx2,
     .lin_scales = lin_scales_avx2,
+    .mse_acc = mse_acc_avx2,
 };

@@ -1303,6 +1303,25 @@ static int lin_scales_avx512(const float *absmax, int64_t n, float bound, float 
     return bad != 0;
 }
 
+/* MSE search terms (SPEC 9), eight elements per vector, each the exact float64 formula. */
+static void mse_terms_avx512(const float *x, const float *d, const float *w, int64_t n, double *t)
+{
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512d e = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)),
+                                  _mm512_cvtps_pd(_mm256_loadu_ps(d + j)));
+        __m512d sq = _mm512_mul_pd(e, e);
+        _mm512_storeu_pd(t + j, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(w + j)), sq));
+    }
+    quant_generic_mse_terms(x + j, d + j, w + j, n - j, t + j);
+}
+
+static void mse_acc_avx512(const float *x, const float *d, int64_t ds, int nk, const float *w,
+                           int64_t n, int64_t c0, int64_t tile, double *err, int64_t es)
+{
+    quant_mse_acc_with(mse_terms_avx512, x, d, ds, nk, w, n, c0, tile, err, es);
+}
+
 const quant_kernels quant_kernels_avx512 = {
     .isa = QUANT_ISA_AVX512,
     .absmax = absmax_avx512,
@@ -1318,4 +1337,5 @@ const quant_kernels quant_kernels_avx512 = {
     .lin_scales = lin_scales_avx512,
     .absmax_bf16 = absmax_bf16_avx512,
     .quantize_bf16 = quantize_bf16_avx512,
+    .mse_acc = mse_acc_avx512,
 };
