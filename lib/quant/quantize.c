@@ -155,12 +155,14 @@ static void given_item(void *arg, int64_t item, int worker)
     }
 }
 
-/* The plan and kernel set allow the one-pass kernel (quant_quantize_absmax_fn's contract). */
+/* The plan and kernel set allow the one-pass kernel (quant_quantize_absmax_fn's contract), and
+ * the input is not a bf16 row the kernels read in place (bf16_direct: tiles of 64 and more). */
 static bool onepass_allowed(const quant_run *run, const quant_plan *p)
 {
     const quant_calib_method *m = &p->method;
-    return run->rd.k->quantize_absmax && m->kind == QUANT_CALIB_ABSMAX && !m->asymmetric &&
-           !m->has_factor && run->how->scale_dtype == QUANT_DTYPE_F32 && !run->how->stochastic &&
+    return run->rd.k->quantize_absmax && !bf16_direct(&run->rd, 0, 0) &&
+           m->kind == QUANT_CALIB_ABSMAX && !m->asymmetric && !m->has_factor &&
+           run->how->scale_dtype == QUANT_DTYPE_F32 && !run->how->stochastic &&
            p->traits->scale_kind == QUANT_SCALE_LINEAR &&
            (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16) &&
            QUANT_ONEPASS_TILE_OK(p->col_tile) && p->ncols % p->col_tile == 0;
