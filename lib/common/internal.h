@@ -154,6 +154,18 @@ typedef int (*quant_quantize_bf16_fn)(const quant_krow *r, const uint16_t *x, in
  * several candidates or groups side by side, never reorder one sum). */
 typedef void (*quant_mse_acc_fn)(const float *x, const float *d, int64_t ds, int nk, const float *w,
                                  int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
+/* One pass for a symmetric absmax calibration without a factor, float32 linear scales and
+ * integer codes without a zero point: x[0..n) from column c0 (c0 and n multiples of r->tile, a
+ * tile in QUANT_ONEPASS_TILE_OK) gets, per column group g = (c0 + j) / tile, scale[g] = its max
+ * |x| / bound with SPEC 4's tiny rule (quant_generic_lin_scales) and the codes quantize gives
+ * with those scales (r->scale, r->zp and r->amax are not read), bit for bit. Returns nonzero,
+ * scales and codes then unspecified, when a value or a scale is not finite, or the tile, offset
+ * or code kind is not one it serves: the caller redoes the row by the three-pass path (absmax,
+ * lin_scales, quantize), which reports a non-finite value or scale. Optional (NULL: the
+ * three-pass path). */
+#define QUANT_ONEPASS_TILE_OK(t) ((t) == 16 || (t) == 32 || (t) == 64)
+typedef int (*quant_quantize_absmax_fn)(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                                        float bound, float *scale, void *codes);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -171,6 +183,7 @@ typedef struct quant_kernels {
     quant_absmax_bf16_fn absmax_bf16;     /* optional (NULL: widen first) */
     quant_quantize_bf16_fn quantize_bf16; /* optional (NULL: widen first) */
     quant_mse_acc_fn mse_acc;
+    quant_quantize_absmax_fn quantize_absmax; /* optional (NULL: the three-pass path) */
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;

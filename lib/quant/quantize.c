@@ -34,6 +34,7 @@ typedef struct quant_run {
     double *err_partial;
     float *deq;
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
+    bool onepass;           /* fused path: rows go through the kernel set's quantize_absmax */
 } quant_run;
 
 /* Columns c0.. of row `row` as contiguous bf16 the kernels read in registers (no widened copy
@@ -154,6 +155,51 @@ static void given_item(void *arg, int64_t item, int worker)
     }
 }
 
+/* The plan and kernel set allow the one-pass kernel (quant_quantize_absmax_fn's contract), and
+ * the input is not a bf16 row the kernels read in place (bf16_direct: tiles of 64 and more). */
+static bool onepass_allowed(const quant_run *run, const quant_plan *p)
+{
+    const quant_calib_method *m = &p->method;
+    return run->rd.k->quantize_absmax && !bf16_direct(&run->rd, 0, 0) &&
+           m->kind == QUANT_CALIB_ABSMAX && !m->asymmetric && !m->has_factor &&
+           run->how->scale_dtype == QUANT_DTYPE_F32 && !run->how->stochastic &&
+           p->traits->scale_kind == QUANT_SCALE_LINEAR &&
+           (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16) &&
+           QUANT_ONEPASS_TILE_OK(p->col_tile) && p->ncols % p->col_tile == 0;
+}
+
+/* Row `row` by the one-pass kernel, chunk by chunk (chunks hold whole groups), its scales into
+ * `scale`. Returns nonzero when the kernel declined (a non-finite value or scale): the caller
+ * then redoes the row by the three-pass path, which reports it. */
+static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
+{
+    const quant_plan *p = run->rd.plan;
+    const quant_tensor *src = run->rd.x;
+    quant_krow kr = {.kcode = p->kcode,
+                     .tile = p->col_tile,
+                     .qmin = (float)p->traits->qmin,
+                     .qmax = (float)p->traits->qmax,
+                     .pf_elem = (int64_t)quant_dtype_size(src->dtype),
+                     .checked = false};
+    uint8_t *dst = run->q + row * p->qrow_bytes;
+    float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
+    uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
+    int64_t ahead = (PREFETCH_AHEAD_BYTES + p->ncols * kr.pf_elem - 1) / (p->ncols * kr.pf_elem);
+    bool contiguous = src->rank == 0 || src->strides[src->rank - 1] == 1;
+    for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
+        int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
+        const float *x = quant_load_row(run->rd.k, src, p, row, c0, n, scratch);
+        void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
+        kr.pf =
+            contiguous && row + ahead < p->nrows ? quant_row_address(src, row + ahead, c0) : NULL;
+        if (run->rd.k->quantize_absmax(&kr, x, n, c0, p->traits->symmetric_bound, scale, out))
+            return 1;
+        if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
+        if (run->err_partial) measure_span(run, row, c0, n, x, out, worker);
+    }
+    return 0;
+}
+
 /* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. */
 static void fused_item(void *arg, int64_t item, int worker)
 {
@@ -170,6 +216,7 @@ static void fused_item(void *arg, int64_t item, int worker)
     for (int64_t row = item * run->rows_per_item; row < end; row++) {
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * ng;
+        if (run->onepass && !onepass_row(run, row, worker, run->scale_out + off)) continue;
         quant_reduce_init(p, ng, a, b, sums);
         if (reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
@@ -349,6 +396,7 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
     run.q = q;
     run.scale_out = scale;
     run.zp_out = zp;
+    run.onepass = onepass_allowed(&run, p);
     quant_status st = run_pass(ctx, &run, p, true, stats, err);
     long long bad_scale = atomic_load(&run.bad_scale);
     if (st == QUANT_OK && bad_scale != INT64_MAX) {

@@ -821,6 +821,95 @@ static void mse_acc_avx2(const float *x, const float *d, int64_t ds, int nk, con
 {
     quant_mse_acc_with(mse_terms_avx2, x, d, ds, nk, w, n, c0, tile, err, es);
 }
+/* ---- quantize: one pass for symmetric absmax tiles ------------------------------------------ */
+
+/* quant_quantize_absmax_fn (see kernels_avx512.c): 8 groups at a time reduced in registers
+ * (hmax8x8), their scales as lin_scales_avx2 computes them, then the groups quantized from L1 by
+ * the IEEE division: the scalar path's codes by construction, no tie to redo. */
+
+/* Clipped integer codes of the 8 values at x divided by s (|x / s| within the bound, so the
+ * conversion of the rounded value is exact). */
+ALWAYS_INLINE __m256i onepass_codes(const float *x, __m256 s, __m256i qmin, __m256i qmax)
+{
+    __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x), s),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(v), qmin), qmax);
+}
+
+/* Lane i of s in every lane. */
+ALWAYS_INLINE __m256 lane_of(__m256 s, int64_t i)
+{
+    return _mm256_permutevar8x32_ps(s, _mm256_set1_epi32((int)i));
+}
+
+ALWAYS_INLINE int onepass_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                             int64_t c0, float bound, float *scale, uint8_t *out,
+                             const int64_t tile)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m256i qmin = _mm256_set1_epi32((int32_t)r->qmin);
+    const __m256i qmax = _mm256_set1_epi32((int32_t)r->qmax);
+    const __m256 bv = _mm256_set1_ps(bound);
+    float *sg = scale + c0 / tile;
+    __m256 badv = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 * tile <= n; j += 8 * tile, sg += 8) {
+        __m256i m[8];
+        for (int i = 0; i < 8; i++) {
+            const float *xg = x + j + i * tile;
+            __m256i a = abs_bits(_mm256_loadu_ps(xg));
+            for (int64_t k = 8; k < tile; k += 8)
+                a = _mm256_max_epi32(a, abs_bits(_mm256_loadu_ps(xg + k)));
+            m[i] = a;
+        }
+        __m256 s = _mm256_div_ps(_mm256_castsi256_ps(hmax8x8(m)), bv);
+        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+        badv = _mm256_or_ps(badv, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+        _mm256_storeu_ps(sg, s);
+        for (int64_t k = 0; k < 8 * tile; k += 32) {
+            prefetch32(r->pf, r->pf_elem, j + k);
+            const float *xk = x + j + k;
+            store32(kc, out + (j + k) * csize, onepass_codes(xk, lane_of(s, k / tile), qmin, qmax),
+                    onepass_codes(xk + 8, lane_of(s, (k + 8) / tile), qmin, qmax),
+                    onepass_codes(xk + 16, lane_of(s, (k + 16) / tile), qmin, qmax),
+                    onepass_codes(xk + 24, lane_of(s, (k + 24) / tile), qmin, qmax));
+        }
+    }
+    bool bad = !_mm256_testz_ps(badv, badv);
+    for (; j < n; j += tile, sg++) { /* the last groups, fewer than 8 */
+        float sc = qn_float(seg_absmax_bits(x + j, tile)) / bound;
+        sc = sc < QN_TINY_SCALE ? 1.0f : sc;
+        bad |= !(sc <= FLT_MAX);
+        *sg = sc;
+        const __m256 s = _mm256_set1_ps(sc);
+        for (int64_t k = 0; k < tile; k += 8)
+            store8(kc, out + (j + k) * csize, onepass_codes(x + j + k, s, qmin, qmax));
+    }
+    return bad;
+}
+
+#define ONEPASS_TILES(kc)                                                                          \
+    (r->tile == 16   ? onepass_kc(kc, r, x, n, c0, bound, scale, codes, 16)                        \
+     : r->tile == 32 ? onepass_kc(kc, r, x, n, c0, bound, scale, codes, 32)                        \
+                     : onepass_kc(kc, r, x, n, c0, bound, scale, codes, 64))
+
+static int quantize_absmax_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                                float bound, float *scale, void *codes)
+{
+    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    switch (r->kcode) {
+    case QK_I8:
+        return ONEPASS_TILES(QK_I8);
+    case QK_U8:
+        return ONEPASS_TILES(QK_U8);
+    case QK_I16:
+        return ONEPASS_TILES(QK_I16);
+    default:
+        return 1;
+    }
+}
+#undef ONEPASS_TILES
 
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
@@ -836,4 +925,5 @@ const quant_kernels quant_kernels_avx2 = {
     .nvfp4_scales = nvfp4_scales_avx2,
     .lin_scales = lin_scales_avx2,
     .mse_acc = mse_acc_avx2,
+    .quantize_absmax = quantize_absmax_avx2,
 };

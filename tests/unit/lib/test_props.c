@@ -344,13 +344,24 @@ START_TEST(kernels_e2m1_sampled_floats)
 }
 END_TEST
 
-/* One group of f for fused_small_tiles_equal_scalar: normal values, zeros, all equal to -v (every
- * lane on a tie at -B), or one -v among small values (the lane the kernels resolve by the
- * group's max |x|). */
-static void fill_group(tu_rng *r, float *f, int64_t tile)
+/* One group of f for fused_small_tiles_equal_scalar and the one-pass kernel test: normal values,
+ * zeros, all equal to -v (every lane on a tie at -B), one -v among small values (the lane the
+ * kernels resolve by the group's max |x|), subnormals (the tiny-scale rule), or half-integer
+ * multiples of a power-of-two scale 2^-e (max |x| = bound * 2^-e: every lane on a tie). */
+static void fill_group(tu_rng *r, float *f, int64_t tile, float bound)
 {
     float v = 0.25f + (float)tu_below(r, 1000) / 64.0f;
-    switch (tu_below(r, 6)) {
+    switch (tu_below(r, 8)) {
+    case 6:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, 1e-39f);
+        break;
+    case 7: {
+        float s = ldexpf(1.0f, -(int)tu_below(r, 8));
+        int64_t b = (int64_t)bound; /* the bound is an integer plus 1/2 */
+        for (int64_t j = 0; j < tile; j++) f[j] = ((float)(tu_below(r, 2 * b) - b) + 0.5f) * s;
+        f[tu_below(r, tile)] = tu_below(r, 2) ? bound * s : -bound * s;
+        break;
+    }
     case 0:
         for (int64_t j = 0; j < tile; j++) f[j] = 0.0f;
         break;
@@ -399,7 +410,8 @@ START_TEST(fused_small_tiles_equal_scalar)
         c.dtype = dts[tu_below(&r, 3)];
         int64_t n = c.shape[0] * c.shape[1];
         float *f = malloc((size_t)n * sizeof *f);
-        for (int64_t g = 0; g < n / tile; g++) fill_group(&r, f + g * tile, tile);
+        for (int64_t g = 0; g < n / tile; g++)
+            fill_group(&r, f + g * tile, tile, tr->symmetric_bound);
         int64_t nan_at = tu_below(&r, 10) == 0 ? tu_below(&r, n) : -1;
         if (nan_at >= 0) f[nan_at] = tu_below(&r, 2) ? NAN : -INFINITY;
         void *data = malloc((size_t)n * 4);
@@ -447,6 +459,79 @@ START_TEST(fused_small_tiles_equal_scalar)
         free_result(&ref);
         free(data);
         free(f);
+    }
+}
+END_TEST
+
+/* The one-pass kernels (quantize_absmax, where a table has one; every x86 table does) against
+ * the three generic passes (absmax, lin_scales, quantize): tiles 16/32/64 at group-aligned
+ * offsets, every integer code kind with its bound, groups of zeros, ties, subnormals, values
+ * near FLT_MAX, NaN and +-Inf; and a decline (nonzero) for the shapes outside the contract. */
+START_TEST(kernels_quantize_absmax_match_three_pass)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {4242};
+    enum { MAXG = 48, MAXT = 64, MAXN = MAXG * MAXT, OFFG = 5 };
+    static const struct {
+        quant_kcode kc;
+        float qmin, qmax, bound;
+    } kinds[] = {{QK_I8, -128.0f, 127.0f, 127.5f}, {QK_I8, -8.0f, 7.0f, 7.5f},
+                 {QK_I8, -2.0f, 1.0f, 1.5f},       {QK_U8, 0.0f, 255.0f, 255.5f},
+                 {QK_U8, 0.0f, 15.0f, 15.5f},      {QK_I16, -32768.0f, 32767.0f, 32767.5f}};
+    static const int64_t tiles[] = {16, 32, 64};
+    static float x[MAXN], acc[MAXG + OFFG], s1[MAXG + OFFG], s2[MAXG + OFFG];
+    static uint8_t q1[2 * MAXN], q2[2 * MAXN];
+    for (int k = 0; k < nisa; k++) {
+        const quant_kernels *kk = quant_kernels_for(isas[k]);
+        if (isas[k] == QUANT_ISA_AVX2 || isas[k] == QUANT_ISA_AVX512)
+            ck_assert_msg(kk->quantize_absmax != NULL, "%s has no one-pass kernel",
+                          quant_isa_name(isas[k]));
+    }
+    for (int it = 0; it < tu_iters(1500); it++) {
+        int ki = (int)tu_below(&r, 6);
+        int64_t tile = tiles[tu_below(&r, 3)], groups = 1 + tu_below(&r, MAXG * MAXT / tile);
+        int64_t n = groups * tile, c0 = tile * tu_below(&r, OFFG), g0 = c0 / tile;
+        if (groups > MAXG) groups = MAXG, n = groups * tile;
+        for (int64_t g = 0; g < groups; g++) fill_group(&r, x + g * tile, tile, kinds[ki].bound);
+        if (tu_below(&r, 12) == 0) x[tu_below(&r, n)] = tu_below(&r, 2) ? 3.0e38f : -2.9e38f;
+        if (tu_below(&r, 10) == 0) {
+            static const float odd[] = {NAN, INFINITY, -INFINITY};
+            x[tu_below(&r, n)] = odd[tu_below(&r, 3)];
+        }
+        memset(acc, 0, sizeof acc);
+        int bad = quant_generic_absmax(x, n, c0, tile, acc);
+        bad = bad || quant_generic_lin_scales(acc + g0, groups, kinds[ki].bound, s1 + g0);
+        quant_krow kr = {kinds[ki].kc,   tile, s1, NULL,  kinds[ki].qmin,
+                         kinds[ki].qmax, NULL, 0,  false, NULL};
+        if (!bad) quant_generic_quantize(&kr, x, n, c0, q1);
+        for (int k = 0; k < nisa; k++) {
+            const quant_kernels *kk = quant_kernels_for(isas[k]);
+            if (!kk->quantize_absmax) continue;
+            memset(q2, 0xaa, sizeof q2);
+            memset(s2, 0xaa, sizeof s2);
+            kr.scale = NULL;
+            int got = kk->quantize_absmax(&kr, x, n, c0, kinds[ki].bound, s2, q2);
+            kr.scale = s1;
+            ck_assert_msg(!got == !bad, "%s: kind %d tile %lld: returned %d, three passes %d",
+                          quant_isa_name(isas[k]), ki, (long long)tile, got, bad);
+            if (bad) continue;
+            ck_assert_msg(memcmp(s1 + g0, s2 + g0, (size_t)groups * 4) == 0,
+                          "%s: kind %d tile %lld: scales differ", quant_isa_name(isas[k]), ki,
+                          (long long)tile);
+            size_t bytes = (size_t)n * (kinds[ki].kc == QK_I16 ? 2 : 1);
+            ck_assert_msg(memcmp(q1, q2, bytes) == 0, "%s: kind %d tile %lld: codes differ",
+                          quant_isa_name(isas[k]), ki, (long long)tile);
+            ck_assert_msg(q2[bytes] == 0xaa, "%s wrote past the codes", quant_isa_name(isas[k]));
+            /* outside the contract: declined */
+            kr.tile = 48;
+            ck_assert_int_ne(kk->quantize_absmax(&kr, x, 48, 0, kinds[ki].bound, s2, q2), 0);
+            kr.tile = tile;
+            ck_assert_int_ne(kk->quantize_absmax(&kr, x, n, c0 + 1, kinds[ki].bound, s2, q2), 0);
+            kr.kcode = QK_E4M3;
+            ck_assert_int_ne(kk->quantize_absmax(&kr, x, n, c0, kinds[ki].bound, s2, q2), 0);
+            kr.kcode = kinds[ki].kc;
+        }
     }
 }
 END_TEST
@@ -1084,6 +1169,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_dequantize_all_byte_codes);
     tcase_add_test(tc, kernels_microscaling_scales_match_generic);
     tcase_add_test(tc, fused_small_tiles_equal_scalar);
+    tcase_add_test(tc, kernels_quantize_absmax_match_three_pass);
     tcase_add_test(tc, kernels_e2m1_sampled_floats);
     suite_add_tcase(s, tc);
     return s;
