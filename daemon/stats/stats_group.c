@@ -601,10 +601,19 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings 
     for (stats_req *r = list; r; r = r->next) admin |= r->kind != QD_REQ_POST;
     g->now_ms = now_ms();
     g->failed = false;
-    if (admin && (g->log->end > 0 || g->need_replay)) {
-        /* a reset or new settings apply to folded statistics only: fold first */
+    if (admin && (g->log->end > 0 || g->need_replay || g->log->stale)) {
+        /* a reset or new settings apply to folded statistics only: fold first (a log left
+         * stale by a failed emptying is emptied again) */
         sql_group(g, NULL);
         g->groups++;
+    }
+    if (admin && !g->failed && g->log->stale) {
+        /* records the database holds are still in the log: after a reset they would be
+         * replayed onto the model's new posts */
+        g->failed = true;
+        g->fail_st = qd_fail(&g->fail_err, QD_DB,
+                             "the statistics log could not be emptied; a reset or new settings "
+                             "wait until it can");
     }
     if (admin && !g->failed && !qd_dlog_sync(g->log)) {
         /* a reset takes post counts back: the log's old records must be gone for good first */

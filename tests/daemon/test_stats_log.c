@@ -10,6 +10,7 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -475,6 +476,91 @@ START_TEST(test_log_fold_triggers)
 }
 END_TEST
 
+/* ---- the log file failing ---------------------------------------------------------------------
+ */
+
+/* The descriptor of t's open log file (found through /proc/self/fd). */
+static int log_fd(const store *t)
+{
+    char want[4096], link[4096], at[300];
+    snprintf(want, sizeof want, "%s%s", t->path, LOG_SUFFIX);
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int fd = -1;
+    for (struct dirent *e; fd < 0 && (e = readdir(d));) {
+        snprintf(at, sizeof at, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(at, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = '\0';
+        if (strcmp(link, want) == 0) fd = atoi(e->d_name);
+    }
+    closedir(d);
+    ck_assert_int_ge(fd, 0);
+    return fd;
+}
+
+/* Makes the log's descriptor read-only (every write and truncation of it fails); the saved
+ * read-write descriptor to give back with log_writable. */
+static int log_read_only(const store *t)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s%s", t->path, LOG_SUFFIX);
+    int fd = log_fd(t), saved = dup(fd), ro = open(p, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(ro, 0);
+    ck_assert_int_ge(dup2(ro, fd), 0);
+    close(ro);
+    return saved;
+}
+
+static void log_writable(const store *t, int saved)
+{
+    ck_assert_int_ge(dup2(saved, log_fd(t)), 0);
+    close(saved);
+}
+
+/* A post whose append fails is folded into SQLite instead and answered only then. When the fold
+ * cannot empty the log either, its records (held by the database) stay in the file: a reset
+ * then must not commit (a replay would find the reset model's old posts and refuse to start, or
+ * apply them again), and once the log can be emptied the reset goes through. */
+START_TEST(test_log_unemptied_reset)
+{
+    store got = {0};
+    store_new(&got, (int64_t)3600 * 1000);
+    for (int k = 0; k < 4; k++) post_one(got.s, "r", k); /* 0 creates, 1..3 logged */
+    ck_assert(log_has_records(&got));
+    int saved = log_read_only(&got);
+    post_one(got.s, "r", 4);          /* the append fails: folded, with 1..3, into SQLite */
+    ck_assert(log_has_records(&got)); /* and the log could not be emptied */
+    qd_err err = {{0}};
+    ck_assert_int_eq(qd_stats_reset(got.s, "r", &err), QD_DB);
+    log_writable(&got, saved);
+    store_close(&got, true); /* kill -9 */
+    store_open(&got, (int64_t)3600 * 1000, (int64_t)64 << 20);
+    qd_stat_avg *a = NULL;
+    size_t n = 0;
+    ck_assert_msg(qd_stats_read(got.s, "r", NULL, &a, &n, &err) == QD_OK, "%s", err.message);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(a[0].count, 5); /* post 4 was answered: it is there, once */
+    qd_stat_avgs_free(a, n);
+    /* the log writable again: a post to the log, then a reset that holds across kill -9 */
+    post_one(got.s, "r", 5); /* caches the activation */
+    post_one(got.s, "r", 6); /* logged */
+    ck_assert(log_has_records(&got));
+    saved = log_read_only(&got);
+    ck_assert_int_eq(qd_stats_reset(got.s, "r", &err), QD_DB);
+    log_writable(&got, saved);
+    ck_assert_msg(qd_stats_reset(got.s, "r", &err) == QD_OK, "%s", err.message);
+    ck_assert(!log_has_records(&got));
+    store_close(&got, true);
+    store_open(&got, (int64_t)3600 * 1000, (int64_t)64 << 20);
+    ck_assert_msg(qd_stats_read(got.s, "r", NULL, &a, &n, &err) == QD_OK, "%s", err.message);
+    ck_assert_uint_eq(n, 0);
+    qd_stat_avgs_free(a, n);
+    store_free(&got);
+}
+END_TEST
+
 /* ---- against quantd -------------------------------------------------------------------------
  */
 
@@ -535,6 +621,7 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_epochs);
     tcase_add_test(tc, test_log_keys);
     tcase_add_test(tc, test_log_fold_triggers);
+    tcase_add_test(tc, test_log_unemptied_reset);
     tcase_add_test(tc, test_log_kill9_daemon);
     suite_add_tcase(s, tc);
     return s;
