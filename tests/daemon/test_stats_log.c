@@ -24,6 +24,7 @@
 #include "qdtest.h"
 #include "stats.h"
 #include "stats_internal.h"
+#include "stats_log.h"
 
 #define LOG_SUFFIX "-statslog"
 
@@ -476,6 +477,66 @@ START_TEST(test_log_fold_triggers)
 }
 END_TEST
 
+/* A hostile log: the first record's payload rewritten (random bytes, or a length, count or offset
+ * field set to an extreme) with its checksum made valid again, so that the decoder reads it.
+ * Opening must replay it or refuse it (QD_DB), never read past it (ASan: make check-asan). */
+START_TEST(test_log_hostile_record)
+{
+    static const uint64_t extremes[] = {0,           1,          0x7fffffffu, 0xffffffffu,
+                                        0x80000000u, UINT64_MAX, INT64_MAX,   32};
+    uint32_t rng = 12345;
+    for (int it = 0; it < 48; it++) {
+        store got = {0};
+        store_new(&got, (int64_t)3600 * 1000);
+        for (int k = 0; k < 3; k++) post_ok(got.s, "m", k); /* 0 creates, 1..2 logged */
+        ck_assert_int_eq(post_keyed(got.s, "m", 3, 0), QD_POST_STORED);
+        store_close(&got, true);
+        char *path = malloc(strlen(got.path) + sizeof LOG_SUFFIX);
+        ck_assert_ptr_nonnull(path);
+        sprintf(path, "%s%s", got.path, LOG_SUFFIX);
+        size_t size = 0;
+        unsigned char *log = kit_read_file(path, &size);
+        ck_assert_ptr_nonnull(log);
+        uint32_t len;
+        uint64_t sum;
+        memcpy(&len, log + 4, 4);
+        memcpy(&sum, log + 16, 8);
+        ck_assert_uint_le(24 + (size_t)len, size);
+        unsigned char *payload = log + 24;
+        uint64_t epoch_part = sum ^ qd_dlog_checksum(payload, len);
+        rng = rng * 1103515245u + 12345u;
+        size_t at = (rng >> 8) % len;
+        if (it % 2 == 0) { /* a field: 4 or 8 bytes from a record's field boundary */
+            uint64_t v = extremes[(rng >> 4) % (sizeof extremes / sizeof *extremes)];
+            size_t w = it % 4 == 0 ? 4 : 8;
+            at -= at % 4;
+            if (at + w > len) at = len - w;
+            memcpy(payload + at, &v, w);
+        } else { /* a few random bytes */
+            for (int j = 0; j < 1 + it % 5; j++) {
+                rng = rng * 1103515245u + 12345u;
+                payload[(at + (rng >> 8) % 64) % len] = (unsigned char)(rng >> 24);
+            }
+        }
+        sum = epoch_part ^ qd_dlog_checksum(payload, len);
+        memcpy(log + 16, &sum, 8);
+        ck_assert_int_eq(kit_write_file(path, log, size), 0);
+        free(log);
+        free(path);
+        qd_err err = {{0}};
+        ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
+        qd_status st = qd_stats_open(got.path, NULL, &got.s, &err);
+        ck_assert_msg(st == QD_OK || st == QD_DB, "iteration %d: %d %s", it, st, err.message);
+        if (st != QD_OK) {
+            got.s = NULL;
+            qd_store_close(got.db);
+            got.db = NULL;
+        }
+        store_free(&got);
+    }
+}
+END_TEST
+
 /* ---- the log file failing ---------------------------------------------------------------------
  */
 
@@ -622,6 +683,7 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_keys);
     tcase_add_test(tc, test_log_fold_triggers);
     tcase_add_test(tc, test_log_unemptied_reset);
+    tcase_add_test(tc, test_log_hostile_record);
     tcase_add_test(tc, test_log_kill9_daemon);
     suite_add_tcase(s, tc);
     return s;
