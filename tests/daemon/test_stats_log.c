@@ -537,6 +537,39 @@ START_TEST(test_log_hostile_record)
 }
 END_TEST
 
+/* A logged post reuses an Idempotency-Key whose window (1 s here) has passed, for a different
+ * post: stored. A kill -9, and the replay at the next start must store it again, as it was
+ * answered, whatever the window it runs with (the start-up replay runs before the configured
+ * window is set) and although the old key is still in the database. */
+START_TEST(test_log_key_reused_after_window)
+{
+    store ref = {0}, got = {0};
+    store_new(&ref, 0);
+    store_new(&got, (int64_t)3600 * 1000);
+    qd_stats_configure(ref.s, 0, 1);
+    qd_stats_configure(got.s, 0, 1);
+    qd_err err = {{0}};
+    for (int i = 0; i < 2; i++) {
+        qd_stats *s = i ? got.s : ref.s;
+        post_ok(s, "m", 0);
+        ck_assert_int_eq(post_keyed(s, "m", 1, 0), QD_POST_STORED);
+        ck_assert_msg(qd_stats_fold(s, &err) == QD_OK, "%s", err.message);
+    }
+    sleep_ms(1100);
+    ck_assert_int_eq(post_keyed(ref.s, "m", 1, 1), QD_POST_STORED);
+    ck_assert_int_eq(post_keyed(got.s, "m", 1, 1), QD_POST_STORED);
+    ck_assert_int_gt(qd_stats_log_bytes(got.s), 0); /* in the log only */
+    store_close(&got, true);                        /* kill -9 */
+    ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_stats_open(got.path, NULL, &got.s, &err) == QD_OK, "%s", err.message);
+    qd_stats_configure(got.s, 0, 1);
+    same_reads(ref.s, got.s, "m");
+    same_models(ref.s, got.s);
+    store_free(&ref);
+    store_free(&got);
+}
+END_TEST
+
 /* ---- the log file failing ---------------------------------------------------------------------
  */
 
@@ -684,6 +717,7 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_fold_triggers);
     tcase_add_test(tc, test_log_unemptied_reset);
     tcase_add_test(tc, test_log_hostile_record);
+    tcase_add_test(tc, test_log_key_reused_after_window);
     tcase_add_test(tc, test_log_kill9_daemon);
     suite_add_tcase(s, tc);
     return s;
