@@ -230,7 +230,7 @@ static qd_status run_post(stats_group *g, stats_req *r, qd_err *err)
     model_row *m = NULL;
     qd_status st = qd_cache_model(g, p->model, &m, err);
     if (st != QD_OK) return st;
-    if (p->key) {
+    if (p->key && !g->replaying) {
         st = qd_idem_check(g, m, p, &r->ans, err);
         if (st != QD_OK || r->ans.outcome == QD_POST_REPLAYED) return st;
     }
@@ -458,7 +458,11 @@ static qd_status replay_one(void *ctx, const qd_dlog_record *rec, qd_err *err)
     stats_req r = {.kind = QD_REQ_POST, .post = &rec->post};
     int64_t saved = g->now_ms;
     g->now_ms = rec->now_ms;
+    /* its key was checked when it was answered (stored): checked again here, with whatever
+     * window the replay runs with, an expired key still in the database would refuse it */
+    g->replaying = true;
     st = run_post(g, &r, err);
+    g->replaying = false;
     g->now_ms = saved;
     if (st != QD_OK && !g->failed) {
         qd_err why = *err;
@@ -601,10 +605,19 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings 
     for (stats_req *r = list; r; r = r->next) admin |= r->kind != QD_REQ_POST;
     g->now_ms = now_ms();
     g->failed = false;
-    if (admin && (g->log->end > 0 || g->need_replay)) {
-        /* a reset or new settings apply to folded statistics only: fold first */
+    if (admin && (g->log->end > 0 || g->need_replay || g->log->stale)) {
+        /* a reset or new settings apply to folded statistics only: fold first (a log left
+         * stale by a failed emptying is emptied again) */
         sql_group(g, NULL);
         g->groups++;
+    }
+    if (admin && !g->failed && g->log->stale) {
+        /* records the database holds are still in the log: after a reset they would be
+         * replayed onto the model's new posts */
+        g->failed = true;
+        g->fail_st = qd_fail(&g->fail_err, QD_DB,
+                             "the statistics log could not be emptied; a reset or new settings "
+                             "wait until it can");
     }
     if (admin && !g->failed && !qd_dlog_sync(g->log)) {
         /* a reset takes post counts back: the log's old records must be gone for good first */

@@ -103,6 +103,7 @@ struct stats_group {
     int64_t first_logged_ms; /* when the log's first record since the last fold was written */
     bool need_replay;        /* the cache lost the log's posts: the next SQL group replays it */
     bool logging;            /* running a log group: keys go to keys[], not to SQL */
+    bool replaying;          /* replaying the log: a record's key is not checked again */
     pend_key *keys;          /* the keys of the logged posts, until the fold writes them */
     size_t n_keys, cap_keys;
     /* the group's SQL failure: every request gets it */

@@ -10,6 +10,7 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "qdtest.h"
 #include "stats.h"
 #include "stats_internal.h"
+#include "stats_log.h"
 
 #define LOG_SUFFIX "-statslog"
 
@@ -475,6 +477,184 @@ START_TEST(test_log_fold_triggers)
 }
 END_TEST
 
+/* A hostile log: the first record's payload rewritten (random bytes, or a length, count or offset
+ * field set to an extreme) with its checksum made valid again, so that the decoder reads it.
+ * Opening must replay it or refuse it (QD_DB), never read past it (ASan: make check-asan). */
+START_TEST(test_log_hostile_record)
+{
+    static const uint64_t extremes[] = {0,           1,          0x7fffffffu, 0xffffffffu,
+                                        0x80000000u, UINT64_MAX, INT64_MAX,   32};
+    uint32_t rng = 12345;
+    for (int it = 0; it < 48; it++) {
+        store got = {0};
+        store_new(&got, (int64_t)3600 * 1000);
+        for (int k = 0; k < 3; k++) post_ok(got.s, "m", k); /* 0 creates, 1..2 logged */
+        ck_assert_int_eq(post_keyed(got.s, "m", 3, 0), QD_POST_STORED);
+        store_close(&got, true);
+        char *path = malloc(strlen(got.path) + sizeof LOG_SUFFIX);
+        ck_assert_ptr_nonnull(path);
+        sprintf(path, "%s%s", got.path, LOG_SUFFIX);
+        size_t size = 0;
+        unsigned char *log = kit_read_file(path, &size);
+        ck_assert_ptr_nonnull(log);
+        uint32_t len;
+        uint64_t sum;
+        memcpy(&len, log + 4, 4);
+        memcpy(&sum, log + 16, 8);
+        ck_assert_uint_le(24 + (size_t)len, size);
+        unsigned char *payload = log + 24;
+        uint64_t epoch_part = sum ^ qd_dlog_checksum(payload, len);
+        rng = rng * 1103515245u + 12345u;
+        size_t at = (rng >> 8) % len;
+        if (it % 2 == 0) { /* a field: 4 or 8 bytes from a record's field boundary */
+            uint64_t v = extremes[(rng >> 4) % (sizeof extremes / sizeof *extremes)];
+            size_t w = it % 4 == 0 ? 4 : 8;
+            at -= at % 4;
+            if (at + w > len) at = len - w;
+            memcpy(payload + at, &v, w);
+        } else { /* a few random bytes */
+            for (int j = 0; j < 1 + it % 5; j++) {
+                rng = rng * 1103515245u + 12345u;
+                payload[(at + (rng >> 8) % 64) % len] = (unsigned char)(rng >> 24);
+            }
+        }
+        sum = epoch_part ^ qd_dlog_checksum(payload, len);
+        memcpy(log + 16, &sum, 8);
+        ck_assert_int_eq(kit_write_file(path, log, size), 0);
+        free(log);
+        free(path);
+        qd_err err = {{0}};
+        ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
+        qd_status st = qd_stats_open(got.path, NULL, &got.s, &err);
+        ck_assert_msg(st == QD_OK || st == QD_DB, "iteration %d: %d %s", it, st, err.message);
+        if (st != QD_OK) {
+            got.s = NULL;
+            qd_store_close(got.db);
+            got.db = NULL;
+        }
+        store_free(&got);
+    }
+}
+END_TEST
+
+/* A logged post reuses an Idempotency-Key whose window (1 s here) has passed, for a different
+ * post: stored. A kill -9, and the replay at the next start must store it again, as it was
+ * answered, whatever the window it runs with (the start-up replay runs before the configured
+ * window is set) and although the old key is still in the database. */
+START_TEST(test_log_key_reused_after_window)
+{
+    store ref = {0}, got = {0};
+    store_new(&ref, 0);
+    store_new(&got, (int64_t)3600 * 1000);
+    qd_stats_configure(ref.s, 0, 1);
+    qd_stats_configure(got.s, 0, 1);
+    qd_err err = {{0}};
+    for (int i = 0; i < 2; i++) {
+        qd_stats *s = i ? got.s : ref.s;
+        post_ok(s, "m", 0);
+        ck_assert_int_eq(post_keyed(s, "m", 1, 0), QD_POST_STORED);
+        ck_assert_msg(qd_stats_fold(s, &err) == QD_OK, "%s", err.message);
+    }
+    sleep_ms(1100);
+    ck_assert_int_eq(post_keyed(ref.s, "m", 1, 1), QD_POST_STORED);
+    ck_assert_int_eq(post_keyed(got.s, "m", 1, 1), QD_POST_STORED);
+    ck_assert_int_gt(qd_stats_log_bytes(got.s), 0); /* in the log only */
+    store_close(&got, true);                        /* kill -9 */
+    ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_stats_open(got.path, NULL, &got.s, &err) == QD_OK, "%s", err.message);
+    qd_stats_configure(got.s, 0, 1);
+    same_reads(ref.s, got.s, "m");
+    same_models(ref.s, got.s);
+    store_free(&ref);
+    store_free(&got);
+}
+END_TEST
+
+/* ---- the log file failing ---------------------------------------------------------------------
+ */
+
+/* The descriptor of t's open log file (found through /proc/self/fd). */
+static int log_fd(const store *t)
+{
+    char want[4096], link[4096], at[300];
+    snprintf(want, sizeof want, "%s%s", t->path, LOG_SUFFIX);
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int fd = -1;
+    for (struct dirent *e; fd < 0 && (e = readdir(d));) {
+        snprintf(at, sizeof at, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(at, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = '\0';
+        if (strcmp(link, want) == 0) fd = atoi(e->d_name);
+    }
+    closedir(d);
+    ck_assert_int_ge(fd, 0);
+    return fd;
+}
+
+/* Makes the log's descriptor read-only (every write and truncation of it fails); the saved
+ * read-write descriptor to give back with log_writable. */
+static int log_read_only(const store *t)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s%s", t->path, LOG_SUFFIX);
+    int fd = log_fd(t), saved = dup(fd), ro = open(p, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(ro, 0);
+    ck_assert_int_ge(dup2(ro, fd), 0);
+    close(ro);
+    return saved;
+}
+
+static void log_writable(const store *t, int saved)
+{
+    ck_assert_int_ge(dup2(saved, log_fd(t)), 0);
+    close(saved);
+}
+
+/* A post whose append fails is folded into SQLite instead and answered only then. When the fold
+ * cannot empty the log either, its records (held by the database) stay in the file: a reset
+ * then must not commit (a replay would find the reset model's old posts and refuse to start, or
+ * apply them again), and once the log can be emptied the reset goes through. */
+START_TEST(test_log_unemptied_reset)
+{
+    store got = {0};
+    store_new(&got, (int64_t)3600 * 1000);
+    for (int k = 0; k < 4; k++) post_one(got.s, "r", k); /* 0 creates, 1..3 logged */
+    ck_assert(log_has_records(&got));
+    int saved = log_read_only(&got);
+    post_one(got.s, "r", 4);          /* the append fails: folded, with 1..3, into SQLite */
+    ck_assert(log_has_records(&got)); /* and the log could not be emptied */
+    qd_err err = {{0}};
+    ck_assert_int_eq(qd_stats_reset(got.s, "r", &err), QD_DB);
+    log_writable(&got, saved);
+    store_close(&got, true); /* kill -9 */
+    store_open(&got, (int64_t)3600 * 1000, (int64_t)64 << 20);
+    qd_stat_avg *a = NULL;
+    size_t n = 0;
+    ck_assert_msg(qd_stats_read(got.s, "r", NULL, &a, &n, &err) == QD_OK, "%s", err.message);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(a[0].count, 5); /* post 4 was answered: it is there, once */
+    qd_stat_avgs_free(a, n);
+    /* the log writable again: a post to the log, then a reset that holds across kill -9 */
+    post_one(got.s, "r", 5); /* caches the activation */
+    post_one(got.s, "r", 6); /* logged */
+    ck_assert(log_has_records(&got));
+    saved = log_read_only(&got);
+    ck_assert_int_eq(qd_stats_reset(got.s, "r", &err), QD_DB);
+    log_writable(&got, saved);
+    ck_assert_msg(qd_stats_reset(got.s, "r", &err) == QD_OK, "%s", err.message);
+    ck_assert(!log_has_records(&got));
+    store_close(&got, true);
+    store_open(&got, (int64_t)3600 * 1000, (int64_t)64 << 20);
+    ck_assert_msg(qd_stats_read(got.s, "r", NULL, &a, &n, &err) == QD_OK, "%s", err.message);
+    ck_assert_uint_eq(n, 0);
+    qd_stat_avgs_free(a, n);
+    store_free(&got);
+}
+END_TEST
+
 /* ---- against quantd -------------------------------------------------------------------------
  */
 
@@ -535,6 +715,9 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_epochs);
     tcase_add_test(tc, test_log_keys);
     tcase_add_test(tc, test_log_fold_triggers);
+    tcase_add_test(tc, test_log_unemptied_reset);
+    tcase_add_test(tc, test_log_hostile_record);
+    tcase_add_test(tc, test_log_key_reused_after_window);
     tcase_add_test(tc, test_log_kill9_daemon);
     suite_add_tcase(s, tc);
     return s;
