@@ -298,12 +298,13 @@ check-asan: deps
 
 # The ThreadSanitizer lane: quant, quantd and the daemon tests built with -fsanitize=thread in
 # build-tsan/, then the suites that drive quantd's threads (the job queue and workers, the
-# statistics writer, the waiter pool, the connection guard, kill -9 and restarts). quantd runs
-# as a child of the tests and exits 0 at SIGTERM whatever TSan saw, so every process writes its
-# reports under build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
+# statistics writer and its delta log, checkpoint uploads quantized while they arrive, the
+# waiter pool, the connection guard, kill -9 and restarts). quantd runs as a child of the tests
+# and exits 0 at SIGTERM whatever TSan saw, so every process writes its reports under
+# build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
 # halt_on_error and exitcode=66 also end a racing process at once (the test then sees quantd
 # gone, or exit 66 instead of 0). No suppressions: none were needed.
-TSAN_SUITES  := api stats_store stats_api limits faults
+TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults
 TSAN_LOGS    := build-tsan/tsan-logs
 TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
 check-tsan: deps
