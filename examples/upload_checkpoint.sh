@@ -77,7 +77,7 @@ while :; do
         call "$url/v1/jobs/$id" >&2
         exit 1 ;;
     esac
-    sleep 0.5
+    sleep 0.1 # a GET of the job is cheap; a longer poll would add up to its length to the run
 done
 
 mkdir -p "$out"
