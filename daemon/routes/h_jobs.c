@@ -20,6 +20,7 @@
 #include "inputs.h"
 #include "job_source.h"
 #include "jobs.h"
+#include "log.h"
 #include "req_limits.h"
 #include "router.h"
 #include "quant_pipeline.h"
@@ -204,7 +205,8 @@ typedef struct shard_head {
     char *rules; /* resolved before the body */
     unsigned char *buf;
     size_t len;
-    qd_ec ec; /* why the header was refused (QD_EC_COUNT: it was not) */
+    qd_ec ec;             /* why the header was refused (QD_EC_COUNT: it was not) */
+    uint64_t over_budget; /* refused: max_body_memory could not hold this many bytes (503) */
     char msg[QUANT_CK_MESSAGE_MAX];
 } shard_head;
 
@@ -289,9 +291,10 @@ static bool head_to_job(qd_req *r, shard_head *h, char *unused)
     qd_err err;
     qd_status st = qd_receiving_create(r->app, &j, &name, 1, true, &err);
     free(unused);
-    if (st != QD_OK) {
+    if (st != QD_OK) { /* err names server paths: logged, not answered */
+        qd_log(QD_LOG_ERROR, "creating an upload job failed", "error", err.message, NULL);
         h->ec = QD_EC_INTERNAL;
-        snprintf(h->msg, sizeof h->msg, "%s", err.message);
+        snprintf(h->msg, sizeof h->msg, "cannot create the job's files");
         return false;
     }
     size_t idx = 0;
@@ -308,6 +311,7 @@ static bool head_to_job(qd_req *r, shard_head *h, char *unused)
     size_t n = h->len;
     h->buf = NULL;
     head_end(r); /* the input writer takes the request over */
+    qd_budget_release(r);
     r->sink_take = NULL;
     bool ok = qd_input_sink_attach(r, j.id, ji, idx, SHARD_NAME, j.source_path);
     if (ok && !write_all(r->upload_fd, held, n)) r->upload_failed = true;
@@ -320,6 +324,10 @@ static bool head_to_job(qd_req *r, shard_head *h, char *unused)
 static bool head_take(qd_req *r, const char *data, size_t n)
 {
     shard_head *h = r->sink;
+    if (!qd_budget_take(r, n)) { /* the header is held in memory: max_body_memory counts it */
+        h->over_budget = h->len + n;
+        return false;
+    }
     unsigned char *b = realloc(h->buf, h->len + n);
     if (!b) {
         h->ec = QD_EC_INTERNAL;
@@ -383,6 +391,7 @@ static bool head_begin(qd_req *r)
 static enum MHD_Result head_answer(qd_req *r)
 {
     shard_head *h = r->sink;
+    if (h->over_budget) return qd_reply_budget(r, h->over_budget);
     if (h->ec == QD_EC_COUNT && h->len == 0)
         return qd_reply_ec(r, QD_EC_EMPTY_BODY, NULL, "the upload is empty");
     uint64_t expect;
