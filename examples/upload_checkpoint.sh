@@ -1,10 +1,12 @@
 #!/bin/sh
 # upload_checkpoint.sh -- owns the "whole checkpoint through quantd" example of issue 11: creates
-# a checkpoint job listing every file of a directory (POST /v1/jobs with "files"), PUTs the files
-# in parallel with `curl -T` (streamed from disk: `--data-binary @FILE` would load each whole
-# shard into curl's memory; in parallel because the run reads every shard header before its
-# first tensor, and quantizes while the bytes arrive), waits for the job, then downloads all its
-# outputs as one tar into OUT_DIR. Exit status 0 when the job succeeded and OUT_DIR holds its
+# a checkpoint job listing every file of a directory (POST /v1/jobs with "files"), PUTs the small
+# files first (the index, config.json, tokenizer files: everything not *.safetensors; the run
+# reads the whole index before it opens any shard, so a late index would hold everything back),
+# then the shards in parallel with `curl -T` (streamed from disk: `--data-binary @FILE` would load
+# each whole shard into curl's memory; in parallel because the run reads every shard header
+# before its first tensor, and quantizes while the bytes arrive), waits for the job, then
+# downloads all its outputs as one tar into OUT_DIR. Exit status 0 when the job succeeded and OUT_DIR holds its
 # outputs, 1 otherwise, 2 on bad usage. Needs sh, curl, tar, xargs, sed; no jq.
 #   examples/upload_checkpoint.sh [-u URL] [-l LAYOUT] [-P JOBS] RULESET IN_DIR OUT_DIR
 # URL defaults to $QUANTD_URL or http://127.0.0.1:8080; a server with tokens needs an operator
@@ -49,11 +51,17 @@ id=$(printf '%s' "$job" | sed -n 's/^{"id":\([0-9]*\),.*/\1/p')
 echo "job $id: uploading $(printf '%s\n' "$files" | wc -l) files"
 
 # One `curl -T` per file, PARALLEL at a time (checkpoint file names are URL-safe:
-# letters, digits, "-", "_", ".").
+# letters, digits, "-", "_", ".") -- the small files, then the shards.
 export url id auth
-if ! (cd "$in" && printf '%s\n' "$files" | xargs -P "$par" -I{} sh -c '
-    curl -sS --fail-with-body -o /dev/null ${auth:+-H "$auth"} -T "$1" \
-        "$url/v1/jobs/$id/inputs/$1" || { echo "upload of $1 failed" >&2; exit 1; }' sh {}); then
+put_all() {
+    [ -n "$1" ] || return 0
+    (cd "$in" && printf '%s\n' "$1" | xargs -P "$par" -I{} sh -c '
+        curl -sS --fail-with-body -o /dev/null ${auth:+-H "$auth"} -T "$1" \
+            "$url/v1/jobs/$id/inputs/$1" || { echo "upload of $1 failed" >&2; exit 1; }' sh {})
+}
+small=$(printf '%s\n' "$files" | grep -v '\.safetensors$' || true)
+shards=$(printf '%s\n' "$files" | grep '\.safetensors$' || true)
+if ! put_all "$small" || ! put_all "$shards"; then
     echo "$0: an upload failed; job $id:" >&2
     call "$url/v1/jobs/$id" >&2 || true
     exit 1
@@ -69,7 +77,7 @@ while :; do
         call "$url/v1/jobs/$id" >&2
         exit 1 ;;
     esac
-    sleep 0.5
+    sleep 0.1 # a GET of the job is cheap; a longer poll would add up to its length to the run
 done
 
 mkdir -p "$out"

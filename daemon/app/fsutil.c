@@ -70,19 +70,6 @@ qd_status qd_sha256_file(const char *path, char hex[65], int64_t *size, qd_err *
     return QD_OK;
 }
 
-static void fsync_dir_of(const char *path)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return;
-    *slash = '\0';
-    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    fsync(fd);
-    close(fd);
-}
-
 void qd_remove_upload(const char *path)
 {
     struct stat sb;
@@ -95,18 +82,11 @@ void qd_remove_upload(const char *path)
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash) {
+        snprintf(slash + 1, sizeof dir - (size_t)(slash + 1 - dir), "%s", QD_RECEIVING_MARK);
+        unlink(dir); /* a receiving job's mark (receiving.c) */
         *slash = '\0';
         rmdir(dir);
     }
-}
-
-qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err)
-{
-    if (fsync(fd) != 0) return qd_fail(err, QD_IO, "%s: fsync: %s", from, strerror(errno));
-    if (rename(from, to) != 0)
-        return qd_fail(err, QD_IO, "%s: cannot rename to %s: %s", from, to, strerror(errno));
-    fsync_dir_of(to);
-    return QD_OK;
 }
 
 /* path without its trailing slashes, checked to be absolute plain components; malloc'd. */

@@ -21,8 +21,9 @@ qd_status qd_sha256_file(const char *path, char hex[65], int64_t *size, qd_err *
 /* Removes an upload (DATA/uploads/ID/model.safetensors, or a checkpoint job's
  * DATA/uploads/ID/inputs directory with everything in it) and its directory ID; best effort. */
 void qd_remove_upload(const char *path);
-/* fsyncs the file, renames it to `to`, fsyncs to's directory. */
-qd_status qd_publish_file(int fd, const char *from, const char *to, qd_err *err);
+/* The file beside a job's upload (DATA/uploads/HEX/receiving) while its inputs are still
+ * arriving: at a start after a crash, a job that has it cannot run (receiving.c). */
+#define QD_RECEIVING_MARK "receiving"
 /* Where a server-side checkpoint path is, without touching the file system: `path` must be
  * absolute and made of plain components (no "", ".", ".." components; a trailing '/' is
  * dropped) and lie, component for component, under one of roots (canonical, as the settings

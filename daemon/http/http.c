@@ -167,7 +167,8 @@ static enum MHD_Result body_begin(qd_req *r)
         if (errno == 0 && *end == '\0' && body_reserve(r, n) != MHD_YES) return MHD_NO;
         if (r->replied) return MHD_YES;
     }
-    if (!r->streaming || r->upload_fd >= 0) return MHD_YES; /* the precheck opened its file */
+    if (!r->streaming || r->upload_fd >= 0 || r->sink_take)
+        return MHD_YES; /* the precheck opened its file, or takes the bytes itself */
     size_t len = strlen(r->app->tmp_dir) + 32;
     r->upload_path = malloc(len);
     if (!r->upload_path) return MHD_NO;
@@ -208,7 +209,14 @@ static enum MHD_Result discard(qd_req *r, qd_refusal why, size_t n)
 static enum MHD_Result upload_chunk(qd_req *r, const char *data, size_t n)
 {
     uint64_t before = r->upload_bytes;
-    if (!r->upload_failed && !write_all(r->upload_fd, data, n)) r->upload_failed = true;
+    if (r->sink_take) {
+        if (!r->upload_failed && !r->sink_take(r, data, n)) {
+            r->upload_bytes += n;
+            return discard(r, QD_REFUSE_SINK, 0);
+        }
+    } else if (!r->upload_failed && !write_all(r->upload_fd, data, n)) {
+        r->upload_failed = true;
+    }
     r->upload_bytes += n;
     qd_metrics_upload(r->app->metrics, n);
     if (!r->upload_failed && r->sink_wrote && !r->sink_wrote(r))

@@ -52,8 +52,12 @@ typedef struct qd_req {
     /* an octet-stream body, streamed into a temporary file -- or into the file a route's precheck
      * opened itself (upload_fd set, upload_path NULL: PUT /v1/jobs/{id}/inputs/{name}), which
      * may watch the bytes: sink_wrote after each write (upload_bytes counts them; false: the rest
-     * is dropped and the handler answers), sink_end when the request ends, whatever happened */
+     * is dropped and the handler answers), sink_end when the request ends, whatever happened.
+     * A precheck that sets sink_take gets the bytes instead of any file (none is made) until it
+     * clears it: POST /v1/jobs holds a shard's header in memory until its job exists; false
+     * refuses the rest (the handler answers), a write of its own that failed sets upload_failed */
     bool streaming;
+    bool (*sink_take)(struct qd_req *r, const char *data, size_t n);
     bool (*sink_wrote)(struct qd_req *r);
     void (*sink_end)(struct qd_req *r);
     void *sink;

@@ -22,6 +22,7 @@
 
 #include "fsutil.h"
 #include "inputs.h"
+#include "receiving.h"
 #include "janitor.h"
 #include "job_source.h"
 #include "jobs.h"
@@ -446,6 +447,7 @@ static void recover(qd_app *app)
     int64_t *ids = NULL;
     size_t n = 0;
     qd_err err;
+    qd_receiving_recover(app); /* a job whose inputs were cut cannot run again */
     if (qd_store_job_recover(app->store, app->cfg->max_attempts, &ids, &n, &err) != QD_OK) {
         qd_log(QD_LOG_ERROR, "recovering interrupted jobs failed", "error", err.message, NULL);
         return;

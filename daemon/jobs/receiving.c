@@ -31,9 +31,10 @@ struct qd_receiving {
 };
 
 /* DATA/uploads/HEX/inputs with the n files in it, empty (the pipeline needs every input to exist
- * when it starts); malloc'd, NULL with err set (and nothing left) on failure. */
-static char *make_inputs(qd_app *app, const char *const *names, size_t n, qd_status *status,
-                         qd_err *err)
+ * when it starts) -- or, one_file, the file DATA/uploads/HEX/NAME alone; malloc'd, NULL with err
+ * set (and nothing left) on failure. */
+static char *make_inputs(qd_app *app, const char *const *names, size_t n, bool one_file,
+                         qd_status *status, qd_err *err)
 {
     unsigned char rnd[16];
     char hex[33];
@@ -51,8 +52,13 @@ static char *make_inputs(qd_app *app, const char *const *names, size_t n, qd_sta
     }
     snprintf(dir, len, "%s/%s", app->uploads_dir, hex);
     qd_status st = qd_mkdir(dir, 0700, err);
+    snprintf(dir, len, "%s/%s/" QD_RECEIVING_MARK, app->uploads_dir, hex);
+    int mark = st == QD_OK ? open(dir, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    if (st == QD_OK && mark < 0) st = qd_fail(err, QD_IO, "receiving mark: %s", strerror(errno));
+    if (mark >= 0) close(mark);
     snprintf(dir, len, "%s/%s/inputs", app->uploads_dir, hex);
-    if (st == QD_OK) st = qd_mkdir(dir, 0700, err);
+    if (st == QD_OK && !one_file) st = qd_mkdir(dir, 0700, err);
+    if (one_file) snprintf(dir, len, "%s/%s", app->uploads_dir, hex);
     int dfd = st == QD_OK ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (st == QD_OK && dfd < 0) st = qd_fail(err, QD_IO, "inputs: %s", strerror(errno));
     for (size_t i = 0; st == QD_OK && i < n; i++) {
@@ -64,6 +70,14 @@ static char *make_inputs(qd_app *app, const char *const *names, size_t n, qd_sta
     }
     if (dfd >= 0) close(dfd);
     *status = st;
+    if (one_file && st == QD_OK) { /* the file is the job's source */
+        char *file = NULL;
+        if (asprintf(&file, "%s/%s", dir, names[0]) < 0) file = NULL;
+        if (!file) *status = qd_fail(err, QD_NOMEM, "out of memory");
+        if (!file) unlinkat(AT_FDCWD, dir, AT_REMOVEDIR);
+        free(dir);
+        return file;
+    }
     if (st != QD_OK) {
         qd_remove_upload(dir);
         free(dir);
@@ -73,12 +87,13 @@ static char *make_inputs(qd_app *app, const char *const *names, size_t n, qd_sta
 }
 
 qd_status qd_receiving_create(qd_app *app, qd_job *j, const char *const *names, size_t n,
-                              qd_err *err)
+                              bool one_file, qd_err *err)
 {
+    if (one_file && n != 1) return qd_fail(err, QD_INVALID, "one file, not %zu", n);
     j->source_kind = "upload";
     j->state = QD_JOB_RECEIVING;
     qd_status st;
-    if (!(j->source_path = make_inputs(app, names, n, &st, err))) return st;
+    if (!(j->source_path = make_inputs(app, names, n, one_file, &st, err))) return st;
     qd_jobs_hold(app->jobs, true); /* no claim before the job's inputs are registered */
     st = qd_store_job_insert(app->store, j, err);
     if (st == QD_OK)
@@ -122,12 +137,24 @@ void qd_receiving_fail(qd_app *app, int64_t id, qd_job_state state, const char *
     qd_job_clear(&j);
 }
 
+/* Every file of the job is in (and synced): its mark goes, so that a crash from here on leaves
+ * a job that can run again. */
+static void unmark(const char *source_path)
+{
+    char mark[4096];
+    const char *slash = strrchr(source_path, '/');
+    if (!slash) return;
+    snprintf(mark, sizeof mark, "%.*s/" QD_RECEIVING_MARK, (int)(slash - source_path), source_path);
+    unlink(mark);
+}
+
 quant_ck_status qd_receiving_done(qd_app *app, int64_t id, quant_ck_error *ck)
 {
     qd_job j;
     qd_err err;
     if (qd_store_job_get(app->store, id, &j, &err) != QD_OK)
         return quant_ck_fail(ck, QUANT_CK_ERR_IO, "%s", err.message);
+    unmark(j.source_path);
     if (j.state != QD_JOB_RECEIVING) { /* a worker runs it already (its own plan did it) */
         qd_job_clear(&j);
         qd_inputs_remove(app->inputs, id);
@@ -176,27 +203,63 @@ void qd_receiving_sweep(qd_app *app)
     free(ids);
 }
 
-/* The jobs a stopped quantd left receiving: their uploads are cut, they fail. */
-static void recover(qd_app *app)
+#define RESTARTED "quantd restarted while its inputs were being uploaded; create the job again"
+
+/* Whether the job's upload still has its receiving mark (some input never arrived whole). */
+static bool marked(const qd_job *j)
 {
-    qd_job *jobs = NULL;
-    size_t n = 0;
+    char mark[4096];
+    const char *slash = strrchr(j->source_path, '/');
+    if (strcmp(j->source_kind, "upload") != 0 || !slash) return false;
+    snprintf(mark, sizeof mark, "%.*s/" QD_RECEIVING_MARK, (int)(slash - j->source_path),
+             j->source_path);
+    return access(mark, F_OK) == 0;
+}
+
+/* Fails job j of the given state: receiving, or running on inputs that never all arrived. */
+static void fail_cut(qd_app *app, const qd_job *j)
+{
     qd_err err;
-    do {
-        if (qd_store_job_list(app->store, QD_JOB_RECEIVING, 0, 1000, &jobs, &n, &err) != QD_OK) {
-            qd_log(QD_LOG_ERROR, "failing jobs left receiving failed", "error", err.message, NULL);
-            return;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (qd_store_job_end_receiving(app->store, jobs[i].id, QD_JOB_FAILED,
-                                           "interrupted: quantd stopped while the job's files "
-                                           "were arriving",
-                                           &err) == QD_OK)
-                qd_remove_upload(jobs[i].source_path);
-            qd_job_clear(&jobs[i]);
-        }
-        free(jobs);
-    } while (n == 1000);
+    qd_status st =
+        j->state == QD_JOB_RECEIVING
+            ? qd_store_job_end_receiving(app->store, j->id, QD_JOB_FAILED, RESTARTED, &err)
+            : qd_store_job_finish(app->store, j->id, QD_JOB_FAILED, RESTARTED, NULL, 0, NULL, &err);
+    if (st != QD_OK) {
+        qd_log(QD_LOG_ERROR, "failing a job left receiving failed", "error", err.message, NULL);
+        return;
+    }
+    char *dir = qd_app_job_dir(app, j->id), sid[24];
+    if (dir) qd_rmtree(dir, &err);
+    free(dir);
+    qd_remove_upload(j->source_path);
+    snprintf(sid, sizeof sid, "%lld", (long long)j->id);
+    qd_log(QD_LOG_WARN, "job failed: its inputs were arriving when quantd stopped", "job", sid,
+           NULL);
+}
+
+void qd_receiving_recover(qd_app *app)
+{
+    static const qd_job_state states[] = {QD_JOB_RECEIVING, QD_JOB_RUNNING, QD_JOB_QUEUED};
+    for (size_t s = 0; s < sizeof states / sizeof *states; s++) {
+        int64_t after = 0;
+        size_t n;
+        do {
+            qd_job *jobs = NULL;
+            qd_err err;
+            n = 0;
+            if (qd_store_job_list(app->store, states[s], after, 1000, &jobs, &n, &err) != QD_OK) {
+                qd_log(QD_LOG_ERROR, "failing jobs left receiving failed", "error", err.message,
+                       NULL);
+                return;
+            }
+            for (size_t i = 0; i < n; i++) {
+                if (jobs[i].state == QD_JOB_RECEIVING || marked(&jobs[i])) fail_cut(app, &jobs[i]);
+                after = jobs[i].id;
+                qd_job_clear(&jobs[i]);
+            }
+            free(jobs);
+        } while (n == 1000);
+    }
 }
 
 static void *watch_main(void *arg)
@@ -220,7 +283,6 @@ static void *watch_main(void *arg)
 qd_status qd_receiving_start(qd_app *app, qd_receiving **out, qd_err *err)
 {
     *out = NULL;
-    recover(app);
     qd_receiving *rc = calloc(1, sizeof *rc);
     if (!rc) return qd_fail(err, QD_NOMEM, "out of memory");
     rc->app = app;

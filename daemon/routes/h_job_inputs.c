@@ -3,8 +3,9 @@
  * into the job's inputs directory. A shard's header is validated as soon as its bytes are on
  * disk (a bad one, or a Content-Length other than the size it implies, fails the job at once);
  * a body cut short or a client that leaves fails the job naming the file; the last file in has
- * the job planned and queued (receiving.c). Bytes are written with plain write() and each file
- * is fsync'd once complete, before it counts as received.
+ * the job planned and queued (receiving.c). Bytes are written with plain write(), their
+ * write-back started every 32 MiB (sync_file_range), and each file is fsync'd once complete,
+ * before it counts as received.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -99,7 +100,7 @@ enum MHD_Result qd_job_create_receiving(qd_req *r, json_t *doc)
         return r->replied ? MHD_YES : MHD_NO;
     }
     qd_err err;
-    qd_status st = qd_receiving_create(r->app, &j, names, n, &err);
+    qd_status st = qd_receiving_create(r->app, &j, names, n, false, &err);
     free(names);
     enum MHD_Result ret;
     if (st != QD_OK) {
@@ -120,6 +121,10 @@ enum MHD_Result qd_job_create_receiving(qd_req *r, json_t *doc)
 /* ---- one file, streamed -----------------------------------------------------------------------
  */
 
+/* Write-back of a file's bytes is started every this many bytes as they arrive, so that the
+ * fsync at its end has little left to write (BENCHMARKS.md, daemon section). */
+#define WRITEBACK_EVERY (32u << 20)
+
 typedef struct input_sink {
     qd_app *app;
     int64_t id;
@@ -131,6 +136,7 @@ typedef struct input_sink {
     bool checked;      /* the header was validated; expect is known */
     uint64_t expect;   /* the size the header implies */
     uint64_t declared; /* Content-Length, or UINT64_MAX (chunked) */
+    uint64_t flushed;  /* bytes whose write-back was started (sync_file_range) */
     bool ended;        /* answered (or the job failed with a reason of ours): nothing at the end */
     qd_ec ec;          /* why the sink refused the bytes (QD_EC_COUNT: it did not) */
     char msg[QUANT_CK_MESSAGE_MAX];
@@ -205,6 +211,11 @@ static bool sink_wrote(qd_req *r)
         return false;
     }
     qd_inputs_progress(s->ji, s->idx, r->upload_bytes);
+    if (r->upload_bytes - s->flushed >= WRITEBACK_EVERY) { /* so the last fsync has little left */
+        sync_file_range(r->upload_fd, (off_t)s->flushed, (off_t)(r->upload_bytes - s->flushed),
+                        SYNC_FILE_RANGE_WRITE);
+        s->flushed = r->upload_bytes;
+    }
     return true;
 }
 
@@ -275,24 +286,22 @@ static char *input_path(qd_app *app, int64_t id, const char *name)
     return path;
 }
 
-enum MHD_Result qd_h_job_input_precheck(qd_req *r)
+bool qd_input_sink_attach(qd_req *r, int64_t id, qd_job_inputs *ji, size_t idx, const char *name,
+                          char *path)
 {
-    int64_t id;
-    size_t idx;
-    if (!qd_job_id_param(r, &id)) return MHD_YES;
-    qd_job_inputs *ji = take_input(r, id, &idx);
-    if (!ji) return MHD_YES;
     input_sink *s = calloc(1, sizeof *s);
     if (!s) {
         qd_inputs_release(ji);
+        free(path);
         qd_receiving_fail(r->app, id, QD_JOB_FAILED, "out of memory");
-        return MHD_NO;
+        return false;
     }
     *s = (input_sink){.app = r->app,
                       .id = id,
                       .ji = ji,
                       .idx = idx,
-                      .name = r->params[1],
+                      .path = path,
+                      .name = name,
                       .ec = QD_EC_COUNT,
                       .declared = UINT64_MAX};
     s->shard = ends_with(s->name, ".safetensors");
@@ -300,15 +309,34 @@ enum MHD_Result qd_h_job_input_precheck(qd_req *r)
     r->sink_end = sink_end; /* from here on, a request that ends unanswered fails the job */
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) s->declared = strtoull(cl, NULL, 10);
-    s->path = input_path(r->app, id, s->name);
     int fd = s->path ? open(s->path, O_RDWR | O_TRUNC | O_NOFOLLOW | O_CLOEXEC) : -1;
     if (fd < 0) {
         snprintf(s->msg, sizeof s->msg, "%s: cannot open the input: %s", s->name, strerror(errno));
         sink_refuse(s, QD_EC_INTERNAL, s->msg);
-        return qd_reply_ec(r, QD_EC_INTERNAL, "name", "%s", s->msg);
+        return false;
     }
     r->upload_fd = fd;
     r->sink_wrote = sink_wrote;
+    return true;
+}
+
+int64_t qd_input_sink_job(const qd_req *r)
+{
+    return ((const input_sink *)r->sink)->id;
+}
+
+enum MHD_Result qd_h_job_input_precheck(qd_req *r)
+{
+    int64_t id;
+    size_t idx;
+    if (!qd_job_id_param(r, &id)) return MHD_YES;
+    qd_job_inputs *ji = take_input(r, id, &idx);
+    if (!ji) return MHD_YES;
+    if (!qd_input_sink_attach(r, id, ji, idx, r->params[1], input_path(r->app, id, r->params[1])))
+        return r->sink ? qd_reply_ec(r, QD_EC_INTERNAL, "name", "%s", ((input_sink *)r->sink)->msg)
+                       : MHD_NO;
+    input_sink *s = r->sink;
+    const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (!qd_limit_disk(r, cl ? s->declared : 0)) { /* replied 507 */
         s->ended = true;
         qd_receiving_fail(r->app, id, QD_JOB_FAILED, "not enough free disk for its files");
@@ -321,31 +349,41 @@ static enum MHD_Result refused(qd_req *r, input_sink *s)
     return qd_reply_ec(r, s->ec, s->ec == QD_EC_BAD_SAFETENSORS ? NULL : "name", "%s", s->msg);
 }
 
-enum MHD_Result qd_h_job_input_put(qd_req *r)
+bool qd_input_sink_finish(qd_req *r, enum MHD_Result *ret)
 {
     input_sink *s = r->sink;
-    if (s->ec != QD_EC_COUNT) return refused(r, s);
-    if (s->shard && !s->checked && !check_header(s, r->upload_bytes, true)) return refused(r, s);
+    *ret = MHD_YES;
+    if (s->ec != QD_EC_COUNT) return *ret = refused(r, s), false;
+    if (s->shard && !s->checked && !check_header(s, r->upload_bytes, true))
+        return *ret = refused(r, s), false;
     if (s->shard && r->upload_bytes != s->expect) {
         snprintf(s->msg, sizeof s->msg, "%s: the body ends at %llu bytes; its header implies %llu",
                  s->name, (unsigned long long)r->upload_bytes, (unsigned long long)s->expect);
         sink_refuse(s, QD_EC_LENGTH_MISMATCH, s->msg);
-        return refused(r, s);
+        return *ret = refused(r, s), false;
     }
     if (fsync(r->upload_fd) != 0) { /* on disk before it counts as received */
         snprintf(s->msg, sizeof s->msg, "%s: fsync: %s", s->name, strerror(errno));
         sink_refuse(s, QD_EC_INTERNAL, s->msg);
-        return refused(r, s);
+        return *ret = refused(r, s), false;
     }
     s->ended = true;
     qd_inputs_progress(s->ji, s->idx, r->upload_bytes);
     if (qd_inputs_complete(s->ji, s->idx)) {
         quant_ck_error ck;
         quant_ck_status st = qd_receiving_done(r->app, s->id, &ck);
-        if (st == QUANT_CK_ERR_NOMEM) return MHD_NO;
+        if (st == QUANT_CK_ERR_NOMEM) return *ret = MHD_NO, false;
         if (st != QUANT_CK_OK)
-            return qd_reply_ec(r, qd_plan_error_code(st), NULL, "%s", ck.message);
+            return *ret = qd_reply_ec(r, qd_plan_error_code(st), NULL, "%s", ck.message), false;
     }
+    return true;
+}
+
+enum MHD_Result qd_h_job_input_put(qd_req *r)
+{
+    input_sink *s = r->sink;
+    enum MHD_Result ret;
+    if (!qd_input_sink_finish(r, &ret)) return ret;
     qd_job j;
     qd_err err;
     qd_status st = qd_store_job_get(r->app->store, s->id, &j, &err);

@@ -5,12 +5,13 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "inputs.h"
 #include "job_source.h"
 #include "jobs.h"
+#include "log.h"
 #include "req_limits.h"
 #include "router.h"
 #include "quant_pipeline.h"
@@ -185,75 +187,245 @@ bool qd_layout_ok(qd_req *r, const char *layout)
     return false;
 }
 
-/* The upload, validated as safetensors, moved into DATA/uploads under a fresh name. */
-static char *keep_upload(qd_req *r)
+/* ---- a shard as the body: the one-file case of a checkpoint job ---------------------------------
+ *
+ * Its length prefix and header are held in memory (at most HEADER_MAX bytes) until they are in,
+ * then validated and planned as POST /v1/plans plans a header: a bad header, or a plan that
+ * fails, is answered 4xx at the body's end and no job exists. Otherwise the job is created as a
+ * checkpoint job listing the one file (receiving.c), the bytes held are written to it and the
+ * rest of the body streams through the input writer of PUT /v1/jobs/{id}/inputs/{name}
+ * (h_job_inputs.c): same accounting, same waits, same failure (a cut body fails the job naming
+ * the file, its files removed). A worker quantizes it while it arrives; the answer comes once
+ * the body has ended. */
+
+#define SHARD_NAME "model.safetensors"          /* the input's name, and so its output's */
+#define HEADER_MAX (8ull + QUANT_ST_MAX_HEADER) /* the most a length prefix and header take */
+
+typedef struct shard_head {
+    char *rules; /* resolved before the body */
+    unsigned char *buf;
+    size_t len;
+    qd_ec ec;             /* why the header was refused (QD_EC_COUNT: it was not) */
+    uint64_t over_budget; /* refused: max_body_memory could not hold this many bytes (503) */
+    char msg[QUANT_CK_MESSAGE_MAX];
+} shard_head;
+
+static void head_end(qd_req *r)
 {
-    quant_st_file *f = NULL;
+    shard_head *h = r->sink;
+    free(h->rules);
+    free(h->buf);
+    free(h);
+    r->sink = NULL;
+    r->sink_end = NULL;
+}
+
+/* The held header validated and planned (messages name it model.safetensors, as the job's
+ * input and as POST /v1/plans do); the job's unused rules to *unused. False with h->ec and h->msg
+ * set. */
+static bool head_check(qd_req *r, shard_head *h, uint64_t *expect, char **unused)
+{
     quant_ck_error ck;
-    if (r->upload_bytes == 0) {
-        qd_reply_ec(r, QD_EC_EMPTY_BODY, NULL, "the upload is empty");
-        return NULL;
+    quant_st_file *f = NULL;
+    quant_ruleset *rs = NULL;
+    quant_plan *plan = NULL;
+    int fd = memfd_create("shard-header", MFD_CLOEXEC);
+    if (fd < 0 || write(fd, h->buf, h->len) != (ssize_t)h->len) {
+        if (fd >= 0) close(fd);
+        h->ec = QD_EC_INTERNAL;
+        snprintf(h->msg, sizeof h->msg, "cannot hold the header: %s", strerror(errno));
+        return false;
     }
-    if (quant_st_open(r->upload_path, &f, &ck) != QUANT_CK_OK) {
-        size_t skip = strlen(r->upload_path);
-        const char *msg =
-            strncmp(ck.message, r->upload_path, skip) == 0 ? ck.message + skip : ck.message;
-        qd_reply_ec(r, QD_EC_BAD_SAFETENSORS, NULL, "upload%s", msg);
-        return NULL;
+    if (quant_st_open_header_fd(fd, SHARD_NAME, &f, &ck) != QUANT_CK_OK) { /* closes fd */
+        h->ec = QD_EC_BAD_SAFETENSORS;
+        snprintf(h->msg, sizeof h->msg, "%s", ck.message);
+        return false;
     }
+    uint64_t end = 0;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].end > end) end = f->tensors[i].end;
+    *expect = f->data_start + end;
+    quant_ck_status st = quant_ruleset_parse(h->rules, strlen(h->rules), "job rules", &rs, &ck);
+    if (st == QUANT_CK_OK) {
+        quant_pipeline_options o;
+        quant_pipeline_options_init(&o);
+        const char *layout = qd_req_query(r, "layout");
+        if (layout) quant_layout_parse(layout, &o.layout);
+        o.allow_static_acts = qd_req_query(r, "stats_model") != NULL;
+        st = quant_plan_file(rs, f, &o, &plan, &ck);
+    }
+    if (st == QUANT_CK_OK && !(*unused = qd_plan_unused_json(plan)))
+        st = quant_ck_fail(&ck, QUANT_CK_ERR_NOMEM, "out of memory");
+    quant_plan_free(plan);
+    quant_ruleset_free(rs);
     quant_st_close(f);
-    size_t len = strlen(r->app->uploads_dir) + 64;
-    char *dest = malloc(len);
-    if (!dest) return NULL;
-    /* DATA/uploads/ID/model.safetensors: the job's input keeps the name its output gets */
-    unsigned char rnd[16];
-    char hex[33];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        free(dest);
-        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "getrandom failed");
-        return NULL;
+    if (st == QUANT_CK_OK) return true;
+    h->ec = st == QUANT_CK_ERR_NOMEM ? QD_EC_INTERNAL : qd_plan_error_code(st);
+    snprintf(h->msg, sizeof h->msg, "%s", ck.message);
+    return false;
+}
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        c += k;
+        n -= (size_t)k;
     }
-    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-    snprintf(dest, len, "%s/%s", r->app->uploads_dir, hex);
+    return true;
+}
+
+/* The header is in and good: the job, its file, the input writer; the bytes held written. */
+static bool head_to_job(qd_req *r, shard_head *h, char *unused)
+{
+    const char *name = SHARD_NAME;
+    qd_job j = {.ruleset = (char *)qd_req_query(r, "ruleset"),
+                .rules = h->rules,
+                .layout =
+                    (char *)(qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native"),
+                .stats_model = (char *)qd_req_query(r, "stats_model"),
+                .unused_rules = unused};
     qd_err err;
-    qd_status st = qd_mkdir(dest, 0700, &err);
-    snprintf(dest, len, "%s/%s/model.safetensors", r->app->uploads_dir, hex);
-    if (st == QD_OK) st = qd_publish_file(r->upload_fd, r->upload_path, dest, &err);
-    if (st != QD_OK) {
-        qd_remove_upload(dest);
-        free(dest);
-        qd_reply_ec(r, QD_EC_INTERNAL, NULL, "%s", err.message);
-        return NULL;
+    qd_status st = qd_receiving_create(r->app, &j, &name, 1, true, &err);
+    free(unused);
+    if (st != QD_OK) { /* err names server paths: logged, not answered */
+        qd_log(QD_LOG_ERROR, "creating an upload job failed", "error", err.message, NULL);
+        h->ec = QD_EC_INTERNAL;
+        snprintf(h->msg, sizeof h->msg, "cannot create the job's files");
+        return false;
     }
-    free(r->upload_path); /* moved: nothing to remove when the request ends */
-    r->upload_path = NULL;
-    return dest;
+    size_t idx = 0;
+    qd_job_inputs *ji = qd_inputs_get(r->app->inputs, j.id);
+    if (!ji || qd_inputs_begin(ji, name, &idx, &err) != QD_OK) {
+        qd_inputs_release(ji);
+        free(j.source_path);
+        h->ec = QD_EC_INTERNAL;
+        snprintf(h->msg, sizeof h->msg, "job %lld lost its inputs", (long long)j.id);
+        qd_receiving_fail(r->app, j.id, QD_JOB_FAILED, h->msg);
+        return false;
+    }
+    unsigned char *held = h->buf;
+    size_t n = h->len;
+    h->buf = NULL;
+    head_end(r); /* the input writer takes the request over */
+    qd_budget_release(r);
+    r->sink_take = NULL;
+    bool ok = qd_input_sink_attach(r, j.id, ji, idx, SHARD_NAME, j.source_path);
+    if (ok && !write_all(r->upload_fd, held, n)) r->upload_failed = true;
+    free(held);
+    return ok;
+}
+
+/* r->sink_take while the header arrives: bytes held until the length prefix and the header it
+ * announces are in (or HEADER_MAX), then checked; from a good header on, the job's file. */
+static bool head_take(qd_req *r, const char *data, size_t n)
+{
+    shard_head *h = r->sink;
+    if (!qd_budget_take(r, n)) { /* the header is held in memory: max_body_memory counts it */
+        h->over_budget = h->len + n;
+        return false;
+    }
+    unsigned char *b = realloc(h->buf, h->len + n);
+    if (!b) {
+        h->ec = QD_EC_INTERNAL;
+        snprintf(h->msg, sizeof h->msg, "out of memory");
+        return false;
+    }
+    h->buf = b;
+    memcpy(h->buf + h->len, data, n); /* all of it: what is past the header is data to write */
+    h->len += n;
+    uint64_t hn = 0;
+    if (h->len < 8) return true;
+    memcpy(&hn, h->buf, 8);
+    hn = le64toh(hn);
+    if (hn <= QUANT_ST_MAX_HEADER && h->len < 8 + hn) return true; /* not in yet */
+    uint64_t expect = 0;
+    char *unused = NULL;
+    size_t held = h->len;
+    if (hn <= QUANT_ST_MAX_HEADER) h->len = (size_t)(8 + hn); /* the header alone is checked */
+    bool good = head_check(r, h, &expect, &unused);
+    h->len = held;
+    if (!good) return false;
+    const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (expect > r->limit) { /* a chunked body: its header tells */
+        free(unused);
+        h->ec = QD_EC_TOO_LARGE;
+        snprintf(h->msg, sizeof h->msg,
+                 SHARD_NAME ": its header implies %llu bytes, over this route's limit of %zu "
+                            "bytes (max_upload)",
+                 (unsigned long long)expect, r->limit);
+        return false;
+    }
+    if (cl && strtoull(cl, NULL, 10) != expect) {
+        free(unused);
+        h->ec = QD_EC_LENGTH_MISMATCH;
+        snprintf(h->msg, sizeof h->msg,
+                 SHARD_NAME ": Content-Length is %s bytes; its header implies %llu", cl,
+                 (unsigned long long)expect);
+        return false;
+    }
+    return head_to_job(r, h, unused);
+}
+
+/* POST /v1/jobs?ruleset=, before the body: the header is to be held (the query was checked). */
+static bool head_begin(qd_req *r)
+{
+    shard_head *h = calloc(1, sizeof *h);
+    if (!h) return false;
+    h->ec = QD_EC_COUNT;
+    h->rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
+    if (!h->rules) {
+        free(h);
+        return false;
+    }
+    r->sink = h;
+    r->sink_end = head_end;
+    r->sink_take = head_take;
+    return true;
+}
+
+/* The body ended while the header was still held (short, empty, or refused): no job. */
+static enum MHD_Result head_answer(qd_req *r)
+{
+    shard_head *h = r->sink;
+    if (h->over_budget) return qd_reply_budget(r, h->over_budget);
+    if (h->ec == QD_EC_COUNT && h->len == 0)
+        return qd_reply_ec(r, QD_EC_EMPTY_BODY, NULL, "the upload is empty");
+    uint64_t expect;
+    char *unused = NULL;
+    if (h->ec == QD_EC_COUNT && head_check(r, h, &expect, &unused)) { /* whole body: header only */
+        free(unused);
+        h->ec = QD_EC_BAD_SAFETENSORS;
+        snprintf(h->msg, sizeof h->msg,
+                 SHARD_NAME ": file is truncated (its header implies %llu bytes, the body "
+                            "has %zu)",
+                 (unsigned long long)expect, h->len);
+    }
+    if (h->ec == QD_EC_TOO_LARGE) return qd_reply_ec_limit(r, h->ec, "max_upload", 0, "%s", h->msg);
+    return qd_reply_ec(r, h->ec, NULL, "%s", h->msg);
 }
 
 static enum MHD_Result create_from_upload(qd_req *r)
 {
-    const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
-    const char *name = qd_req_query(r, "ruleset");
-    const char *stats_model = qd_req_query(r, "stats_model");
-    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, stats_model)) return MHD_YES;
-    char *rules = qd_job_rules(r, name, NULL);
-    if (!rules) return r->replied ? MHD_YES : MHD_NO;
-    char *path = keep_upload(r);
-    if (!path) {
-        free(rules);
-        return r->replied ? MHD_YES : MHD_NO;
-    }
-    qd_job j = {.ruleset = (char *)name,
-                .rules = rules,
-                .layout = (char *)layout,
-                .source_kind = "upload",
-                .source_path = path,
-                .stats_model = (char *)stats_model};
-    enum MHD_Result ret = queue_job(r, &j);
-    if (r->status != MHD_HTTP_ACCEPTED) qd_remove_upload(path);
-    free(rules);
-    free(path);
-    return ret;
+    if (r->sink_take) return head_answer(r);
+    enum MHD_Result ret;
+    if (!qd_input_sink_finish(r, &ret)) return ret;
+    qd_job j;
+    qd_err err;
+    int64_t id = qd_input_sink_job(r);
+    qd_status st = qd_store_job_get(r->app->store, id, &j, &err);
+    if (st != QD_OK) return qd_reply_store_error(r, st, &err);
+    char loc[64];
+    snprintf(loc, sizeof loc, "/v1/jobs/%lld", (long long)id);
+    json_t *body = qd_job_json(r->app, &j);
+    qd_job_clear(&j);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    return qd_reply_text(r, MHD_HTTP_ACCEPTED, text, "application/json", MHD_HTTP_HEADER_LOCATION,
+                         loc);
 }
 
 /* ---- limits checked before a job's body is read -----------------------------------------------
@@ -316,8 +488,8 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     if (!qd_shard_query_ok(r, &ret)) return ret;
     const char *cl = qd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
-    qd_limit_disk(r, n);
-    return MHD_YES;
+    if (!qd_limit_disk(r, n)) return MHD_YES;
+    return head_begin(r) ? MHD_YES : r->replied ? MHD_YES : MHD_NO;
 }
 
 static const char *const job_fields[] = {"ruleset",     "rules", "source", "layout",

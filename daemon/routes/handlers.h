@@ -7,6 +7,7 @@
 #define QD_HANDLERS_H
 
 #include "http.h"
+#include "inputs.h"
 #include "quant_ckpt.h"
 #include "tokens.h"
 
@@ -90,6 +91,17 @@ enum MHD_Result qd_job_create_receiving(qd_req *r, json_t *doc);
 /* PUT /v1/jobs/{id}/inputs/{name} (h_job_inputs.c): one of those files, streamed. */
 enum MHD_Result qd_h_job_input_precheck(qd_req *r);
 enum MHD_Result qd_h_job_input_put(qd_req *r);
+/* The writer of a receiving job's file (h_job_inputs.c), which PUT /v1/jobs/{id}/inputs/{name}
+ * and the shard of POST /v1/jobs?ruleset= both stream through: attach takes ji (with file idx
+ * begun) and path (malloc'd) and opens the file as r->upload_fd, r->sink watching each write
+ * (header, size, the job's failure); false when it cannot (the job failed; r->sink, when set,
+ * says why). finish, once the body is in: its size checked, fsync'd, counted as received (the
+ * last file in: the job planned and queued unless a worker runs it); false when it replied
+ * (*ret what to return). */
+bool qd_input_sink_attach(qd_req *r, int64_t id, qd_job_inputs *ji, size_t idx, const char *name,
+                          char *path);
+bool qd_input_sink_finish(qd_req *r, enum MHD_Result *ret);
+int64_t qd_input_sink_job(const qd_req *r);
 /* The 422 code of a job that cannot be planned, by the pipeline's status (h_jobs.c). */
 qd_ec qd_plan_error_code(quant_ck_status st);
 

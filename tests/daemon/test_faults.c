@@ -285,8 +285,9 @@ static size_t count_jobs(qdp *d)
 /* ---- kill -9 during an upload ------------------------------------------------------------------
  */
 
-/* Starts an upload of file with its whole Content-Length and sends its first `part` bytes. */
-static int upload_part(const qdp *d, const char *file, size_t part)
+/* Starts a request (head: its first line, "POST /v1/jobs?ruleset=int8") sending file with its
+ * whole Content-Length, and sends its first `part` bytes. */
+static int upload_part(const qdp *d, const char *head_line, const char *file, size_t part)
 {
     int in = open(file, O_RDONLY | O_CLOEXEC);
     ck_assert_int_ge(in, 0);
@@ -295,9 +296,9 @@ static int upload_part(const qdp *d, const char *file, size_t part)
     int fd = qdp_raw_connect(d);
     char head[512];
     int n = snprintf(head, sizeof head,
-                     "POST /v1/jobs?ruleset=int8 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "%s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                      "Content-Type: application/octet-stream\r\nContent-Length: %lld\r\n\r\n",
-                     (long long)sb.st_size);
+                     head_line, (long long)sb.st_size);
     ck_assert_msg(qdp_send_all(fd, head, (size_t)n), "send: %s", strerror(errno));
     char *buf = malloc(MIB);
     ck_assert_ptr_nonnull(buf);
@@ -313,24 +314,55 @@ static int upload_part(const qdp *d, const char *file, size_t part)
     return fd;
 }
 
-/* The largest file in dir, in bytes (0 when none). */
-static off_t largest_file(const char *dir)
+/* The size of the largest regular file anywhere under dir. */
+static off_t largest_below;
+static int note_size(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    off_t most = 0;
-    struct dirent *e;
-    struct stat sb;
-    while ((e = readdir(d)) != NULL)
-        if (fstatat(dirfd(d), e->d_name, &sb, 0) == 0 && S_ISREG(sb.st_mode) && sb.st_size > most)
-            most = sb.st_size;
-    closedir(d);
-    return most;
+    (void)path;
+    (void)ftw;
+    if (type == FTW_F && sb->st_size > largest_below) largest_below = sb->st_size;
+    return 0;
 }
 
-/* kill -9 while an upload's body is streaming into DATA/tmp: after the restart the cut upload is
- * gone (DATA/tmp empty, nothing in DATA/uploads, no job for it), the job finished before still
- * serves its output, and the next upload runs. */
+static off_t largest_file(const char *dir)
+{
+    largest_below = 0;
+    ck_assert_int_eq(nftw(dir, note_size, 16, FTW_PHYS), 0);
+    return largest_below;
+}
+
+/* Waits until job id is in state want (60 s at most). */
+static void wait_state(qdp *d, long long id, const char *want)
+{
+    double t0 = kit_now();
+    for (;;) {
+        json_t *j = qdp_get_job(d, id);
+        bool there = strcmp(state_of(j), want) == 0;
+        char got[32];
+        snprintf(got, sizeof got, "%s", state_of(j));
+        json_decref(j);
+        if (there) return;
+        ck_assert_msg(kit_now() - t0 < 60, "job %lld stayed %s, never %s", id, got, want);
+        kit_sleep_ms(10);
+    }
+}
+
+/* After the restart, job id (its inputs cut by the kill) failed at once with the restart's
+ * message: not queued again to fail on a truncated file. */
+static void assert_failed_restarted(qdp *d, long long id)
+{
+    json_t *j = qdp_get_job(d, id);
+    ck_assert_str_eq(state_of(j), "failed");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "error")),
+                     "quantd restarted while its inputs were being uploaded; create the job again");
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "attempts")), 1);
+    json_decref(j);
+}
+
+/* kill -9 while a shard's body streams into its job (created from its header, taken by the
+ * worker, quantizing as the bytes arrive): after the restart that job failed at once with a
+ * clear error and its files are gone (DATA/tmp and DATA/uploads empty), the job finished
+ * before still serves its output, and the next upload runs. */
 START_TEST(test_kill_mid_upload)
 {
     qdp d;
@@ -339,18 +371,21 @@ START_TEST(test_kill_mid_upload)
     put_rules(&d);
     long long done = upload_job(&d);
     char *sha = wait_success(&d, done, 60);
-    char *file = kit_join(d.root, "upload.safetensors"), *tmp = kit_join(d.data_dir, "tmp");
+    char *file = kit_join(d.root, "upload.safetensors"), *up = kit_join(d.data_dir, "uploads");
     qdt_make_big(file, 8, 2048); /* 256 MiB announced, 16 MiB sent */
-    int fd = upload_part(&d, file, (size_t)(16 * MIB));
+    int fd = upload_part(&d, "POST /v1/jobs?ruleset=int8", file, (size_t)(16 * MIB));
     double t0 = kit_now();
-    while (largest_file(tmp) < MIB && kit_now() - t0 < 20) kit_sleep_ms(10);
-    ck_assert_msg(largest_file(tmp) >= MIB, "the upload is not streaming into %s", tmp);
+    while (largest_file(up) < MIB && kit_now() - t0 < 20) kit_sleep_ms(10);
+    ck_assert_msg(largest_file(up) >= MIB, "the upload is not streaming into %s", up);
+    long long cut = done + 1;
+    wait_state(&d, cut, "running"); /* the worker reads it as it arrives */
     ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
     close(fd);
     assert_crash_image_ok(&d);
     qdp_restart(&d, args);
     assert_no_leftovers(&d, 0);
-    ck_assert_int_eq(count_jobs(&d), 1); /* the cut upload never became a job */
+    ck_assert_int_eq(count_jobs(&d), 2);
+    assert_failed_restarted(&d, cut);
     assert_served(&d, done, sha);
     long long next = upload_job(&d);
     free(wait_success(&d, next, 60));
@@ -358,7 +393,40 @@ START_TEST(test_kill_mid_upload)
     stop_and_check(&d);
     free(sha);
     free(file);
-    free(tmp);
+    free(up);
+}
+END_TEST
+
+/* The same for a checkpoint job (POST /v1/jobs {"files"}, PUT per file) killed while a shard
+ * is half sent: failed at the restart with the same message, its inputs directory removed. */
+START_TEST(test_kill_mid_checkpoint_upload)
+{
+    qdp d;
+    const char *args[] = {"--workers", "1", NULL};
+    qdp_start(&d, args);
+    put_rules(&d);
+    const char *body = "{\"ruleset\":\"int8\",\"files\":[\"model.safetensors\"]}";
+    qdp_resp r = qdp_req(&d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    long long id = id_in(&r, 201);
+    qdp_resp_free(&r);
+    char *file = kit_join(d.root, "upload.safetensors"), *up = kit_join(d.data_dir, "uploads");
+    qdt_make_big(file, 8, 2048);
+    char line[96];
+    snprintf(line, sizeof line, "PUT /v1/jobs/%lld/inputs/model.safetensors", id);
+    int fd = upload_part(&d, line, file, (size_t)(16 * MIB));
+    double t0 = kit_now();
+    while (largest_file(up) < MIB && kit_now() - t0 < 20) kit_sleep_ms(10);
+    ck_assert_msg(largest_file(up) >= MIB, "the upload is not streaming into %s", up);
+    wait_state(&d, id, "running");
+    ck_assert_int_eq(qdp_signal(&d, SIGKILL), 128 + SIGKILL);
+    close(fd);
+    assert_crash_image_ok(&d);
+    qdp_restart(&d, args);
+    assert_no_leftovers(&d, 0);
+    assert_failed_restarted(&d, id);
+    stop_and_check(&d);
+    free(file);
+    free(up);
 }
 END_TEST
 
@@ -714,6 +782,7 @@ Suite *suite_faults(void)
     TCase *tc = tcase_create("kill9");
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_kill_mid_upload);
+    tcase_add_test(tc, test_kill_mid_checkpoint_upload);
     tcase_add_test(tc, test_kill_running_job);
     tcase_add_test(tc, test_kill_stats_burst);
     suite_add_tcase(s, tc);

@@ -6,7 +6,10 @@
  * Content-Length, a bad header mid-way, a file not listed, a duplicate PUT, a file that never
  * comes (input_timeout) and a cancel each fail the job with a clear error, nothing published
  * and nothing left in the data directory; the creation checks and their limits
- * (max_input_files, max_input_name); examples/upload_checkpoint.sh against the daemon.
+ * (max_input_files, max_input_name); the single-shard POST /v1/jobs?ruleset= as the one-file
+ * case (a body cut in its header makes no job, cut later fails the job made from its header;
+ * quantized while its last byte is held back; a wrong Content-Length refused with no job);
+ * examples/upload_checkpoint.sh against the daemon.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -282,6 +285,117 @@ START_TEST(test_quantizes_while_receiving)
 }
 END_TEST
 
+/* ---- the single-shard POST /v1/jobs?ruleset=: the one-file case ------------------------------
+ */
+
+/* Opens POST /v1/jobs?ruleset=int8 announcing `announced` bytes and sends the first `send`. */
+static int raw_post(qdp *d, const char *p, size_t announced, size_t send)
+{
+    int fd = qdp_raw_connect(d);
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/jobs?ruleset=int8 HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                     "application/octet-stream\r\nContent-Length: %zu\r\n\r\n",
+                     announced);
+    ck_assert(qdp_send_all(fd, head, (size_t)n));
+    if (send) ck_assert(qdp_send_all(fd, p, send));
+    return fd;
+}
+
+/* The jobs there are, and the newest one's id (0: none). */
+static size_t jobs_and_newest(qdp *d, long long *newest)
+{
+    qdp_resp r = qdp_req(d, "GET", "/v1/jobs", NULL, NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    json_t *doc = qdp_json(&r), *jobs = json_object_get(doc, "jobs");
+    size_t n = json_array_size(jobs);
+    *newest = 0;
+    for (size_t i = 0; i < n; i++) {
+        long long id = json_integer_value(json_object_get(json_array_get(jobs, i), "id"));
+        if (id > *newest) *newest = id;
+    }
+    json_decref(doc);
+    qdp_resp_free(&r);
+    return n;
+}
+
+/* A body cut in its header never makes a job; cut after it (mid-tensor, the last byte missing),
+ * the job created from its header fails naming the file, nothing left. */
+START_TEST(test_shard_post_cut)
+{
+    qdp d;
+    start(&d, NULL);
+    size_t len;
+    char *shard = qdt_read_file(SHARDED "/" SHARD2, &len);
+    long long newest;
+    int fd = raw_post(&d, shard, len, 100);
+    kit_sleep_ms(100);
+    close(fd);
+    kit_sleep_ms(100);
+    ck_assert_int_eq(jobs_and_newest(&d, &newest), 0);
+    const size_t cuts[] = {len / 2, len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        fd = raw_post(&d, shard, len, cuts[i]);
+        size_t had = i;
+        for (int k = 0; k < 250 && jobs_and_newest(&d, &newest) == had; k++) kit_sleep_ms(20);
+        ck_assert_int_eq(jobs_and_newest(&d, &newest), had + 1);
+        close(fd);
+        expect_ended(&d, newest, "failed", "the upload of 'model.safetensors' did not complete");
+    }
+    free(shard);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* The run starts before the body ends: the shard's last byte held back, the job (made from the
+ * header) reports tensors done; the last byte brings the 202. A Content-Length other than the
+ * header's size is 400 length_mismatch with no job. */
+START_TEST(test_shard_post_streams)
+{
+    qdp d;
+    start(&d, NULL);
+    size_t len;
+    char *shard = qdt_read_file(SHARDED "/" SHARD2, &len);
+    long long id = 0, done = 0;
+    qdp_resp r = qdp_req(&d, "POST", "/v1/jobs?ruleset=int8", "application/octet-stream", shard,
+                         len - 1, NULL);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "length_mismatch"), "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    ck_assert_int_eq(jobs_and_newest(&d, &id), 0);
+    unsigned long long hlen = 0; /* little-endian length prefix */
+    for (int b = 7; b >= 0; b--) hlen = hlen << 8 | (unsigned char)shard[b];
+    int fd = raw_post(&d, shard, len, (size_t)(8 + hlen)); /* the header alone: the job */
+    for (int i = 0; i < 250 && id == 0; i++) {
+        jobs_and_newest(&d, &id);
+        if (id == 0) kit_sleep_ms(20);
+    }
+    ck_assert_msg(id > 0, "no job made from the header");
+    kit_sleep_ms(400); /* progress is stored at most every 250 ms from the claim */
+    ck_assert(qdp_send_all(fd, shard + 8 + hlen, len - 1 - (size_t)(8 + hlen)));
+    for (int i = 0; i < 500 && done == 0; i++) {
+        json_t *j = qdp_get_job(&d, id);
+        done = json_integer_value(json_object_get(json_object_get(j, "progress"), "tensors_done"));
+        const char *st = json_string_value(json_object_get(j, "state"));
+        ck_assert_msg(strcmp(st, "running") == 0 || strcmp(st, "receiving") == 0, "%s", st);
+        json_decref(j);
+        if (!done) kit_sleep_ms(20);
+    }
+    ck_assert_msg(done > 0, "no tensor quantized while the body was held back");
+    ck_assert(qdp_send_all(fd, shard + len - 1, 1));
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+    ck_assert_int_gt(n, 12);
+    buf[n] = '\0';
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 202", 12) == 0, "%s", buf);
+    close(fd);
+    free(shard);
+    json_t *j = qdp_wait_job(&d, id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    json_decref(j);
+    qdp_stop(&d);
+}
+END_TEST
+
 /* ---- refusals ---------------------------------------------------------------------------------
  */
 
@@ -442,6 +556,8 @@ Suite *suite_inputs(void)
     tcase_add_test(tc, test_roundtrip_compressed_tensors);
     tcase_add_test(tc, test_cut_uploads);
     tcase_add_test(tc, test_quantizes_while_receiving);
+    tcase_add_test(tc, test_shard_post_cut);
+    tcase_add_test(tc, test_shard_post_streams);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_input_timeout);
     tcase_add_test(tc, test_create_checks);

@@ -360,6 +360,33 @@ static int upload_refused(qdp *d, const char *path_and_query, char *buf, size_t 
     return n > 0 ? status_in(buf) : 0;
 }
 
+/* A shard's header is held in memory until its job exists: max_body_memory counts it. With 1 KiB
+ * of the budget left (another request holds the rest), the upload of a shard whose header is
+ * 2936 bytes is 503 naming max_body_memory and makes no job; once the budget is free it runs. */
+START_TEST(test_upload_header_budget)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--max-body-memory", "1M", "--max-stats-body", "1M",
+                                   "--max-json-body", "1M", NULL});
+    put_rules(&d);
+    int hold = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 1023 * 1024);
+    char buf[512];
+    ck_assert_int_eq(read_within(hold, buf, sizeof buf, 300), -1); /* admitted, waiting */
+    qdp_resp r = qdp_upload(&d, "/v1/jobs?ruleset=int8", SHARD);
+    ck_assert_msg(r.status == 503 && strstr(r.body, "max_body_memory"), "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    r = qdp_req(&d, "GET", "/v1/jobs", NULL, NULL, 0, NULL);
+    ck_assert_msg(strstr(r.body, "\"jobs\":[]"), "%s", r.body);
+    qdp_resp_free(&r);
+    close(hold);
+    kit_sleep_ms(100);
+    r = qdp_upload(&d, "/v1/jobs?ruleset=int8", SHARD);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
 /* An upload is refused from its URL and headers, before any of its 256 MiB is sent. */
 START_TEST(test_upload_refused_early)
 {
@@ -582,6 +609,7 @@ Suite *suite_limits(void)
     tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_body_budget_chunked);
     tcase_add_test(tc, test_upload_refused_early);
+    tcase_add_test(tc, test_upload_header_budget);
     tcase_add_test(tc, test_disk_reserve);
     tcase_add_test(tc, test_queue_cap);
     tcase_add_test(tc, test_retention);
