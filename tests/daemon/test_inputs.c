@@ -207,6 +207,13 @@ END_TEST
 /* ---- raw uploads: cut, held back ---------------------------------------------------------------
  */
 
+/* The cut-upload tests run with a short idle_timeout. A client that closes its connection in the
+ * middle of a body is normally seen at once (libmicrohttpd ends the request as client_abort), but
+ * on a loaded machine libmicrohttpd 0.9.75 (epoll, thread pool) now and then misses the close of
+ * a connection whose body it has wholly handed over, and the request only ends at the idle
+ * timeout (as "timeout"): either way the job must fail with the same error and leave nothing. */
+static const char *const cut_args[] = {"--idle-timeout", "3", NULL};
+
 /* Opens a PUT of `name` announcing `announced` bytes and sends the first `send` bytes of p. */
 static int raw_put(qdp *d, long long id, const char *name, const char *p, size_t announced,
                    size_t send)
@@ -225,7 +232,7 @@ static int raw_put(qdp *d, long long id, const char *name, const char *p, size_t
 START_TEST(test_cut_uploads)
 {
     qdp d;
-    start(&d, NULL);
+    start(&d, cut_args);
     size_t len;
     char *shard = qdt_read_file(SHARDED "/" SHARD2, &len);
     /* in the length prefix, in the header, mid-tensor, the last byte missing */
@@ -324,7 +331,7 @@ static size_t jobs_and_newest(qdp *d, long long *newest)
 START_TEST(test_shard_post_cut)
 {
     qdp d;
-    start(&d, NULL);
+    start(&d, cut_args);
     size_t len;
     char *shard = qdt_read_file(SHARDED "/" SHARD2, &len);
     long long newest;
