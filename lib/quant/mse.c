@@ -149,6 +149,15 @@ static const float *row_weights(const quant_plan *p, int64_t row, int64_t c0, in
     return one;
 }
 
+/* True when the kernel table's fused mse_int serves the plan: integer codes without a zero point
+ * (quantize: clip(rint(x / s)); dequantize: code * s). */
+static bool mse_fused(const mse_run *run)
+{
+    const quant_plan *p = run->rd.plan;
+    return run->rd.k->mse_int && !p->method.asymmetric &&
+           (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16);
+}
+
 /* All candidates over columns [c0, c0 + n) of one member row, errors added into err: a batch of
  * candidates quantized and dequantized into their own buffers, then their sums side by side. */
 static void chunk_candidates(mse_run *run, int worker, const float *x, const float *w, int64_t n,
@@ -157,6 +166,11 @@ static void chunk_candidates(mse_run *run, int worker, const float *x, const flo
     const quant_plan *p = run->rd.plan;
     const quant_kernels *kt = run->rd.k;
     int64_t ng = p->ncolgroups, woff = (int64_t)worker * (run->steps + 1) * ng;
+    if (mse_fused(run)) { /* all candidates in one pass over the chunk, nothing stored */
+        kt->mse_int(x, w, n, c0, p->col_tile, run->cscale + woff, run->steps + 1, ng,
+                    (float)p->traits->qmin, (float)p->traits->qmax, run->err + woff);
+        return;
+    }
     float *deq = run->deq + (int64_t)worker * MSE_BATCH * MSE_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * MSE_CHUNK * 2;
     for (int k0 = 0; k0 <= run->steps; k0 += MSE_BATCH) {
