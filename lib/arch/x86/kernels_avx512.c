@@ -1344,6 +1344,26 @@ ALWAYS_INLINE void mse_int16(const float *x, const float *w, int64_t j, int64_t 
     *acc1 = a1;
 }
 
+/* The same for 8 candidates (AVX-512VL 256-bit forms). */
+ALWAYS_INLINE void mse_int8(const float *x, const float *w, int64_t j, int64_t end, __m256 s,
+                            __m256 qmin, __m256 qmax, __m256d *acc0, __m256d *acc1)
+{
+    __m256d a0 = *acc0, a1 = *acc1;
+    for (int64_t i = j; i < end; i++) {
+        __m256 v = _mm256_div_ps(_mm256_set1_ps(x[i]), s);
+        v = _mm256_min_ps(_mm256_max_ps(v, qmin), qmax);
+        __m256 d = _mm256_mul_ps(
+            _mm256_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), s);
+        __m256d xd = _mm256_set1_pd((double)x[i]), wd = _mm256_set1_pd((double)w[i]);
+        __m256d e0 = _mm256_sub_pd(xd, _mm256_cvtps_pd(_mm256_castps256_ps128(d)));
+        __m256d e1 = _mm256_sub_pd(xd, _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)));
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(wd, _mm256_mul_pd(e0, e0)));
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(wd, _mm256_mul_pd(e1, e1)));
+    }
+    *acc0 = a0;
+    *acc1 = a1;
+}
+
 static void mse_int_avx512(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
                            const float *scale, int nk, int64_t es, float qmin, float qmax,
                            double *err)
@@ -1360,10 +1380,18 @@ static void mse_int_avx512(const float *x, const float *w, int64_t n, int64_t c0
                 sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
                 av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
             }
-            __m512d a0 = _mm512_loadu_pd(av), a1 = _mm512_loadu_pd(av + 8);
-            mse_int16(x, w, j, end, _mm512_loadu_ps(sv), qn, qx, &a0, &a1);
-            _mm512_storeu_pd(av, a0);
-            _mm512_storeu_pd(av + 8, a1);
+            if (m <= 8) { /* a last few candidates: half the lanes (n = 20: 16 + 5) */
+                __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
+                mse_int8(x, w, j, end, _mm256_loadu_ps(sv), _mm512_castps512_ps256(qn),
+                         _mm512_castps512_ps256(qx), &a0, &a1);
+                _mm256_storeu_pd(av, a0);
+                _mm256_storeu_pd(av + 4, a1);
+            } else {
+                __m512d a0 = _mm512_loadu_pd(av), a1 = _mm512_loadu_pd(av + 8);
+                mse_int16(x, w, j, end, _mm512_loadu_ps(sv), qn, qx, &a0, &a1);
+                _mm512_storeu_pd(av, a0);
+                _mm512_storeu_pd(av + 8, a1);
+            }
             for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
         }
         j = end;
