@@ -172,9 +172,9 @@ typedef int (*quant_quantize_absmax_fn)(const quant_krow *r, const float *x, int
  * within each column group g = (c0 + j) / tile: code = x[j] / scale[g] as quantize gives it (the
  * IEEE division, rounded to nearest even, clipped to [qmin, qmax]), d = code * scale[g] in
  * float32 as dequantize gives it, and err[g] += (double)w[j] * (e * e), e = (double)x[j] -
- * (double)d; x finite. Versions run candidates side by side in vector lanes, never reordering
- * one sum, so the sums equal quantize + dequantize + mse_acc bit for bit. Optional (NULL: that
- * path). */
+ * (double)d; x finite; w NULL: every weight 1. Versions run candidates side by side in vector
+ * lanes, never reordering one sum, so the sums equal quantize + dequantize + mse_acc bit for bit.
+ * Optional (NULL: that path). */
 typedef void (*quant_mse_int_fn)(const float *x, const float *w, int64_t n, int64_t c0,
                                  int64_t tile, const float *scale, int nk, int64_t es, float qmin,
                                  float qmax, double *err);

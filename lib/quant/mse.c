@@ -167,8 +167,9 @@ static void chunk_candidates(mse_run *run, int worker, const float *x, const flo
     const quant_kernels *kt = run->rd.k;
     int64_t ng = p->ncolgroups, woff = (int64_t)worker * (run->steps + 1) * ng;
     if (mse_fused(run)) { /* all candidates in one pass over the chunk, nothing stored */
-        kt->mse_int(x, w, n, c0, p->col_tile, run->cscale + woff, run->steps + 1, ng,
-                    (float)p->traits->qmin, (float)p->traits->qmax, run->err + woff);
+        kt->mse_int(x, p->importance ? w : NULL, n, c0, p->col_tile, run->cscale + woff,
+                    run->steps + 1, ng, (float)p->traits->qmin, (float)p->traits->qmax,
+                    run->err + woff);
         return;
     }
     float *deq = run->deq + (int64_t)worker * MSE_BATCH * MSE_CHUNK;

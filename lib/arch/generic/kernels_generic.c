@@ -270,7 +270,7 @@ void quant_generic_mse_int(const float *x, const float *w, int64_t n, int64_t c0
             for (int64_t i = j; i < end; i++) {
                 float d = (float)qn_convert_int(x[i] / s, qmin, qmax) * s;
                 double e = (double)x[i] - (double)d;
-                a += (double)w[i] * (e * e);
+                a += (double)(w ? w[i] : 1.0f) * (e * e);
             }
             err[k * es + g] = a;
         }

@@ -472,7 +472,7 @@ END_TEST
 /* Every ISA's fused mse_int equals the unfused path (the generic quantize, dequantize and
  * mse_acc) bit for bit: int2..int16 and uint4 bounds, 1..257 candidates (vector tails), ragged
  * chunks and groups, scales from the group's absmax shrunk, 1 (an invalid candidate) and tiny
- * (quotients far past the bounds), zero weights. */
+ * (quotients far past the bounds), zero weights, no weights (NULL). */
 START_TEST(mse_int_isas)
 {
     static const float bounds[][2] = {{-2, 1}, {-8, 7}, {-128, 127}, {0, 15}, {-32768, 32767}};
@@ -496,7 +496,9 @@ START_TEST(mse_int_isas)
         }
         int nk = tu_below(&r, 3) ? 1 + (int)tu_below(&r, 40) : 1 + (int)tu_below(&r, K);
         tu_fill(&r, x, n, 2.0f, 1);
-        for (int64_t j = 0; j < n; j++) w[j] = tu_below(&r, 5) ? fabsf(tu_normal(&r, 3.0f)) : 0.0f;
+        bool unit = tu_below(&r, 3) == 0; /* w NULL: all weights 1 */
+        for (int64_t j = 0; j < n; j++)
+            w[j] = unit ? 1.0f : tu_below(&r, 5) ? fabsf(tu_normal(&r, 3.0f)) : 0.0f;
         for (int k = 0; k < nk; k++)
             for (int64_t g = 0; g < es; g++) {
                 int64_t pick = tu_below(&r, 10);
@@ -520,7 +522,7 @@ START_TEST(mse_int_isas)
             const quant_kernels *kt = quant_kernels_for(isas[i]);
             ck_assert(kt->mse_int != NULL);
             for (int64_t g = 0; g < nk * es; g++) e1[g] = (double)g * 0.125;
-            kt->mse_int(x, w, n, c0, tile, sc, nk, es, qmin, qmax, e1);
+            kt->mse_int(x, unit ? NULL : w, n, c0, tile, sc, nk, es, qmin, qmax, e1);
             ck_assert_msg(memcmp(e0, e1, (size_t)(nk * es) * sizeof *e0) == 0,
                           "isa %s bounds %g..%g n %lld c0 %lld tile %lld nk %d",
                           quant_isa_name(isas[i]), (double)qmin, (double)qmax, (long long)n,
