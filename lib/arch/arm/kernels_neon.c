@@ -811,5 +811,4 @@ const quant_kernels quant_kernels_neon = {
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
     .mse_acc = mse_acc_neon,
-    .mse_int = quant_generic_mse_int, /* scalar: exact, not yet vectorized */
 };
