@@ -1,10 +1,12 @@
 /* mse.c -- the MSE scale search of SPEC section 9 (mse[,n[,lo]], minmax_mse[,n[,lo]]): the exact
  * shrink factors r_k, and per scale group the n + 1 candidate quantizations, their importance-
  * weighted float64 errors in element order, and the winner (the smallest error, ties to the
- * smaller k). The candidates quantize and dequantize through the context's kernel table (the
- * same kernels quant_quantize() uses, so SIMD and scalar agree bit for bit), a chunk of one row
- * at a time while it is in L1; the error sums run element by element in each group's order,
- * across groups in independent chains (the kernel table's mse_acc).
+ * smaller k). For integer codes without a zero point the kernel table's fused mse_int does all
+ * candidates in one pass over a chunk of one row in L1 (codes by the same IEEE division, errors
+ * summed in element order per candidate in vector lanes); otherwise the candidates quantize and
+ * dequantize through the kernel table (the same kernels quant_quantize() uses, so SIMD and scalar
+ * agree bit for bit), a chunk at a time, the error sums element by element in each group's order,
+ * across groups in independent chains (mse_acc).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <float.h>
