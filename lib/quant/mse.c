@@ -228,9 +228,11 @@ static void mse_item(void *arg, int64_t s, int worker)
                 best_err = e;
             }
         }
-        run->err0[base + g] = run->invalid[woff + g] ? INFINITY : err[g];
-        run->errbest[base + g] = best_err;
-        run->shrunk[base + g] = best > 0;
+        if (run->err0) { /* the report's per-group figures, summed in scale order at the end */
+            run->err0[base + g] = run->invalid[woff + g] ? INFINITY : err[g];
+            run->errbest[base + g] = best_err;
+            run->shrunk[base + g] = best > 0;
+        }
         if (p->method.asymmetric) {
             run->cal->min[base + g] = run->ca[woff + best * ng + g];
             run->cal->max[base + g] = run->cb[woff + best * ng + g];
@@ -272,11 +274,13 @@ static bool mse_alloc(mse_run *run, const quant_plan *p, int threads)
     run->deq = malloc(chunk * MSE_BATCH * sizeof *run->deq);
     run->w = malloc(chunk * sizeof *run->w);
     run->codes = malloc(chunk * 2);
-    run->err0 = malloc(ns * sizeof *run->err0);
-    run->errbest = malloc(ns * sizeof *run->errbest);
-    run->shrunk = malloc(ns);
+    bool report = p->mse_out != NULL; /* per-group figures only when reported */
+    run->err0 = report ? malloc(ns * sizeof *run->err0) : NULL;
+    run->errbest = report ? malloc(ns * sizeof *run->errbest) : NULL;
+    run->shrunk = report ? malloc(ns) : NULL;
     return run->ca && run->cb && run->cscale && run->czp && run->invalid && run->err && run->x &&
-           run->deq && run->w && run->codes && run->err0 && run->errbest && run->shrunk;
+           run->deq && run->w && run->codes &&
+           (!report || (run->err0 && run->errbest && run->shrunk));
 }
 
 quant_status quant_mse_search(quant_ctx *ctx, const quant_plan *p, const quant_tensor *x,
