@@ -167,6 +167,18 @@ typedef void (*quant_mse_acc_fn)(const float *x, const float *d, int64_t ds, int
 typedef int (*quant_quantize_absmax_fn)(const quant_krow *r, const float *x, int64_t n, int64_t c0,
                                         float bound, float *scale, void *codes);
 
+/* The MSE search's inner loop fused (SPEC 9) for integer codes without a zero point: for
+ * candidate k in [0, nk) (scales scale + k * es, sums err + k * es) and j in [0, n), in order
+ * within each column group g = (c0 + j) / tile: code = x[j] / scale[g] as quantize gives it (the
+ * IEEE division, rounded to nearest even, clipped to [qmin, qmax]), d = code * scale[g] in
+ * float32 as dequantize gives it, and err[g] += (double)w[j] * (e * e), e = (double)x[j] -
+ * (double)d; x finite; w NULL: every weight 1. Versions run candidates side by side in vector
+ * lanes, never reordering one sum, so the sums equal quantize + dequantize + mse_acc bit for bit.
+ * Optional (NULL: that path). */
+typedef void (*quant_mse_int_fn)(const float *x, const float *w, int64_t n, int64_t c0,
+                                 int64_t tile, const float *scale, int nk, int64_t es, float qmin,
+                                 float qmax, double *err);
+
 typedef struct quant_kernels {
     quant_isa isa;
     quant_absmax_fn absmax;
@@ -184,6 +196,7 @@ typedef struct quant_kernels {
     quant_quantize_bf16_fn quantize_bf16; /* optional (NULL: widen first) */
     quant_mse_acc_fn mse_acc;
     quant_quantize_absmax_fn quantize_absmax; /* optional (NULL: the three-pass path) */
+    quant_mse_int_fn mse_int;                 /* optional (NULL: quantize + dequantize) */
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -205,6 +218,9 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale);
 int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale);
 int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
+void quant_generic_mse_int(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
+                           const float *scale, int nk, int64_t es, float qmin, float qmax,
+                           double *err);
 void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, const float *w,
                            int64_t n, int64_t c0, int64_t tile, double *err, int64_t es);
 /* mse_acc's per-element terms t[j] = (double)w[j] * (e * e), e = (double)x[j] - (double)d[j]

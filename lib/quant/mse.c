@@ -1,10 +1,12 @@
 /* mse.c -- the MSE scale search of SPEC section 9 (mse[,n[,lo]], minmax_mse[,n[,lo]]): the exact
  * shrink factors r_k, and per scale group the n + 1 candidate quantizations, their importance-
  * weighted float64 errors in element order, and the winner (the smallest error, ties to the
- * smaller k). The candidates quantize and dequantize through the context's kernel table (the
- * same kernels quant_quantize() uses, so SIMD and scalar agree bit for bit), a chunk of one row
- * at a time while it is in L1; the error sums run element by element in each group's order,
- * across groups in independent chains (the kernel table's mse_acc).
+ * smaller k). For integer codes without a zero point the kernel table's fused mse_int does all
+ * candidates in one pass over a chunk of one row in L1 (codes by the same IEEE division, errors
+ * summed in element order per candidate in vector lanes); otherwise the candidates quantize and
+ * dequantize through the kernel table (the same kernels quant_quantize() uses, so SIMD and scalar
+ * agree bit for bit), a chunk at a time, the error sums element by element in each group's order,
+ * across groups in independent chains (mse_acc).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <float.h>
@@ -149,6 +151,15 @@ static const float *row_weights(const quant_plan *p, int64_t row, int64_t c0, in
     return one;
 }
 
+/* True when the kernel table's fused mse_int serves the plan: integer codes without a zero point
+ * (quantize: clip(rint(x / s)); dequantize: code * s). */
+static bool mse_fused(const mse_run *run)
+{
+    const quant_plan *p = run->rd.plan;
+    return run->rd.k->mse_int && !p->method.asymmetric &&
+           (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16);
+}
+
 /* All candidates over columns [c0, c0 + n) of one member row, errors added into err: a batch of
  * candidates quantized and dequantized into their own buffers, then their sums side by side. */
 static void chunk_candidates(mse_run *run, int worker, const float *x, const float *w, int64_t n,
@@ -157,6 +168,12 @@ static void chunk_candidates(mse_run *run, int worker, const float *x, const flo
     const quant_plan *p = run->rd.plan;
     const quant_kernels *kt = run->rd.k;
     int64_t ng = p->ncolgroups, woff = (int64_t)worker * (run->steps + 1) * ng;
+    if (mse_fused(run)) { /* all candidates in one pass over the chunk, nothing stored */
+        kt->mse_int(x, p->importance ? w : NULL, n, c0, p->col_tile, run->cscale + woff,
+                    run->steps + 1, ng, (float)p->traits->qmin, (float)p->traits->qmax,
+                    run->err + woff);
+        return;
+    }
     float *deq = run->deq + (int64_t)worker * MSE_BATCH * MSE_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * MSE_CHUNK * 2;
     for (int k0 = 0; k0 <= run->steps; k0 += MSE_BATCH) {
@@ -211,9 +228,11 @@ static void mse_item(void *arg, int64_t s, int worker)
                 best_err = e;
             }
         }
-        run->err0[base + g] = run->invalid[woff + g] ? INFINITY : err[g];
-        run->errbest[base + g] = best_err;
-        run->shrunk[base + g] = best > 0;
+        if (run->err0) { /* the report's per-group figures, summed in scale order at the end */
+            run->err0[base + g] = run->invalid[woff + g] ? INFINITY : err[g];
+            run->errbest[base + g] = best_err;
+            run->shrunk[base + g] = best > 0;
+        }
         if (p->method.asymmetric) {
             run->cal->min[base + g] = run->ca[woff + best * ng + g];
             run->cal->max[base + g] = run->cb[woff + best * ng + g];
@@ -255,11 +274,13 @@ static bool mse_alloc(mse_run *run, const quant_plan *p, int threads)
     run->deq = malloc(chunk * MSE_BATCH * sizeof *run->deq);
     run->w = malloc(chunk * sizeof *run->w);
     run->codes = malloc(chunk * 2);
-    run->err0 = malloc(ns * sizeof *run->err0);
-    run->errbest = malloc(ns * sizeof *run->errbest);
-    run->shrunk = malloc(ns);
+    bool report = p->mse_out != NULL; /* per-group figures only when reported */
+    run->err0 = report ? malloc(ns * sizeof *run->err0) : NULL;
+    run->errbest = report ? malloc(ns * sizeof *run->errbest) : NULL;
+    run->shrunk = report ? malloc(ns) : NULL;
     return run->ca && run->cb && run->cscale && run->czp && run->invalid && run->err && run->x &&
-           run->deq && run->w && run->codes && run->err0 && run->errbest && run->shrunk;
+           run->deq && run->w && run->codes &&
+           (!report || (run->err0 && run->errbest && run->shrunk));
 }
 
 quant_status quant_mse_search(quant_ctx *ctx, const quant_plan *p, const quant_tensor *x,

@@ -258,6 +258,26 @@ void quant_generic_mse_acc(const float *x, const float *d, int64_t ds, int nk, c
     quant_mse_acc_with(quant_generic_mse_terms, x, d, ds, nk, w, n, c0, tile, err, es);
 }
 
+void quant_generic_mse_int(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
+                           const float *scale, int nk, int64_t es, float qmin, float qmax,
+                           double *err)
+{
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = group_end(j, n, c0, tile);
+        for (int k = 0; k < nk; k++) {
+            float s = scale[k * es + g];
+            double a = err[k * es + g];
+            for (int64_t i = j; i < end; i++) {
+                float d = (float)qn_convert_int(x[i] / s, qmin, qmax) * s;
+                double e = (double)x[i] - (double)d;
+                a += (double)(w ? w[i] : 1.0f) * (e * e);
+            }
+            err[k * es + g] = a;
+        }
+        j = end;
+    }
+}
+
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale)
 {
     for (int64_t i = 0; i < n; i++) scale[i] = qn_mx_scale(absmax[i], bound, c);
@@ -295,4 +315,5 @@ const quant_kernels quant_kernels_generic = {
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
     .mse_acc = quant_generic_mse_acc,
+    .mse_int = quant_generic_mse_int,
 };

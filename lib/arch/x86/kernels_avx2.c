@@ -823,6 +823,57 @@ static void mse_acc_avx2(const float *x, const float *d, int64_t ds, int nk, con
 }
 /* ---- quantize: one pass for symmetric absmax tiles ------------------------------------------ */
 
+/* quant_mse_int_fn (see kernels_avx512.c): 8 candidates per vector. */
+ALWAYS_INLINE void mse_int8(const float *x, const float *w, const bool unit, int64_t j, int64_t end,
+                            __m256 s, __m256 qmin, __m256 qmax, __m256d *acc0, __m256d *acc1)
+{
+    __m256d a0 = *acc0, a1 = *acc1;
+    for (int64_t i = j; i < end; i++) {
+        __m256 v = _mm256_div_ps(_mm256_set1_ps(x[i]), s);
+        v = _mm256_min_ps(_mm256_max_ps(v, qmin), qmax);
+        __m256 d =
+            _mm256_mul_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), s);
+        __m256d xd = _mm256_set1_pd((double)x[i]), wd = _mm256_set1_pd(unit ? 1.0 : (double)w[i]);
+        __m256d e0 = _mm256_sub_pd(xd, _mm256_cvtps_pd(_mm256_castps256_ps128(d)));
+        __m256d e1 = _mm256_sub_pd(xd, _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)));
+        a0 = _mm256_add_pd(a0,
+                           unit ? _mm256_mul_pd(e0, e0) : _mm256_mul_pd(wd, _mm256_mul_pd(e0, e0)));
+        a1 = _mm256_add_pd(a1,
+                           unit ? _mm256_mul_pd(e1, e1) : _mm256_mul_pd(wd, _mm256_mul_pd(e1, e1)));
+    }
+    *acc0 = a0;
+    *acc1 = a1;
+}
+
+static void mse_int_avx2(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
+                         const float *scale, int nk, int64_t es, float qmin, float qmax,
+                         double *err)
+{
+    const __m256 qn = _mm256_set1_ps(qmin), qx = _mm256_set1_ps(qmax);
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        for (int k0 = 0; k0 < nk; k0 += 8) {
+            int m = nk - k0 < 8 ? nk - k0 : 8;
+            float sv[8];
+            double av[8];
+            for (int b = 0; b < 8; b++) { /* spare lanes: scale 1, sums dropped */
+                sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
+                av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
+            }
+            __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
+            if (w)
+                mse_int8(x, w, false, j, end, _mm256_loadu_ps(sv), qn, qx, &a0, &a1);
+            else /* all weights 1: 1 * (e * e) is e * e */
+                mse_int8(x, w, true, j, end, _mm256_loadu_ps(sv), qn, qx, &a0, &a1);
+            _mm256_storeu_pd(av, a0);
+            _mm256_storeu_pd(av + 4, a1);
+            for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
+        }
+        j = end;
+    }
+}
+
 /* quant_quantize_absmax_fn (see kernels_avx512.c): 8 groups at a time reduced in registers
  * (hmax8x8), their scales as lin_scales_avx2 computes them, then the groups quantized from L1 by
  * the IEEE division: the scalar path's codes by construction, no tie to redo. */
@@ -926,4 +977,5 @@ const quant_kernels quant_kernels_avx2 = {
     .lin_scales = lin_scales_avx2,
     .mse_acc = mse_acc_avx2,
     .quantize_absmax = quantize_absmax_avx2,
+    .mse_int = mse_int_avx2,
 };

@@ -1321,6 +1321,94 @@ static void mse_acc_avx512(const float *x, const float *d, int64_t ds, int nk, c
 {
     quant_mse_acc_with(mse_terms_avx512, x, d, ds, nk, w, n, c0, tile, err, es);
 }
+/* quant_mse_int_fn: 16 candidates per vector (x broadcast per element), each lane its own
+ * candidate's code by the IEEE division (clipped before the rounding, which equals rounding then
+ * clipping as the bounds are integers, and keeps a huge quotient from the conversion's
+ * overflow), its float32 product, and its float64 sum in element order. */
+ALWAYS_INLINE void mse_int16(const float *x, const float *w, const bool unit, int64_t j,
+                             int64_t end, __m512 s, __m512 qmin, __m512 qmax, __m512d *acc0,
+                             __m512d *acc1)
+{
+    __m512d a0 = *acc0, a1 = *acc1;
+    for (int64_t i = j; i < end; i++) {
+        __m512 v = _mm512_div_ps(_mm512_set1_ps(x[i]), s);
+        v = _mm512_min_ps(_mm512_max_ps(v, qmin), qmax);
+        __m512 d = _mm512_mul_ps(
+            _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), s);
+        __m512d xd = _mm512_set1_pd((double)x[i]), wd = _mm512_set1_pd(unit ? 1.0 : (double)w[i]);
+        __m512d e0 = _mm512_sub_pd(xd, _mm512_cvtps_pd(_mm512_castps512_ps256(d)));
+        __m512d e1 = _mm512_sub_pd(xd, _mm512_cvtps_pd(_mm512_extractf32x8_ps(d, 1)));
+        a0 = _mm512_add_pd(a0,
+                           unit ? _mm512_mul_pd(e0, e0) : _mm512_mul_pd(wd, _mm512_mul_pd(e0, e0)));
+        a1 = _mm512_add_pd(a1,
+                           unit ? _mm512_mul_pd(e1, e1) : _mm512_mul_pd(wd, _mm512_mul_pd(e1, e1)));
+    }
+    *acc0 = a0;
+    *acc1 = a1;
+}
+
+/* The same for 8 candidates (AVX-512VL 256-bit forms). */
+ALWAYS_INLINE void mse_int8(const float *x, const float *w, const bool unit, int64_t j, int64_t end,
+                            __m256 s, __m256 qmin, __m256 qmax, __m256d *acc0, __m256d *acc1)
+{
+    __m256d a0 = *acc0, a1 = *acc1;
+    for (int64_t i = j; i < end; i++) {
+        __m256 v = _mm256_div_ps(_mm256_set1_ps(x[i]), s);
+        v = _mm256_min_ps(_mm256_max_ps(v, qmin), qmax);
+        __m256 d = _mm256_mul_ps(
+            _mm256_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), s);
+        __m256d xd = _mm256_set1_pd((double)x[i]), wd = _mm256_set1_pd(unit ? 1.0 : (double)w[i]);
+        __m256d e0 = _mm256_sub_pd(xd, _mm256_cvtps_pd(_mm256_castps256_ps128(d)));
+        __m256d e1 = _mm256_sub_pd(xd, _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)));
+        a0 = _mm256_add_pd(a0,
+                           unit ? _mm256_mul_pd(e0, e0) : _mm256_mul_pd(wd, _mm256_mul_pd(e0, e0)));
+        a1 = _mm256_add_pd(a1,
+                           unit ? _mm256_mul_pd(e1, e1) : _mm256_mul_pd(wd, _mm256_mul_pd(e1, e1)));
+    }
+    *acc0 = a0;
+    *acc1 = a1;
+}
+
+static void mse_int_avx512(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
+                           const float *scale, int nk, int64_t es, float qmin, float qmax,
+                           double *err)
+{
+    const __m512 qn = _mm512_set1_ps(qmin), qx = _mm512_set1_ps(qmax);
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        for (int k0 = 0; k0 < nk; k0 += 16) {
+            int m = nk - k0 < 16 ? nk - k0 : 16;
+            float sv[16];
+            double av[16];
+            for (int b = 0; b < 16; b++) { /* spare lanes: scale 1, sums dropped */
+                sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
+                av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
+            }
+            if (m <= 8) { /* a last few candidates: half the lanes (n = 20: 16 + 5) */
+                __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
+                __m256 q0 = _mm512_castps512_ps256(qn), q1 = _mm512_castps512_ps256(qx);
+                if (w)
+                    mse_int8(x, w, false, j, end, _mm256_loadu_ps(sv), q0, q1, &a0, &a1);
+                else /* all weights 1: 1 * (e * e) is e * e */
+                    mse_int8(x, w, true, j, end, _mm256_loadu_ps(sv), q0, q1, &a0, &a1);
+                _mm256_storeu_pd(av, a0);
+                _mm256_storeu_pd(av + 4, a1);
+            } else {
+                __m512d a0 = _mm512_loadu_pd(av), a1 = _mm512_loadu_pd(av + 8);
+                if (w)
+                    mse_int16(x, w, false, j, end, _mm512_loadu_ps(sv), qn, qx, &a0, &a1);
+                else
+                    mse_int16(x, w, true, j, end, _mm512_loadu_ps(sv), qn, qx, &a0, &a1);
+                _mm512_storeu_pd(av, a0);
+                _mm512_storeu_pd(av + 8, a1);
+            }
+            for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
+        }
+        j = end;
+    }
+}
+
 /* ---- quantize: one pass for symmetric absmax tiles ------------------------------------------ */
 
 /* quant_quantize_absmax_fn: 16 groups at a time, reduced in registers (absmax16_groups), their
@@ -1426,4 +1514,5 @@ const quant_kernels quant_kernels_avx512 = {
     .quantize_bf16 = quantize_bf16_avx512,
     .mse_acc = mse_acc_avx512,
     .quantize_absmax = quantize_absmax_avx512,
+    .mse_int = mse_int_avx512,
 };

@@ -217,6 +217,16 @@ static const mcase mcases[] = {
     {QUANT_QTYPE_MXFP8, "mse,5", 2, {2, 64}, 1, {0}, 1, {{-1, 32, 0}}, QUANT_DTYPE_F32, -9},
     {QUANT_QTYPE_NVFP4, "mse", 2, {4, 48}, 1, {0}, 1, {{-1, 16, 0}}, QUANT_DTYPE_F32, -1},
     {QUANT_QTYPE_INT16, "mse,2", 2, {3, 1100}, 1, {0}, 0, {{0}}, QUANT_DTYPE_F32, -1},
+    /* the fused mse_int path: int2/int4/int8, tiles and per-channel (rows longer than a chunk),
+     * candidate counts around the vector widths, importance per column, per row or none */
+    {QUANT_QTYPE_INT2, "mse", 2, {6, 64}, 1, {0}, 1, {{-1, 16, 0}}, QUANT_DTYPE_F32, -1},
+    {QUANT_QTYPE_INT2, "mse,7,0", 2, {5, 96}, 1, {0}, 1, {{-1, 32, 0}}, QUANT_DTYPE_F32, -9},
+    {QUANT_QTYPE_INT4, "mse,100,0.2", 2, {4, 128}, 1, {0}, 1, {{-1, 32, 0}}, QUANT_DTYPE_F32, -1},
+    {QUANT_QTYPE_INT4, "mse,16", 2, {3, 1100}, 1, {0}, 0, {{0}}, QUANT_DTYPE_BF16, 0},
+    {QUANT_QTYPE_INT4, "mse,15,0.4", 2, {4, 64}, 1, {0}, 1, {{-1, 64, 0}}, QUANT_DTYPE_F32, -9},
+    {QUANT_QTYPE_INT8, "mse,31", 2, {4, 256}, 1, {0}, 1, {{-1, 64, 0}}, QUANT_DTYPE_F32, -1},
+    {QUANT_QTYPE_INT8, "mse,8,0.01", 2, {3, 1100}, 1, {0}, 0, {{0}}, QUANT_DTYPE_F32, -9},
+    {QUANT_QTYPE_INT8, "mse,256,0", 2, {2, 96}, 1, {0}, 1, {{-1, 32, 0}}, QUANT_DTYPE_F16, 0},
 };
 
 /* Scale index of flat element f (scale shape ss, tiles shape / ss). */
@@ -396,6 +406,13 @@ START_TEST(mse_matches_reference)
                 ck_assert(qn_bits(s1[g]) == qn_bits(s2[g]));
                 if (m.asymmetric) ck_assert_int_eq(z1[g], z2[g]);
             }
+            void *q2 = malloc((size_t)n * 2);
+            ck_assert_int_eq(
+                quant_quantize_with_scale(ctx, &h2, &t, s2, m.asymmetric ? z2 : NULL, q2, &err),
+                QUANT_OK);
+            int64_t qb = quant_qvalue_bytes(&how, c->rank, c->shape);
+            ck_assert(memcmp(q1, q2, (size_t)qb) == 0);
+            free(q2);
             free(q1);
             quant_ctx_free(ctx);
         }
@@ -452,6 +469,73 @@ START_TEST(mse_acc_isas)
 }
 END_TEST
 
+/* Every ISA's fused mse_int equals the unfused path (the generic quantize, dequantize and
+ * mse_acc) bit for bit: int2..int16 and uint4 bounds, 1..257 candidates (vector tails), ragged
+ * chunks and groups, scales from the group's absmax shrunk, 1 (an invalid candidate) and tiny
+ * (quotients far past the bounds), zero weights, no weights (NULL). */
+START_TEST(mse_int_isas)
+{
+    static const float bounds[][2] = {{-2, 1}, {-8, 7}, {-128, 127}, {0, 15}, {-32768, 32767}};
+    static const quant_kcode kcs[] = {QK_I8, QK_I8, QK_I8, QK_U8, QK_I16};
+    static const int64_t tiles[] = {1, 16, 32, 64, 100, 5000};
+    enum { N = 1024, K = 257, G = 64 };
+    static float x[N], w[N], sc[K * G], d[N];
+    static int16_t codes[N];
+    static double e0[K * G], e1[K * G];
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {777};
+    for (int it = 0; it < tu_iters(120); it++) {
+        int bi = (int)tu_below(&r, 5);
+        float qmin = bounds[bi][0], qmax = bounds[bi][1];
+        int64_t n = 1 + tu_below(&r, N), tile = tiles[tu_below(&r, 6)];
+        int64_t c0 = tu_below(&r, 3 * tile), es = (c0 + n - 1) / tile + 1;
+        if (es > G) {
+            tile = (c0 + n + G - 1) / G + 1;
+            es = (c0 + n - 1) / tile + 1;
+        }
+        int nk = tu_below(&r, 3) ? 1 + (int)tu_below(&r, 40) : 1 + (int)tu_below(&r, K);
+        tu_fill(&r, x, n, 2.0f, 1);
+        bool unit = tu_below(&r, 3) == 0; /* w NULL: all weights 1 */
+        for (int64_t j = 0; j < n; j++)
+            w[j] = unit ? 1.0f : tu_below(&r, 5) ? fabsf(tu_normal(&r, 3.0f)) : 0.0f;
+        for (int k = 0; k < nk; k++)
+            for (int64_t g = 0; g < es; g++) {
+                int64_t pick = tu_below(&r, 10);
+                float s = fabsf(tu_normal(&r, 6.0f)) / qmax * (1.0f - (float)k / (float)(nk + 1));
+                sc[k * es + g] = pick == 0 ? 1.0f : pick == 1 ? 0x1p-40f : s > 0x1p-63f ? s : 1.0f;
+            }
+        for (int64_t i = 0; i < nk * es; i++) e0[i] = (double)i * 0.125;
+        for (int k = 0; k < nk; k++) { /* the unfused path, one candidate at a time */
+            quant_krow kr = {.kcode = kcs[bi],
+                             .tile = tile,
+                             .scale = sc + k * es,
+                             .qmin = qmin,
+                             .qmax = qmax,
+                             .pf_elem = 4,
+                             .checked = true};
+            quant_generic_quantize(&kr, x, n, c0, codes);
+            quant_generic_dequantize(&kr, codes, n, c0, d);
+            quant_generic_mse_acc(x, d, N, 1, w, n, c0, tile, e0 + k * es, es);
+        }
+        for (int i = 0; i < nisa; i++) {
+            const quant_kernels *kt = quant_kernels_for(isas[i]);
+            if (!kt->mse_int) { /* optional (NEON: the unfused path); x86 and scalar have it */
+                ck_assert(isas[i] != QUANT_ISA_SCALAR && isas[i] != QUANT_ISA_AVX2 &&
+                          isas[i] != QUANT_ISA_AVX512);
+                continue;
+            }
+            for (int64_t g = 0; g < nk * es; g++) e1[g] = (double)g * 0.125;
+            kt->mse_int(x, unit ? NULL : w, n, c0, tile, sc, nk, es, qmin, qmax, e1);
+            ck_assert_msg(memcmp(e0, e1, (size_t)(nk * es) * sizeof *e0) == 0,
+                          "isa %s bounds %g..%g n %lld c0 %lld tile %lld nk %d",
+                          quant_isa_name(isas[i]), (double)qmin, (double)qmax, (long long)n,
+                          (long long)c0, (long long)tile, nk);
+        }
+    }
+}
+END_TEST
+
 Suite *suite_mse(void)
 {
     Suite *s = suite_create("mse");
@@ -462,6 +546,7 @@ Suite *suite_mse(void)
     tcase_add_test(tc, mse_hand_case);
     tcase_add_test(tc, mse_ties);
     tcase_add_test(tc, mse_acc_isas);
+    tcase_add_test(tc, mse_int_isas);
     tcase_add_loop_test(tc, mse_matches_reference, 0, (int)(sizeof mcases / sizeof mcases[0]));
     suite_add_tcase(s, tc);
     return s;
