@@ -16,6 +16,12 @@
  * arrive in time. */
 #define PREFETCH_AHEAD_BYTES (16 << 10)
 
+/* The one-pass kernel reads its source once, in order, and prefetches (into L1) this many bytes
+ * ahead in that stream. Measured out of cache (BENCHMARKS.md, branch `ooc`): 6-8 KiB runs at
+ * 1.2-1.3x the next-row distance that three-pass rows use (32 KiB for a row of 8192 f32, which
+ * evicts the lines before they are read) and at 2x no software prefetch at all. */
+#define ONEPASS_PREFETCH_BYTES (8 << 10)
+
 typedef struct quant_run {
     quant_reader rd;
     const quant_how *how;
@@ -168,6 +174,32 @@ static bool onepass_allowed(const quant_run *run, const quant_plan *p)
            QUANT_ONEPASS_TILE_OK(p->col_tile) && p->ncols % p->col_tile == 0;
 }
 
+/* True when x's elements lie row-major without gaps (its rows back to back). */
+static bool dense(const quant_tensor *x)
+{
+    int64_t want = 1;
+    for (int k = x->rank - 1; k >= 0; k--) {
+        if (x->shape[k] > 1 && x->strides[k] != want) return false;
+        want *= x->shape[k];
+    }
+    return true;
+}
+
+/* What the one-pass kernel prefetches while it quantizes the n values of row `row` from column
+ * c0: the source ONEPASS_PREFETCH_BYTES further on when x is dense (NULL near its end), else the
+ * same columns of the row PREFETCH_AHEAD_BYTES or more ahead. */
+static const char *onepass_prefetch(const quant_tensor *x, const quant_plan *p, int64_t row,
+                                    int64_t c0, int64_t n, int64_t elem)
+{
+    if (dense(x)) {
+        int64_t at = (row * p->ncols + c0) * elem + ONEPASS_PREFETCH_BYTES;
+        return at + n * elem <= p->numel * elem ? (const char *)x->data + at : NULL;
+    }
+    if (x->rank > 0 && x->strides[x->rank - 1] != 1) return NULL;
+    int64_t ahead = (PREFETCH_AHEAD_BYTES + p->ncols * elem - 1) / (p->ncols * elem);
+    return row + ahead < p->nrows ? quant_row_address(x, row + ahead, c0) : NULL;
+}
+
 /* Row `row` by the one-pass kernel, chunk by chunk (chunks hold whole groups), its scales into
  * `scale`. Returns nonzero when the kernel declined (a non-finite value or scale): the caller
  * then redoes the row by the three-pass path, which reports it. */
@@ -184,14 +216,11 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
-    int64_t ahead = (PREFETCH_AHEAD_BYTES + p->ncols * kr.pf_elem - 1) / (p->ncols * kr.pf_elem);
-    bool contiguous = src->rank == 0 || src->strides[src->rank - 1] == 1;
     for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
         const float *x = quant_load_row(run->rd.k, src, p, row, c0, n, scratch);
         void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
-        kr.pf =
-            contiguous && row + ahead < p->nrows ? quant_row_address(src, row + ahead, c0) : NULL;
+        kr.pf = onepass_prefetch(src, p, row, c0, n, kr.pf_elem);
         if (run->rd.k->quantize_absmax(&kr, x, n, c0, p->traits->symmetric_bound, scale, out))
             return 1;
         if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
