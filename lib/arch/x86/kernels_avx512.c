@@ -1113,23 +1113,11 @@ static int absmax_bf16_avx512(const uint16_t *x, int64_t n, int64_t c0, int64_t 
     return seen >= 0x7f800000u;
 }
 
-/* Integer codes of the 16 widened values xv (lanes m) of a group with scale s: the reciprocal
- * path when usable (rec), the whole vector again by the division when it leaves a near lane. */
-ALWAYS_INLINE __m512i bf16_int_codes(quant_kcode kc, __m512 xv, __mmask16 m, bool rec, __m512 rc,
-                                     __m512 s, __m512 qmin, __m512 qmax)
-{
-    __mmask16 near = m;
-    __m512i k = _mm512_setzero_si512();
-    if (rec) {
-        k = recip_codes(kc, xv, rc, _mm512_setzero_ps(), false, qmin, qmax, NULL, &near);
-        near &= m;
-    }
-    if (__builtin_expect(near != 0, 0)) k = int_codes(_mm512_maskz_div_ps(m, xv, s), qmin, qmax);
-    return k;
-}
-
 /* Symmetric integer codes of x[0..n) (tile >= BF16_MIN_TILE), group by group: one pass over the
- * bf16 source, 64 values per step. */
+ * bf16 source, 64 values per step, each code by the IEEE division (int_codes of x / s), so the
+ * codes are the scalar path's by construction. The reciprocal path with its tie test per lane
+ * ran at half this speed out of cache on the cores measured (AMD Zen 4/5 class; BENCHMARKS.md,
+ * branch `ooc`): its extra instructions per vector left fewer loads in flight. */
 ALWAYS_INLINE void bf16_int_kc(quant_kcode kc, const quant_krow *r, const uint16_t *x, int64_t n,
                                int64_t c0, uint8_t *out)
 {
@@ -1138,25 +1126,19 @@ ALWAYS_INLINE void bf16_int_kc(quant_kcode kc, const quant_krow *r, const uint16
     int64_t g = c0 / tile, end = (g + 1) * tile - c0;
     for (int64_t j = 0; j < n; g++, end += tile) {
         if (end > n) end = n;
-        const float sc = r->scale[g];
-        const bool rec = qk_recip_usable(sc);
-        const __m512 s = _mm512_set1_ps(sc), rc = _mm512_set1_ps(rec ? 1.0f / sc : 0.0f);
+        const __m512 s = _mm512_set1_ps(r->scale[g]);
         for (; j + 64 <= end; j += 64) {
             prefetch64(r->pf, r->pf_elem, j);
-            __m512i k0 =
-                bf16_int_codes(kc, bf16_load(x + j, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
-            __m512i k1 =
-                bf16_int_codes(kc, bf16_load(x + j + 16, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
-            __m512i k2 =
-                bf16_int_codes(kc, bf16_load(x + j + 32, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
-            __m512i k3 =
-                bf16_int_codes(kc, bf16_load(x + j + 48, 0xffff), 0xffff, rec, rc, s, qmin, qmax);
+            __m512i k0 = int_codes(_mm512_div_ps(bf16_load(x + j, 0xffff), s), qmin, qmax);
+            __m512i k1 = int_codes(_mm512_div_ps(bf16_load(x + j + 16, 0xffff), s), qmin, qmax);
+            __m512i k2 = int_codes(_mm512_div_ps(bf16_load(x + j + 32, 0xffff), s), qmin, qmax);
+            __m512i k3 = int_codes(_mm512_div_ps(bf16_load(x + j + 48, 0xffff), s), qmin, qmax);
             store64(kc, out + j * csize, k0, k1, k2, k3);
         }
         for (; j < end; j += 16) {
             __mmask16 m = lanes(end - j);
             store16(kc, out + j * csize, m,
-                    bf16_int_codes(kc, bf16_load(x + j, m), m, rec, rc, s, qmin, qmax));
+                    int_codes(_mm512_maskz_div_ps(m, bf16_load(x + j, m), s), qmin, qmax));
         }
         j = end; /* the masked step may have gone past it */
     }
