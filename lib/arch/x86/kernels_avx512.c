@@ -796,6 +796,65 @@ ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *
     }
 }
 
+/* ---- quantize: the division path for long groups --------------------------------------------- */
+
+/* Tiles from which symmetric integer codes take the division path (div_int_kc). */
+#define DIV_MIN_TILE 64
+
+/* bf16 bit patterns (16 lanes) as float32: exact, the widening of widen_bf16_avx512. */
+ALWAYS_INLINE __m512 bf16x16(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The 16 bf16 values at x (lanes m) as float32: the exact widening of widen_bf16_avx512. */
+ALWAYS_INLINE __m512 bf16_load(const uint16_t *x, __mmask16 m)
+{
+    __m256i h =
+        m == 0xffff ? _mm256_loadu_si256((const __m256i *)x) : _mm256_maskz_loadu_epi16(m, x);
+    return bf16x16(h);
+}
+
+/* The 16 source values at element j (lanes m) as float32: bf16 widened in registers, or f32. */
+ALWAYS_INLINE __m512 src_load(const void *x, bool bf16, int64_t j, __mmask16 m)
+{
+    if (bf16) return bf16_load((const uint16_t *)x + j, m);
+    const float *f = (const float *)x + j;
+    return m == 0xffff ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(m, f);
+}
+
+/* Symmetric integer codes of x[0..n) (f32, or bf16 read in place), group by group, 64 values per
+ * step, each code by the IEEE division (int_codes of x / s), so the codes are the scalar path's
+ * by construction. For long groups (DIV_MIN_TILE and more) this replaces the reciprocal path
+ * with its tie test per lane, which ran at about half this speed out of cache on the cores
+ * measured (AMD Zen 4/5 class; BENCHMARKS.md, branch `ooc`): its extra instructions per vector
+ * left fewer loads in flight. */
+ALWAYS_INLINE void div_int_kc(quant_kcode kc, const quant_krow *r, const void *x, const bool bf16,
+                              int64_t n, int64_t c0, uint8_t *out)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
+        const __m512 s = _mm512_set1_ps(r->scale[g]);
+        for (; j + 64 <= end; j += 64) {
+            prefetch64(r->pf, r->pf_elem, j);
+            __m512i k0 = int_codes(_mm512_div_ps(src_load(x, bf16, j, 0xffff), s), qmin, qmax);
+            __m512i k1 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 16, 0xffff), s), qmin, qmax);
+            __m512i k2 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 32, 0xffff), s), qmin, qmax);
+            __m512i k3 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 48, 0xffff), s), qmin, qmax);
+            store64(kc, out + j * csize, k0, k1, k2, k3);
+        }
+        for (; j < end; j += 16) {
+            __mmask16 m = lanes(end - j);
+            store16(kc, out + j * csize, m,
+                    int_codes(_mm512_maskz_div_ps(m, src_load(x, bf16, j, m), s), qmin, qmax));
+        }
+        j = end; /* the masked step may have gone past it */
+    }
+}
+
 /* ---- quantize: other shapes ------------------------------------------------------------------ */
 
 /* Any tile >= 8: each column group in 16-vectors, its last one masked; a vector with a near lane
@@ -861,6 +920,8 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
     if (kc == QK_NF4) grid = nf4_grid_make();
     if (r->tile == 1)
         per_element_kc(kc, r, x, n, c0, &grid, codes);
+    else if (is_int(kc) && !r->zp && r->tile >= DIV_MIN_TILE)
+        div_int_kc(kc, r, x, false, n, c0, codes);
     else if ((r->tile % 16 == 0 && c0 % 16 == 0) || c0 / r->tile == (c0 + n - 1) / r->tile)
         grouped_kc(kc, r, x, n, c0, &grid, codes);
     else
@@ -1017,11 +1078,6 @@ static void dequantize_avx512(const quant_krow *r, const void *codes, int64_t n,
 
 /* ---- widening -------------------------------------------------------------------------------- */
 
-ALWAYS_INLINE __m512 bf16x16(__m256i h)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 /* Unmasked 32-element steps, then a masked tail (a mask per step costs twice the time). */
 static void widen_bf16_avx512(const uint16_t *src, float *dst, int64_t n)
 {
@@ -1057,14 +1113,6 @@ static void widen_f16_avx512(const uint16_t *src, float *dst, int64_t n)
 /* Group shapes below this tile, and codes other than symmetric integers, widen blocks of SUB
  * values on the stack and run the float32 kernels (the same results by definition). */
 #define BF16_MIN_TILE QUANT_BF16_DIRECT_MIN_TILE
-
-/* The 16 bf16 values at x (lanes m) as float32: the exact widening of widen_bf16_avx512. */
-ALWAYS_INLINE __m512 bf16_load(const uint16_t *x, __mmask16 m)
-{
-    __m256i h =
-        m == 0xffff ? _mm256_loadu_si256((const __m256i *)x) : _mm256_maskz_loadu_epi16(m, x);
-    return bf16x16(h);
-}
 
 /* max |x| bits of the bf16 values x[0..len), as a bf16 bit pattern (the float32 one >> 16). */
 ALWAYS_INLINE uint32_t bf16_absmax_bits(const uint16_t *x, int64_t len)
@@ -1113,37 +1161,6 @@ static int absmax_bf16_avx512(const uint16_t *x, int64_t n, int64_t c0, int64_t 
     return seen >= 0x7f800000u;
 }
 
-/* Symmetric integer codes of x[0..n) (tile >= BF16_MIN_TILE), group by group: one pass over the
- * bf16 source, 64 values per step, each code by the IEEE division (int_codes of x / s), so the
- * codes are the scalar path's by construction. The reciprocal path with its tie test per lane
- * ran at half this speed out of cache on the cores measured (AMD Zen 4/5 class; BENCHMARKS.md,
- * branch `ooc`): its extra instructions per vector left fewer loads in flight. */
-ALWAYS_INLINE void bf16_int_kc(quant_kcode kc, const quant_krow *r, const uint16_t *x, int64_t n,
-                               int64_t c0, uint8_t *out)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
-    for (int64_t j = 0; j < n; g++, end += tile) {
-        if (end > n) end = n;
-        const __m512 s = _mm512_set1_ps(r->scale[g]);
-        for (; j + 64 <= end; j += 64) {
-            prefetch64(r->pf, r->pf_elem, j);
-            __m512i k0 = int_codes(_mm512_div_ps(bf16_load(x + j, 0xffff), s), qmin, qmax);
-            __m512i k1 = int_codes(_mm512_div_ps(bf16_load(x + j + 16, 0xffff), s), qmin, qmax);
-            __m512i k2 = int_codes(_mm512_div_ps(bf16_load(x + j + 32, 0xffff), s), qmin, qmax);
-            __m512i k3 = int_codes(_mm512_div_ps(bf16_load(x + j + 48, 0xffff), s), qmin, qmax);
-            store64(kc, out + j * csize, k0, k1, k2, k3);
-        }
-        for (; j < end; j += 16) {
-            __mmask16 m = lanes(end - j);
-            store16(kc, out + j * csize, m,
-                    int_codes(_mm512_maskz_div_ps(m, bf16_load(x + j, m), s), qmin, qmax));
-        }
-        j = end; /* the masked step may have gone past it */
-    }
-}
-
 /* Other shapes: blocks of SUB values widened on the stack, through quantize_avx512 (blocks keep
  * c0's alignment, so each takes the path the whole chunk would). */
 static int quantize_bf16_widened(const quant_krow *r, const uint16_t *x, int64_t n, int64_t c0,
@@ -1171,11 +1188,11 @@ static int quantize_bf16_avx512(const quant_krow *r, const uint16_t *x, int64_t 
     /* the non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
     int bad = !r->checked && bf16_absmax_bits(x, n) >= 0x7f80u;
     if (r->kcode == QK_I8)
-        bf16_int_kc(QK_I8, r, x, n, c0, codes);
+        div_int_kc(QK_I8, r, x, true, n, c0, codes);
     else if (r->kcode == QK_U8)
-        bf16_int_kc(QK_U8, r, x, n, c0, codes);
+        div_int_kc(QK_U8, r, x, true, n, c0, codes);
     else
-        bf16_int_kc(QK_I16, r, x, n, c0, codes);
+        div_int_kc(QK_I16, r, x, true, n, c0, codes);
     return bad;
 }
 
