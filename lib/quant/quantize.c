@@ -18,8 +18,8 @@
 
 /* The one-pass kernel reads its source once, in order, and prefetches (into L1) this many bytes
  * ahead in that stream. Measured out of cache (BENCHMARKS.md, branch `ooc`): 6-8 KiB runs at
- * 1.2-1.3x the next-row distance that three-pass rows use (32 KiB for a row of 8192 f32, which
- * evicts the lines before they are read) and at 2x no software prefetch at all. */
+ * 1.3-1.6x the next-row distance that three-pass rows use (32 KiB for a row of 8192 f32, which
+ * evicts the lines before they are read) and at 2.6x no software prefetch at all. */
 #define ONEPASS_PREFETCH_BYTES (8 << 10)
 
 typedef struct quant_run {

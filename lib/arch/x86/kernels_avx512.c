@@ -826,9 +826,9 @@ ALWAYS_INLINE __m512 src_load(const void *x, bool bf16, int64_t j, __mmask16 m)
 /* Symmetric integer codes of x[0..n) (f32, or bf16 read in place), group by group, 64 values per
  * step, each code by the IEEE division (int_codes of x / s), so the codes are the scalar path's
  * by construction. For long groups (DIV_MIN_TILE and more) this replaces the reciprocal path
- * with its tie test per lane, which ran at about half this speed out of cache on the cores
- * measured (AMD Zen 4/5 class; BENCHMARKS.md, branch `ooc`): its extra instructions per vector
- * left fewer loads in flight. */
+ * with its tie test per lane, which ran at about 0.6 of this speed out of cache and 0.7 in cache
+ * on the cores measured (AMD Zen 4/5 class; BENCHMARKS.md, branch `ooc`): its extra
+ * instructions per vector left fewer loads in flight. */
 ALWAYS_INLINE void div_int_kc(quant_kcode kc, const quant_krow *r, const void *x, const bool bf16,
                               int64_t n, int64_t c0, uint8_t *out)
 {
