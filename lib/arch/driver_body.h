@@ -7,7 +7,7 @@
  * defining the vector primitives below; the algorithm, its tie logic and its order of operations
  * are the same on every target, so each is bit-identical to kernels_generic.c as the other is.
  *
- * What the including file defines first (ALWAYS_INLINE functions unless marked as a macro):
+ * What the including file defines first (inline functions, or macros naming an intrinsic):
  *   QD_W (macro)             lanes per vector (a power of two, 4 or more)
  *   qd_vf, qd_vi, qd_vm      float vector; int32 vector (codes, and the bits of |x|); the
  *                            accumulator of near lanes
@@ -39,6 +39,7 @@
 #define QUANT_DRIVER_BODY_H
 
 #include <float.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -346,6 +347,113 @@ static int qd_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c
         return qd_quantize_kc(QK_E2M1, r, x, n, c0, codes);
     default:
         return quant_generic_quantize(r, x, n, c0, codes);
+    }
+}
+
+/* ---- quantize_absmax_fn: one pass for symmetric absmax tiles 16/32/64 ------------------------ */
+
+/* QD_W groups at a time: max |x| reduced in registers, their scales as lin_scales computes them
+ * (max / bound, SPEC 4's tiny rule), stored, then the groups quantized from L1 by the IEEE
+ * division: the scalar path's codes by construction, no tie to redo. */
+/* Codes of the vector at x, all in the group whose scale is lane i of s. */
+ALWAYS_INLINE qd_vi qd_onepass_codes(quant_kcode kc, const float *x, qd_vf s, int64_t i, qd_vf qmin,
+                                     qd_vf qmax)
+{
+    return qd_codes(kc, qd_div(qd_load(x), qd_lane_of(s, i)), qmin, qmax);
+}
+
+ALWAYS_INLINE int qd_onepass_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                                int64_t c0, float bound, float *scale, uint8_t *out,
+                                const int64_t tile)
+{
+    const size_t csize = qd_csize(kc);
+    const qd_vf qmin = qd_set1(r->qmin), qmax = qd_set1(r->qmax), bv = qd_set1(bound);
+    const qd_vf inf = qd_set1(INFINITY);
+    float *sg = scale + c0 / tile;
+    qd_vm badv = qd_near_none();
+    int64_t j = 0;
+    for (; j + QD_W * tile <= n; j += QD_W * tile, sg += QD_W) {
+        qd_vi m[QD_W];
+        for (int i = 0; i < QD_W; i++) {
+            const float *xg = x + j + i * tile;
+            qd_vi a = qd_abs_bits(qd_load(xg));
+            for (int64_t k = QD_W; k < tile; k += QD_W)
+                a = qd_max_bits(a, qd_abs_bits(qd_load(xg + k)));
+            m[i] = a;
+        }
+        qd_vf s = qd_tiny_one(qd_div(qd_bits_f(qd_hmax_groups(m)), bv));
+        badv = qd_note(badv, s, inf); /* s >= Inf or NaN: not a finite scale */
+        qd_store(sg, s);
+        for (int64_t k = 0; k < QD_W * tile; k += QD_BLK) {
+            qd_prefetch(r->pf, r->pf_elem, j + k);
+            const float *xk = x + j + k;
+            qd_store_blk(kc, out + (j + k) * csize,
+                         qd_onepass_codes(kc, xk, s, k / tile, qmin, qmax),
+                         qd_onepass_codes(kc, xk + QD_W, s, (k + QD_W) / tile, qmin, qmax),
+                         qd_onepass_codes(kc, xk + 2 * QD_W, s, (k + 2 * QD_W) / tile, qmin, qmax),
+                         qd_onepass_codes(kc, xk + 3 * QD_W, s, (k + 3 * QD_W) / tile, qmin, qmax));
+        }
+    }
+    bool bad = qd_any(badv);
+    for (; j < n; j += tile, sg++) { /* the last groups, fewer than QD_W */
+        float sc = qn_float(seg_absmax_bits(x + j, tile)) / bound;
+        sc = sc < QN_TINY_SCALE ? 1.0f : sc;
+        bad |= !(sc <= FLT_MAX);
+        *sg = sc;
+        const qd_vf s = qd_set1(sc);
+        for (int64_t k = 0; k < tile; k += QD_W)
+            qd_store_vec(kc, out + (j + k) * csize,
+                         qd_codes(kc, qd_div(qd_load(x + j + k), s), qmin, qmax));
+    }
+    return bad;
+}
+
+#define QD_ONEPASS_TILES(kc)                                                                       \
+    (r->tile == 16   ? qd_onepass_kc(kc, r, x, n, c0, bound, scale, codes, 16)                     \
+     : r->tile == 32 ? qd_onepass_kc(kc, r, x, n, c0, bound, scale, codes, 32)                     \
+                     : qd_onepass_kc(kc, r, x, n, c0, bound, scale, codes, 64))
+
+static int qd_quantize_absmax(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                              float bound, float *scale, void *codes)
+{
+    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    switch (r->kcode) {
+    case QK_I8:
+        return QD_ONEPASS_TILES(QK_I8);
+    case QK_U8:
+        return QD_ONEPASS_TILES(QK_U8);
+    case QK_I16:
+        return QD_ONEPASS_TILES(QK_I16);
+    default:
+        return 1;
+    }
+}
+#undef QD_ONEPASS_TILES
+
+/* ---- mse_int_fn: the fused MSE search, QD_W candidates per vector ---------------------------- */
+
+static void qd_mse_int(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
+                       const float *scale, int nk, int64_t es, float qmin, float qmax, double *err)
+{
+    const qd_vf qn = qd_set1(qmin), qx = qd_set1(qmax);
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        for (int k0 = 0; k0 < nk; k0 += QD_W) {
+            int m = nk - k0 < QD_W ? nk - k0 : QD_W;
+            float sv[QD_W];
+            double av[QD_W];
+            for (int b = 0; b < QD_W; b++) { /* spare lanes: scale 1, sums dropped */
+                sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
+                av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
+            }
+            if (w)
+                qd_mse_lanes(x, w, false, j, end, sv, av, qn, qx);
+            else /* all weights 1: 1 * (e * e) is e * e */
+                qd_mse_lanes(x, w, true, j, end, sv, av, qn, qx);
+            for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
+        }
+        j = end;
     }
 }
 

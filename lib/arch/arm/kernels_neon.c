@@ -20,7 +20,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ALWAYS_INLINE uint32x4_t abs_bits(float32x4_t v)
+ALWAYS_INLINE uint32x4_t qd_abs_bits(float32x4_t v)
 {
     return vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7fffffffu));
 }
@@ -48,12 +48,12 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     uint32x4_t m0 = vdupq_n_u32(0), m1 = m0, m2 = m0, m3 = m0;
     int64_t j = 0;
     for (; j + 16 <= len; j += 16) {
-        m0 = vmaxq_u32(m0, abs_bits(vld1q_f32(x + j)));
-        m1 = vmaxq_u32(m1, abs_bits(vld1q_f32(x + j + 4)));
-        m2 = vmaxq_u32(m2, abs_bits(vld1q_f32(x + j + 8)));
-        m3 = vmaxq_u32(m3, abs_bits(vld1q_f32(x + j + 12)));
+        m0 = vmaxq_u32(m0, qd_abs_bits(vld1q_f32(x + j)));
+        m1 = vmaxq_u32(m1, qd_abs_bits(vld1q_f32(x + j + 4)));
+        m2 = vmaxq_u32(m2, qd_abs_bits(vld1q_f32(x + j + 8)));
+        m3 = vmaxq_u32(m3, qd_abs_bits(vld1q_f32(x + j + 12)));
     }
-    for (; j + 4 <= len; j += 4) m0 = vmaxq_u32(m0, abs_bits(vld1q_f32(x + j)));
+    for (; j + 4 <= len; j += 4) m0 = vmaxq_u32(m0, qd_abs_bits(vld1q_f32(x + j)));
     uint32_t m = vmaxvq_u32(vmaxq_u32(vmaxq_u32(m0, m1), vmaxq_u32(m2, m3)));
     for (; j < len; j++) {
         uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
@@ -62,9 +62,15 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     return m;
 }
 
+/* Lane i of the result is the max of the 4 lanes of m[i]: two rounds of pairwise max. */
+ALWAYS_INLINE uint32x4_t qd_hmax_groups(const uint32x4_t m[4])
+{
+    return vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+}
+
 /* Small tiles that start on a group boundary: 4 column groups at a time, each reduced to one
- * vector, then the 4 vectors reduced together by two rounds of pairwise max (lane i of the
- * result is the max of group i). Returns the elements handled (whole groups). */
+ * vector, then the 4 vectors reduced together (qd_hmax_groups). Returns the elements handled
+ * (whole groups). */
 static int64_t absmax_groups4(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc,
                               uint32_t *seen)
 {
@@ -74,11 +80,11 @@ static int64_t absmax_groups4(const float *x, int64_t n, int64_t c0, int64_t til
         uint32x4_t m[4];
         for (int i = 0; i < 4; i++) {
             const float *xg = x + j + i * tile;
-            uint32x4_t a = abs_bits(vld1q_f32(xg));
-            for (int64_t k = 4; k < tile; k += 4) a = vmaxq_u32(a, abs_bits(vld1q_f32(xg + k)));
+            uint32x4_t a = qd_abs_bits(vld1q_f32(xg));
+            for (int64_t k = 4; k < tile; k += 4) a = vmaxq_u32(a, qd_abs_bits(vld1q_f32(xg + k)));
             m[i] = a;
         }
-        uint32x4_t h = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+        uint32x4_t h = qd_hmax_groups(m);
         h = vmaxq_u32(h, vreinterpretq_u32_f32(vld1q_f32(acc + g)));
         vst1q_f32(acc + g, vreinterpretq_f32_u32(h));
         worst = vmaxq_u32(worst, h);
@@ -94,7 +100,7 @@ static int absmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, floa
         uint32x4_t seen = vdupq_n_u32(0);
         int64_t j = 0;
         for (; j + 4 <= n; j += 4) {
-            uint32x4_t a = abs_bits(vld1q_f32(x + j));
+            uint32x4_t a = qd_abs_bits(vld1q_f32(x + j));
             uint32x4_t m = vreinterpretq_u32_f32(vld1q_f32(acc + c0 + j));
             vst1q_f32(acc + c0 + j, vreinterpretq_f32_u32(vmaxq_u32(m, a)));
             seen = vmaxq_u32(seen, a);
@@ -131,7 +137,7 @@ static int minmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             float32x4_t lo = vld1q_f32(mn + c0 + j), hi = vld1q_f32(mx + c0 + j);
             vst1q_f32(mn + c0 + j, vbslq_f32(vcltq_f32(v, lo), v, lo));
             vst1q_f32(mx + c0 + j, vbslq_f32(vcgtq_f32(v, hi), v, hi));
-            seen = vmaxq_u32(seen, abs_bits(v));
+            seen = vmaxq_u32(seen, qd_abs_bits(v));
         }
         int bad = vmaxvq_u32(seen) >= 0x7f800000u;
         return quant_generic_minmax(x + j, n - j, c0 + j, 1, mn, mx) | bad;
@@ -150,7 +156,7 @@ static int minmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             float32x4_t v = vld1q_f32(x + j);
             lo = vminq_f32(v, lo);
             hi = vmaxq_f32(v, hi);
-            seen = vmaxq_u32(seen, abs_bits(v));
+            seen = vmaxq_u32(seen, qd_abs_bits(v));
         }
         mn[g] = vminvq_f32(lo);
         mx[g] = vmaxvq_f32(hi);
@@ -282,56 +288,23 @@ ALWAYS_INLINE void qd_store_vec(quant_kcode kc, uint8_t *dst, uint32x4_t a)
 typedef float32x4_t qd_vf;
 typedef uint32x4_t qd_vi;
 typedef uint32x4_t qd_vm; /* lanes clear of a tie: all ones */
-
-ALWAYS_INLINE qd_vf qd_load(const float *p)
-{
-    return vld1q_f32(p);
-}
-
-ALWAYS_INLINE qd_vf qd_set1(float f)
-{
-    return vdupq_n_f32(f);
-}
-
-ALWAYS_INLINE qd_vf qd_bcast(const float *p)
-{
-    return vld1q_dup_f32(p);
-}
-
-ALWAYS_INLINE qd_vf qd_add(qd_vf a, qd_vf b)
-{
-    return vaddq_f32(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_sub(qd_vf a, qd_vf b)
-{
-    return vsubq_f32(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_mul(qd_vf a, qd_vf b)
-{
-    return vmulq_f32(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_div(qd_vf a, qd_vf b)
-{
-    return vdivq_f32(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_abs(qd_vf a)
-{
-    return vabsq_f32(a);
-}
+#define qd_load     vld1q_f32
+#define qd_store    vst1q_f32
+#define qd_set1     vdupq_n_f32
+#define qd_bcast    vld1q_dup_f32
+#define qd_add      vaddq_f32
+#define qd_sub      vsubq_f32
+#define qd_mul      vmulq_f32
+#define qd_div      vdivq_f32
+#define qd_abs      vabsq_f32
+#define qd_rint     vrndnq_f32
+#define qd_max_bits vmaxq_u32
+#define qd_bits_f   vreinterpretq_f32_u32
 
 /* NEON's fmax/fmin return NaN for a NaN operand. */
 ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {
     return vminq_f32(vmaxq_f32(v, lo), hi);
-}
-
-ALWAYS_INLINE qd_vf qd_rint(qd_vf v)
-{
-    return vrndnq_f32(v);
 }
 
 ALWAYS_INLINE qd_vm qd_near_none(void)
@@ -358,6 +331,47 @@ ALWAYS_INLINE qd_vi qd_cvt(qd_vf k)
 ALWAYS_INLINE qd_vf qd_zp(const int32_t *p)
 {
     return vcvtq_f32_s32(vld1q_s32(p));
+}
+
+ALWAYS_INLINE qd_vf qd_tiny_one(qd_vf s)
+{
+    return vbslq_f32(vcltq_f32(s, vdupq_n_f32(QN_TINY_SCALE)), vdupq_n_f32(1.0f), s);
+}
+
+/* A byte table lookup: bytes 4i..4i+3 of s into every lane. */
+ALWAYS_INLINE qd_vf qd_lane_of(qd_vf s, int64_t i)
+{
+    uint32x4_t idx = vdupq_n_u32(0x03020100u + 0x04040404u * (uint32_t)i);
+    return vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(s), vreinterpretq_u8_u32(idx)));
+}
+
+/* quant_mse_int_fn's terms for 4 candidates (the 4 lanes of sv), as mse_lanes8.h computes
+ * them for 8: the code by the IEEE division, clipped before the rounding (equal to rounding
+ * then clipping, the bounds being integers), code * s in float32, and the float64 term
+ * w * (e * e) added to each candidate's sum in element order. */
+ALWAYS_INLINE void qd_mse_lanes(const float *x, const float *w, const bool unit, int64_t j,
+                                int64_t end, const float *sv, double *av, qd_vf qmin, qd_vf qmax)
+{
+    const float32x4_t s = vld1q_f32(sv);
+    float64x2_t a0 = vld1q_f64(av), a1 = vld1q_f64(av + 2);
+    for (int64_t i = j; i < end; i++) {
+        float32x4_t v = vminq_f32(vmaxq_f32(vdivq_f32(vdupq_n_f32(x[i]), s), qmin), qmax);
+        float32x4_t d = vmulq_f32(vrndnq_f32(v), s);
+        float64x2_t xd = vdupq_n_f64((double)x[i]);
+        float64x2_t e0 = vsubq_f64(xd, vcvt_f64_f32(vget_low_f32(d)));
+        float64x2_t e1 = vsubq_f64(xd, vcvt_high_f64_f32(d));
+        e0 = vmulq_f64(e0, e0);
+        e1 = vmulq_f64(e1, e1);
+        if (!unit) {
+            float64x2_t wd = vdupq_n_f64((double)w[i]);
+            e0 = vmulq_f64(wd, e0);
+            e1 = vmulq_f64(wd, e1);
+        }
+        a0 = vaddq_f64(a0, e0);
+        a1 = vaddq_f64(a1, e1);
+    }
+    vst1q_f64(av, a0);
+    vst1q_f64(av + 2, a1);
 }
 
 #include "../driver_body.h"
@@ -601,4 +615,6 @@ const quant_kernels quant_kernels_neon = {
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
     .mse_acc = mse_acc_neon,
+    .quantize_absmax = qd_quantize_absmax,
+    .mse_int = qd_mse_int,
 };

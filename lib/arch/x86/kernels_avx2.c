@@ -11,7 +11,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ALWAYS_INLINE __m256i abs_bits(__m256 v)
+ALWAYS_INLINE __m256i qd_abs_bits(__m256 v)
 {
     return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff));
 }
@@ -56,12 +56,12 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
     int64_t j = 0;
     for (; j + 32 <= len; j += 32) {
-        m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(x + j)));
-        m1 = _mm256_max_epi32(m1, abs_bits(_mm256_loadu_ps(x + j + 8)));
-        m2 = _mm256_max_epi32(m2, abs_bits(_mm256_loadu_ps(x + j + 16)));
-        m3 = _mm256_max_epi32(m3, abs_bits(_mm256_loadu_ps(x + j + 24)));
+        m0 = _mm256_max_epi32(m0, qd_abs_bits(_mm256_loadu_ps(x + j)));
+        m1 = _mm256_max_epi32(m1, qd_abs_bits(_mm256_loadu_ps(x + j + 8)));
+        m2 = _mm256_max_epi32(m2, qd_abs_bits(_mm256_loadu_ps(x + j + 16)));
+        m3 = _mm256_max_epi32(m3, qd_abs_bits(_mm256_loadu_ps(x + j + 24)));
     }
-    for (; j + 8 <= len; j += 8) m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(x + j)));
+    for (; j + 8 <= len; j += 8) m0 = _mm256_max_epi32(m0, qd_abs_bits(_mm256_loadu_ps(x + j)));
     uint32_t m = hmax_epi32(_mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3)));
     for (; j < len; j++) {
         uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
@@ -71,7 +71,7 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
 }
 
 /* Lane i of the result is the max of the 8 lanes of v[i] (a transposing reduction). */
-ALWAYS_INLINE __m256i hmax8x8(const __m256i v[8])
+ALWAYS_INLINE __m256i qd_hmax_groups(const __m256i v[8])
 {
     __m256i a0 =
         _mm256_max_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
@@ -98,12 +98,13 @@ static int64_t absmax_groups8(const float *x, int64_t n, int64_t c0, int64_t til
         __m256i m[8];
         for (int i = 0; i < 8; i++) {
             const float *xg = x + j + i * tile;
-            __m256i a = abs_bits(_mm256_loadu_ps(xg));
+            __m256i a = qd_abs_bits(_mm256_loadu_ps(xg));
             for (int64_t k = 8; k < tile; k += 8)
-                a = _mm256_max_epi32(a, abs_bits(_mm256_loadu_ps(xg + k)));
+                a = _mm256_max_epi32(a, qd_abs_bits(_mm256_loadu_ps(xg + k)));
             m[i] = a;
         }
-        __m256i h = _mm256_max_epi32(hmax8x8(m), _mm256_loadu_si256((const __m256i *)(acc + g)));
+        __m256i h =
+            _mm256_max_epi32(qd_hmax_groups(m), _mm256_loadu_si256((const __m256i *)(acc + g)));
         _mm256_storeu_si256((__m256i *)(acc + g), h);
         worst = _mm256_max_epi32(worst, h);
     }
@@ -118,7 +119,7 @@ static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
         __m256i seen = _mm256_setzero_si256();
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
-            __m256i a = abs_bits(_mm256_loadu_ps(x + j));
+            __m256i a = qd_abs_bits(_mm256_loadu_ps(x + j));
             __m256i m = _mm256_loadu_si256((const __m256i *)(acc + c0 + j));
             m = _mm256_max_epi32(m, a); /* accumulators hold non-negative floats: bits order */
             _mm256_storeu_si256((__m256i *)(acc + c0 + j), m);
@@ -153,7 +154,7 @@ static int minmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             __m256 v = _mm256_loadu_ps(x + j);
             _mm256_storeu_ps(mn + c0 + j, _mm256_min_ps(v, _mm256_loadu_ps(mn + c0 + j)));
             _mm256_storeu_ps(mx + c0 + j, _mm256_max_ps(v, _mm256_loadu_ps(mx + c0 + j)));
-            seen = _mm256_max_epi32(seen, abs_bits(v));
+            seen = _mm256_max_epi32(seen, qd_abs_bits(v));
         }
         int bad = hmax_epi32(seen) >= 0x7f800000u;
         return quant_generic_minmax(x + j, n - j, c0 + j, 1, mn, mx) | bad;
@@ -169,7 +170,7 @@ static int minmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             __m256 v = _mm256_loadu_ps(x + j);
             lo = _mm256_min_ps(v, lo);
             hi = _mm256_max_ps(v, hi);
-            seen = _mm256_max_epi32(seen, abs_bits(v));
+            seen = _mm256_max_epi32(seen, qd_abs_bits(v));
         }
         mn[g] = hmin_ps(lo);
         mx[g] = hmax_ps(hi);
@@ -306,41 +307,18 @@ ALWAYS_INLINE void qd_store_vec(quant_kcode kc, void *dst, __m256i a)
 typedef __m256 qd_vf;
 typedef __m256i qd_vi;
 typedef __m256 qd_vm; /* near lanes: all ones */
-
-ALWAYS_INLINE qd_vf qd_load(const float *p)
-{
-    return _mm256_loadu_ps(p);
-}
-
-ALWAYS_INLINE qd_vf qd_set1(float f)
-{
-    return _mm256_set1_ps(f);
-}
-
-ALWAYS_INLINE qd_vf qd_bcast(const float *p)
-{
-    return _mm256_broadcast_ss(p);
-}
-
-ALWAYS_INLINE qd_vf qd_add(qd_vf a, qd_vf b)
-{
-    return _mm256_add_ps(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_sub(qd_vf a, qd_vf b)
-{
-    return _mm256_sub_ps(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_mul(qd_vf a, qd_vf b)
-{
-    return _mm256_mul_ps(a, b);
-}
-
-ALWAYS_INLINE qd_vf qd_div(qd_vf a, qd_vf b)
-{
-    return _mm256_div_ps(a, b);
-}
+#define qd_load      _mm256_loadu_ps
+#define qd_store     _mm256_storeu_ps
+#define qd_set1      _mm256_set1_ps
+#define qd_bcast     _mm256_broadcast_ss
+#define qd_add       _mm256_add_ps
+#define qd_sub       _mm256_sub_ps
+#define qd_mul       _mm256_mul_ps
+#define qd_div       _mm256_div_ps
+#define qd_near_none _mm256_setzero_ps
+#define qd_cvt       _mm256_cvttps_epi32
+#define qd_max_bits  _mm256_max_epi32
+#define qd_bits_f    _mm256_castsi256_ps
 
 ALWAYS_INLINE qd_vf qd_abs(qd_vf a)
 {
@@ -358,11 +336,6 @@ ALWAYS_INLINE qd_vf qd_rint(qd_vf v)
     return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-ALWAYS_INLINE qd_vm qd_near_none(void)
-{
-    return _mm256_setzero_ps();
-}
-
 ALWAYS_INLINE qd_vm qd_note(qd_vm acc, qd_vf d, qd_vf limit)
 {
     return _mm256_or_ps(acc, _mm256_cmp_ps(d, limit, _CMP_NLT_UQ));
@@ -373,14 +346,32 @@ ALWAYS_INLINE bool qd_any(qd_vm acc)
     return !_mm256_testz_ps(acc, acc);
 }
 
-ALWAYS_INLINE qd_vi qd_cvt(qd_vf k)
-{
-    return _mm256_cvttps_epi32(k);
-}
-
 ALWAYS_INLINE qd_vf qd_zp(const int32_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+ALWAYS_INLINE qd_vf qd_tiny_one(qd_vf s)
+{
+    return _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                            _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+}
+
+ALWAYS_INLINE qd_vf qd_lane_of(qd_vf s, int64_t i)
+{
+    return _mm256_permutevar8x32_ps(s, _mm256_set1_epi32((int)i));
+}
+
+/* quant_mse_int_fn's 8 candidates (mse_lanes8.h, shared with kernels_avx512.c). */
+#include "mse_lanes8.h"
+
+ALWAYS_INLINE void qd_mse_lanes(const float *x, const float *w, const bool unit, int64_t j,
+                                int64_t end, const float *sv, double *av, qd_vf qmin, qd_vf qmax)
+{
+    __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
+    mse_int8(x, w, unit, j, end, _mm256_loadu_ps(sv), qmin, qmax, &a0, &a1);
+    _mm256_storeu_pd(av, a0);
+    _mm256_storeu_pd(av + 4, a1);
 }
 
 #include "../driver_body.h"
@@ -524,8 +515,7 @@ ALWAYS_INLINE bool any_unusual(__m256 a)
 ALWAYS_INLINE __m256 mx_scale8(__m256 a, float bound, float c)
 {
     __m256 s = _mm256_div_ps(a, _mm256_set1_ps(bound));
-    s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
-                         _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+    s = qd_tiny_one(s);
     __m256i b = _mm256_castps_si256(_mm256_mul_ps(s, _mm256_set1_ps(c)));
     __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     b = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
@@ -578,8 +568,7 @@ static int lin_scales_avx2(const float *absmax, int64_t n, float bound, float *s
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
         __m256 s = _mm256_div_ps(_mm256_loadu_ps(absmax + j), _mm256_set1_ps(bound));
-        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
-                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+        s = qd_tiny_one(s);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
         _mm256_storeu_ps(scale + j, s);
     }
@@ -605,129 +594,6 @@ static void mse_acc_avx2(const float *x, const float *d, int64_t ds, int nk, con
 {
     quant_mse_acc_with(mse_terms_avx2, x, d, ds, nk, w, n, c0, tile, err, es);
 }
-/* ---- quantize: one pass for symmetric absmax tiles ------------------------------------------ */
-
-/* quant_mse_int_fn (see kernels_avx512.c): 8 candidates per vector. */
-#include "mse_lanes8.h"
-
-static void mse_int_avx2(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
-                         const float *scale, int nk, int64_t es, float qmin, float qmax,
-                         double *err)
-{
-    const __m256 qn = _mm256_set1_ps(qmin), qx = _mm256_set1_ps(qmax);
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
-        if (end > n) end = n;
-        for (int k0 = 0; k0 < nk; k0 += 8) {
-            int m = nk - k0 < 8 ? nk - k0 : 8;
-            float sv[8];
-            double av[8];
-            for (int b = 0; b < 8; b++) { /* spare lanes: scale 1, sums dropped */
-                sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
-                av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
-            }
-            __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
-            if (w)
-                mse_int8(x, w, false, j, end, _mm256_loadu_ps(sv), qn, qx, &a0, &a1);
-            else /* all weights 1: 1 * (e * e) is e * e */
-                mse_int8(x, w, true, j, end, _mm256_loadu_ps(sv), qn, qx, &a0, &a1);
-            _mm256_storeu_pd(av, a0);
-            _mm256_storeu_pd(av + 4, a1);
-            for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
-        }
-        j = end;
-    }
-}
-
-/* quant_quantize_absmax_fn (see kernels_avx512.c): 8 groups at a time reduced in registers
- * (hmax8x8), their scales as lin_scales_avx2 computes them, then the groups quantized from L1 by
- * the IEEE division: the scalar path's codes by construction, no tie to redo. */
-
-/* Clipped integer codes of the 8 values at x divided by s (|x / s| within the bound, so the
- * conversion of the rounded value is exact). */
-ALWAYS_INLINE __m256i onepass_codes(const float *x, __m256 s, __m256i qmin, __m256i qmax)
-{
-    __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x), s),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(v), qmin), qmax);
-}
-
-/* Lane i of s in every lane. */
-ALWAYS_INLINE __m256 lane_of(__m256 s, int64_t i)
-{
-    return _mm256_permutevar8x32_ps(s, _mm256_set1_epi32((int)i));
-}
-
-ALWAYS_INLINE int onepass_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                             int64_t c0, float bound, float *scale, uint8_t *out,
-                             const int64_t tile)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1;
-    const __m256i qmin = _mm256_set1_epi32((int32_t)r->qmin);
-    const __m256i qmax = _mm256_set1_epi32((int32_t)r->qmax);
-    const __m256 bv = _mm256_set1_ps(bound);
-    float *sg = scale + c0 / tile;
-    __m256 badv = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 * tile <= n; j += 8 * tile, sg += 8) {
-        __m256i m[8];
-        for (int i = 0; i < 8; i++) {
-            const float *xg = x + j + i * tile;
-            __m256i a = abs_bits(_mm256_loadu_ps(xg));
-            for (int64_t k = 8; k < tile; k += 8)
-                a = _mm256_max_epi32(a, abs_bits(_mm256_loadu_ps(xg + k)));
-            m[i] = a;
-        }
-        __m256 s = _mm256_div_ps(_mm256_castsi256_ps(hmax8x8(m)), bv);
-        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
-                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
-        badv = _mm256_or_ps(badv, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
-        _mm256_storeu_ps(sg, s);
-        for (int64_t k = 0; k < 8 * tile; k += 32) {
-            qd_prefetch(r->pf, r->pf_elem, j + k);
-            const float *xk = x + j + k;
-            qd_store_blk(kc, out + (j + k) * csize,
-                         onepass_codes(xk, lane_of(s, k / tile), qmin, qmax),
-                         onepass_codes(xk + 8, lane_of(s, (k + 8) / tile), qmin, qmax),
-                         onepass_codes(xk + 16, lane_of(s, (k + 16) / tile), qmin, qmax),
-                         onepass_codes(xk + 24, lane_of(s, (k + 24) / tile), qmin, qmax));
-        }
-    }
-    bool bad = !_mm256_testz_ps(badv, badv);
-    for (; j < n; j += tile, sg++) { /* the last groups, fewer than 8 */
-        float sc = qn_float(seg_absmax_bits(x + j, tile)) / bound;
-        sc = sc < QN_TINY_SCALE ? 1.0f : sc;
-        bad |= !(sc <= FLT_MAX);
-        *sg = sc;
-        const __m256 s = _mm256_set1_ps(sc);
-        for (int64_t k = 0; k < tile; k += 8)
-            qd_store_vec(kc, out + (j + k) * csize, onepass_codes(x + j + k, s, qmin, qmax));
-    }
-    return bad;
-}
-
-#define ONEPASS_TILES(kc)                                                                          \
-    (r->tile == 16   ? onepass_kc(kc, r, x, n, c0, bound, scale, codes, 16)                        \
-     : r->tile == 32 ? onepass_kc(kc, r, x, n, c0, bound, scale, codes, 32)                        \
-                     : onepass_kc(kc, r, x, n, c0, bound, scale, codes, 64))
-
-static int quantize_absmax_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0,
-                                float bound, float *scale, void *codes)
-{
-    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
-    switch (r->kcode) {
-    case QK_I8:
-        return ONEPASS_TILES(QK_I8);
-    case QK_U8:
-        return ONEPASS_TILES(QK_U8);
-    case QK_I16:
-        return ONEPASS_TILES(QK_I16);
-    default:
-        return 1;
-    }
-}
-#undef ONEPASS_TILES
-
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
@@ -742,6 +608,6 @@ const quant_kernels quant_kernels_avx2 = {
     .nvfp4_scales = nvfp4_scales_avx2,
     .lin_scales = lin_scales_avx2,
     .mse_acc = mse_acc_avx2,
-    .quantize_absmax = quantize_absmax_avx2,
-    .mse_int = mse_int_avx2,
+    .quantize_absmax = qd_quantize_absmax,
+    .mse_int = qd_mse_int,
 };
