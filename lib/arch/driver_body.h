@@ -22,6 +22,8 @@
  *   qd_cvt(k)                int32 lanes of exact integers k
  *   qd_zp(p)                 float lanes of the int32 zero points p[0..QD_W)
  *   qd_codes(kc, v, lo, hi)  int32 codes of v (already divided and offset) for the code kind
+ *   qd_bounded_codes(v, lo, hi)   integer codes of v known to be within [lo - 1, hi + 1]:
+ *                            rounded half to even, converted, clipped to the int32 lo..hi
  *   qd_store_blk(kc, dst, a, b, c, d), qd_store_vec(kc, dst, a)   narrow and store 4 / 1 vectors
  *   qd_prefetch(pf, pf_elem, j)   prefetch the next row's source of the 4 * QD_W values at j
  *   qd_abs_bits(v), qd_max_bits(a, b)   |v| as int32 bits (they order like the values), and max
@@ -355,11 +357,11 @@ static int qd_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c
 /* QD_W groups at a time: max |x| reduced in registers, their scales as lin_scales computes them
  * (max / bound, SPEC 4's tiny rule), stored, then the groups quantized from L1 by the IEEE
  * division: the scalar path's codes by construction, no tie to redo. */
-/* Codes of the vector at x, all in the group whose scale is lane i of s. */
-ALWAYS_INLINE qd_vi qd_onepass_codes(quant_kcode kc, const float *x, qd_vf s, int64_t i, qd_vf qmin,
-                                     qd_vf qmax)
+/* Codes of the vector at x, all in the group whose scale is lane i of s (|x / s| is within the
+ * bound, so the rounded value converts exactly). */
+ALWAYS_INLINE qd_vi qd_onepass_codes(const float *x, qd_vf s, int64_t i, qd_vi qmin, qd_vi qmax)
 {
-    return qd_codes(kc, qd_div(qd_load(x), qd_lane_of(s, i)), qmin, qmax);
+    return qd_bounded_codes(qd_div(qd_load(x), qd_lane_of(s, i)), qmin, qmax);
 }
 
 ALWAYS_INLINE int qd_onepass_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
@@ -367,8 +369,8 @@ ALWAYS_INLINE int qd_onepass_kc(quant_kcode kc, const quant_krow *r, const float
                                 const int64_t tile)
 {
     const size_t csize = qd_csize(kc);
-    const qd_vf qmin = qd_set1(r->qmin), qmax = qd_set1(r->qmax), bv = qd_set1(bound);
-    const qd_vf inf = qd_set1(INFINITY);
+    const qd_vi qmin = qd_cvt(qd_set1(r->qmin)), qmax = qd_cvt(qd_set1(r->qmax));
+    const qd_vf bv = qd_set1(bound), inf = qd_set1(INFINITY);
     float *sg = scale + c0 / tile;
     qd_vm badv = qd_near_none();
     int64_t j = 0;
@@ -387,11 +389,10 @@ ALWAYS_INLINE int qd_onepass_kc(quant_kcode kc, const quant_krow *r, const float
         for (int64_t k = 0; k < QD_W * tile; k += QD_BLK) {
             qd_prefetch(r->pf, r->pf_elem, j + k);
             const float *xk = x + j + k;
-            qd_store_blk(kc, out + (j + k) * csize,
-                         qd_onepass_codes(kc, xk, s, k / tile, qmin, qmax),
-                         qd_onepass_codes(kc, xk + QD_W, s, (k + QD_W) / tile, qmin, qmax),
-                         qd_onepass_codes(kc, xk + 2 * QD_W, s, (k + 2 * QD_W) / tile, qmin, qmax),
-                         qd_onepass_codes(kc, xk + 3 * QD_W, s, (k + 3 * QD_W) / tile, qmin, qmax));
+            qd_store_blk(kc, out + (j + k) * csize, qd_onepass_codes(xk, s, k / tile, qmin, qmax),
+                         qd_onepass_codes(xk + QD_W, s, (k + QD_W) / tile, qmin, qmax),
+                         qd_onepass_codes(xk + 2 * QD_W, s, (k + 2 * QD_W) / tile, qmin, qmax),
+                         qd_onepass_codes(xk + 3 * QD_W, s, (k + 3 * QD_W) / tile, qmin, qmax));
         }
     }
     bool bad = qd_any(badv);
@@ -403,7 +404,7 @@ ALWAYS_INLINE int qd_onepass_kc(quant_kcode kc, const quant_krow *r, const float
         const qd_vf s = qd_set1(sc);
         for (int64_t k = 0; k < tile; k += QD_W)
             qd_store_vec(kc, out + (j + k) * csize,
-                         qd_codes(kc, qd_div(qd_load(x + j + k), s), qmin, qmax));
+                         qd_bounded_codes(qd_div(qd_load(x + j + k), s), qmin, qmax));
     }
     return bad;
 }

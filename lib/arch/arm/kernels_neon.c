@@ -345,6 +345,13 @@ ALWAYS_INLINE qd_vf qd_lane_of(qd_vf s, int64_t i)
     return vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(s), vreinterpretq_u8_u32(idx)));
 }
 
+/* FCVTNS rounds half to even as it converts. */
+ALWAYS_INLINE qd_vi qd_bounded_codes(qd_vf v, qd_vi qmin, qd_vi qmax)
+{
+    int32x4_t c = vmaxq_s32(vcvtnq_s32_f32(v), vreinterpretq_s32_u32(qmin));
+    return vreinterpretq_u32_s32(vminq_s32(c, vreinterpretq_s32_u32(qmax)));
+}
+
 /* quant_mse_int_fn's terms for 4 candidates (the 4 lanes of sv), as mse_lanes8.h computes
  * them for 8: the code by the IEEE division, clipped before the rounding (equal to rounding
  * then clipping, the bounds being integers), code * s in float32, and the float64 term
