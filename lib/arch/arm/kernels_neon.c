@@ -1,7 +1,8 @@
 /* kernels_neon.c -- AArch64 Advanced SIMD (NEON) kernels: absmax/minmax reductions, quantize to
  * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing.
- * Bit-identical to kernels_generic.c: same IEEE division, same round-half-even, tails run the
- * generic code. The algorithms are those of kernels_avx2.c on 4-lane vectors.
+ * Quantize, the one-pass absmax kernel and the fused MSE search are ../driver_body.h compiled on
+ * the 4-lane primitives defined here, the same body as kernels_avx2.c's. Bit-identical to
+ * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <arm_neon.h>
@@ -14,9 +15,9 @@
 #error "kernels_neon.c assumes little-endian AArch64"
 #endif
 
-/* b = x * r + z in the reciprocal path below must stay two roundings: the Makefile builds with
- * -ffp-contract=off, and GCC's vmulq_f32/vaddq_f32 are plain C operators that would otherwise be
- * fused. */
+/* b = x * r + z in the reciprocal path (../driver_body.h) must stay two roundings: the Makefile
+ * builds with -ffp-contract=off, and GCC's vmulq_f32/vaddq_f32 are plain C operators that would
+ * otherwise be fused. */
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 

@@ -1,5 +1,7 @@
-/* kernels_avx2.c -- AVX2 + FMA + F16C kernels: absmax/minmax reductions, quantize to int / fp8 /
- * nf4 codes, dequantize of integer codes, bf16/f16 widening. Bit-identical to
+/* kernels_avx2.c -- AVX2 + FMA + F16C kernels: absmax/minmax reductions, the code kinds (int,
+ * fp8, nf4, e2m1) and the 8-lane primitives on which ../driver_body.h builds quantize, the
+ * one-pass absmax kernel and the fused MSE search; dequantize of integer codes, bf16/f16
+ * widening, packing, error sums, microscaling and linear scales. Bit-identical to
  * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
