@@ -48,19 +48,28 @@ static bool scale_module(const char *name, char *buf, size_t cap)
     return true;
 }
 
+/* A dtype a float model's weight has (fp8 is a compressed-tensors code). */
 static bool is_float_st(quant_st_dtype d)
 {
-    quant_dtype q;
-    return quant_st_to_quant_dtype(d, &q) && quant_dtype_is_float(q);
+    return d == QUANT_ST_F32 || d == QUANT_ST_BF16 || d == QUANT_ST_F16 || d == QUANT_ST_F64;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
 }
 
 bool quant_ct_looks_like(const quant_st_file *f)
 {
     char module[4096];
     for (size_t i = 0; f && i < f->n_tensors; i++) {
-        if (!scale_module(f->tensors[i].name, module, sizeof module)) continue;
+        const char *name = f->tensors[i].name;
+        if (ends_with(name, ".weight_packed") || ends_with(name, ".weight_global_scale"))
+            return true;
+        if (!scale_module(name, module, sizeof module)) continue;
         const quant_st_tensor *w = part(f, module, "weight");
-        if (part(f, module, "weight_packed") || (w && !is_float_st(w->dtype))) return true;
+        if (w && !is_float_st(w->dtype)) return true;
     }
     return false;
 }
@@ -375,6 +384,27 @@ static void own(quant_ct *c, const quant_st_tensor *t, const quant_ct_tensor *e)
     if (t) c->owner_[t - c->file->tensors] = e;
 }
 
+/* A part of a quantized weight that no P.weight_scale claimed: copying it would pass codes off
+ * as a float tensor (a non-float P.weight among them). */
+static quant_ck_status orphan_parts(const quant_ct *c, quant_ck_error *err)
+{
+    static const char *const parts[] = {".weight_packed", ".weight_zero_point",
+                                        ".weight_global_scale", ".weight_shape", ".weight_g_idx"};
+    for (size_t i = 0; i < c->file->n_tensors; i++) {
+        const quant_st_tensor *t = &c->file->tensors[i];
+        if (c->owner_[i]) continue;
+        bool orphan = ends_with(t->name, ".weight") && !is_float_st(t->dtype);
+        for (size_t k = 0; !orphan && k < sizeof parts / sizeof parts[0]; k++)
+            orphan = ends_with(t->name, parts[k]);
+        if (orphan)
+            return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                                 "tensor '%s' (%s): a part of a compressed-tensors weight, but its "
+                                 "module has no weight_scale",
+                                 t->name, quant_st_dtype_name(t->dtype));
+    }
+    return QUANT_CK_OK;
+}
+
 static quant_ck_status read_all(quant_ct *c, const quant_ct_config *cfg, quant_ck_error *err)
 {
     const quant_st_file *f = c->file;
@@ -394,7 +424,7 @@ static quant_ck_status read_all(quant_ct *c, const quant_ct_config *cfg, quant_c
         own(c, e->global_scale, e);
         own(c, e->shape_t, e);
     }
-    return QUANT_CK_OK;
+    return orphan_parts(c, err);
 }
 
 quant_ck_status quant_ct_read(const quant_st_file *f, const quant_ct_config *cfg, quant_ct *out,
