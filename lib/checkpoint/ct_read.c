@@ -223,8 +223,8 @@ static quant_ck_status packed_bits(quant_ct_tensor *e, const ct_group *g, quant_
                              "packed densely take %lld int32 words%s",
                              e->data->name, (long long)e->data->shape[0], (long long)words,
                              (long long)in, e->bits, (long long)want,
-                             words == old ? " (this is compressed-tensors' older packing of whole "
-                                            "codes a word, before 0.17, which is not decoded)"
+                             words == old ? " (this is compressed-tensors' packing of whole codes "
+                                            "a word up to 0.17.1, which is not decoded)"
                                           : "");
     return QUANT_CK_OK;
 }

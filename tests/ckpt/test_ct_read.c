@@ -455,7 +455,7 @@ START_TEST(ct_refusals)
     kit_st_tensor old[] = {
         {"m.p.weight_packed", "I32", 2, {R, 7}, packed, R * 7 * 4}, good[1], good[2]};
     make_ct_dir(in, QC(GROUP("pack-quantized", 3), "pack-quantized", "compressed"), old, 3);
-    refused(in, out, QUANT_CK_ERR_FORMAT, "wrong packed shape", "older packing");
+    refused(in, out, QUANT_CK_ERR_FORMAT, "wrong packed shape", "whole codes a word up to 0.17.1");
     /* no config.json: 1 word a row for 8 inputs fits int2, int3 and int4 */
     int64_t shape8[2] = {R, 8};
     kit_st_tensor narrow[] = {{"m.p.weight_packed", "I32", 2, {R, 1}, packed, R * 4},
