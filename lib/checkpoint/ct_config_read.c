@@ -63,13 +63,14 @@ static quant_ck_status bad_format(const char *path, const char *group, const cha
 }
 
 static quant_ck_status parse_group(ct_group *g, const char *key, json_t *grp, const char *top,
-                                   const char *path, quant_ck_error *err)
+                                   const char *version, const char *path, quant_ck_error *err)
 {
     if (!json_is_object(grp))
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                              "%s: quantization_config group '%s' is not an object", path, key);
     json_t *f = json_object_get(grp, "format");
     g->name = key;
+    g->version = version;
     g->format = json_is_string(f) ? json_string_value(f) : top;
     g->targets = json_object_get(grp, "targets");
     json_t *w = json_object_get(grp, "weights");
@@ -88,6 +89,7 @@ static quant_ck_status parse_qc(quant_ct_config *c, json_t *qc, const char *path
                                 quant_ck_error *err)
 {
     const char *top = json_string_value(json_object_get(qc, "format"));
+    const char *version = json_string_value(json_object_get(qc, "version"));
     const char *status = json_string_value(json_object_get(qc, "quantization_status"));
     if (status && strcmp(status, "compressed") != 0)
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
@@ -107,7 +109,7 @@ static quant_ck_status parse_qc(quant_ct_config *c, json_t *qc, const char *path
     json_t *grp;
     json_object_foreach(groups, key, grp)
     {
-        quant_ck_status st = parse_group(&c->groups[c->n], key, grp, top, path, err);
+        quant_ck_status st = parse_group(&c->groups[c->n], key, grp, top, version, path, err);
         if (st != QUANT_CK_OK) return st;
         c->n++;
     }

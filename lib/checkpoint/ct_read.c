@@ -195,6 +195,14 @@ static int bits_fitting(int64_t in, int64_t words, int *only)
     return n;
 }
 
+/* Whether release string `v` ("0.17.1", "0.12.3.dev4") is before major.minor. */
+static bool release_before(const char *v, int major, int minor)
+{
+    int a = 0, b = 0;
+    if (sscanf(v, "%d.%d", &a, &b) != 2) return false;
+    return a < major || (a == major && b < minor);
+}
+
 static quant_ck_status packed_bits(quant_ct_tensor *e, const ct_group *g, quant_ck_error *err)
 {
     int64_t in = e->shape[1], words = e->data->shape[1];
@@ -216,6 +224,13 @@ static quant_ck_status packed_bits(quant_ct_tensor *e, const ct_group *g, quant_
                                  e->data->name, (long long)words, fits ? "more than one" : "no",
                                  (long long)in);
     }
+    if (g && g->version && e->bits != 2 && e->bits != 4 && e->bits != 8 &&
+        release_before(g->version, 0, 18))
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "tensor '%s': config.json says compressed-tensors %s wrote it, which "
+                             "packs int%d codes whole into each int32 word (up to 0.17.1; dense "
+                             "packing from 0.18.0); that packing is not decoded",
+                             e->data->name, g->version, e->bits);
     int64_t want = ck_pack32_words(in, e->bits), old = (in + 32 / e->bits - 1) / (32 / e->bits);
     if (words != want)
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,

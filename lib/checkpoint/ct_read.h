@@ -15,6 +15,8 @@ typedef struct ct_group {
     const char *format;    /* its format, else the top-level one */
     int bits;              /* weights.num_bits, 0 when absent */
     const json_t *targets; /* its targets (module names, "re:..." patterns, class names) */
+    const char *version;   /* quantization_config's "version" (the compressed-tensors release
+                              that wrote it), NULL when absent */
 } ct_group;
 
 /* Whether tensors of `form` may be stored under `format`. */

@@ -456,6 +456,25 @@ START_TEST(ct_refusals)
         {"m.p.weight_packed", "I32", 2, {R, 7}, packed, R * 7 * 4}, good[1], good[2]};
     make_ct_dir(in, QC(GROUP("pack-quantized", 3), "pack-quantized", "compressed"), old, 3);
     refused(in, out, QUANT_CK_ERR_FORMAT, "wrong packed shape", "whole codes a word up to 0.17.1");
+    /* the same width written by a release that packs whole codes, with the dense word count:
+     * refused by the config's version (int4 from it is read: both packings agree) */
+    kit_st_tensor dense3[] = {
+        {"m.p.weight_packed", "I32", 2, {R, 6}, packed, R * 6 * 4}, good[1], good[2]};
+    make_ct_dir(in,
+                "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                "\"version\": \"0.12.2\", \"format\": \"pack-quantized\", \"config_groups\": "
+                "{" GROUP("pack-quantized", 3) "}}}",
+                dense3, 3);
+    refused(in, out, QUANT_CK_ERR_UNSUPPORTED, "says compressed-tensors 0.12.2 wrote it",
+            "packs int3 codes whole");
+    make_ct_dir(in,
+                "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                "\"version\": \"0.12.2\", \"format\": \"pack-quantized\", \"config_groups\": "
+                "{" GROUP("pack-quantized", 4) "}}}",
+                good, 3);
+    ck_assert_msg(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    kit_rmtree(out);
     /* no config.json: 1 word a row for 8 inputs fits int2, int3 and int4 */
     int64_t shape8[2] = {R, 8};
     kit_st_tensor narrow[] = {{"m.p.weight_packed", "I32", 2, {R, 1}, packed, R * 4},
