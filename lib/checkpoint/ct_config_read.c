@@ -1,13 +1,17 @@
 /* ct_config_read.c -- compressed-tensors' `quantization_config` read back from a config.json
  * (quant_ct_config_parse): each config group's format (its own "format", else the top-level
  * one), weights num_bits and targets, refused whole when a format is one the reader does not
- * decode; the group of a module; and config.json without it for a dequantized checkpoint.
+ * decode; the group of a module; config.json beside a shard; and config.json without it for a
+ * dequantized checkpoint.
  * The writer is ct_config.c.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ck_internal.h"
 #include "ct_read.h"
@@ -148,6 +152,50 @@ quant_ck_status quant_ct_config_parse(const char *text, const char *path, quant_
     }
     *out = c;
     return QUANT_CK_OK;
+}
+
+/* The text of the regular file `path` (NULL and QUANT_CK_OK when there is none). */
+static quant_ck_status read_text(const char *path, char **text, quant_ck_error *err)
+{
+    *text = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return QUANT_CK_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path, strerror(errno));
+    quant_ck_status st = QUANT_CK_OK;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)CK_CONFIG_MAX)
+        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: not a regular file of at most %u MiB", path,
+                           CK_CONFIG_MAX >> 20);
+    size_t n = st == QUANT_CK_OK ? (size_t)sb.st_size : 0;
+    if (st == QUANT_CK_OK && !(*text = malloc(n + 1)))
+        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (st == QUANT_CK_OK && fread(*text, 1, n, f) != n)
+        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: short read", path);
+    if (st == QUANT_CK_OK) (*text)[n] = '\0';
+    fclose(f);
+    if (st != QUANT_CK_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return st;
+}
+
+quant_ck_status quant_ct_config_beside(const char *file, quant_ct_config **out, quant_ck_error *err)
+{
+    if (!file || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    *out = NULL;
+    const char *slash = strrchr(file, '/');
+    size_t dlen = slash ? (size_t)(slash - file) + 1 : 0;
+    char *path = malloc(dlen + sizeof "config.json");
+    if (!path) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    memcpy(path, file, dlen);
+    memcpy(path + dlen, "config.json", sizeof "config.json");
+    char *text = NULL;
+    quant_ck_status st = read_text(path, &text, err);
+    if (st == QUANT_CK_OK && text) st = quant_ct_config_parse(text, path, out, err);
+    free(text);
+    free(path);
+    return st;
 }
 
 void quant_ct_config_free(quant_ct_config *cfg)

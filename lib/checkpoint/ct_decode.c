@@ -86,9 +86,12 @@ static quant_ck_status nvfp4_scales(const quant_ct *c, const quant_ct_tensor *e,
     return st;
 }
 
-static quant_ck_status scales_of(const quant_ct *c, const quant_ct_tensor *e, float *scale,
-                                 size_t n, quant_ck_error *err)
+quant_ck_status quant_ct_scales(const quant_ct *c, const quant_ct_tensor *e, float *scale, size_t n,
+                                quant_ck_error *err)
 {
+    if (!c || !e || !scale || n != (size_t)quant_numel(e->scale->rank, e->scale->shape))
+        return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                             "quant_ct_scales: NULL argument, or not the scale's length");
     void *raw = NULL;
     quant_ck_status st = read_whole(c->file, e->scale, &raw, err);
     quant_dtype sdt;
@@ -156,7 +159,7 @@ quant_ck_status quant_ct_dequantize(quant_ctx *ctx, const quant_ct *c, const qua
                              ? QUANT_CK_OK
                              : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (st == QUANT_CK_OK) st = codes_of(c, e, &codes, err);
-    if (st == QUANT_CK_OK) st = scales_of(c, e, scale, sn, err);
+    if (st == QUANT_CK_OK) st = quant_ct_scales(c, e, scale, sn, err);
     if (st == QUANT_CK_OK && zp) st = zero_points_of(c, e, zp, err);
     quant_error qe;
     quant_tensor t;

@@ -45,6 +45,14 @@ typedef struct quant_ct_config quant_ct_config;
 QUANT_API quant_ck_status quant_ct_config_parse(const char *text, const char *path,
                                                 quant_ct_config **out, quant_ck_error *err);
 
+/*! quant_ct_config_beside() :
+ * quant_ct_config_parse() of the config.json in the directory of the safetensors file `file`
+ * (a shard of a checkpoint directory), read up to 64 MiB; none there gives *out = NULL and
+ * QUANT_CK_OK. For `quant inspect FILE`.
+ * @return : as quant_ct_config_parse(), or QUANT_CK_ERR_IO naming config.json. */
+QUANT_API quant_ck_status quant_ct_config_beside(const char *file, quant_ct_config **out,
+                                                 quant_ck_error *err);
+
 /*! quant_ct_config_free() : NULL-safe. */
 QUANT_API void quant_ct_config_free(quant_ct_config *cfg);
 
@@ -105,6 +113,15 @@ QUANT_API const quant_ct_tensor *quant_ct_owner(const quant_ct *c, const quant_s
 
 /*! quant_ct_free() : releases what quant_ct_read() allocated; NULL-safe. */
 QUANT_API void quant_ct_free(quant_ct *c);
+
+/*! quant_ct_scales() :
+ * The effective float32 scales of weight `e` of `c` (n = the number of elements of
+ * e->scale), as quant_ct_dequantize() multiplies by: float dtypes converted; E8M0 bytes e give
+ * 2^(e - 127); nvfp4's e4m3fn bytes s_b give f32(s_b / g). For `quant inspect` and any reader.
+ * @return : QUANT_CK_OK, or QUANT_CK_ERR_FORMAT / QUANT_CK_ERR_IO / QUANT_CK_ERR_NOMEM /
+ *           QUANT_CK_ERR_ARG as quant_ct_dequantize(). */
+QUANT_API quant_ck_status quant_ct_scales(const quant_ct *c, const quant_ct_tensor *e, float *scale,
+                                          size_t n, quant_ck_error *err);
 
 /*! quant_ct_dequantize() :
  * Decodes weight `e` of `c` into `out` (`out_len` bytes: shape[0] * shape[1] values of `dtype`,

@@ -27,8 +27,9 @@
 
 /* ---- running quant ------------------------------------------------------------------------- */
 
-/* Runs `quant ARGS` with stderr into `errfile` (or /dev/null); returns its exit status. */
-static int run_quant(const char *const *args, const char *errfile)
+/* Runs `quant ARGS` with stdout into `outfile` and stderr into `errfile` (either NULL:
+ * /dev/null); returns its exit status. */
+static int run_quant_to(const char *const *args, const char *outfile, const char *errfile)
 {
     const char *bin = getenv("QUANT_BIN");
     ck_assert_msg(bin && *bin && access(bin, X_OK) == 0, "QUANT_BIN must name the quant binary");
@@ -38,8 +39,9 @@ static int run_quant(const char *const *args, const char *errfile)
     if (pid == 0) {
         int null = open("/dev/null", O_RDWR);
         int e = errfile ? open(errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
-        if (null < 0 || e < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(null, STDOUT_FILENO) < 0 ||
-            dup2(e, STDERR_FILENO) < 0)
+        int o = outfile ? open(outfile, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
+        if (null < 0 || e < 0 || o < 0 || dup2(null, STDIN_FILENO) < 0 ||
+            dup2(o, STDOUT_FILENO) < 0 || dup2(e, STDERR_FILENO) < 0)
             _exit(126);
         char *argv[16];
         int n = 0;
@@ -55,6 +57,11 @@ static int run_quant(const char *const *args, const char *errfile)
     int ws;
     while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
+}
+
+static int run_quant(const char *const *args, const char *errfile)
+{
+    return run_quant_to(args, NULL, errfile);
 }
 
 static void dequantize_ok(const char *in, const char *out, const char *dtype)
@@ -505,6 +512,91 @@ START_TEST(ct_refusals)
 }
 END_TEST
 
+/* ---- quant inspect --------------------------------------------------------------------------- */
+
+/* `quant inspect --json` of dir/model.safetensors: its row named `name` (a new reference) and
+ * the document's "quantization" (its format in `qformat`). */
+static json_t *inspect_row(const char *tmp, const char *dir, const char *name, char *qformat)
+{
+    char *shard = kit_join(dir, "model.safetensors"), *js = kit_join(tmp, "inspect.json");
+    ck_assert_int_eq(
+        run_quant_to((const char *const[]){"inspect", "--json", shard, NULL}, js, NULL), 0);
+    json_error_t je;
+    json_t *doc = json_load_file(js, 0, &je), *found = NULL;
+    ck_assert_msg(doc != NULL, "%s", je.text);
+    snprintf(qformat, 64, "%s",
+             json_string_value(json_object_get(json_object_get(doc, "quantization"), "format")));
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(doc, "tensors"), i, row)
+    {
+        if (strcmp(json_string_value(json_object_get(row, "name")), name) == 0)
+            found = json_incref(row);
+        ck_assert_msg(!strstr(json_string_value(json_object_get(row, "name")), "weight_scale"),
+                      "a part listed as a row");
+    }
+    ck_assert_msg(found != NULL, "no row %s", name);
+    json_decref(doc);
+    free(shard);
+    free(js);
+    return found;
+}
+
+/* A compressed-tensors weight is one row P.weight like the native layout's NAME: the same shape,
+ * qtype and scale range (the effective scale: E8M0 and nvfp4's s_b / g decoded), nvfp4's global
+ * scale, plus its format; no original dtype (compressed-tensors does not record it). */
+START_TEST(ct_inspect_rows)
+{
+    static const struct {
+        const char *rule, *qtype, *format;
+    } cases[] = {
+        {"\"weight_qtype\": \"int4\", \"tile_size\": 32", "int4", "pack-quantized"},
+        {"\"weight_qtype\": \"mxfp4\"", "mxfp4", "mxfp4-pack-quantized"},
+        {"\"weight_qtype\": \"nvfp4\"", "nvfp4", "nvfp4-pack-quantized"},
+        {"\"weight_qtype\": \"int8\", \"act_qtype\": \"int8\"", "int8", "int-quantized"},
+    };
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in"), *nat = kit_join(tmp, "n"),
+         *ctd = kit_join(tmp, "c");
+    make_input(in);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rules[256], qf[64];
+        snprintf(rules, sizeof rules, "[{\"module_path\": \"layer.*\", %s}]", cases[i].rule);
+        quant_pipeline_options o;
+        quant_pipeline_options_init(&o);
+        quant_ck_error err;
+        ck_assert_msg(ck_quantize(rules, in, nat, &o, NULL, &err) == QUANT_CK_OK, "%s",
+                      err.message);
+        o.layout = QUANT_LAYOUT_CTENSORS;
+        ck_assert_msg(ck_quantize(rules, in, ctd, &o, NULL, &err) == QUANT_CK_OK, "%s",
+                      err.message);
+        json_t *rn = inspect_row(tmp, nat, "layer.proj.weight", qf);
+        json_t *rc = inspect_row(tmp, ctd, "layer.proj.weight", qf);
+        ck_assert_str_eq(qf, "compressed-tensors");
+        ck_assert_str_eq(json_string_value(json_object_get(rc, "qtype")), cases[i].qtype);
+        ck_assert_str_eq(json_string_value(json_object_get(rc, "format")), cases[i].format);
+        ck_assert(json_is_null(json_object_get(rc, "dtype")) || !json_object_get(rc, "dtype"));
+        ck_assert(json_equal(json_object_get(rc, "shape"), json_object_get(rn, "shape")));
+        static const char *const same[] = {"qtype", "scale_min", "scale_max", "global_scale"};
+        for (int k = 0; k < 4; k++)
+            ck_assert_msg(json_equal(json_object_get(rc, same[k]), json_object_get(rn, same[k])) ||
+                              (!json_object_get(rc, same[k]) && !json_object_get(rn, same[k])),
+                          "%s: %s differs", rules, same[k]);
+        json_t *head = inspect_row(tmp, ctd, "lm_head.weight", qf);
+        ck_assert(json_is_null(json_object_get(head, "qtype")) || !json_object_get(head, "qtype"));
+        json_decref(head);
+        json_decref(rn);
+        json_decref(rc);
+        kit_rmtree(nat);
+        kit_rmtree(ctd);
+    }
+    kit_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(nat);
+    free(ctd);
+}
+END_TEST
+
 START_TEST(ct_dequantize_help)
 {
     char *tmp = ck_tmpdir(), *outf = kit_join(tmp, "help");
@@ -535,6 +627,7 @@ Suite *suite_ct_read(void)
     tcase_add_test(tc, ct_equals_native_fixture);
     tcase_add_test(tc, ct_hand_made_block_and_tensor_zero_points);
     tcase_add_test(tc, ct_refusals);
+    tcase_add_test(tc, ct_inspect_rows);
     tcase_add_test(tc, ct_dequantize_help);
     suite_add_tcase(s, tc);
     return s;
