@@ -128,12 +128,7 @@ quant_ck_status quant_ct_config_parse(const char *text, const char *path, quant_
     path = path ? path : "config.json";
     json_error_t je;
     json_t *root = json_loads(text, 0, &je);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: %s", path,
-                             root ? "not a JSON object" : je.text);
-    }
-    json_t *qc = json_object_get(root, "quantization_config");
+    json_t *qc = json_object_get(root, "quantization_config"); /* NULL unless an object */
     const char *method = json_string_value(json_object_get(qc, "quant_method"));
     if (!method || strcmp(method, "compressed-tensors") != 0) {
         json_decref(root);

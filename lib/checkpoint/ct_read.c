@@ -91,6 +91,12 @@ static quant_ck_status form_of(quant_ct_tensor *e, const char *module, const qua
     quant_st_dtype d = e->data->dtype;
     if (packed && d == QUANT_ST_I32)
         e->form = QUANT_CT_PACK32;
+    else if (packed && d == QUANT_ST_U8 && !e->global_scale && e->scale->dtype == QUANT_ST_F8_E4M3)
+        return quant_ck_fail(
+            err, QUANT_CK_ERR_FORMAT,
+            "tensor '%s': nvfp4 (F8_E4M3 block scales) needs %s.weight_global_scale, "
+            "and there is none",
+            packed->name, module);
     else if (packed && d == QUANT_ST_U8)
         e->form = e->global_scale ? QUANT_CT_NVFP4 : QUANT_CT_MXFP4;
     else if (!packed && d == QUANT_ST_I8)

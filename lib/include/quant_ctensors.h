@@ -31,14 +31,14 @@ typedef enum quant_ct_form {
 typedef struct quant_ct_config quant_ct_config;
 
 /*! quant_ct_config_parse() :
- * Reads the JSON text of a config.json (`path` names it in messages). A config without a
- * `quantization_config` whose quant_method is "compressed-tensors" gives *out = NULL and
- * QUANT_CK_OK. Every format named (each config group's "format", else the top-level one) must be
- * one this reader decodes: pack-quantized, int-quantized, naive-quantized, float-quantized,
- * nvfp4-pack-quantized, mxfp4-pack-quantized, mxfp8-quantized (or dense / mixed-precision at the
- * top level).
+ * Reads the JSON text of a config.json (`path` names it in messages). A text without a
+ * `quantization_config` whose quant_method is "compressed-tensors" (not JSON, not an object, a
+ * float model's config) gives *out = NULL and QUANT_CK_OK: it describes no quantized weights. Every
+ * format named (each config group's "format", else the top-level one) must be one this reader
+ * decodes: pack-quantized, int-quantized, naive-quantized, float-quantized, nvfp4-pack-quantized,
+ * mxfp4-pack-quantized, mxfp8-quantized (or dense / mixed-precision at the top level).
  * @return : QUANT_CK_OK with *out to release with quant_ct_config_free(), or
- *           QUANT_CK_ERR_FORMAT (not JSON, a malformed quantization_config),
+ *           QUANT_CK_ERR_FORMAT (a malformed quantization_config),
  *           QUANT_CK_ERR_UNSUPPORTED naming the file, the config group and the format (a format
  *           string this reader does not know, a quantization_status other than "compressed"),
  *           QUANT_CK_ERR_NOMEM. */

@@ -495,7 +495,27 @@ START_TEST(ct_refusals)
                           {"m.p.weight_scale", "U8", 2, {R, 2}, e8, sizeof e8}};
     make_ct_dir(in, NULL, mx, 2);
     refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_scale': E8M0 scale 3 is 255", "NaN");
+    /* nvfp4 without its global scale */
+    kit_st_tensor nv[] = {{"m.p.weight_packed", "U8", 2, {R, C / 2}, packed, R * C / 2},
+                          {"m.p.weight_scale", "F8_E4M3", 2, {R, 4}, packed, R * 4}};
+    make_ct_dir(in, NULL, nv, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_packed': nvfp4",
+            "needs m.p.weight_global_scale, and there is none");
+    /* a config.json that is not JSON describes nothing: the tensors decide (here: none quantized,
+     * copied; the config copied as it is) */
+    kit_st_tensor plain[] = {{"m.p.weight", "F32", 2, {R, 4}, scale, sizeof scale}};
+    make_ct_dir(in, "not json", plain, 1);
+    ck_assert_msg(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    char *ocfg = kit_join(out, "config.json");
+    size_t cl = 0;
+    char *ctext = kit_read_file(ocfg, &cl);
+    ck_assert(ctext && cl == 8 && memcmp(ctext, "not json", 8) == 0);
+    free(ctext);
+    free(ocfg);
+    kit_rmtree(out);
     /* through the command: exit 1, the same message */
+    make_ct_dir(in, NULL, mx, 2);
     char *errf = kit_join(tmp, "stderr");
     ck_assert_int_eq(run_quant((const char *const[]){"dequantize", in, out, NULL}, errf), 1);
     size_t n = 0;
