@@ -25,6 +25,25 @@ static int32_t dense_get(const uint32_t *w, int64_t stride, int64_t i, int bits)
     return (int32_t)v - (int32_t)(1u << (bits - 1));
 }
 
+/* A row of n densely packed codes (as dense_get reads them), streamed through a 64-bit
+ * accumulator: each word is loaded once, and only the words the n codes occupy. */
+static void unpack_row(const uint32_t *w, int64_t n, int bits, int8_t *out)
+{
+    uint64_t acc = 0;
+    int have = 0;
+    const uint64_t mask = (1u << bits) - 1u;
+    const int32_t offset = 1 << (bits - 1);
+    for (int64_t i = 0; i < n; i++) {
+        if (have < bits) {
+            acc |= (uint64_t)*w++ << have;
+            have += 32;
+        }
+        out[i] = (int8_t)((int32_t)(acc & mask) - offset);
+        acc >>= bits;
+        have -= bits;
+    }
+}
+
 static quant_ck_status read_whole(const quant_st_file *f, const quant_st_tensor *t, void **buf,
                                   quant_ck_error *err)
 {
@@ -48,8 +67,7 @@ static quant_ck_status codes_of(const quant_ct *c, const quant_ct_tensor *e, voi
     size_t n = (size_t)(rows * in);
     int8_t *q = malloc(n > 0 ? n : 1);
     for (int64_t r = 0; q && r < rows; r++)
-        for (int64_t i = 0; i < in; i++)
-            q[r * in + i] = (int8_t)dense_get((const uint32_t *)raw + r * words, 1, i, e->bits);
+        unpack_row((const uint32_t *)raw + r * words, in, e->bits, q + r * in);
     free(raw);
     *owned = q;
     return q ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
