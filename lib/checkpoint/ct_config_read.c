@@ -57,13 +57,28 @@ bool ct_format_holds(const char *format, quant_ct_form form)
     return i >= 0 && (known_formats[i].forms & (1u << form));
 }
 
-static quant_ck_status bad_format(const char *path, const char *group, const char *format,
-                                  quant_ck_error *err)
+/* `targets`' first entry and how many more, for messages ("" when there are none). */
+static void targets_desc(const json_t *targets, char *buf, size_t cap)
 {
+    const char *first = json_string_value(json_array_get(targets, 0));
+    size_t more = json_array_size(targets) ? json_array_size(targets) - 1 : 0;
+    if (!first)
+        buf[0] = '\0';
+    else if (more)
+        snprintf(buf, cap, " (targets '%.200s' and %zu more)", first, more);
+    else
+        snprintf(buf, cap, " (targets '%.200s')", first);
+}
+
+static quant_ck_status bad_format(const char *path, const char *group, const json_t *targets,
+                                  const char *format, quant_ck_error *err)
+{
+    char t[256];
+    targets_desc(targets, t, sizeof t);
     return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
-                         "%s: quantization_config group '%s': format '%s' is not one quant "
+                         "%s: quantization_config group '%s'%s: format '%s' is not one quant "
                          "dequantize reads (%s)",
-                         path, group, format, known_list());
+                         path, group, t, format, known_list());
 }
 
 static quant_ck_status parse_group(ct_group *g, const char *key, json_t *grp, const char *top,
@@ -85,7 +100,7 @@ static quant_ck_status parse_group(ct_group *g, const char *key, json_t *grp, co
                              "%s: quantization_config group '%s' has no format of its own (the "
                              "top level says %s)",
                              path, key, top ? top : "none");
-    if (format_index(g->format) < 0) return bad_format(path, key, g->format, err);
+    if (format_index(g->format) < 0) return bad_format(path, key, g->targets, g->format, err);
     return QUANT_CK_OK;
 }
 
@@ -102,7 +117,7 @@ static quant_ck_status parse_qc(quant_ct_config *c, json_t *qc, const char *path
                              path, status);
     if (top && strcmp(top, "dense") != 0 && strcmp(top, "mixed-precision") != 0 &&
         format_index(top) < 0)
-        return bad_format(path, "(top level)", top, err);
+        return bad_format(path, "(top level)", NULL, top, err);
     json_t *groups = json_object_get(qc, "config_groups");
     if (groups && !json_is_object(groups))
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,

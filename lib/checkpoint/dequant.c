@@ -1,7 +1,8 @@
 /* dequant.c -- quant_dequantize_path(): a quantized checkpoint back to float, for evaluation.
  * The reader is chosen per shard by its layout: the native one (a `quantization` metadata entry:
  * each NAME.qvalue (+ .scale, + .zero_point) becomes the float tensor NAME), or
- * compressed-tensors (a config.json whose quantization_config says so, or its tensor names: each
+ * compressed-tensors (a config.json whose quantization_config says so -- the directory's, or the
+ * one beside a file -- or its tensor names: each
  * P.weight_packed or P.weight with P.weight_scale (+ zero point, global scale, weight_shape)
  * becomes P.weight); every other tensor is copied. A compressed-tensors directory's config.json
  * is written without its quantization_config. One tensor at a time (memory follows the largest
@@ -227,8 +228,9 @@ static quant_ck_status dequantize_shard(quant_st_file *in, const char *path, qua
     return st;
 }
 
-/* A directory's config.json: its compressed-tensors quantization_config (*cfg, NULL when there
- * is none) and the text the output gets instead (*text, NULL: copied as it is). */
+/* A directory's config.json (a file's: the one beside it): its compressed-tensors
+ * quantization_config (*cfg, NULL when there is none) and, for a directory, the text the output
+ * gets instead (*text, NULL: copied as it is). */
 static quant_ck_status read_config(const ck_shards *shards, quant_ct_config **cfg, char **text,
                                    quant_ck_error *err)
 {
@@ -236,7 +238,8 @@ static quant_ck_status read_config(const ck_shards *shards, quant_ct_config **cf
     char *raw = NULL, *shown = NULL;
     *cfg = NULL;
     *text = NULL;
-    if (!shards->is_dir || !ck_stat_in(&shards->dir, "config.json", &sb)) return QUANT_CK_OK;
+    if (!shards->is_dir) return quant_ct_config_beside(shards->f[0]->path, cfg, err);
+    if (!ck_stat_in(&shards->dir, "config.json", &sb)) return QUANT_CK_OK;
     quant_ck_status st =
         ck_read_small_in(&shards->dir, "config.json", CK_CONFIG_MAX, &raw, NULL, err);
     if (st == QUANT_CK_OK && !(shown = ck_shown_name(&shards->dir, "config.json")))

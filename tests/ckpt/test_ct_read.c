@@ -425,8 +425,8 @@ START_TEST(ct_refusals)
     /* unknown formats: the group's, the top level's */
     make_ct_dir(in, QC(GROUP("marlin-24", 4), "mixed-precision", "compressed"), good, 3);
     refused(in, out, QUANT_CK_ERR_UNSUPPORTED,
-            "in/config.json: quantization_config group "
-            "'group_0': format 'marlin-24'",
+            "in/config.json: quantization_config group 'group_0' (targets 'm.p'): format "
+            "'marlin-24'",
             "is not one quant dequantize reads");
     make_ct_dir(in,
                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
@@ -489,6 +489,18 @@ START_TEST(ct_refusals)
                               {"m.p.weight_shape", "I64", 1, {2}, shape8, sizeof shape8}};
     make_ct_dir(in, NULL, narrow, 3);
     refused(in, out, QUANT_CK_ERR_FORMAT, "num_bits is not known", "more than one width");
+    /* a file of a checkpoint directory: the config.json beside it gives num_bits (8 int4 codes,
+     * decoded: the packed words are zeros, so every value is (0 - 8) * 0.5) */
+    make_ct_dir(in, cfg4, narrow, 3);
+    char *file = kit_join(in, "model.safetensors"), *outf = kit_join(tmp, "out.safetensors");
+    ck_assert_msg(quant_dequantize_path(file, outf, QUANT_ST_F32, 1, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    float *v = read_f32(outf, "m.p.weight", R * 8);
+    for (int i = 0; i < R * 8; i++) ck_assert_float_eq(v[i], -4.0f);
+    free(v);
+    unlink(outf);
+    free(file);
+    free(outf);
     /* mxfp4 with an E8M0 scale of 255 (NaN) */
     e8[3] = 255;
     kit_st_tensor mx[] = {{"m.p.weight_packed", "U8", 2, {R, C / 2}, packed, R * C / 2},
