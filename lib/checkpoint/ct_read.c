@@ -77,43 +77,71 @@ bool quant_ct_looks_like(const quant_st_file *f)
 /* ---- the form of a weight ---------------------------------------------------------------------
  */
 
-static quant_ck_status form_of(quant_ct_tensor *e, const char *module, const quant_st_file *f,
+/* The forms by the codes' tensor and dtype, the scale's dtype and the global scale's presence;
+ * the first row that fits. */
+enum { ANY = -1 };
+static const struct {
+    bool packed;         /* P.weight_packed, else P.weight */
+    quant_st_dtype data; /* its dtype */
+    int scale;           /* P.weight_scale's dtype, or ANY */
+    int global;          /* P.weight_global_scale: 1 there, 0 absent, ANY */
+    quant_ct_form form;
+} form_table[] = {
+    {true, QUANT_ST_I32, ANY, ANY, QUANT_CT_PACK32},
+    {true, QUANT_ST_U8, ANY, 1, QUANT_CT_NVFP4},
+    {true, QUANT_ST_U8, QUANT_ST_U8, 0, QUANT_CT_MXFP4},
+    {false, QUANT_ST_I8, ANY, ANY, QUANT_CT_INT8},
+    {false, QUANT_ST_F8_E4M3, QUANT_ST_U8, ANY, QUANT_CT_MXFP8},
+    {false, QUANT_ST_F8_E4M3, ANY, ANY, QUANT_CT_FP8},
+};
+
+static bool form_fits(size_t i, bool packed, quant_st_dtype d, quant_st_dtype scale, bool global)
+{
+    return form_table[i].packed == packed && form_table[i].data == d &&
+           (form_table[i].scale == ANY || form_table[i].scale == (int)scale) &&
+           (form_table[i].global == ANY || form_table[i].global == (int)global);
+}
+
+/* Why no row of form_table fits. */
+static quant_ck_status no_form(const quant_ct_tensor *e, const char *module, bool packed,
                                quant_ck_error *err)
 {
-    const quant_st_tensor *packed = part(f, module, "weight_packed"),
-                          *w = part(f, module, "weight");
-    e->global_scale = part(f, module, "weight_global_scale");
-    e->data = packed ? packed : w;
-    if (!e->data)
-        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
-                             "tensor '%s.weight_scale': no %s.weight_packed or %s.weight beside it",
-                             module, module, module);
     quant_st_dtype d = e->data->dtype;
-    if (packed && d == QUANT_ST_I32)
-        e->form = QUANT_CT_PACK32;
-    else if (packed && d == QUANT_ST_U8 && !e->global_scale && e->scale->dtype == QUANT_ST_F8_E4M3)
-        return quant_ck_fail(
-            err, QUANT_CK_ERR_FORMAT,
-            "tensor '%s': nvfp4 (F8_E4M3 block scales) needs %s.weight_global_scale, "
-            "and there is none",
-            packed->name, module);
-    else if (packed && d == QUANT_ST_U8)
-        e->form = e->global_scale ? QUANT_CT_NVFP4 : QUANT_CT_MXFP4;
-    else if (!packed && d == QUANT_ST_I8)
-        e->form = QUANT_CT_INT8;
-    else if (!packed && d == QUANT_ST_F8_E4M3)
-        e->form = e->scale->dtype == QUANT_ST_U8 ? QUANT_CT_MXFP8 : QUANT_CT_FP8;
-    else if (!packed && is_float_st(d))
+    if (packed && d == QUANT_ST_U8 && e->scale->dtype == QUANT_ST_F8_E4M3)
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "tensor '%s': nvfp4 (F8_E4M3 block scales) needs "
+                             "%s.weight_global_scale, and there is none",
+                             e->data->name, module);
+    if (!packed && is_float_st(d))
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s.weight' is %s beside a weight_scale: a float weight is "
                              "not compressed (compressed-tensors' quantization_status "
                              "\"frozen\"?); nothing to decode",
                              module, quant_st_dtype_name(d));
-    else
-        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
-                             "tensor '%s': dtype %s is no compressed-tensors weight this reader "
-                             "decodes (weight_packed I32 or U8; weight I8 or F8_E4M3)",
-                             e->data->name, quant_st_dtype_name(d));
+    return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                         "tensor '%s': %s with a %s weight_scale is no compressed-tensors weight "
+                         "this reader decodes (weight_packed I32, or U8 with U8 E8M0 scales or "
+                         "a weight_global_scale; weight I8 or F8_E4M3)",
+                         e->data->name, quant_st_dtype_name(d),
+                         quant_st_dtype_name(e->scale->dtype));
+}
+
+static quant_ck_status form_of(quant_ct_tensor *e, const char *module, const quant_st_file *f,
+                               quant_ck_error *err)
+{
+    const quant_st_tensor *packed = part(f, module, "weight_packed");
+    e->global_scale = part(f, module, "weight_global_scale");
+    e->data = packed ? packed : part(f, module, "weight");
+    if (!e->data)
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "tensor '%s.weight_scale': no %s.weight_packed or %s.weight beside it",
+                             module, module, module);
+    size_t i = 0, n = sizeof form_table / sizeof form_table[0];
+    while (i < n &&
+           !form_fits(i, packed != NULL, e->data->dtype, e->scale->dtype, e->global_scale != NULL))
+        i++;
+    if (i == n) return no_form(e, module, packed != NULL, err);
+    e->form = form_table[i].form;
     if (part(f, module, "weight_g_idx"))
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s.weight_g_idx': activation ordering (actorder) is not "
