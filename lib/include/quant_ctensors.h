@@ -129,7 +129,8 @@ QUANT_API quant_ck_status quant_ct_scales(const quant_ct *c, const quant_ct_tens
  * the result equals the native layout's of the same codes and scales bit for bit. Scales: float
  * dtypes converted to float32; E8M0 bytes e give 2^(e - 127); nvfp4's e4m3fn bytes s_b give
  * f32(s_b / g). compressed-tensors' own decompression multiplies in the scale's dtype: with a
- * BF16 weight_scale its values are these rounded to bfloat16 (`dtype` BF16 gives them exactly).
+ * BF16 (F16) weight_scale its values are these rounded to bfloat16 (float16): `dtype` BF16
+ * (F16) gives them exactly.
  * @return : QUANT_CK_OK, or QUANT_CK_ERR_FORMAT naming the tensor (an E8M0 byte 255, which is
  *           NaN; a global scale that is not finite and positive), QUANT_CK_ERR_IO,
  *           QUANT_CK_ERR_QUANT, QUANT_CK_ERR_NOMEM. */
