@@ -1,6 +1,6 @@
-/* cmd_dequantize.c -- `quant dequantize IN OUT [--dtype f32|bf16|f16]`: a native-layout
- * quantized checkpoint (file or directory) back to float tensors with the original names and
- * shapes, for evaluation.
+/* cmd_dequantize.c -- `quant dequantize IN OUT [--dtype f32|bf16|f16]`: a quantized checkpoint
+ * (file or directory; the native layout or compressed-tensors') back to float tensors with the
+ * original names and shapes, for evaluation.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -15,10 +15,21 @@
 static const char usage[] =
     "usage: quant dequantize [options] IN OUT\n"
     "\n"
-    "Turns every quantized tensor NAME of the native-layout file or directory IN (NAME.qvalue,\n"
-    "NAME.scale, NAME.zero_point) back into the float tensor NAME in OUT; other tensors are\n"
-    "copied. OUT must not exist (nor be a symbolic link); nothing is left at OUT when the run\n"
-    "fails. Temporaries that runs which died left in OUT's directory are removed first.\n"
+    "Turns every quantized tensor of the file or directory IN back into a float tensor in OUT;\n"
+    "other tensors are copied. The layout is found per file:\n"
+    "  native             `quantization` metadata: NAME.qvalue, NAME.scale (, NAME.zero_point)\n"
+    "                     become NAME\n"
+    "  compressed-tensors config.json's quantization_config (quant_method compressed-tensors;\n"
+    "                     a directory's, or the one beside a file), or the tensor names:\n"
+    "                     P.weight_packed or P.weight with P.weight_scale\n"
+    "                     (, weight_zero_point, weight_global_scale, weight_shape) become\n"
+    "                     P.weight; formats pack-quantized, int-quantized, naive-quantized,\n"
+    "                     float-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized,\n"
+    "                     mxfp8-quantized; OUT's config.json loses its quantization_config\n"
+    "Anything else quantized (another format, activation ordering) is refused, naming the file,\n"
+    "the tensor and what is not supported. OUT must not exist (nor be a symbolic link); nothing\n"
+    "is left at OUT when the run fails. Temporaries that runs which died left in OUT's directory\n"
+    "are removed first.\n"
     "\n"
     "options:\n"
     "  -d, --dtype TYPE       f32 (default), bf16 or f16\n"

@@ -1,8 +1,10 @@
 /* cmd_inspect.c -- `quant inspect [--json] FILE`: the tensors of a safetensors file as a table
  * (name, dtype, shape, qtype, scale min/max, size) or a JSON document. In a native-layout file
  * (SPEC section 7, read by the library's quant_native_read) the parts of a quantized tensor NAME
- * make one row with its original dtype and shape, its qtype and the range of its scale; every
- * other tensor is a row of its own. Metadata keys are listed too.
+ * make one row with its original dtype and shape, its qtype and the range of its scale; in a
+ * compressed-tensors file (quant_ct_read, with the config.json beside FILE when there is one)
+ * the parts of a weight P.weight make one row with its shape, qtype, format and the range of its
+ * effective scale; every other tensor is a row of its own. Metadata keys are listed too.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "quant_ctensors.h"
 #include "quant_native.h"
 
 #define CMD            "inspect"
@@ -24,7 +27,9 @@ static const char usage[] =
     "\n"
     "Lists the tensors of the safetensors file FILE: name, dtype, shape, qtype, scale min/max\n"
     "and size. Quantized tensors of the native layout (NAME.qvalue, NAME.scale, NAME.zero_point)\n"
-    "are shown as one row NAME with their original dtype and shape.\n"
+    "are shown as one row NAME with their original dtype and shape; compressed-tensors weights\n"
+    "(P.weight_packed or P.weight, P.weight_scale, ...; with the config.json beside FILE when\n"
+    "there is one) as one row P.weight with its shape, qtype and effective scale range.\n"
     "\n"
     "options:\n"
     "  -j, --json             print a JSON document instead of the table\n"
@@ -41,6 +46,8 @@ typedef struct row {
     bool has_global;   /* nvfp4: the metadata's per-tensor global scale g */
     double global_scale;
     const quant_st_tensor *scale; /* quantized: the NAME.scale tensor */
+    const quant_ct_tensor *ct;    /* a compressed-tensors weight, or NULL */
+    const char *format;           /* its compressed-tensors format */
     bool has_range;               /* the scale is a float tensor with a finite element */
     double smin, smax;
     uint64_t bytes; /* data bytes of every part */
@@ -48,7 +55,9 @@ typedef struct row {
 
 typedef struct inspection {
     quant_st_file *f;
-    quant_native nat; /* the native layout's quantized tensors (none in other files) */
+    quant_native nat;     /* the native layout's quantized tensors (none in other files) */
+    quant_ct_config *cfg; /* compressed-tensors: the config.json beside the file, or NULL */
+    quant_ct ct;          /* compressed-tensors' quantized weights (none in other files) */
     size_t n;
     row *rows;
 } inspection;
@@ -70,12 +79,32 @@ static void quantized_row(row *r, const quant_native_tensor *e)
     memcpy(r->shape, e->shape, sizeof r->shape);
 }
 
-/* Adds the row of file tensor `t`: NAME for the .qvalue of a quantized tensor NAME, nothing for
- * its other parts, the tensor itself otherwise. */
+static void ct_row(row *r, const quant_ct_tensor *e)
+{
+    r->name = e->name;
+    r->dtype = NULL; /* compressed-tensors does not record it */
+    r->qtype = quant_qtype_traits_get(e->how.qtype)->name;
+    r->packed = e->how.pack || e->form == QUANT_CT_PACK32;
+    r->ct = e;
+    r->format = e->format;
+    const quant_st_tensor *parts[] = {e->data, e->scale, e->zero_point, e->global_scale,
+                                      e->shape_t};
+    r->bytes = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        r->bytes += parts[i] ? quant_st_nbytes(parts[i]) : 0;
+    r->rank = 2;
+    r->shape[0] = e->shape[0];
+    r->shape[1] = e->shape[1];
+}
+
+/* Adds the row of file tensor `t`: NAME for the .qvalue of a quantized tensor NAME (P.weight
+ * for the codes of a compressed-tensors weight), nothing for their other parts, the tensor
+ * itself otherwise. */
 static void add_row(inspection *in, const quant_st_tensor *t)
 {
     const quant_native_tensor *e = quant_native_owner(&in->nat, t);
-    if (e && e->qvalue != t) return;
+    const quant_ct_tensor *ce = quant_ct_owner(&in->ct, t);
+    if ((e && e->qvalue != t) || (ce && ce->data != t)) return;
     row *r = &in->rows[in->n++];
     memset(r, 0, sizeof *r);
     r->name = t->name;
@@ -84,6 +113,7 @@ static void add_row(inspection *in, const quant_st_tensor *t)
     memcpy(r->shape, t->shape, sizeof r->shape);
     r->bytes = quant_st_nbytes(t);
     if (e) quantized_row(r, e);
+    if (ce) ct_row(r, ce);
 }
 
 static int cmp_rows(const void *a, const void *b)
@@ -101,6 +131,25 @@ static void range_of(row *r, const float *x, size_t n)
         if (!r->has_range || x[i] > r->smax) r->smax = x[i];
         r->has_range = true;
     }
+}
+
+/* A compressed-tensors weight: the range of its effective scales, nvfp4's global scale. */
+static quant_ck_status ct_scale_range(const inspection *in, row *r, quant_ck_error *err)
+{
+    const quant_ct_tensor *e = r->ct;
+    size_t n = (size_t)quant_numel(e->scale->rank, e->scale->shape);
+    float *x = malloc(n ? n * sizeof *x : 1);
+    quant_ck_status st = x ? quant_ct_scales(&in->ct, e, x, n, err)
+                           : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (st == QUANT_CK_OK) range_of(r, x, n);
+    float g;
+    if (st == QUANT_CK_OK && e->global_scale &&
+        (st = quant_st_read(in->f, e->global_scale, 0, &g, sizeof g, err)) == QUANT_CK_OK) {
+        r->has_global = true;
+        r->global_scale = g;
+    }
+    free(x);
+    return st;
 }
 
 /* Reads the scale of `r` a chunk at a time, converting it to f32. */
@@ -136,6 +185,8 @@ static void inspection_free(inspection *in)
 {
     free(in->rows);
     quant_native_free(&in->nat);
+    quant_ct_free(&in->ct);
+    quant_ct_config_free(in->cfg);
     quant_st_close(in->f);
 }
 
@@ -144,13 +195,18 @@ static quant_ck_status inspect_file(const char *path, inspection *in, quant_ck_e
     memset(in, 0, sizeof *in);
     quant_ck_status st = quant_st_open(path, &in->f, err);
     if (st == QUANT_CK_OK) st = quant_native_read(in->f, &in->nat, err);
+    if (st == QUANT_CK_OK && !in->nat.has_metadata)
+        st = quant_ct_config_beside(path, &in->cfg, err);
+    if (st == QUANT_CK_OK && !in->nat.has_metadata && (in->cfg || quant_ct_looks_like(in->f)))
+        st = quant_ct_read(in->f, in->cfg, &in->ct, err);
     if (st != QUANT_CK_OK) return st;
     in->rows = calloc(in->f->n_tensors ? in->f->n_tensors : 1, sizeof *in->rows);
     if (!in->rows) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < in->f->n_tensors; i++) add_row(in, &in->f->tensors[i]);
     qsort(in->rows, in->n, sizeof *in->rows, cmp_rows);
     for (size_t i = 0; st == QUANT_CK_OK && i < in->n; i++)
-        st = scale_range(in->f, &in->rows[i], err);
+        st = in->rows[i].ct ? ct_scale_range(in, &in->rows[i], err)
+                            : scale_range(in->f, &in->rows[i], err);
     return st;
 }
 
@@ -229,6 +285,9 @@ static void print_text(const inspection *in)
     cli_fmt_bytes(data, bytes, sizeof bytes);
     printf("file: %s (%s, %zu tensors in the file)\n", in->f->path, size, in->f->n_tensors);
     print_metadata(in);
+    if (in->ct.n)
+        printf("layout: compressed-tensors, %zu quantized weights%s\n", in->ct.n,
+               in->cfg ? " (config.json beside it read)" : "");
     printf("\n");
     print_table(in);
     printf("\n%zu tensor%s (%zu quantized), %s of data\n", in->n, in->n == 1 ? "" : "s", quantized,
@@ -256,6 +315,7 @@ static json_t *row_json(const row *r)
                   dims(r->rank, r->shape), "qtype", r->qtype, "bytes", (json_int_t)r->bytes);
     if (!o || !r->qtype) return o;
     json_object_set_new(o, "packed", json_boolean(r->packed));
+    if (r->format) json_object_set_new(o, "format", json_string(r->format));
     if (r->has_global) json_object_set_new(o, "global_scale", json_real(r->global_scale));
     if (r->scale) {
         json_object_set_new(o, "scale_dtype", json_string(quant_st_dtype_name(r->scale->dtype)));
@@ -276,6 +336,10 @@ static json_t *inspection_json(const inspection *in)
         json_decref(quant);
         quant =
             json_pack("{s:s?, s:I}", "format", in->nat.format, "tensors", (json_int_t)in->nat.n);
+    } else if (in->ct.n) {
+        json_decref(quant);
+        quant = json_pack("{s:s, s:I}", "format", "compressed-tensors", "tensors",
+                          (json_int_t)in->ct.n);
     }
     for (size_t i = 0; tensors && i < in->n; i++)
         json_array_append_new(tensors, row_json(&in->rows[i]));

@@ -6,8 +6,9 @@
 # (llama_np.py), and at every position takes KL(P_float || Q_quant) = sum_v p_v (log p_v - log
 # q_v) of the next-token distributions (log-softmax in float64), then reports the mean (with its
 # standard error), median, 99th percentile and maximum, and top-1 agreement (how often both
-# models' most likely next token is the same). A native-layout checkpoint (quant quantize's
-# output) is first turned back into float by `quant dequantize` into a temporary directory.
+# models' most likely next token is the same). A quantized checkpoint -- quant quantize's native
+# layout, or the compressed-tensors layout (ours, or llm-compressor's) -- is first turned back
+# into float by `quant dequantize` into a temporary directory.
 # Needs NumPy (Debian: python3-numpy). Run: python3 examples/eval_kld.py --help
 # SPDX-License-Identifier: Apache-2.0
 import argparse
@@ -24,16 +25,29 @@ import numpy as np
 import llama_np
 
 
-def is_native_quantized(ckpt):
-    """True when a safetensors file of the checkpoint carries quantd's `quantization` metadata
-    entry (the native layout), read from the headers alone."""
+CT_PARTS = (".weight_packed", ".weight_scale", ".weight_global_scale", ".weight_zero_point")
+
+
+def quantized_layout(ckpt):
+    """The layout `quant dequantize` must turn back into float, or None for a float checkpoint:
+    "native" when a safetensors file carries quantd's `quantization` metadata entry,
+    "compressed-tensors" when config.json's quantization_config says so or a tensor is named as
+    compressed-tensors names a weight's parts (read from the headers alone)."""
+    config = os.path.join(ckpt, "config.json")
+    if os.path.exists(config):
+        with open(config) as f:
+            qc = json.load(f).get("quantization_config") or {}
+        if qc.get("quant_method") == "compressed-tensors":
+            return "compressed-tensors"
     for path in llama_np.checkpoint_files(ckpt):
         with open(path, "rb") as f:
             (hlen,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(hlen))
         if "quantization" in header.get("__metadata__", {}):
-            return True
-    return False
+            return "native"
+        if any(name.endswith(CT_PARTS) for name in header if name != "__metadata__"):
+            return "compressed-tensors"
+    return None
 
 
 def find_quant(given):
@@ -96,8 +110,9 @@ def parse_args(argv):
         description="KL divergence and top-1 agreement of a quantized Llama checkpoint against "
                     "its float original, on sequences sampled from the float model.")
     p.add_argument("float_ckpt", help="the float checkpoint directory (Hugging Face layout)")
-    p.add_argument("quant_ckpt", help="the quantized one: quant quantize's native-layout output "
-                   "(dequantized with `quant dequantize` first) or any float checkpoint")
+    p.add_argument("quant_ckpt", help="the quantized one: quant quantize's output in the native "
+                   "or the compressed-tensors layout (dequantized with `quant dequantize` first) "
+                   "or any float checkpoint")
     p.add_argument("--quant", metavar="PATH", help="the quant command (default: $QUANT_BIN, "
                    "else quant on PATH, else build/bin/quant)")
     p.add_argument("--sequences", type=int, default=16, help="held-out sequences (default "
@@ -120,7 +135,8 @@ def parse_args(argv):
 def run(a):
     with tempfile.TemporaryDirectory(prefix="eval_kld-") as tmp:
         qdir = a.quant_ckpt
-        dequantized = is_native_quantized(qdir)
+        layout = quantized_layout(qdir)
+        dequantized = layout is not None
         if dequantized:
             qdir = dequantize(find_quant(a.quant), qdir, tmp)
         ref = llama_np.Llama(a.float_ckpt)
@@ -133,11 +149,13 @@ def run(a):
     s["float"] = a.float_ckpt
     s["quantized"] = a.quant_ckpt
     s["dequantized"] = dequantized
+    s["layout"] = layout
     if a.json:
         print(json.dumps(s, indent=2))
         return
     print("float:     %s" % a.float_ckpt)
-    print("quantized: %s%s" % (a.quant_ckpt, " (through quant dequantize)" if dequantized else ""))
+    print("quantized: %s%s" % (a.quant_ckpt, " (%s, through quant dequantize)" % layout
+                               if dequantized else ""))
     print("sequences: %d x %d tokens sampled from the float model (seed %d, temperature %g), "
           "%d positions" % (a.sequences, a.seq_len, a.seed, a.temperature, s["positions"]))
     print("mean KLD:  %.6f +/- %.6f (median %.6f, p99 %.6f, max %.6f)" % (

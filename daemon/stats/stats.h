@@ -101,9 +101,9 @@ void qd_model_conf_defaults(qd_model_conf *c);
 
 typedef struct qd_stats qd_stats;
 
-/* Opens its own SQLite connections on db_path (a writer for the writer thread, a reader), the
- * schema having been migrated by qd_store_open, and starts the writer thread. metrics may be
- * NULL. Until qd_stats_configure: a quota of 1 GiB, a window of 1 day. */
+/* Opens its own SQLite connections on db_path (db.h's statistics writer for the writer thread,
+ * its reader), the schema having been migrated by qd_store_open, and starts the writer thread.
+ * metrics may be NULL. Until qd_stats_configure: a quota of 1 GiB, a window of 1 day. */
 qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err);
 /* The limits (config stats_quota, idempotency_window), from the writer's next group on:
  * quota_bytes of sums a model may hold (8 bytes per value of sum_a and sum_b), and how many

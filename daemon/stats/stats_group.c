@@ -32,38 +32,35 @@
 
 static int64_t now_ms(void);
 
-static const char *const group_sql[G_COUNT] = {
-    [G_BEGIN] = "BEGIN IMMEDIATE",
-    [G_COMMIT] = "COMMIT",
-    [G_ROLLBACK] = "ROLLBACK",
-    [G_MODEL_GET] = "SELECT id, averaging, ema_constant, bootstrap_steps, posts, "
-                    "stats_updated_ms, created_ms, updated_ms FROM stat_models WHERE name = ?1",
-    [G_MODEL_INSERT] = "INSERT INTO stat_models (name, averaging, ema_constant, bootstrap_steps, "
-                       "posts, stats_updated_ms, created_ms, updated_ms) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id",
-    [G_MODEL_UPDATE] = "UPDATE stat_models SET averaging = ?2, ema_constant = ?3, "
-                       "bootstrap_steps = ?4, posts = ?5, stats_updated_ms = ?6, updated_ms = ?7 "
-                       "WHERE id = ?1",
+static const qd_db_stmt_def group_sql[] = {
+    {G_MODEL_GET, "SELECT id, averaging, ema_constant, bootstrap_steps, posts, "
+                  "stats_updated_ms, created_ms, updated_ms FROM stat_models WHERE name = ?1"},
+    {G_MODEL_INSERT, "INSERT INTO stat_models (name, averaging, ema_constant, bootstrap_steps, "
+                     "posts, stats_updated_ms, created_ms, updated_ms) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"},
+    {G_MODEL_UPDATE, "UPDATE stat_models SET averaging = ?2, ema_constant = ?3, "
+                     "bootstrap_steps = ?4, posts = ?5, stats_updated_ms = ?6, updated_ms = ?7 "
+                     "WHERE id = ?1"},
     /* the arrays part by part (a, b, sq), each sum, last, ema: the order of stat_row.v */
-    [G_ROW_GET] = "SELECT id, kind, shape, sq_len, count, created_ms, sum_a, last_a, ema_a, "
-                  "sum_b, last_b, ema_b, sum_sq, last_sq, ema_sq FROM stats "
-                  "WHERE model_id = ?1 AND name = ?2",
-    [G_ROW_INSERT] = "INSERT INTO stats (model_id, name, kind, shape, sq_len, count, created_ms, "
-                     "updated_ms, sum_a, last_a, ema_a, sum_b, last_b, ema_b, sum_sq, last_sq, "
-                     "ema_sq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                     "?14, ?15, ?16, ?17)",
-    [G_ROW_UPDATE] = "UPDATE stats SET count = ?2, updated_ms = ?3, sum_a = ?4, last_a = ?5, "
-                     "ema_a = ?6, sum_b = ?7, last_b = ?8, ema_b = ?9, sum_sq = ?10, "
-                     "last_sq = ?11, ema_sq = ?12 WHERE id = ?1",
-    [G_ROWS_DELETE] = "DELETE FROM stats WHERE model_id = ?1",
-    [G_MODEL_BYTES] = "SELECT coalesce(sum(coalesce(length(sum_a), 0) + "
-                      "coalesce(length(sum_b), 0) + coalesce(length(sum_sq), 0)), 0) "
-                      "FROM stats WHERE model_id = ?1",
-    [G_KEY_GET] = "SELECT fingerprint, activations, step, created_ms FROM stat_post_keys "
-                  "WHERE model_id = ?1 AND key = ?2 AND created_ms >= ?3",
-    [G_KEY_PUT] = "INSERT OR REPLACE INTO stat_post_keys (model_id, key, fingerprint, activations, "
-                  "step, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    [G_KEY_PURGE] = "DELETE FROM stat_post_keys WHERE created_ms < ?1",
+    {G_ROW_GET, "SELECT id, kind, shape, sq_len, count, created_ms, sum_a, last_a, ema_a, "
+                "sum_b, last_b, ema_b, sum_sq, last_sq, ema_sq FROM stats "
+                "WHERE model_id = ?1 AND name = ?2"},
+    {G_ROW_INSERT, "INSERT INTO stats (model_id, name, kind, shape, sq_len, count, created_ms, "
+                   "updated_ms, sum_a, last_a, ema_a, sum_b, last_b, ema_b, sum_sq, last_sq, "
+                   "ema_sq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                   "?14, ?15, ?16, ?17)"},
+    {G_ROW_UPDATE, "UPDATE stats SET count = ?2, updated_ms = ?3, sum_a = ?4, last_a = ?5, "
+                   "ema_a = ?6, sum_b = ?7, last_b = ?8, ema_b = ?9, sum_sq = ?10, "
+                   "last_sq = ?11, ema_sq = ?12 WHERE id = ?1"},
+    {G_ROWS_DELETE, "DELETE FROM stats WHERE model_id = ?1"},
+    {G_MODEL_BYTES, "SELECT coalesce(sum(coalesce(length(sum_a), 0) + "
+                    "coalesce(length(sum_b), 0) + coalesce(length(sum_sq), 0)), 0) "
+                    "FROM stats WHERE model_id = ?1"},
+    {G_KEY_GET, "SELECT fingerprint, activations, step, created_ms FROM stat_post_keys "
+                "WHERE model_id = ?1 AND key = ?2 AND created_ms >= ?3"},
+    {G_KEY_PUT, "INSERT OR REPLACE INTO stat_post_keys (model_id, key, fingerprint, activations, "
+                "step, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+    {G_KEY_PURGE, "DELETE FROM stat_post_keys WHERE created_ms < ?1"},
 };
 
 /* ---- set-up ----------------------------------------------------------------------------------
@@ -83,9 +80,11 @@ qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **o
         return qd_fail(err, QD_NOMEM, "out of memory");
     }
     g->log->fd = -1;
-    qd_status st = qd_stats_connect(path, false, &g->db, err);
-    for (int i = 0; st == QD_OK && i < G_COUNT; i++)
-        st = qd_stats_prepare(g->db, group_sql[i], &g->q[i], err);
+    qd_status st = qd_db_open(path, QD_DB_STATS_WRITER, &g->db, err);
+    if (st == QD_OK)
+        st = qd_db_prepare(g->db, group_sql, sizeof group_sql / sizeof group_sql[0], g->q, G_COUNT,
+                           err);
+    if (st == QD_OK) st = qd_db_prepared_all(g->db, g->q, G_COUNT, err);
     if (st == QD_OK) st = qd_dlog_open(g->log, path, err);
     if (st == QD_OK) {
         /* the posts answered before the last stop (or crash) that were not folded: into SQLite */
@@ -111,8 +110,8 @@ void qd_stats_group_free(stats_group *g)
 {
     if (!g) return;
     qd_cache_forget(g);
-    for (int i = 0; i < G_COUNT; i++) sqlite3_finalize(g->q[i]);
-    sqlite3_close(g->db);
+    qd_db_finalize(g->q, G_COUNT);
+    qd_db_close(g->db);
     if (g->log) qd_dlog_close(g->log);
     free(g->log);
     free(g->models);
@@ -135,7 +134,7 @@ qd_status qd_group_fail(stats_group *g, const char *op)
 {
     if (!g->failed) {
         g->failed = true;
-        g->fail_st = qd_stats_dberr(g->db, &g->fail_err, op);
+        g->fail_st = qd_db_fail(g->db, &g->fail_err, op);
     }
     return g->fail_st;
 }
@@ -155,9 +154,15 @@ int qd_group_step(stats_group *g, sqlite3_stmt *st, const char *op)
     return -1;
 }
 
-static bool run_simple(stats_group *g, group_stmt k, const char *op)
+/* Records st (a failed BEGIN or COMMIT, its message in e) as the group's failure. */
+static bool txn_ok(stats_group *g, qd_status st, const qd_err *e)
 {
-    return qd_group_step(g, qd_group_stmt(g, k), op) == SQLITE_DONE;
+    if (st != QD_OK && !g->failed) {
+        g->failed = true;
+        g->fail_st = st;
+        g->fail_err = *e;
+    }
+    return st == QD_OK;
 }
 
 static int64_t now_ms(void)
@@ -390,7 +395,7 @@ static bool flush_row(stats_group *g, stat_row *r)
     }
     if (rc != SQLITE_OK) return qd_group_fail(g, "write statistics"), false;
     bool ok = qd_group_step(g, st, "write statistics") >= 0;
-    if (ok && insert) r->rowid = sqlite3_last_insert_rowid(g->db);
+    if (ok && insert) r->rowid = sqlite3_last_insert_rowid(qd_db_sqlite(g->db));
     r->dirty = !ok;
     sqlite3_reset(st); /* SQLite lets go of the arrays */
     sqlite3_clear_bindings(st);
@@ -495,11 +500,11 @@ static size_t sql_group(stats_group *g, stats_req *list)
     bool logged = g->log->end > 0 || g->need_replay || g->log->stale;
     g->failed = false;
     qd_write_gate_enter(); /* fair turns with the job store's writes */
-    if (run_simple(g, G_BEGIN, "begin the statistics transaction") && qd_idem_purge(g) &&
-        replay(g)) {
+    qd_err e;
+    if (txn_ok(g, qd_db_begin(g->db, true, &e), &e) && qd_idem_purge(g) && replay(g)) {
         for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
-        if (!g->failed && flush_all(g)) run_simple(g, G_COMMIT, "commit the statistics");
-        if (g->failed && !sqlite3_get_autocommit(g->db)) run_simple(g, G_ROLLBACK, "rollback");
+        if (!g->failed && flush_all(g)) txn_ok(g, qd_db_commit(g->db, &e), &e);
+        if (g->failed) qd_db_rollback(g->db);
     }
     qd_write_gate_leave();
     if (g->failed) {

@@ -56,9 +56,6 @@ enum { A_SUM, A_LAST, A_EMA, A_PER_PART };
 enum { P_A, P_B, P_SQ, N_PARTS };
 
 typedef enum group_stmt {
-    G_BEGIN,
-    G_COMMIT,
-    G_ROLLBACK,
     G_MODEL_GET,
     G_MODEL_INSERT,
     G_MODEL_UPDATE,
@@ -82,7 +79,7 @@ typedef struct pend_key {
 } pend_key;
 
 struct stats_group {
-    sqlite3 *db;
+    qd_db *db; /* the statistics writer's connection (db.h) */
     sqlite3_stmt *q[G_COUNT];
     model_row **models; /* the models touched, in order */
     size_t n_models, cap_models;

@@ -175,7 +175,7 @@ qd_status qd_stats_key_peek(qd_stats *s, const char *model, const char *key,
     *ans = (qd_stat_answer){.outcome = QD_POST_NONE};
     int64_t since = now_ms() - qd_stats_settings(s).window_ms;
     pthread_mutex_lock(&s->rmu);
-    sqlite3_stmt *st = s->r_key;
+    sqlite3_stmt *st = s->r[QD_R_KEY];
     sqlite3_reset(st);
     qd_status res = QD_OK;
     int rc = SQLITE_ERROR;
@@ -186,7 +186,7 @@ qd_status qd_stats_key_peek(qd_stats *s, const char *model, const char *key,
     if (rc == SQLITE_ROW)
         key_row(st, fingerprint, ans);
     else if (rc != SQLITE_DONE)
-        res = qd_stats_dberr(s->rdb, err, "read Idempotency-Key");
+        res = qd_db_fail(s->rdb, err, "read Idempotency-Key");
     if (ans->outcome != QD_POST_REPLAYED) ans->outcome = QD_POST_NONE; /* the writer decides */
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);

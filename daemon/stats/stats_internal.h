@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
+#include "db.h"
 #include "stats.h"
 
 /* The most elements one activation may have: 4 Mi (each of its six float64 arrays is then
@@ -96,12 +97,16 @@ const qd_pend_row *qd_pending_row(const qd_pending *p, const char *model, const 
  * out of memory (a holds what was allocated: free it). */
 bool qd_pending_avg(const qd_pend_row *r, const qd_model_conf *c, qd_stat_avg *a);
 
+/* The reader's statements (stats_read.c lists their SQL). */
+typedef enum qd_read_stmt { QD_R_MODELS, QD_R_CONF, QD_R_ROWS, QD_R_KEY, QD_R_COUNT } qd_read_stmt;
+
 struct qd_stats {
     qd_metrics *metrics; /* may be NULL */
-    /* reads (stats_store.c): one connection behind a mutex, never waiting for the writer */
-    sqlite3 *rdb;
+    /* reads (stats_read.c): one reader connection (db.h) behind a mutex, never waiting for the
+     * writer */
+    qd_db *rdb;
     pthread_mutex_t rmu;
-    sqlite3_stmt *r_models, *r_conf, *r_rows, *r_key;
+    sqlite3_stmt *r[QD_R_COUNT];
     /* the writer (stats_writer.c): its connection lives in the group */
     stats_group *group;
     pthread_mutex_t qmu;
@@ -116,16 +121,10 @@ struct qd_stats {
     pthread_t thread;
 };
 
-/* ---- connections and encodings (stats_store.c) ------------------------------------------------
+/* ---- the reader (stats_read.c) and encodings (stats_store.c) -----------------------------------
  */
 
-/* Opens a connection on path with the store's settings (busy timeout, defensive, foreign keys,
- * synchronous FULL); query_only for a reader. */
-qd_status qd_stats_connect(const char *path, bool reader, sqlite3 **out, qd_err *err);
-/* "op: sqlite's message" from db; QD_DB (QD_NOMEM for SQLITE_NOMEM). */
-qd_status qd_stats_dberr(sqlite3 *db, qd_err *err, const char *op);
-qd_status qd_stats_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out, qd_err *err);
-/* The reader's statements (stats_read.c), on s->rdb. */
+/* The reader's statements, on s->rdb. */
 qd_status qd_stats_prepare_reads(qd_stats *s, qd_err *err);
 
 /* "[2,3]" ("[]" for rank 0) into buf (QD_SHAPE_TEXT_LEN). */

@@ -12,31 +12,30 @@
 #include "stats_internal.h"
 #include "timefmt.h"
 
-static const char *const sql_models =
-    "SELECT m.name, m.averaging, m.ema_constant, m.bootstrap_steps, m.posts, m.stats_updated_ms, "
-    "(SELECT count(*) FROM stats s WHERE s.model_id = m.id), "
-    "(SELECT coalesce(sum(coalesce(length(s.sum_a), 0) + coalesce(length(s.sum_b), 0) + "
-    "coalesce(length(s.sum_sq), 0)), 0) FROM stats s WHERE s.model_id = m.id) "
-    "FROM stat_models m ORDER BY m.name";
-static const char *const sql_conf =
-    "SELECT id, averaging, ema_constant, bootstrap_steps FROM stat_models WHERE name = ?1";
-/* The column order read_row expects. */
-static const char *const sql_rows =
-    "SELECT name, kind, shape, count, updated_ms, sum_a, sum_b, last_a, last_b, ema_a, ema_b, "
-    "sq_len, sum_sq, last_sq, ema_sq FROM stats WHERE model_id = ?1 ORDER BY name";
-/* An Idempotency-Key of a model, remembered since ?3 (stats_idem.c reads the row). */
-static const char *const sql_key =
-    "SELECT k.fingerprint, k.activations, k.step, k.created_ms FROM stat_post_keys k "
-    "JOIN stat_models m ON m.id = k.model_id WHERE m.name = ?1 AND k.key = ?2 "
-    "AND k.created_ms >= ?3";
+static const qd_db_stmt_def read_sql[] = {
+    {QD_R_MODELS,
+     "SELECT m.name, m.averaging, m.ema_constant, m.bootstrap_steps, m.posts, "
+     "m.stats_updated_ms, (SELECT count(*) FROM stats s WHERE s.model_id = m.id), "
+     "(SELECT coalesce(sum(coalesce(length(s.sum_a), 0) + coalesce(length(s.sum_b), 0) + "
+     "coalesce(length(s.sum_sq), 0)), 0) FROM stats s WHERE s.model_id = m.id) "
+     "FROM stat_models m ORDER BY m.name"},
+    {QD_R_CONF, "SELECT id, averaging, ema_constant, bootstrap_steps FROM stat_models "
+                "WHERE name = ?1"},
+    /* The column order read_row expects. */
+    {QD_R_ROWS, "SELECT name, kind, shape, count, updated_ms, sum_a, sum_b, last_a, last_b, "
+                "ema_a, ema_b, sq_len, sum_sq, last_sq, ema_sq FROM stats WHERE model_id = ?1 "
+                "ORDER BY name"},
+    /* An Idempotency-Key of a model, remembered since ?3 (stats_idem.c reads the row). */
+    {QD_R_KEY, "SELECT k.fingerprint, k.activations, k.step, k.created_ms FROM stat_post_keys k "
+               "JOIN stat_models m ON m.id = k.model_id WHERE m.name = ?1 AND k.key = ?2 "
+               "AND k.created_ms >= ?3"},
+};
 
 qd_status qd_stats_prepare_reads(qd_stats *s, qd_err *err)
 {
-    qd_status st = qd_stats_prepare(s->rdb, sql_models, &s->r_models, err);
-    if (st == QD_OK) st = qd_stats_prepare(s->rdb, sql_conf, &s->r_conf, err);
-    if (st == QD_OK) st = qd_stats_prepare(s->rdb, sql_rows, &s->r_rows, err);
-    if (st == QD_OK) st = qd_stats_prepare(s->rdb, sql_key, &s->r_key, err);
-    return st;
+    qd_status st = qd_db_prepare(s->rdb, read_sql, sizeof read_sql / sizeof read_sql[0], s->r,
+                                 QD_R_COUNT, err);
+    return st == QD_OK ? qd_db_prepared_all(s->rdb, s->r, QD_R_COUNT, err) : st;
 }
 
 /* ---- one read transaction under the reader's mutex ---------------------------------------------
@@ -50,17 +49,16 @@ static qd_status read_txn(qd_stats *s, read_fn fn, void *ctx, qd_err *err)
     /* held for the whole read: the writer empties the overlay only after a fold committed, so
      * this read sees the rows folded or the rows before the fold plus the overlay (the same) */
     pthread_mutex_lock(&s->pend.mu);
-    qd_status st = QD_OK;
-    if (sqlite3_exec(s->rdb, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
-        st = qd_stats_dberr(s->rdb, err, "begin a read");
+    qd_status st = qd_db_begin(s->rdb, false, err);
     if (st == QD_OK) {
         st = fn(s, ctx, err);
-        sqlite3_reset(s->r_models);
-        sqlite3_reset(s->r_conf);
-        sqlite3_reset(s->r_rows);
-        if (sqlite3_exec(s->rdb, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-            if (st == QD_OK) st = qd_stats_dberr(s->rdb, err, "end a read");
-            sqlite3_exec(s->rdb, "ROLLBACK", NULL, NULL, NULL);
+        sqlite3_reset(s->r[QD_R_MODELS]);
+        sqlite3_reset(s->r[QD_R_CONF]);
+        sqlite3_reset(s->r[QD_R_ROWS]);
+        qd_status end = qd_db_commit(s->rdb, st == QD_OK ? err : NULL);
+        if (end != QD_OK) {
+            if (st == QD_OK) st = end;
+            qd_db_rollback(s->rdb);
         }
     }
     pthread_mutex_unlock(&s->pend.mu);
@@ -83,13 +81,13 @@ static qd_status parse_averaging(const unsigned char *t, qd_averaging *out, qd_e
 static qd_status load_conf(qd_stats *s, const char *model, int64_t *id, qd_model_conf *c,
                            qd_err *err)
 {
-    sqlite3_stmt *st = s->r_conf;
+    sqlite3_stmt *st = s->r[QD_R_CONF];
     sqlite3_reset(st);
     if (sqlite3_bind_text(st, 1, model, -1, SQLITE_STATIC) != SQLITE_OK)
-        return qd_stats_dberr(s->rdb, err, "read model");
+        return qd_db_fail(s->rdb, err, "read model");
     int rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) return qd_fail(err, QD_NOT_FOUND, "model %s not found", model);
-    if (rc != SQLITE_ROW) return qd_stats_dberr(s->rdb, err, "read model");
+    if (rc != SQLITE_ROW) return qd_db_fail(s->rdb, err, "read model");
     *id = sqlite3_column_int64(st, 0);
     c->ema_constant = sqlite3_column_double(st, 2);
     c->bootstrap_steps = sqlite3_column_int64(st, 3);
@@ -120,7 +118,7 @@ static json_t *model_json(sqlite3_stmt *st, const qd_pending *pend)
 static qd_status models_fn(qd_stats *s, void *ctx, qd_err *err)
 {
     json_t *list = ctx;
-    sqlite3_stmt *st = s->r_models;
+    sqlite3_stmt *st = s->r[QD_R_MODELS];
     sqlite3_reset(st);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -128,7 +126,7 @@ static qd_status models_fn(qd_stats *s, void *ctx, qd_err *err)
         if (!m || json_array_append_new(list, m) != 0)
             return qd_fail(err, QD_NOMEM, "out of memory listing models");
     }
-    return rc == SQLITE_DONE ? QD_OK : qd_stats_dberr(s->rdb, err, "list models");
+    return rc == SQLITE_DONE ? QD_OK : qd_db_fail(s->rdb, err, "list models");
 }
 
 qd_status qd_stats_models(qd_stats *s, json_t **out, qd_err *err)
@@ -291,10 +289,10 @@ static qd_status rows_fn(qd_stats *s, void *p, qd_err *err)
     qd_model_conf conf;
     qd_status r = load_conf(s, c->model, &id, &conf, err);
     if (r != QD_OK) return r;
-    sqlite3_stmt *st = s->r_rows;
+    sqlite3_stmt *st = s->r[QD_R_ROWS];
     sqlite3_reset(st);
     if (sqlite3_bind_int64(st, 1, id) != SQLITE_OK)
-        return qd_stats_dberr(s->rdb, err, "read statistics");
+        return qd_db_fail(s->rdb, err, "read statistics");
     int rc;
     while (r == QD_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (!wanted(c, st)) continue;
@@ -315,7 +313,7 @@ static qd_status rows_fn(qd_stats *s, void *p, qd_err *err)
         }
         if (r == QD_OK) c->n++;
     }
-    if (r == QD_OK && rc != SQLITE_DONE) r = qd_stats_dberr(s->rdb, err, "read statistics");
+    if (r == QD_OK && rc != SQLITE_DONE) r = qd_db_fail(s->rdb, err, "read statistics");
     return r;
 }
 

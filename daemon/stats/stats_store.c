@@ -1,8 +1,8 @@
-/* stats_store.c -- the statistics store's frame: opening its SQLite connections (a reader here,
- * the writer's in stats_group.c) and closing, the encodings the tables use (float64 blobs,
- * shapes as JSON text), checking a post before it is queued, the model settings' defaults, and
- * freeing what the API hands out. The reads are in stats_read.c, the writes in stats_writer.c.
- * SPDX-License-Identifier: Apache-2.0
+/* stats_store.c -- the statistics store's frame: opening and closing (the reader's connection
+ * of the SQLite layer, db.h, here; the writer's in stats_group.c), the encodings the tables use
+ * (float64 blobs, shapes as JSON text), checking a post before it is queued, the model settings'
+ * defaults, and freeing what the API hands out. The reads are in stats_read.c, the writes in
+ * stats_writer.c. SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
 #include <stdio.h>
@@ -10,8 +10,6 @@
 #include <string.h>
 
 #include "stats_internal.h"
-
-#define BUSY_TIMEOUT_MS 5000
 
 void qd_model_conf_defaults(qd_model_conf *c)
 {
@@ -207,87 +205,14 @@ qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err)
     return QD_OK;
 }
 
-/* ---- connections ------------------------------------------------------------------------------
- */
-
-qd_status qd_stats_dberr(sqlite3 *db, qd_err *err, const char *op)
-{
-    int code = sqlite3_errcode(db) & 0xff;
-    return qd_fail(err, code == SQLITE_NOMEM ? QD_NOMEM : QD_DB, "%s: %s", op, sqlite3_errmsg(db));
-}
-
-qd_status qd_stats_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out, qd_err *err)
-{
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, out, NULL) == SQLITE_OK)
-        return QD_OK;
-    return qd_fail(err, QD_DB, "preparing \"%.60s\": %s", sql, sqlite3_errmsg(db));
-}
-
-static qd_status exec(sqlite3 *db, const char *sql, qd_err *err)
-{
-    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? QD_OK
-                                                                : qd_stats_dberr(db, err, sql);
-}
-
-/* The store made the file WAL; without it a reader would wait for the writer. */
-static qd_status check_wal(sqlite3 *db, const char *path, qd_err *err)
-{
-    sqlite3_stmt *st = NULL;
-    qd_status r = qd_stats_prepare(db, "PRAGMA journal_mode", &st, err);
-    if (r != QD_OK) return r;
-    const unsigned char *mode = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-    if (!mode || strcmp((const char *)mode, "wal") != 0)
-        r = qd_fail(err, QD_DB, "%s: the statistics need a WAL database (journal_mode %s)", path,
-                    mode ? (const char *)mode : "unknown");
-    sqlite3_finalize(st);
-    return r;
-}
-
-/* The writer's page cache holds a group's rows (64 activations x 4096 floats: 6 MiB) and the
- * WAL is checkpointed every 64 MiB rather than every 4 MiB, so a group of large posts is not
- * followed by a checkpoint each time. The reader keeps SQLite's default cache. */
-static const char *const writer_pragmas =
-    "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384; "
-    "PRAGMA wal_autocheckpoint = 16384";
-static const char *const reader_pragmas = "PRAGMA foreign_keys = ON; PRAGMA query_only = 1";
-
-qd_status qd_stats_connect(const char *path, bool reader, sqlite3 **out, qd_err *err)
-{
-    *out = NULL;
-    sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        qd_status st = qd_fail(err, QD_DB, "opening database %s: %s", path,
-                               db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-        sqlite3_close(db);
-        return st;
-    }
-    qd_status st = QD_OK;
-    if (sqlite3_extended_result_codes(db, 1) != SQLITE_OK ||
-        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL) != SQLITE_OK ||
-        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS) != SQLITE_OK)
-        st = qd_stats_dberr(db, err, "configuring the connection");
-    if (st == QD_OK) st = check_wal(db, path, err);
-    if (st == QD_OK) st = exec(db, reader ? reader_pragmas : writer_pragmas, err);
-    if (st != QD_OK) {
-        sqlite3_close(db);
-        return st;
-    }
-    *out = db;
-    return QD_OK;
-}
-
 /* ---- open and close ---------------------------------------------------------------------------
  */
 
 static void close_reader(qd_stats *s)
 {
-    sqlite3_finalize(s->r_models);
-    sqlite3_finalize(s->r_conf);
-    sqlite3_finalize(s->r_rows);
-    sqlite3_finalize(s->r_key);
-    sqlite3_close(s->rdb);
+    qd_db_finalize(s->r, QD_R_COUNT);
+    qd_db_close(s->rdb);
+    s->rdb = NULL;
 }
 
 qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err)
@@ -302,7 +227,7 @@ qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out
         return qd_fail(err, QD_NOMEM, "cannot create the statistics' read mutex");
     }
     qd_pending_init(&s->pend);
-    qd_status st = qd_stats_connect(db_path, true, &s->rdb, err);
+    qd_status st = qd_db_open(db_path, QD_DB_READER, &s->rdb, err);
     if (st == QD_OK) st = qd_stats_prepare_reads(s, err);
     if (st == QD_OK) st = qd_stats_writer_start(s, db_path, err);
     if (st != QD_OK) {

@@ -1,4 +1,5 @@
-/* store.h -- quantd's SQLite store: opening (WAL, busy_timeout, foreign keys), the migrations in
+/* store.h -- quantd's job store: opening the database as its owner (the SQLite layer, db.h:
+ * WAL, busy_timeout, synchronous=FULL; then foreign keys), the migrations in
  * migrations/NNNN_name.sql (embedded in the binary, applied in order inside one transaction,
  * tracked with PRAGMA user_version), and the rows the daemon keeps: rule sets, jobs, their
  * outputs and reports. One connection behind a mutex; every call is one short transaction.

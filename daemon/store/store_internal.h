@@ -1,6 +1,7 @@
 /* store_internal.h -- what store.c, store_rulesets.c and store_jobs.c share and nobody else
- * sees: the qd_store struct, the table of prepared statements, and the helpers that run one
- * locked transaction and step statements with checked binds and errors.
+ * sees: the qd_store struct (its owner connection of the SQLite layer, db.h), the table of
+ * prepared statements, and the helpers that run one locked transaction and step statements with
+ * checked binds and errors.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STORE_INTERNAL_H
@@ -9,16 +10,13 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
+#include "db.h"
 #include "store.h"
 
 /* Every statement the store runs after open, prepared once at open (a typo in SQL fails the
  * open, not a request). Each file lists its own SQL beside the code that uses it. */
 typedef enum qd_query {
     /* store.c */
-    QD_Q_BEGIN_READ,
-    QD_Q_BEGIN_WRITE,
-    QD_Q_COMMIT,
-    QD_Q_ROLLBACK,
     QD_Q_PING,
     /* store_rulesets.c */
     QD_Q_RS_INSERT,
@@ -55,20 +53,15 @@ typedef enum qd_query {
     QD_Q_COUNT
 } qd_query;
 
-typedef struct qd_query_def {
-    qd_query id;
-    const char *sql;
-} qd_query_def;
-
 struct qd_store {
-    sqlite3 *db;
+    qd_db *db;          /* the owner connection (db.h): it created and migrated the file */
     pthread_mutex_t mu; /* held for the whole of every public call: one transaction at a time */
     int version;        /* user_version after the migrations */
     sqlite3_stmt *q[QD_Q_COUNT];
 };
 
-/* Prepares defs[0..n) into s->q (persistent statements). */
-qd_status qd_store_prepare(qd_store *s, const qd_query_def *defs, size_t n, qd_err *err);
+/* Prepares defs[0..n) (ids are qd_query values) into s->q (persistent statements). */
+qd_status qd_store_prepare(qd_store *s, const qd_db_stmt_def *defs, size_t n, qd_err *err);
 qd_status qd_store_prepare_rulesets(qd_store *s, qd_err *err);
 qd_status qd_store_prepare_jobs(qd_store *s, qd_err *err);
 
@@ -84,9 +77,6 @@ qd_status qd_store_run(qd_store *s, qd_query q, const char *op, qd_err *err, boo
                        const char *types, ...);
 /* Steps q again (the next row). */
 qd_status qd_store_next(qd_store *s, qd_query q, const char *op, qd_err *err, bool *row);
-/* The error of the last SQLite call on s: QD_INVALID for a constraint, QD_NOMEM, else QD_DB;
- * the message is "op: sqlite's message". */
-qd_status qd_store_dberr(qd_store *s, qd_err *err, const char *op);
 
 /* Column i of the current row of q as a malloc'd string (NULL for SQL NULL). */
 qd_status qd_store_col_text(qd_store *s, qd_query q, int i, char **out, qd_err *err);

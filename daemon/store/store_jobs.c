@@ -17,7 +17,7 @@
     "started_ms, finished_ms, tensors_done, tensors_total, bytes_done, bytes_total, error, "       \
     "attempts, outputs_removed_ms, unused_rules"
 
-static const qd_query_def job_queries[] = {
+static const qd_db_stmt_def job_queries[] = {
     {QD_Q_JOB_INSERT, "INSERT INTO jobs (state, ruleset, rules, layout, source_kind, source_path, "
                       "stats_model, created_ms, unused_rules) "
                       "VALUES (?9, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"},

@@ -9,7 +9,7 @@
 
 #include "store_internal.h"
 
-static const qd_query_def ruleset_queries[] = {
+static const qd_db_stmt_def ruleset_queries[] = {
     {QD_Q_RS_INSERT, "INSERT INTO rulesets (name, body, created_ms, updated_ms) "
                      "VALUES (?1, ?2, ?3, ?3)"},
     {QD_Q_RS_UPDATE, "UPDATE rulesets SET body = ?2, updated_ms = ?3 WHERE name = ?1"},

@@ -2,8 +2,9 @@
  * (getrandom) written as "qdt_" + base64url; the table keeps its SHA-256 (nettle) only. A
  * request's token is hashed, looked up by that hash (nobody can steer a hash towards a stored
  * one, so the index lookup leaks nothing usable) and the hashes are compared again with
- * nettle's memeql_sec. One connection of its own behind a mutex: checks never wait for the job
- * store's or the statistics writer's transactions; writes take their turn at the write gate.
+ * nettle's memeql_sec. One connection of its own (the SQLite layer's tokens role, db.h) behind
+ * a mutex: checks never wait for the job store's or the statistics writer's transactions; writes
+ * take their turn at the write gate.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -15,8 +16,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "db.h"
 #include "http.h"
-#include "stats_internal.h" /* qd_stats_connect: the connection settings every store shares */
 #include "tokens.h"
 #include "write_gate.h"
 
@@ -43,17 +44,17 @@ bool qd_role_parse(const char *name, qd_role *out)
 
 typedef enum tok_stmt { T_CHECK, T_ANY, T_LIST, T_INSERT, T_DELETE, T_COUNT } tok_stmt;
 
-static const char *const tok_sql[T_COUNT] = {
-    [T_CHECK] = "SELECT name, role, created_ms, expires_ms, hash FROM tokens WHERE hash = ?1",
-    [T_ANY] = "SELECT EXISTS (SELECT 1 FROM tokens)",
-    [T_LIST] = "SELECT name, role, created_ms, expires_ms FROM tokens ORDER BY name",
-    [T_INSERT] = ("INSERT INTO tokens (name, role, hash, created_ms, expires_ms) "
-                  "VALUES (?1, ?2, ?3, ?4, ?5)"),
-    [T_DELETE] = "DELETE FROM tokens WHERE name = ?1",
+static const qd_db_stmt_def tok_sql[] = {
+    {T_CHECK, "SELECT name, role, created_ms, expires_ms, hash FROM tokens WHERE hash = ?1"},
+    {T_ANY, "SELECT EXISTS (SELECT 1 FROM tokens)"},
+    {T_LIST, "SELECT name, role, created_ms, expires_ms FROM tokens ORDER BY name"},
+    {T_INSERT, "INSERT INTO tokens (name, role, hash, created_ms, expires_ms) "
+               "VALUES (?1, ?2, ?3, ?4, ?5)"},
+    {T_DELETE, "DELETE FROM tokens WHERE name = ?1"},
 };
 
 struct qd_tokens {
-    sqlite3 *db;
+    qd_db *db;
     sqlite3_stmt *q[T_COUNT];
     pthread_mutex_t mu;
 };
@@ -63,12 +64,13 @@ qd_status qd_tokens_open(const char *db_path, qd_tokens **out, qd_err *err)
     *out = NULL;
     qd_tokens *t = calloc(1, sizeof *t);
     if (!t) return qd_fail(err, QD_NOMEM, "out of memory");
-    qd_status st = qd_stats_connect(db_path, false, &t->db, err);
-    for (int i = 0; st == QD_OK && i < T_COUNT; i++)
-        st = qd_stats_prepare(t->db, tok_sql[i], &t->q[i], err);
+    qd_status st = qd_db_open(db_path, QD_DB_TOKENS, &t->db, err);
+    if (st == QD_OK)
+        st = qd_db_prepare(t->db, tok_sql, sizeof tok_sql / sizeof tok_sql[0], t->q, T_COUNT, err);
+    if (st == QD_OK) st = qd_db_prepared_all(t->db, t->q, T_COUNT, err);
     if (st != QD_OK || pthread_mutex_init(&t->mu, NULL) != 0) {
-        for (int i = 0; i < T_COUNT; i++) sqlite3_finalize(t->q[i]);
-        sqlite3_close(t->db);
+        qd_db_finalize(t->q, T_COUNT);
+        qd_db_close(t->db);
         free(t);
         return st != QD_OK ? st : qd_fail(err, QD_NOMEM, "cannot create the tokens' mutex");
     }
@@ -79,8 +81,8 @@ qd_status qd_tokens_open(const char *db_path, qd_tokens **out, qd_err *err)
 void qd_tokens_close(qd_tokens *t)
 {
     if (!t) return;
-    for (int i = 0; i < T_COUNT; i++) sqlite3_finalize(t->q[i]);
-    sqlite3_close(t->db);
+    qd_db_finalize(t->q, T_COUNT);
+    qd_db_close(t->db);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -95,7 +97,7 @@ static sqlite3_stmt *stmt(qd_tokens *t, tok_stmt k)
 
 static qd_status dberr(qd_tokens *t, qd_err *err, const char *op)
 {
-    return qd_stats_dberr(t->db, err, op);
+    return qd_db_fail(t->db, err, op);
 }
 
 /* The row of T_CHECK or T_LIST at the cursor into *info. */
@@ -191,7 +193,7 @@ qd_status qd_tokens_revoke(qd_tokens *t, const char *name, qd_err *err)
     if (sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_step(q) != SQLITE_DONE)
         st = dberr(t, err, "revoke token");
-    else if (sqlite3_changes(t->db) == 0)
+    else if (sqlite3_changes(qd_db_sqlite(t->db)) == 0)
         st = qd_fail(err, QD_NOT_FOUND, "no token named '%s'", name);
     sqlite3_reset(q);
     pthread_mutex_unlock(&t->mu);

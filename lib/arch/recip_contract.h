@@ -1,6 +1,6 @@
 /* recip_contract.h -- the exact-division contract of the SIMD quantize kernels, once for every
- * ISA file (kernels_avx2.c, kernels_avx512.c, kernels_neon.c include it): when a kernel may
- * multiply by a reciprocal instead of dividing, by how much a value must clear a rounding tie
+ * ISA file (kernels_avx512.c; driver_body.h for kernels_avx2.c and kernels_neon.c): when a kernel
+ * may multiply by a reciprocal instead of dividing, by how much a value must clear a rounding tie
  * for that to give the division's code, and what must be recomputed by the IEEE division.
  * SPDX-License-Identifier: Apache-2.0
  *

@@ -16,8 +16,7 @@
 
 #include "ck_internal.h"
 
-#define CK_MIN_CHUNK  (64u << 10)
-#define CK_CONFIG_MAX (64u << 20)
+#define CK_MIN_CHUNK (64u << 10)
 
 static const char *const layout_names[] = {
     [QUANT_LAYOUT_NATIVE] = "native",

@@ -453,6 +453,7 @@ quant_ck_status ck_publish(const char *tmp, const char *path, ck_target kind, qu
  */
 
 #define CK_INDEX_NAME "model.safetensors.index.json"
+#define CK_CONFIG_MAX (64u << 20) /* the largest config.json read */
 
 /* The shards of an input: one file, or a directory's shards in index (or name) order. */
 typedef struct ck_shards {

@@ -61,5 +61,6 @@ Suite *suite_hash(void);
 Suite *suite_kit(void);
 Suite *suite_stream_in(void);
 Suite *suite_mse_ckpt(void);
+Suite *suite_ct_read(void);
 
 #endif

@@ -126,12 +126,22 @@ START_TEST(test_w4a16_group)
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(qc, "ignore"), 0)),
                      "lm_head");
     json_decref(qc);
-    /* dequantize reads the native layout only: a compressed-tensors checkpoint is refused */
+    /* dequantize reads the compressed-tensors layout back (test_ct_read.c: equal to the native
+     * layout's bit for bit): P.weight F32 [64, 128], no weight_packed / weight_scale left */
     char *out = kit_join(root, "out"), *dq = kit_join(root, "dq");
-    ck_assert_int_eq(quant_dequantize_path(out, dq, QUANT_ST_F32, 1, &err),
-                     QUANT_CK_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.message, "compressed-tensors") != NULL, "%s", err.message);
-    ck_assert_int_eq(ck_count_entries(root), 2); /* in, out: no dq, no partial directory */
+    ck_assert_msg(quant_dequantize_path(out, dq, QUANT_ST_F32, 1, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    char *dqf = kit_join(dq, "model.safetensors");
+    quant_st_file *f = NULL;
+    ck_assert_msg(quant_st_open(dqf, &f, &err) == QUANT_CK_OK, "%s", err.message);
+    const quant_st_tensor *t = quant_st_find(f, "layer.proj.weight");
+    ck_assert_ptr_nonnull(t);
+    assert_shape(*t, QUANT_ST_F32, 2, 64, 128);
+    ck_assert_ptr_null(quant_st_find(f, "layer.proj.weight_packed"));
+    ck_assert_ptr_null(quant_st_find(f, "layer.proj.weight_scale"));
+    ck_assert_int_eq(f->n_tensors, 2);
+    quant_st_close(f);
+    free(dqf);
     free(out);
     free(dq);
     kit_rmtree(root);

@@ -1,4 +1,4 @@
-/* main.c -- the daemon test runner: unit suites (store, config, log) and the integration suite
+/* main.c -- the daemon test runner: unit suites (db, store, config, log) and the integration suite
  * that starts the real quantd ($QUANTD_BIN) on a loopback port. CK_RUN_SUITE picks one.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -8,7 +8,8 @@
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite_store());
+    SRunner *sr = srunner_create(suite_db());
+    srunner_add_suite(sr, suite_store());
     srunner_add_suite(sr, suite_config());
     srunner_add_suite(sr, suite_log());
     srunner_add_suite(sr, suite_api());

@@ -5,7 +5,8 @@
  * the same seed, and its per-tensor SRQ scales are the absmax / 127.5 of the layer they name);
  * eval_kld.py on checkpoints made by `quant quantize` (int4 tile 32 diverges more
  * than int8 per-channel, both more than 0; an unquantized copy gives exactly 0 and full top-1
- * agreement); and the scripts' refusals. The interpreter: $QUANT_PYTHON, else the first of
+ * agreement; the compressed-tensors layout of the int4 rules gives the native layout's figures
+ * exactly); and the scripts' refusals. The interpreter: $QUANT_PYTHON, else the first of
  * python3 (PATH) and /usr/bin/python3 (Debian's python3-numpy) that imports numpy; none is a
  * failure, not a skip.
  * SPDX-License-Identifier: Apache-2.0
@@ -234,10 +235,13 @@ typedef struct kld {
     double mean, top1;
     long long positions;
     int dequantized;
+    char layout[32]; /* the layout eval_kld.py found, "" for none */
 } kld;
 
-/* Quantizes the fixture with `rules` (a JSON list) into dir/name, then runs eval_kld.py on it. */
-static kld quantize_and_eval(const char *dir, const char *name, const char *rules)
+/* Quantizes the fixture with `rules` (a JSON list) into dir/name in `layout` (native or
+ * compressed-tensors), then runs eval_kld.py on it. */
+static kld quantize_and_eval_in(const char *dir, const char *name, const char *rules,
+                                const char *layout)
 {
     char *rules_path = kit_join(dir, "rules.json"), *q = kit_join(dir, name);
     FILE *f = fopen(rules_path, "w");
@@ -245,9 +249,9 @@ static kld quantize_and_eval(const char *dir, const char *name, const char *rule
     fputs(rules, f);
     fclose(f);
     char *out = NULL, *err = NULL;
-    int st =
-        run((const char *[]){quant_bin(), "quantize", "-q", "-r", rules_path, SHARDED, q, NULL},
-            &out, &err);
+    int st = run((const char *[]){quant_bin(), "quantize", "-q", "-l", layout, "-r", rules_path,
+                                  SHARDED, q, NULL},
+                 &out, &err);
     ck_assert_msg(st == 0, "quant quantize %s: exit %d: %s", name, st, err);
     free(out);
     free(err);
@@ -261,7 +265,9 @@ static kld quantize_and_eval(const char *dir, const char *name, const char *rule
     kld k = {json_number_value(json_object_get(j, "kld_mean")),
              json_number_value(json_object_get(j, "top1")),
              json_integer_value(json_object_get(j, "positions")),
-             json_is_true(json_object_get(j, "dequantized"))};
+             json_is_true(json_object_get(j, "dequantized")), ""};
+    const char *l = json_string_value(json_object_get(j, "layout"));
+    snprintf(k.layout, sizeof k.layout, "%s", l ? l : "");
     json_decref(j);
     free(out);
     free(err);
@@ -270,20 +276,27 @@ static kld quantize_and_eval(const char *dir, const char *name, const char *rule
     return k;
 }
 
+static kld quantize_and_eval(const char *dir, const char *name, const char *rules)
+{
+    return quantize_and_eval_in(dir, name, rules, "native");
+}
+
+/* int4 tiles of 32, down_proj (172 columns) int8 per channel, the embedding left alone */
+static const char int4_rules[] =
+    "[{\"module_path\": \"model\\\\.embed_tokens\", \"weight_qtype\": null},"
+    " {\"module_path\": \".*down_proj\", \"weight_qtype\": \"int8\"},"
+    " {\"module_path\": \".*_proj\", \"weight_qtype\": \"int4\", \"tile_size\": 32}]";
+
 START_TEST(test_eval_kld)
 {
     char *dir = qdt_tmpdir();
-    kld k4 = quantize_and_eval(dir, "int4",
-                               "[{\"module_path\": \"model\\\\.embed_tokens\", \"weight_qtype\": "
-                               "null},"
-                               " {\"module_path\": \".*down_proj\", \"weight_qtype\": \"int8\"},"
-                               " {\"module_path\": \".*_proj\", \"weight_qtype\": \"int4\", "
-                               "\"tile_size\": 32}]");
+    kld k4 = quantize_and_eval(dir, "int4", int4_rules);
     kld k8 = quantize_and_eval(dir, "int8",
                                "[{\"module_path\": \".*_proj\", \"weight_qtype\": \"int8\"}]");
     kld k0 = quantize_and_eval(dir, "none", "[{\"module_path\": \".*\", \"weight_qtype\": null}]");
     ck_assert_int_eq(k4.positions, 4 * 24);
     ck_assert(k4.dequantized && k8.dequantized && k0.dequantized);
+    ck_assert_str_eq(k4.layout, "native");
     /* quantized weights diverge, fewer bits more; both stay finite (this fixed network is very
      * sensitive: int8 per-channel is about 0.02 nats, int4 tile 32 about 2) */
     ck_assert_msg(k8.mean > 0 && k8.mean < 0.25, "int8 KLD %g", k8.mean);
@@ -293,6 +306,14 @@ START_TEST(test_eval_kld)
     /* nothing quantized: the same weights give the same logits, bit for bit */
     ck_assert_msg(k0.mean == 0.0 && k0.top1 == 1.0, "unquantized copy: KLD %g, top-1 %g", k0.mean,
                   k0.top1);
+    /* the same rules in the compressed-tensors layout: `quant dequantize` reads it back to the
+     * native layout's weights bit for bit, so the figures are the same to the last digit */
+    kld kc = quantize_and_eval_in(dir, "int4-ct", int4_rules, "compressed-tensors");
+    ck_assert(kc.dequantized);
+    ck_assert_str_eq(kc.layout, "compressed-tensors");
+    ck_assert_msg(kc.mean == k4.mean && kc.top1 == k4.top1 && kc.positions == k4.positions,
+                  "compressed-tensors KLD %.17g top-1 %g, native %.17g %g", kc.mean, kc.top1,
+                  k4.mean, k4.top1);
     kit_rmtree(dir);
     free(dir);
 }

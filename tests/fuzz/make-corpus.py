@@ -300,6 +300,64 @@ def rules_seeds():
         "\0\0\u00e9t\u00e9\0a" * 3 + "\0" + "x" * 300)
 
 
+# ---- ct_read ------------------------------------------------------------------------------------
+
+def f32s(*values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def ct_config(fmt, bits, typ="int", target="m.p", version=None, status="compressed"):
+    qc = {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": status,
+          "config_groups": {"group_0": {"targets": [target], "format": fmt,
+                                        "weights": {"num_bits": bits, "type": typ}}}}
+    if version:
+        qc["version"] = version
+    return json.dumps({"model_type": "llama", "quantization_config": qc})
+
+
+def ct_read_seeds():
+    """A config.json, a NUL, then a shard holding one compressed-tensors weight m.p.weight of
+    each form (and a plain tensor and an input_scale beside it); one shard without a config."""
+    pt = {"format": "pt"}
+    head = ("lm_head.weight", "F32", [2, 4], f32s(*[0.25 * i for i in range(8)]))
+    shape = ("m.p.weight_shape", "I64", [2], struct.pack("<2q", 4, 64))
+    int4 = [("m.p.weight_packed", "I32", [4, 8], pattern(128, 1)),
+            ("m.p.weight_scale", "F32", [4, 4], f32s(*[0.5 + i for i in range(16)])), shape, head]
+    seeds = {
+        "pack-int4-group.bin": (ct_config("pack-quantized", 4), int4),
+        "pack-int3-asym-channel.bin": (ct_config("pack-quantized", 3), [
+            ("m.p.weight_packed", "I32", [4, 6], pattern(96, 2)),
+            ("m.p.weight_scale", "BF16", [4, 1], struct.pack("<4H", 0x3f00, 0x3f80, 0x4000, 0x3e80)),
+            ("m.p.weight_zero_point", "I32", [1, 1], struct.pack("<I", 0x0ac5)), shape]),
+        "int8-block-zp.bin": (ct_config("int-quantized", 8), [
+            ("m.p.weight", "I8", [8, 32], pattern(256, 3)),
+            ("m.p.weight_scale", "F16", [2, 2], struct.pack("<4H", 0x3800, 0x3c00, 0x2e66, 0x4400)),
+            ("m.p.weight_zero_point", "I8", [2, 2], bytes([3, 0, 0xfd, 0x7f])),
+            ("m.p.input_scale", "F32", [1], f32s(0.02))]),
+        "fp8-tensor.bin": (ct_config("float-quantized", 8, "float"), [
+            ("m.p.weight", "F8_E4M3", [4, 16], pattern(64, 4)),
+            ("m.p.weight_scale", "F32", [1], f32s(0.125))]),
+        "mxfp4.bin": (ct_config("mxfp4-pack-quantized", 4, "float"), [
+            ("m.p.weight_packed", "U8", [4, 32], pattern(128, 5)),
+            ("m.p.weight_scale", "U8", [4, 2], bytes([120, 121, 127, 128, 0, 1, 130, 254]))]),
+        "mxfp8.bin": (ct_config("mxfp8-quantized", 8, "float"), [
+            ("m.p.weight", "F8_E4M3", [4, 64], pattern(256, 6)),
+            ("m.p.weight_scale", "U8", [4, 2], bytes([127, 126, 125, 124, 123, 122, 121, 120]))]),
+        "nvfp4.bin": (ct_config("nvfp4-pack-quantized", 4, "float"), [
+            ("m.p.weight_packed", "U8", [4, 32], pattern(128, 7)),
+            ("m.p.weight_scale", "F8_E4M3", [4, 4], bytes([0x38, 0x30, 0x7e, 0x20] * 4)),
+            ("m.p.weight_global_scale", "F32", [1], f32s(2688.0))]),
+        "old-release-int3.bin": (ct_config("pack-quantized", 3, version="0.12.2"), [
+            ("m.p.weight_packed", "I32", [4, 6], pattern(96, 8)),
+            ("m.p.weight_scale", "F32", [4, 1], f32s(1, 2, 3, 4)), shape]),
+        "unknown-format.bin": (ct_config("marlin-24", 4), int4),
+    }
+    for name, (cfg, tensors) in seeds.items():
+        put("ct_read", name, cfg.encode() + b"\0" + safetensors(tensors, pt))
+    # no config.json: num_bits from the packed shape (8 words a row: int4 for 64 inputs)
+    put("ct_read", "pack-int4-no-config.safetensors", safetensors(int4, pt))
+
+
 # ---- config -------------------------------------------------------------------------------------
 
 def config_seeds():
@@ -559,6 +617,7 @@ def http_seeds():
 
 def main():
     st_read_seeds()
+    ct_read_seeds()
     stats_st_seeds()
     stats_json_seeds()
     srq_stats_seeds()

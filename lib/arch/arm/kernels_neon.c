@@ -1,12 +1,12 @@
 /* kernels_neon.c -- AArch64 Advanced SIMD (NEON) kernels: absmax/minmax reductions, quantize to
  * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing.
- * Bit-identical to kernels_generic.c: same IEEE division, same round-half-even, tails run the
- * generic code. The algorithms are those of kernels_avx2.c on 4-lane vectors.
+ * Quantize, the one-pass absmax kernel and the fused MSE search are ../driver_body.h compiled on
+ * the 4-lane primitives defined here, the same body as kernels_avx2.c's. Bit-identical to
+ * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <arm_neon.h>
 
-#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
@@ -15,13 +15,13 @@
 #error "kernels_neon.c assumes little-endian AArch64"
 #endif
 
-/* b = x * r + z in the reciprocal path below must stay two roundings: the Makefile builds with
- * -ffp-contract=off, and GCC's vmulq_f32/vaddq_f32 are plain C operators that would otherwise be
- * fused. */
+/* b = x * r + z in the reciprocal path (../driver_body.h) must stay two roundings: the Makefile
+ * builds with -ffp-contract=off, and GCC's vmulq_f32/vaddq_f32 are plain C operators that would
+ * otherwise be fused. */
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ALWAYS_INLINE uint32x4_t abs_bits(float32x4_t v)
+ALWAYS_INLINE uint32x4_t qd_abs_bits(float32x4_t v)
 {
     return vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7fffffffu));
 }
@@ -34,7 +34,7 @@ ALWAYS_INLINE bool all_set(uint32x4_t m)
 }
 
 /* Prefetches the source of the next row for the 16 values at chunk offset j. */
-ALWAYS_INLINE void prefetch16(const char *pf, int64_t pf_elem, int64_t j)
+ALWAYS_INLINE void qd_prefetch(const char *pf, int64_t pf_elem, int64_t j)
 {
     if (!pf) return;
     __builtin_prefetch(pf + j * pf_elem, 0, 2);
@@ -49,12 +49,12 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     uint32x4_t m0 = vdupq_n_u32(0), m1 = m0, m2 = m0, m3 = m0;
     int64_t j = 0;
     for (; j + 16 <= len; j += 16) {
-        m0 = vmaxq_u32(m0, abs_bits(vld1q_f32(x + j)));
-        m1 = vmaxq_u32(m1, abs_bits(vld1q_f32(x + j + 4)));
-        m2 = vmaxq_u32(m2, abs_bits(vld1q_f32(x + j + 8)));
-        m3 = vmaxq_u32(m3, abs_bits(vld1q_f32(x + j + 12)));
+        m0 = vmaxq_u32(m0, qd_abs_bits(vld1q_f32(x + j)));
+        m1 = vmaxq_u32(m1, qd_abs_bits(vld1q_f32(x + j + 4)));
+        m2 = vmaxq_u32(m2, qd_abs_bits(vld1q_f32(x + j + 8)));
+        m3 = vmaxq_u32(m3, qd_abs_bits(vld1q_f32(x + j + 12)));
     }
-    for (; j + 4 <= len; j += 4) m0 = vmaxq_u32(m0, abs_bits(vld1q_f32(x + j)));
+    for (; j + 4 <= len; j += 4) m0 = vmaxq_u32(m0, qd_abs_bits(vld1q_f32(x + j)));
     uint32_t m = vmaxvq_u32(vmaxq_u32(vmaxq_u32(m0, m1), vmaxq_u32(m2, m3)));
     for (; j < len; j++) {
         uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
@@ -63,9 +63,15 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     return m;
 }
 
+/* Lane i of the result is the max of the 4 lanes of m[i]: two rounds of pairwise max. */
+ALWAYS_INLINE uint32x4_t qd_hmax_groups(const uint32x4_t m[4])
+{
+    return vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+}
+
 /* Small tiles that start on a group boundary: 4 column groups at a time, each reduced to one
- * vector, then the 4 vectors reduced together by two rounds of pairwise max (lane i of the
- * result is the max of group i). Returns the elements handled (whole groups). */
+ * vector, then the 4 vectors reduced together (qd_hmax_groups). Returns the elements handled
+ * (whole groups). */
 static int64_t absmax_groups4(const float *x, int64_t n, int64_t c0, int64_t tile, float *acc,
                               uint32_t *seen)
 {
@@ -75,11 +81,11 @@ static int64_t absmax_groups4(const float *x, int64_t n, int64_t c0, int64_t til
         uint32x4_t m[4];
         for (int i = 0; i < 4; i++) {
             const float *xg = x + j + i * tile;
-            uint32x4_t a = abs_bits(vld1q_f32(xg));
-            for (int64_t k = 4; k < tile; k += 4) a = vmaxq_u32(a, abs_bits(vld1q_f32(xg + k)));
+            uint32x4_t a = qd_abs_bits(vld1q_f32(xg));
+            for (int64_t k = 4; k < tile; k += 4) a = vmaxq_u32(a, qd_abs_bits(vld1q_f32(xg + k)));
             m[i] = a;
         }
-        uint32x4_t h = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+        uint32x4_t h = qd_hmax_groups(m);
         h = vmaxq_u32(h, vreinterpretq_u32_f32(vld1q_f32(acc + g)));
         vst1q_f32(acc + g, vreinterpretq_f32_u32(h));
         worst = vmaxq_u32(worst, h);
@@ -95,7 +101,7 @@ static int absmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, floa
         uint32x4_t seen = vdupq_n_u32(0);
         int64_t j = 0;
         for (; j + 4 <= n; j += 4) {
-            uint32x4_t a = abs_bits(vld1q_f32(x + j));
+            uint32x4_t a = qd_abs_bits(vld1q_f32(x + j));
             uint32x4_t m = vreinterpretq_u32_f32(vld1q_f32(acc + c0 + j));
             vst1q_f32(acc + c0 + j, vreinterpretq_f32_u32(vmaxq_u32(m, a)));
             seen = vmaxq_u32(seen, a);
@@ -132,7 +138,7 @@ static int minmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             float32x4_t lo = vld1q_f32(mn + c0 + j), hi = vld1q_f32(mx + c0 + j);
             vst1q_f32(mn + c0 + j, vbslq_f32(vcltq_f32(v, lo), v, lo));
             vst1q_f32(mx + c0 + j, vbslq_f32(vcgtq_f32(v, hi), v, hi));
-            seen = vmaxq_u32(seen, abs_bits(v));
+            seen = vmaxq_u32(seen, qd_abs_bits(v));
         }
         int bad = vmaxvq_u32(seen) >= 0x7f800000u;
         return quant_generic_minmax(x + j, n - j, c0 + j, 1, mn, mx) | bad;
@@ -151,7 +157,7 @@ static int minmax_neon(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             float32x4_t v = vld1q_f32(x + j);
             lo = vminq_f32(v, lo);
             hi = vmaxq_f32(v, hi);
-            seen = vmaxq_u32(seen, abs_bits(v));
+            seen = vmaxq_u32(seen, qd_abs_bits(v));
         }
         mn[g] = vminvq_f32(lo);
         mx[g] = vmaxvq_f32(hi);
@@ -236,7 +242,7 @@ ALWAYS_INLINE uint32x4_t e2m1_codes(float32x4_t v)
     return vorrq_u32(m, sign);
 }
 
-ALWAYS_INLINE uint32x4_t codes4(quant_kcode kc, float32x4_t v, float32x4_t qmin, float32x4_t qmax)
+ALWAYS_INLINE uint32x4_t qd_codes(quant_kcode kc, float32x4_t v, float32x4_t qmin, float32x4_t qmax)
 {
     switch (kc) {
     case QK_E2M1:
@@ -254,8 +260,8 @@ ALWAYS_INLINE uint32x4_t codes4(quant_kcode kc, float32x4_t v, float32x4_t qmin,
 
 /* Narrows 4 x 4 int32 codes to 16 codes of the kind's width (truncating, as the scalar casts
  * do) and stores them; stores go through byte vectors, so dst needs no alignment. */
-ALWAYS_INLINE void store16(quant_kcode kc, uint8_t *dst, uint32x4_t a, uint32x4_t b, uint32x4_t c,
-                           uint32x4_t d)
+ALWAYS_INLINE void qd_store_blk(quant_kcode kc, uint8_t *dst, uint32x4_t a, uint32x4_t b,
+                                uint32x4_t c, uint32x4_t d)
 {
     uint16x8_t ab = vmovn_high_u32(vmovn_u32(a), b), cd = vmovn_high_u32(vmovn_u32(c), d);
     if (kc == QK_I16) {
@@ -266,7 +272,7 @@ ALWAYS_INLINE void store16(quant_kcode kc, uint8_t *dst, uint32x4_t a, uint32x4_
     vst1q_u8(dst, vmovn_high_u16(vmovn_u16(ab), cd));
 }
 
-ALWAYS_INLINE void store4(quant_kcode kc, uint8_t *dst, uint32x4_t a)
+ALWAYS_INLINE void qd_store_vec(quant_kcode kc, uint8_t *dst, uint32x4_t a)
 {
     uint16x4_t h = vmovn_u32(a);
     if (kc == QK_I16) {
@@ -277,300 +283,106 @@ ALWAYS_INLINE void store4(quant_kcode kc, uint8_t *dst, uint32x4_t a)
     memcpy(dst, &w, sizeof w);
 }
 
-/* Integer codes without a divide per element: the contract of ../recip_contract.h. */
+/* ---- the shared driver (../driver_body.h) on 4 lanes ---------------------------------------- */
 
-/* Rounded and clipped value of b = x * r [+ z]; clears in *ok the lanes too close to a tie.
- * NEON's fmax/fmin return NaN for a NaN operand, so a NaN b stays NaN through the clip and
- * fails the ordered compare: it counts as near. */
-ALWAYS_INLINE float32x4_t recip_round(float32x4_t x, float32x4_t r, float32x4_t z, bool asym,
-                                      float32x4_t qmin, float32x4_t qmax, float32x4_t limit,
-                                      uint32x4_t *ok)
+#define QD_W 4
+typedef float32x4_t qd_vf;
+typedef uint32x4_t qd_vi;
+typedef uint32x4_t qd_vm; /* lanes clear of a tie: all ones */
+#define qd_load     vld1q_f32
+#define qd_store    vst1q_f32
+#define qd_set1     vdupq_n_f32
+#define qd_bcast    vld1q_dup_f32
+#define qd_add      vaddq_f32
+#define qd_sub      vsubq_f32
+#define qd_mul      vmulq_f32
+#define qd_div      vdivq_f32
+#define qd_abs      vabsq_f32
+#define qd_rint     vrndnq_f32
+#define qd_max_bits vmaxq_u32
+#define qd_bits_f   vreinterpretq_f32_u32
+
+/* NEON's fmax/fmin return NaN for a NaN operand. */
+ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {
-    float32x4_t b = vmulq_f32(x, r);
-    if (asym) b = vaddq_f32(b, z);
-    b = vminq_f32(vmaxq_f32(b, qmin), qmax);
-    float32x4_t k = vrndnq_f32(b);
-    float32x4_t d = vabsq_f32(vsubq_f32(b, k));
-    *ok = vandq_u32(*ok, vcltq_f32(d, limit));
-    return k;
+    return vminq_f32(vmaxq_f32(v, lo), hi);
 }
 
-/* Codes of values already rounded and clipped by recip_round (exact integers). */
-ALWAYS_INLINE uint32x4_t rounded_codes(float32x4_t k)
+ALWAYS_INLINE qd_vm qd_near_none(void)
+{
+    return vdupq_n_u32(UINT32_MAX);
+}
+
+/* Clears the lanes that are not clear of the tie (the ordered d < limit fails on NaN). */
+ALWAYS_INLINE qd_vm qd_note(qd_vm acc, qd_vf d, qd_vf limit)
+{
+    return vandq_u32(acc, vcltq_f32(d, limit));
+}
+
+ALWAYS_INLINE bool qd_any(qd_vm acc)
+{
+    return !all_set(acc);
+}
+
+ALWAYS_INLINE qd_vi qd_cvt(qd_vf k)
 {
     return vreinterpretq_u32_s32(vcvtq_s32_f32(k));
 }
 
-/* The IEEE path for 16 values. */
-ALWAYS_INLINE void divide16(quant_kcode kc, const float *x, float32x4_t s, float32x4_t z, bool asym,
-                            float32x4_t qmin, float32x4_t qmax, uint8_t *out)
+ALWAYS_INLINE qd_vf qd_zp(const int32_t *p)
 {
-    uint32x4_t c[4];
-    for (int i = 0; i < 4; i++) {
-        float32x4_t v = vdivq_f32(vld1q_f32(x + 4 * i), s);
-        if (asym) v = vaddq_f32(v, z);
-        c[i] = codes4(kc, v, qmin, qmax);
-    }
-    store16(kc, out, c[0], c[1], c[2], c[3]);
+    return vcvtq_f32_s32(vld1q_s32(p));
 }
 
-/* Blocks of 16 integer codes through the reciprocal path; a block with a value too close to a
- * tie is redone with the division. `asym` is a compile-time constant at each call. */
-ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n16, float sc, float32x4_t z,
-                              float32x4_t qmin, float32x4_t qmax, uint8_t *out, const char *pf,
-                              int64_t pf_elem, const bool asym)
+ALWAYS_INLINE qd_vf qd_tiny_one(qd_vf s)
 {
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const float32x4_t s = vdupq_n_f32(sc), r = vdupq_n_f32(1.0f / sc);
-    const float32x4_t limit = vdupq_n_f32(qk_tie_limit(kc));
-    for (int64_t j = 0; j < n16; j += 16) {
-        prefetch16(pf, pf_elem, j);
-        uint32x4_t ok = vdupq_n_u32(UINT32_MAX);
-        float32x4_t k0 = recip_round(vld1q_f32(x + j), r, z, asym, qmin, qmax, limit, &ok);
-        float32x4_t k1 = recip_round(vld1q_f32(x + j + 4), r, z, asym, qmin, qmax, limit, &ok);
-        float32x4_t k2 = recip_round(vld1q_f32(x + j + 8), r, z, asym, qmin, qmax, limit, &ok);
-        float32x4_t k3 = recip_round(vld1q_f32(x + j + 12), r, z, asym, qmin, qmax, limit, &ok);
-        if (__builtin_expect(all_set(ok), 1))
-            store16(kc, out + j * csize, rounded_codes(k0), rounded_codes(k1), rounded_codes(k2),
-                    rounded_codes(k3));
-        else
-            divide16(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
-    }
+    return vbslq_f32(vcltq_f32(s, vdupq_n_f32(QN_TINY_SCALE)), vdupq_n_f32(1.0f), s);
 }
 
-/* Blocks of 16 codes with the IEEE division (fp8, nf4, and scales whose reciprocal is not a
- * normal float). */
-ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n16, float sc, float32x4_t z,
-                              bool asym, float32x4_t qmin, float32x4_t qmax, uint8_t *out,
-                              const char *pf, int64_t pf_elem)
+/* A byte table lookup: bytes 4i..4i+3 of s into every lane. */
+ALWAYS_INLINE qd_vf qd_lane_of(qd_vf s, int64_t i)
 {
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const float32x4_t s = vdupq_n_f32(sc);
-    for (int64_t j = 0; j < n16; j += 16) {
-        prefetch16(pf, pf_elem, j);
-        divide16(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
-    }
+    uint32x4_t idx = vdupq_n_u32(0x03020100u + 0x04040404u * (uint32_t)i);
+    return vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(s), vreinterpretq_u8_u32(idx)));
 }
 
-/* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 16 then 4;
- * returns the count handled (the rest is left for a scalar tail). */
-ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc,
-                                   float32x4_t z, bool asym, float32x4_t qmin, float32x4_t qmax,
-                                   uint8_t *out, const char *pf, int64_t pf_elem)
+/* FCVTNS rounds half to even as it converts. */
+ALWAYS_INLINE qd_vi qd_bounded_codes(qd_vf v, qd_vi qmin, qd_vi qmax)
 {
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    int64_t n16 = len & ~(int64_t)15, j = n16;
-    if (qk_is_int(kc) && qk_recip_usable(sc)) {
-        if (asym)
-            int_blocks(kc, x, n16, sc, z, qmin, qmax, out, pf, pf_elem, true);
-        else
-            int_blocks(kc, x, n16, sc, z, qmin, qmax, out, pf, pf_elem, false);
-    } else {
-        div_blocks(kc, x, n16, sc, z, asym, qmin, qmax, out, pf, pf_elem);
-    }
-    float32x4_t s = vdupq_n_f32(sc);
-    for (; j + 4 <= len; j += 4) {
-        float32x4_t v = vdivq_f32(vld1q_f32(x + j), s);
-        if (asym) v = vaddq_f32(v, z);
-        store4(kc, out + j * csize, codes4(kc, v, qmin, qmax));
-    }
-    return j;
+    int32x4_t c = vmaxq_s32(vcvtnq_s32_f32(v), vreinterpretq_s32_u32(qmin));
+    return vreinterpretq_u32_s32(vminq_s32(c, vreinterpretq_s32_u32(qmax)));
 }
 
-/* ---- chunks whose column groups are whole 4-vectors (tile % 4 == 0, c0 % 4 == 0) ------------ */
-
-#define SUB 2048 /* elements per sub-chunk: bounds the per-group tables below */
-
-/* Advances to the group of the next `width` elements (tile % width == 0). */
-ALWAYS_INLINE int64_t next_group(int64_t *g, int64_t *left, int64_t tile, int64_t width)
+/* quant_mse_int_fn's terms for 4 candidates (the 4 lanes of sv), as mse_lanes8.h computes
+ * them for 8: the code by the IEEE division, clipped before the rounding (equal to rounding
+ * then clipping, the bounds being integers), code * s in float32, and the float64 term
+ * w * (e * e) added to each candidate's sum in element order. */
+ALWAYS_INLINE void qd_mse_lanes(const float *x, const float *w, const bool unit, int64_t j,
+                                int64_t end, const float *sv, double *av, qd_vf qmin, qd_vf qmax)
 {
-    if (*left == 0) {
-        (*g)++;
-        *left = tile;
-    }
-    *left -= width;
-    return *g;
-}
-
-/* One 4-vector of the grouped path: its scale, zero point and, on the reciprocal path, its
- * rounded value and tie mask. */
-typedef struct vlane {
-    float32x4_t s, z, k;
-    uint32x4_t ok;
-} vlane;
-
-ALWAYS_INLINE vlane lane_at(const quant_krow *r, const float *x, int64_t gi, const float *recip,
-                            const float *zpf, int64_t g0, float32x4_t qmin, float32x4_t qmax,
-                            float32x4_t limit, const bool asym, const bool use_recip)
-{
-    vlane l;
-    l.s = vld1q_dup_f32(r->scale + gi);
-    l.z = asym ? vld1q_dup_f32(zpf + gi - g0) : vdupq_n_f32(0.0f);
-    l.ok = vdupq_n_u32(UINT32_MAX);
-    l.k = use_recip ? recip_round(vld1q_f32(x), vld1q_dup_f32(recip + gi - g0), l.z, asym, qmin,
-                                  qmax, limit, &l.ok)
-                    : l.s;
-    return l;
-}
-
-ALWAYS_INLINE uint32x4_t lane_divide(quant_kcode kc, const float *x, vlane l, float32x4_t qmin,
-                                     float32x4_t qmax, const bool asym)
-{
-    float32x4_t v = vdivq_f32(vld1q_f32(x), l.s);
-    if (asym) v = vaddq_f32(v, l.z);
-    return codes4(kc, v, qmin, qmax);
-}
-
-/* Notes lane j (element offset) for the division pass when one of its values is near a tie,
- * without a branch (near ties are frequent and irregular: see kernels_avx2.c). */
-ALWAYS_INLINE void note_near(vlane l, int64_t j, int32_t *redo, int *nredo)
-{
-    redo[*nredo] = (int32_t)j;
-    *nredo += !all_set(l.ok);
-}
-
-/* Codes for x[0..n4) (n4 % 4 == 0) of one sub-chunk. recip[] and zpf[] hold, per group from g0,
- * 1/scale (NaN when the reciprocal is unusable) and the zero point as a float. `asym`,
- * `use_recip` and `per_block` (tile % 16 == 0 and c0 % 16 == 0: one group per 16 values) are
- * compile-time constants at each call. */
-ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, int64_t n4,
-                           int64_t c0, const float *recip, const float *zpf, int64_t g0,
-                           uint8_t *out, const bool asym, const bool use_recip,
-                           const bool per_block)
-{
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const float32x4_t qmin = vdupq_n_f32(r->qmin), qmax = vdupq_n_f32(r->qmax);
-    const float32x4_t limit = vdupq_n_f32(qk_tie_limit(kc));
-    const int64_t tile = r->tile;
-    int64_t g = c0 / tile, left = (g + 1) * tile - c0, j = 0;
-    int32_t redo[SUB / 4 + 1];
-    int nredo = 0;
-    for (; j + 16 <= n4; j += 16) {
-        prefetch16(r->pf, r->pf_elem, j);
-        int64_t ga = next_group(&g, &left, tile, per_block ? 16 : 4);
-        int64_t gb = per_block ? ga : next_group(&g, &left, tile, 4);
-        int64_t gc = per_block ? ga : next_group(&g, &left, tile, 4);
-        int64_t gd = per_block ? ga : next_group(&g, &left, tile, 4);
-        vlane a = lane_at(r, x + j, ga, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        vlane b = lane_at(r, x + j + 4, gb, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        vlane c = lane_at(r, x + j + 8, gc, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        vlane d = lane_at(r, x + j + 12, gd, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        if (use_recip) {
-            store16(kc, out + j * csize, rounded_codes(a.k), rounded_codes(b.k), rounded_codes(c.k),
-                    rounded_codes(d.k));
-            note_near(a, j, redo, &nredo);
-            note_near(b, j + 4, redo, &nredo);
-            note_near(c, j + 8, redo, &nredo);
-            note_near(d, j + 12, redo, &nredo);
-        } else {
-            store16(kc, out + j * csize, lane_divide(kc, x + j, a, qmin, qmax, asym),
-                    lane_divide(kc, x + j + 4, b, qmin, qmax, asym),
-                    lane_divide(kc, x + j + 8, c, qmin, qmax, asym),
-                    lane_divide(kc, x + j + 12, d, qmin, qmax, asym));
+    const float32x4_t s = vld1q_f32(sv);
+    float64x2_t a0 = vld1q_f64(av), a1 = vld1q_f64(av + 2);
+    for (int64_t i = j; i < end; i++) {
+        float32x4_t v = vminq_f32(vmaxq_f32(vdivq_f32(vdupq_n_f32(x[i]), s), qmin), qmax);
+        float32x4_t d = vmulq_f32(vrndnq_f32(v), s);
+        float64x2_t xd = vdupq_n_f64((double)x[i]);
+        float64x2_t e0 = vsubq_f64(xd, vcvt_f64_f32(vget_low_f32(d)));
+        float64x2_t e1 = vsubq_f64(xd, vcvt_high_f64_f32(d));
+        e0 = vmulq_f64(e0, e0);
+        e1 = vmulq_f64(e1, e1);
+        if (!unit) {
+            float64x2_t wd = vdupq_n_f64((double)w[i]);
+            e0 = vmulq_f64(wd, e0);
+            e1 = vmulq_f64(wd, e1);
         }
+        a0 = vaddq_f64(a0, e0);
+        a1 = vaddq_f64(a1, e1);
     }
-    for (; j < n4; j += 4) {
-        int64_t gi = next_group(&g, &left, tile, 4);
-        float32x4_t v = vdivq_f32(vld1q_f32(x + j), vld1q_dup_f32(r->scale + gi));
-        if (asym) v = vaddq_f32(v, vld1q_dup_f32(zpf + gi - g0));
-        store4(kc, out + j * csize, codes4(kc, v, qmin, qmax));
-    }
-    /* the division pass over the lanes noted near a tie */
-    for (int i = 0; i < nredo; i++) {
-        int64_t at = redo[i], gi = (c0 + at) / tile;
-        vlane l = {vld1q_dup_f32(r->scale + gi),
-                   asym ? vld1q_dup_f32(zpf + gi - g0) : vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
-                   vdupq_n_u32(0)};
-        store4(kc, out + at * csize, lane_divide(kc, x + at, l, qmin, qmax, asym));
-    }
+    vst1q_f64(av, a0);
+    vst1q_f64(av + 2, a1);
 }
 
-ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                              int64_t c0, uint8_t *out)
-{
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = qk_is_int(kc);
-    float recip[SUB / 4 + 2], zpf[SUB / 4 + 2];
-    for (int64_t j0 = 0; j0 < n; j0 += SUB) {
-        int64_t m = n - j0 < SUB ? n - j0 : SUB, m4 = m & ~(int64_t)3, cj = c0 + j0;
-        int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
-        for (int64_t g = g0; g <= g1; g++) {
-            float sc = r->scale[g];
-            recip[g - g0] = qk_recip_or_nan(sc);
-            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
-        }
-        const float *xj = x + j0;
-        uint8_t *oj = out + j0 * csize;
-        quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
-        if (sub.pf) sub.pf += j0 * sub.pf_elem;
-        bool blk = r->tile % 16 == 0 && cj % 16 == 0;
-        if (!is_int)
-            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, false, false, false);
-        else if (r->zp)
-            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, true, true, false);
-        else if (blk)
-            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, false, true, true);
-        else
-            grouped(kc, &sub, xj, m4, cj, recip, zpf, g0, oj, false, true, false);
-        if (m4 < m) quant_generic_quantize(r, xj + m4, m - m4, cj + m4, oj + m4 * csize);
-    }
-}
-
-ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                              int64_t c0, void *codes)
-{
-    uint8_t *out = codes;
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const float32x4_t qmin = vdupq_n_f32(r->qmin), qmax = vdupq_n_f32(r->qmax);
-    /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
-    int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
-    if (r->tile == 1) {
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            float32x4_t v = vdivq_f32(vld1q_f32(x + j), vld1q_f32(r->scale + c0 + j));
-            if (r->zp) v = vaddq_f32(v, vcvtq_f32_s32(vld1q_s32(r->zp + c0 + j)));
-            store4(kc, out + j * csize, codes4(kc, v, qmin, qmax));
-        }
-        return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
-    }
-    if (r->tile < 4) return quant_generic_quantize(r, x, n, c0, codes);
-    if (r->tile < 64 && r->tile % 4 == 0 && c0 % 4 == 0) { /* small tiles: many groups */
-        grouped_kc(kc, r, x, n, c0, out);
-        return bad;
-    }
-    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
-    for (int64_t j = 0; j < n; g++, end += r->tile) {
-        if (end > n) end = n;
-        float32x4_t z = vdupq_n_f32(r->zp ? (float)r->zp[g] : 0.0f);
-        j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax,
-                          out + j * csize, r->pf ? r->pf + j * r->pf_elem : NULL, r->pf_elem);
-        if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
-        j = end;
-    }
-    return bad;
-}
-
-static int quantize_neon(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
-{
-    switch (r->kcode) {
-    case QK_I8:
-        return quantize_kc(QK_I8, r, x, n, c0, codes);
-    case QK_U8:
-        return quantize_kc(QK_U8, r, x, n, c0, codes);
-    case QK_I16:
-        return quantize_kc(QK_I16, r, x, n, c0, codes);
-    case QK_E4M3:
-        return quantize_kc(QK_E4M3, r, x, n, c0, codes);
-    case QK_E5M2:
-        return quantize_kc(QK_E5M2, r, x, n, c0, codes);
-    case QK_NF4:
-        return quantize_kc(QK_NF4, r, x, n, c0, codes);
-    case QK_E2M1:
-        return quantize_kc(QK_E2M1, r, x, n, c0, codes);
-    default:
-        return quant_generic_quantize(r, x, n, c0, codes);
-    }
-}
+#include "../driver_body.h"
 
 /* ---- dequantize ------------------------------------------------------------------------------ */
 
@@ -801,7 +613,7 @@ const quant_kernels quant_kernels_neon = {
     .isa = QUANT_ISA_NEON,
     .absmax = absmax_neon,
     .minmax = minmax_neon,
-    .quantize = quantize_neon,
+    .quantize = qd_quantize,
     .dequantize = dequantize_neon,
     .widen_bf16 = widen_bf16_neon,
     .widen_f16 = widen_f16_neon,
@@ -811,4 +623,6 @@ const quant_kernels quant_kernels_neon = {
     .nvfp4_scales = quant_generic_nvfp4_scales,
     .lin_scales = quant_generic_lin_scales,
     .mse_acc = mse_acc_neon,
+    .quantize_absmax = qd_quantize_absmax,
+    .mse_int = qd_mse_int,
 };

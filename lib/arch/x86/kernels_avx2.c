@@ -1,18 +1,19 @@
-/* kernels_avx2.c -- AVX2 + FMA + F16C kernels: absmax/minmax reductions, quantize to int / fp8 /
- * nf4 codes, dequantize of integer codes, bf16/f16 widening. Bit-identical to
+/* kernels_avx2.c -- AVX2 + FMA + F16C kernels: absmax/minmax reductions, the code kinds (int,
+ * fp8, nf4, e2m1) and the 8-lane primitives on which ../driver_body.h builds quantize, the
+ * one-pass absmax kernel and the fused MSE search; dequantize of integer codes, bf16/f16
+ * widening, packing, error sums, microscaling and linear scales. Bit-identical to
  * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <float.h>
 #include <immintrin.h>
 
-#include "../recip_contract.h"
 #include "internal.h"
 #include "numerics.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ALWAYS_INLINE __m256i abs_bits(__m256 v)
+ALWAYS_INLINE __m256i qd_abs_bits(__m256 v)
 {
     return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff));
 }
@@ -42,7 +43,7 @@ ALWAYS_INLINE float hmax_ps(__m256 v)
 }
 
 /* Prefetches the source of the next row for the 32 values at chunk offset j. */
-ALWAYS_INLINE void prefetch32(const char *pf, int64_t pf_elem, int64_t j)
+ALWAYS_INLINE void qd_prefetch(const char *pf, int64_t pf_elem, int64_t j)
 {
     if (!pf) return;
     _mm_prefetch(pf + j * pf_elem, _MM_HINT_T1);
@@ -57,12 +58,12 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
     __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
     int64_t j = 0;
     for (; j + 32 <= len; j += 32) {
-        m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(x + j)));
-        m1 = _mm256_max_epi32(m1, abs_bits(_mm256_loadu_ps(x + j + 8)));
-        m2 = _mm256_max_epi32(m2, abs_bits(_mm256_loadu_ps(x + j + 16)));
-        m3 = _mm256_max_epi32(m3, abs_bits(_mm256_loadu_ps(x + j + 24)));
+        m0 = _mm256_max_epi32(m0, qd_abs_bits(_mm256_loadu_ps(x + j)));
+        m1 = _mm256_max_epi32(m1, qd_abs_bits(_mm256_loadu_ps(x + j + 8)));
+        m2 = _mm256_max_epi32(m2, qd_abs_bits(_mm256_loadu_ps(x + j + 16)));
+        m3 = _mm256_max_epi32(m3, qd_abs_bits(_mm256_loadu_ps(x + j + 24)));
     }
-    for (; j + 8 <= len; j += 8) m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(x + j)));
+    for (; j + 8 <= len; j += 8) m0 = _mm256_max_epi32(m0, qd_abs_bits(_mm256_loadu_ps(x + j)));
     uint32_t m = hmax_epi32(_mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3)));
     for (; j < len; j++) {
         uint32_t a = qn_bits(x[j]) & 0x7fffffffu;
@@ -72,7 +73,7 @@ static uint32_t seg_absmax_bits(const float *x, int64_t len)
 }
 
 /* Lane i of the result is the max of the 8 lanes of v[i] (a transposing reduction). */
-ALWAYS_INLINE __m256i hmax8x8(const __m256i v[8])
+ALWAYS_INLINE __m256i qd_hmax_groups(const __m256i v[8])
 {
     __m256i a0 =
         _mm256_max_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
@@ -99,12 +100,13 @@ static int64_t absmax_groups8(const float *x, int64_t n, int64_t c0, int64_t til
         __m256i m[8];
         for (int i = 0; i < 8; i++) {
             const float *xg = x + j + i * tile;
-            __m256i a = abs_bits(_mm256_loadu_ps(xg));
+            __m256i a = qd_abs_bits(_mm256_loadu_ps(xg));
             for (int64_t k = 8; k < tile; k += 8)
-                a = _mm256_max_epi32(a, abs_bits(_mm256_loadu_ps(xg + k)));
+                a = _mm256_max_epi32(a, qd_abs_bits(_mm256_loadu_ps(xg + k)));
             m[i] = a;
         }
-        __m256i h = _mm256_max_epi32(hmax8x8(m), _mm256_loadu_si256((const __m256i *)(acc + g)));
+        __m256i h =
+            _mm256_max_epi32(qd_hmax_groups(m), _mm256_loadu_si256((const __m256i *)(acc + g)));
         _mm256_storeu_si256((__m256i *)(acc + g), h);
         worst = _mm256_max_epi32(worst, h);
     }
@@ -119,7 +121,7 @@ static int absmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
         __m256i seen = _mm256_setzero_si256();
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
-            __m256i a = abs_bits(_mm256_loadu_ps(x + j));
+            __m256i a = qd_abs_bits(_mm256_loadu_ps(x + j));
             __m256i m = _mm256_loadu_si256((const __m256i *)(acc + c0 + j));
             m = _mm256_max_epi32(m, a); /* accumulators hold non-negative floats: bits order */
             _mm256_storeu_si256((__m256i *)(acc + c0 + j), m);
@@ -154,7 +156,7 @@ static int minmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             __m256 v = _mm256_loadu_ps(x + j);
             _mm256_storeu_ps(mn + c0 + j, _mm256_min_ps(v, _mm256_loadu_ps(mn + c0 + j)));
             _mm256_storeu_ps(mx + c0 + j, _mm256_max_ps(v, _mm256_loadu_ps(mx + c0 + j)));
-            seen = _mm256_max_epi32(seen, abs_bits(v));
+            seen = _mm256_max_epi32(seen, qd_abs_bits(v));
         }
         int bad = hmax_epi32(seen) >= 0x7f800000u;
         return quant_generic_minmax(x + j, n - j, c0 + j, 1, mn, mx) | bad;
@@ -170,7 +172,7 @@ static int minmax_avx2(const float *x, int64_t n, int64_t c0, int64_t tile, floa
             __m256 v = _mm256_loadu_ps(x + j);
             lo = _mm256_min_ps(v, lo);
             hi = _mm256_max_ps(v, hi);
-            seen = _mm256_max_epi32(seen, abs_bits(v));
+            seen = _mm256_max_epi32(seen, qd_abs_bits(v));
         }
         mn[g] = hmin_ps(lo);
         mx[g] = hmax_ps(hi);
@@ -257,7 +259,7 @@ ALWAYS_INLINE __m256i e2m1_codes(__m256 v)
     return _mm256_or_si256(m, sign);
 }
 
-ALWAYS_INLINE __m256i codes8(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
+ALWAYS_INLINE __m256i qd_codes(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
 {
     switch (kc) {
     case QK_E2M1:
@@ -274,7 +276,8 @@ ALWAYS_INLINE __m256i codes8(quant_kcode kc, __m256 v, __m256 qmin, __m256 qmax)
 }
 
 /* Narrows 4 x 8 int32 codes to 32 codes of the kind's width and stores them. */
-ALWAYS_INLINE void store32(quant_kcode kc, void *dst, __m256i a, __m256i b, __m256i c, __m256i d)
+ALWAYS_INLINE void qd_store_blk(quant_kcode kc, void *dst, __m256i a, __m256i b, __m256i c,
+                                __m256i d)
 {
     __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
     if (kc == QK_I16) {
@@ -287,7 +290,7 @@ ALWAYS_INLINE void store32(quant_kcode kc, void *dst, __m256i a, __m256i b, __m2
     _mm256_storeu_si256((__m256i *)dst, bytes);
 }
 
-ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
+ALWAYS_INLINE void qd_store_vec(quant_kcode kc, void *dst, __m256i a)
 {
     __m256i ab = _mm256_packs_epi32(a, a);
     if (kc == QK_I16) {
@@ -300,306 +303,87 @@ ALWAYS_INLINE void store8(quant_kcode kc, void *dst, __m256i a)
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(bytes));
 }
 
-/* Integer codes without a divide per element: the contract of ../recip_contract.h. */
+/* ---- the shared driver (../driver_body.h) on 8 lanes ---------------------------------------- */
 
-/* Rounded and clipped value of b = x * r [+ z]; ORs lanes too close to a tie into *near.
- * NaN propagates through the clip (operand order) so that it is caught as near. */
-ALWAYS_INLINE __m256 recip_round(__m256 x, __m256 r, __m256 z, bool asym, __m256 qmin, __m256 qmax,
-                                 __m256 limit, __m256 *near)
+#define QD_W 8
+typedef __m256 qd_vf;
+typedef __m256i qd_vi;
+typedef __m256 qd_vm; /* near lanes: all ones */
+#define qd_load      _mm256_loadu_ps
+#define qd_store     _mm256_storeu_ps
+#define qd_set1      _mm256_set1_ps
+#define qd_bcast     _mm256_broadcast_ss
+#define qd_add       _mm256_add_ps
+#define qd_sub       _mm256_sub_ps
+#define qd_mul       _mm256_mul_ps
+#define qd_div       _mm256_div_ps
+#define qd_near_none _mm256_setzero_ps
+#define qd_cvt       _mm256_cvttps_epi32
+#define qd_max_bits  _mm256_max_epi32
+#define qd_bits_f    _mm256_castsi256_ps
+
+ALWAYS_INLINE qd_vf qd_abs(qd_vf a)
 {
-    __m256 b = _mm256_mul_ps(x, r);
-    if (asym) b = _mm256_add_ps(b, z);
-    b = _mm256_min_ps(qmax, _mm256_max_ps(qmin, b));
-    __m256 k = _mm256_round_ps(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 d = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(b, k));
-    *near = _mm256_or_ps(*near, _mm256_cmp_ps(d, limit, _CMP_NLT_UQ));
-    return k;
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
 }
 
-/* The IEEE path for 32 values. */
-ALWAYS_INLINE void divide32(quant_kcode kc, const float *x, __m256 s, __m256 z, bool asym,
-                            __m256 qmin, __m256 qmax, uint8_t *out)
+/* maxps / minps return their second operand when either is NaN: v second keeps a NaN. */
+ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {
-    __m256 v[4];
-    for (int i = 0; i < 4; i++) {
-        v[i] = _mm256_div_ps(_mm256_loadu_ps(x + 8 * i), s);
-        if (asym) v[i] = _mm256_add_ps(v[i], z);
-    }
-    store32(kc, out, codes8(kc, v[0], qmin, qmax), codes8(kc, v[1], qmin, qmax),
-            codes8(kc, v[2], qmin, qmax), codes8(kc, v[3], qmin, qmax));
+    return _mm256_min_ps(hi, _mm256_max_ps(lo, v));
 }
 
-/* Blocks of 32 integer codes through the reciprocal path; a block with a value too close to a
- * tie is redone with the division. `asym` is a compile-time constant at each call. */
-ALWAYS_INLINE void int_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
-                              __m256 qmin, __m256 qmax, uint8_t *out, const char *pf,
-                              int64_t pf_elem, const bool asym)
+ALWAYS_INLINE qd_vf qd_rint(qd_vf v)
 {
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const __m256 s = _mm256_set1_ps(sc), r = _mm256_set1_ps(1.0f / sc);
-    const __m256 limit = _mm256_set1_ps(qk_tie_limit(kc));
-    for (int64_t j = 0; j < n32; j += 32) {
-        prefetch32(pf, pf_elem, j);
-        __m256 near = _mm256_setzero_ps();
-        __m256 k0 = recip_round(_mm256_loadu_ps(x + j), r, z, asym, qmin, qmax, limit, &near);
-        __m256 k1 = recip_round(_mm256_loadu_ps(x + j + 8), r, z, asym, qmin, qmax, limit, &near);
-        __m256 k2 = recip_round(_mm256_loadu_ps(x + j + 16), r, z, asym, qmin, qmax, limit, &near);
-        __m256 k3 = recip_round(_mm256_loadu_ps(x + j + 24), r, z, asym, qmin, qmax, limit, &near);
-        if (__builtin_expect(_mm256_testz_ps(near, near), 1))
-            store32(kc, out + j * csize, _mm256_cvttps_epi32(k0), _mm256_cvttps_epi32(k1),
-                    _mm256_cvttps_epi32(k2), _mm256_cvttps_epi32(k3));
-        else
-            divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
-    }
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-/* Blocks of 32 codes with the IEEE division (fp8, nf4, and scales whose reciprocal is not a
- * normal float). */
-ALWAYS_INLINE void div_blocks(quant_kcode kc, const float *x, int64_t n32, float sc, __m256 z,
-                              bool asym, __m256 qmin, __m256 qmax, uint8_t *out, const char *pf,
-                              int64_t pf_elem)
+ALWAYS_INLINE qd_vm qd_note(qd_vm acc, qd_vf d, qd_vf limit)
 {
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const __m256 s = _mm256_set1_ps(sc);
-    for (int64_t j = 0; j < n32; j += 32) {
-        prefetch32(pf, pf_elem, j);
-        divide32(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
-    }
+    return _mm256_or_ps(acc, _mm256_cmp_ps(d, limit, _CMP_NLT_UQ));
 }
 
-/* One column group with a shared scale `sc`: codes for x[0..len) in blocks of 32 then 8;
- * returns the count handled (the rest is left for a scalar tail). */
-ALWAYS_INLINE int64_t quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc, __m256 z,
-                                   bool asym, __m256 qmin, __m256 qmax, uint8_t *out,
-                                   const char *pf, int64_t pf_elem)
+ALWAYS_INLINE bool qd_any(qd_vm acc)
 {
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    int64_t n32 = len & ~(int64_t)31, j = n32;
-    if (qk_is_int(kc) && qk_recip_usable(sc)) {
-        if (asym)
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, pf, pf_elem, true);
-        else
-            int_blocks(kc, x, n32, sc, z, qmin, qmax, out, pf, pf_elem, false);
-    } else {
-        div_blocks(kc, x, n32, sc, z, asym, qmin, qmax, out, pf, pf_elem);
-    }
-    __m256 s = _mm256_set1_ps(sc);
-    for (; j + 8 <= len; j += 8) {
-        __m256 v0 = _mm256_div_ps(_mm256_loadu_ps(x + j), s);
-        if (asym) v0 = _mm256_add_ps(v0, z);
-        store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
-    }
-    return j;
+    return !_mm256_testz_ps(acc, acc);
 }
 
-/* ---- chunks whose column groups are whole 8-vectors (tile % 8 == 0, c0 % 8 == 0) ------------ */
-
-#define SUB 2048 /* elements per sub-chunk: bounds the per-group tables below */
-
-/* Advances to the group of the next 8 elements. */
-ALWAYS_INLINE int64_t next_group(int64_t *g, int64_t *left, int64_t tile)
+ALWAYS_INLINE qd_vf qd_zp(const int32_t *p)
 {
-    if (*left == 0) {
-        (*g)++;
-        *left = tile;
-    }
-    *left -= 8;
-    return *g;
+    return _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* Advances to the group of the next 32 elements (tile % 32 == 0). */
-ALWAYS_INLINE int64_t next_block_group(int64_t *g, int64_t *left, int64_t tile)
+ALWAYS_INLINE qd_vf qd_tiny_one(qd_vf s)
 {
-    if (*left == 0) {
-        (*g)++;
-        *left = tile;
-    }
-    *left -= 32;
-    return *g;
+    return _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
+                            _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
 }
 
-/* One 8-vector of the grouped path: its scale, zero point and, on the reciprocal path, its
- * rounded value. */
-typedef struct vlane {
-    __m256 s, z, k, near;
-} vlane;
-
-ALWAYS_INLINE vlane lane_at(const quant_krow *r, const float *x, int64_t gi, const float *recip,
-                            const float *zpf, int64_t g0, __m256 qmin, __m256 qmax, __m256 limit,
-                            const bool asym, const bool use_recip)
+ALWAYS_INLINE qd_vf qd_lane_of(qd_vf s, int64_t i)
 {
-    vlane l;
-    l.s = _mm256_broadcast_ss(r->scale + gi);
-    l.z = asym ? _mm256_broadcast_ss(zpf + gi - g0) : _mm256_setzero_ps();
-    l.near = _mm256_setzero_ps();
-    l.k = use_recip ? recip_round(_mm256_loadu_ps(x), _mm256_broadcast_ss(recip + gi - g0), l.z,
-                                  asym, qmin, qmax, limit, &l.near)
-                    : l.s;
-    return l;
+    return _mm256_permutevar8x32_ps(s, _mm256_set1_epi32((int)i));
 }
 
-ALWAYS_INLINE __m256i lane_divide(quant_kcode kc, const float *x, vlane l, __m256 qmin, __m256 qmax,
-                                  const bool asym)
+/* Clipped as integers after the conversion: off the floating-point pipes the division and the
+ * rounding use (a clip in floats costs the one-pass kernel about 10% on Zen 4). */
+ALWAYS_INLINE qd_vi qd_bounded_codes(qd_vf v, qd_vi qmin, qd_vi qmax)
 {
-    __m256 v = _mm256_div_ps(_mm256_loadu_ps(x), l.s);
-    if (asym) v = _mm256_add_ps(v, l.z);
-    return codes8(kc, v, qmin, qmax);
+    return _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(qd_rint(v)), qmin), qmax);
 }
 
-/* Notes lane j (element offset) for the division pass when one of its values is near a tie,
- * without a branch: half the column groups hold one (their negative absmax element lands on
- * -B = qmin + 0.5), too often and too irregularly for a well-predicted branch. */
-ALWAYS_INLINE void note_near(vlane l, int64_t j, int32_t *redo, int *nredo)
+/* quant_mse_int_fn's 8 candidates (mse_lanes8.h, shared with kernels_avx512.c). */
+#include "mse_lanes8.h"
+
+ALWAYS_INLINE void qd_mse_lanes(const float *x, const float *w, const bool unit, int64_t j,
+                                int64_t end, const float *sv, double *av, qd_vf qmin, qd_vf qmax)
 {
-    redo[*nredo] = (int32_t)j;
-    *nredo += !_mm256_testz_ps(l.near, l.near);
+    __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
+    mse_int8(x, w, unit, j, end, _mm256_loadu_ps(sv), qmin, qmax, &a0, &a1);
+    _mm256_storeu_pd(av, a0);
+    _mm256_storeu_pd(av + 4, a1);
 }
 
-/* Codes for x[0..n8) (n8 % 8 == 0) of one sub-chunk. recip[] and zpf[] hold, per group from g0,
- * 1/scale (NaN when the reciprocal is unusable) and the zero point as a float. `asym`,
- * `use_recip` and `per_block` (tile % 32 == 0 and c0 % 32 == 0: one group per 32 values) are
- * compile-time constants at each call. */
-ALWAYS_INLINE void grouped(quant_kcode kc, const quant_krow *r, const float *x, int64_t n8,
-                           int64_t c0, const float *recip, const float *zpf, int64_t g0,
-                           uint8_t *out, const bool asym, const bool use_recip,
-                           const bool per_block)
-{
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
-    const __m256 limit = _mm256_set1_ps(qk_tie_limit(kc));
-    int64_t g = c0 / r->tile, left = (g + 1) * r->tile - c0, j = 0;
-    int32_t redo[SUB / 8 + 1];
-    int nredo = 0;
-    for (; j + 32 <= n8; j += 32) {
-        prefetch32(r->pf, r->pf_elem, j);
-        int64_t ga =
-            per_block ? next_block_group(&g, &left, r->tile) : next_group(&g, &left, r->tile);
-        int64_t gb = per_block ? ga : next_group(&g, &left, r->tile);
-        int64_t gc = per_block ? ga : next_group(&g, &left, r->tile);
-        int64_t gd = per_block ? ga : next_group(&g, &left, r->tile);
-        vlane a = lane_at(r, x + j, ga, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        vlane b = lane_at(r, x + j + 8, gb, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        vlane c = lane_at(r, x + j + 16, gc, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        vlane d = lane_at(r, x + j + 24, gd, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
-        if (use_recip) {
-            store32(kc, out + j * csize, _mm256_cvttps_epi32(a.k), _mm256_cvttps_epi32(b.k),
-                    _mm256_cvttps_epi32(c.k), _mm256_cvttps_epi32(d.k));
-            note_near(a, j, redo, &nredo);
-            note_near(b, j + 8, redo, &nredo);
-            note_near(c, j + 16, redo, &nredo);
-            note_near(d, j + 24, redo, &nredo);
-        } else
-            store32(kc, out + j * csize, lane_divide(kc, x + j, a, qmin, qmax, asym),
-                    lane_divide(kc, x + j + 8, b, qmin, qmax, asym),
-                    lane_divide(kc, x + j + 16, c, qmin, qmax, asym),
-                    lane_divide(kc, x + j + 24, d, qmin, qmax, asym));
-    }
-    for (; j < n8; j += 8) {
-        int64_t gi = next_group(&g, &left, r->tile);
-        __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + j), _mm256_broadcast_ss(r->scale + gi));
-        if (asym) v = _mm256_add_ps(v, _mm256_broadcast_ss(zpf + gi - g0));
-        store8(kc, out + j * csize, codes8(kc, v, qmin, qmax));
-    }
-    /* the division pass over the lanes noted near a tie */
-    for (int i = 0; i < nredo; i++) {
-        int64_t at = redo[i], gi = (c0 + at) / r->tile;
-        vlane l = {_mm256_broadcast_ss(r->scale + gi),
-                   asym ? _mm256_broadcast_ss(zpf + gi - g0) : _mm256_setzero_ps(),
-                   _mm256_setzero_ps(), _mm256_setzero_ps()};
-        store8(kc, out + at * csize, lane_divide(kc, x + at, l, qmin, qmax, asym));
-    }
-}
-
-ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                              int64_t c0, uint8_t *out)
-{
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const bool is_int = qk_is_int(kc);
-    float recip[SUB / 8 + 2], zpf[SUB / 8 + 2];
-    for (int64_t j0 = 0; j0 < n; j0 += SUB) {
-        int64_t m = n - j0 < SUB ? n - j0 : SUB, m8 = m & ~(int64_t)7, cj = c0 + j0;
-        int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
-        for (int64_t g = g0; g <= g1; g++) {
-            float sc = r->scale[g];
-            recip[g - g0] = qk_recip_or_nan(sc);
-            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
-        }
-        const float *xj = x + j0;
-        uint8_t *oj = out + j0 * csize;
-        quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
-        if (sub.pf) sub.pf += j0 * sub.pf_elem;
-        bool blk = r->tile % 32 == 0 && cj % 32 == 0;
-        if (!is_int)
-            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, false, false, false);
-        else if (r->zp)
-            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, true, true, false);
-        else if (blk)
-            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, false, true, true);
-        else
-            grouped(kc, &sub, xj, m8, cj, recip, zpf, g0, oj, false, true, false);
-        if (m8 < m) quant_generic_quantize(r, xj + m8, m - m8, cj + m8, oj + m8 * csize);
-    }
-}
-
-ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                              int64_t c0, void *codes)
-{
-    uint8_t *out = codes;
-    size_t csize = kc == QK_I16 ? 2 : 1;
-    __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
-    /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
-    int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
-    if (r->tile == 1) {
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-            __m256 v0 = _mm256_div_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(r->scale + c0 + j));
-            if (r->zp)
-                v0 = _mm256_add_ps(
-                    v0, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(r->zp + c0 + j))));
-            store8(kc, out + j * csize, codes8(kc, v0, qmin, qmax));
-        }
-        return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
-    }
-    /* tiny tiles, and zero points on fp8/nf4 (never asked by the drivers), stay scalar */
-    if (r->tile < 8 || (r->zp && (kc == QK_E4M3 || kc == QK_E5M2 || kc == QK_NF4 || kc == QK_E2M1)))
-        return quant_generic_quantize(r, x, n, c0, codes);
-    if (r->tile < 64 && r->tile % 8 == 0 && c0 % 8 == 0) { /* small tiles: many groups */
-        grouped_kc(kc, r, x, n, c0, out);
-        return bad;
-    }
-    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
-    for (int64_t j = 0; j < n; g++, end += r->tile) {
-        if (end > n) end = n;
-        __m256 z = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
-        j += quantize_seg(kc, x + j, end - j, r->scale[g], z, r->zp != NULL, qmin, qmax,
-                          out + j * csize, r->pf ? r->pf + j * r->pf_elem : NULL, r->pf_elem);
-        if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
-        j = end;
-    }
-    return bad;
-}
-
-static int quantize_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
-{
-    switch (r->kcode) {
-    case QK_I8:
-        return quantize_kc(QK_I8, r, x, n, c0, codes);
-    case QK_U8:
-        return quantize_kc(QK_U8, r, x, n, c0, codes);
-    case QK_I16:
-        return quantize_kc(QK_I16, r, x, n, c0, codes);
-    case QK_E4M3:
-        return quantize_kc(QK_E4M3, r, x, n, c0, codes);
-    case QK_E5M2:
-        return quantize_kc(QK_E5M2, r, x, n, c0, codes);
-    case QK_NF4:
-        return quantize_kc(QK_NF4, r, x, n, c0, codes);
-    case QK_E2M1:
-        return quantize_kc(QK_E2M1, r, x, n, c0, codes);
-    default:
-        return quant_generic_quantize(r, x, n, c0, codes);
-    }
-}
+#include "../driver_body.h"
 
 /* ---- dequantize ------------------------------------------------------------------------------ */
 
@@ -740,8 +524,7 @@ ALWAYS_INLINE bool any_unusual(__m256 a)
 ALWAYS_INLINE __m256 mx_scale8(__m256 a, float bound, float c)
 {
     __m256 s = _mm256_div_ps(a, _mm256_set1_ps(bound));
-    s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
-                         _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+    s = qd_tiny_one(s);
     __m256i b = _mm256_castps_si256(_mm256_mul_ps(s, _mm256_set1_ps(c)));
     __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     b = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
@@ -794,8 +577,7 @@ static int lin_scales_avx2(const float *absmax, int64_t n, float bound, float *s
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
         __m256 s = _mm256_div_ps(_mm256_loadu_ps(absmax + j), _mm256_set1_ps(bound));
-        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
-                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
+        s = qd_tiny_one(s);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
         _mm256_storeu_ps(scale + j, s);
     }
@@ -821,133 +603,11 @@ static void mse_acc_avx2(const float *x, const float *d, int64_t ds, int nk, con
 {
     quant_mse_acc_with(mse_terms_avx2, x, d, ds, nk, w, n, c0, tile, err, es);
 }
-/* ---- quantize: one pass for symmetric absmax tiles ------------------------------------------ */
-
-/* quant_mse_int_fn (see kernels_avx512.c): 8 candidates per vector. */
-#include "mse_lanes8.h"
-
-static void mse_int_avx2(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
-                         const float *scale, int nk, int64_t es, float qmin, float qmax,
-                         double *err)
-{
-    const __m256 qn = _mm256_set1_ps(qmin), qx = _mm256_set1_ps(qmax);
-    for (int64_t j = 0; j < n;) {
-        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
-        if (end > n) end = n;
-        for (int k0 = 0; k0 < nk; k0 += 8) {
-            int m = nk - k0 < 8 ? nk - k0 : 8;
-            float sv[8];
-            double av[8];
-            for (int b = 0; b < 8; b++) { /* spare lanes: scale 1, sums dropped */
-                sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
-                av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
-            }
-            __m256d a0 = _mm256_loadu_pd(av), a1 = _mm256_loadu_pd(av + 4);
-            if (w)
-                mse_int8(x, w, false, j, end, _mm256_loadu_ps(sv), qn, qx, &a0, &a1);
-            else /* all weights 1: 1 * (e * e) is e * e */
-                mse_int8(x, w, true, j, end, _mm256_loadu_ps(sv), qn, qx, &a0, &a1);
-            _mm256_storeu_pd(av, a0);
-            _mm256_storeu_pd(av + 4, a1);
-            for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
-        }
-        j = end;
-    }
-}
-
-/* quant_quantize_absmax_fn (see kernels_avx512.c): 8 groups at a time reduced in registers
- * (hmax8x8), their scales as lin_scales_avx2 computes them, then the groups quantized from L1 by
- * the IEEE division: the scalar path's codes by construction, no tie to redo. */
-
-/* Clipped integer codes of the 8 values at x divided by s (|x / s| within the bound, so the
- * conversion of the rounded value is exact). */
-ALWAYS_INLINE __m256i onepass_codes(const float *x, __m256 s, __m256i qmin, __m256i qmax)
-{
-    __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x), s),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(v), qmin), qmax);
-}
-
-/* Lane i of s in every lane. */
-ALWAYS_INLINE __m256 lane_of(__m256 s, int64_t i)
-{
-    return _mm256_permutevar8x32_ps(s, _mm256_set1_epi32((int)i));
-}
-
-ALWAYS_INLINE int onepass_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                             int64_t c0, float bound, float *scale, uint8_t *out,
-                             const int64_t tile)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1;
-    const __m256i qmin = _mm256_set1_epi32((int32_t)r->qmin);
-    const __m256i qmax = _mm256_set1_epi32((int32_t)r->qmax);
-    const __m256 bv = _mm256_set1_ps(bound);
-    float *sg = scale + c0 / tile;
-    __m256 badv = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 * tile <= n; j += 8 * tile, sg += 8) {
-        __m256i m[8];
-        for (int i = 0; i < 8; i++) {
-            const float *xg = x + j + i * tile;
-            __m256i a = abs_bits(_mm256_loadu_ps(xg));
-            for (int64_t k = 8; k < tile; k += 8)
-                a = _mm256_max_epi32(a, abs_bits(_mm256_loadu_ps(xg + k)));
-            m[i] = a;
-        }
-        __m256 s = _mm256_div_ps(_mm256_castsi256_ps(hmax8x8(m)), bv);
-        s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f),
-                             _mm256_cmp_ps(s, _mm256_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ));
-        badv = _mm256_or_ps(badv, _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
-        _mm256_storeu_ps(sg, s);
-        for (int64_t k = 0; k < 8 * tile; k += 32) {
-            prefetch32(r->pf, r->pf_elem, j + k);
-            const float *xk = x + j + k;
-            store32(kc, out + (j + k) * csize, onepass_codes(xk, lane_of(s, k / tile), qmin, qmax),
-                    onepass_codes(xk + 8, lane_of(s, (k + 8) / tile), qmin, qmax),
-                    onepass_codes(xk + 16, lane_of(s, (k + 16) / tile), qmin, qmax),
-                    onepass_codes(xk + 24, lane_of(s, (k + 24) / tile), qmin, qmax));
-        }
-    }
-    bool bad = !_mm256_testz_ps(badv, badv);
-    for (; j < n; j += tile, sg++) { /* the last groups, fewer than 8 */
-        float sc = qn_float(seg_absmax_bits(x + j, tile)) / bound;
-        sc = sc < QN_TINY_SCALE ? 1.0f : sc;
-        bad |= !(sc <= FLT_MAX);
-        *sg = sc;
-        const __m256 s = _mm256_set1_ps(sc);
-        for (int64_t k = 0; k < tile; k += 8)
-            store8(kc, out + (j + k) * csize, onepass_codes(x + j + k, s, qmin, qmax));
-    }
-    return bad;
-}
-
-#define ONEPASS_TILES(kc)                                                                          \
-    (r->tile == 16   ? onepass_kc(kc, r, x, n, c0, bound, scale, codes, 16)                        \
-     : r->tile == 32 ? onepass_kc(kc, r, x, n, c0, bound, scale, codes, 32)                        \
-                     : onepass_kc(kc, r, x, n, c0, bound, scale, codes, 64))
-
-static int quantize_absmax_avx2(const quant_krow *r, const float *x, int64_t n, int64_t c0,
-                                float bound, float *scale, void *codes)
-{
-    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
-    switch (r->kcode) {
-    case QK_I8:
-        return ONEPASS_TILES(QK_I8);
-    case QK_U8:
-        return ONEPASS_TILES(QK_U8);
-    case QK_I16:
-        return ONEPASS_TILES(QK_I16);
-    default:
-        return 1;
-    }
-}
-#undef ONEPASS_TILES
-
 const quant_kernels quant_kernels_avx2 = {
     .isa = QUANT_ISA_AVX2,
     .absmax = absmax_avx2,
     .minmax = minmax_avx2,
-    .quantize = quantize_avx2,
+    .quantize = qd_quantize,
     .dequantize = dequantize_avx2,
     .widen_bf16 = widen_bf16_avx2,
     .widen_f16 = widen_f16_avx2,
@@ -957,6 +617,6 @@ const quant_kernels quant_kernels_avx2 = {
     .nvfp4_scales = nvfp4_scales_avx2,
     .lin_scales = lin_scales_avx2,
     .mse_acc = mse_acc_avx2,
-    .quantize_absmax = quantize_absmax_avx2,
-    .mse_int = mse_int_avx2,
+    .quantize_absmax = qd_quantize_absmax,
+    .mse_int = qd_mse_int,
 };

@@ -484,7 +484,7 @@ START_TEST(kernels_quantize_absmax_match_three_pass)
     static uint8_t q1[2 * MAXN], q2[2 * MAXN];
     for (int k = 0; k < nisa; k++) {
         const quant_kernels *kk = quant_kernels_for(isas[k]);
-        if (isas[k] == QUANT_ISA_AVX2 || isas[k] == QUANT_ISA_AVX512)
+        if (isas[k] != QUANT_ISA_SCALAR) /* every SIMD set: NEON too (lib/arch/driver_body.h) */
             ck_assert_msg(kk->quantize_absmax != NULL, "%s has no one-pass kernel",
                           quant_isa_name(isas[k]));
     }
@@ -797,6 +797,58 @@ static void kind_range(quant_kcode kc, bool narrow, float *qmin, float *qmax, fl
                            : 0.0f;
     *bound = kc == QK_E4M3 ? 448.0f : kc == QK_E5M2 ? 57344.0f : kc == QK_NF4 ? 1.0f : *qmax + 0.5f;
 }
+
+/* The grouped path of the shared driver (lib/arch/driver_body.h) under the heaviest redo load:
+ * small tiles (every multiple of 4 below 64) from column offsets that are multiples of 4 but
+ * mostly not of a block, chunks crossing its 2048-element sub-chunks, and values a few ulps from
+ * a rounding tie of their own group's scale in every vector, so that the redo list fills; some
+ * groups have scales outside the reciprocal's range (the division throughout), and zero points
+ * per group or none. Every ISA's quantize kernel against the scalar one. */
+START_TEST(kernels_grouped_near_ties)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {3141};
+    enum { N = 5000, MAXG = N / 4 + 64 };
+    static float x[N], sc[MAXG];
+    static int32_t zp[MAXG];
+    static uint8_t q1[2 * N], q2[2 * N];
+    for (int it = 0; it < tu_iters(200); it++) {
+        quant_kcode kc = (quant_kcode)tu_below(&r, 3); /* I8, U8, I16 */
+        float qmin, qmax, bound;
+        kind_range(kc, tu_below(&r, 2), &qmin, &qmax, &bound);
+        int64_t tile = 4 * (1 + tu_below(&r, 15)), c0 = 4 * tu_below(&r, 64);
+        int64_t n = 1 + tu_below(&r, N), g0 = c0 / tile, ng = (c0 + n - 1) / tile - g0 + 1;
+        bool asym = tu_below(&r, 2);
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t pick = tu_below(&r, 16);
+            sc[g0 + g] = pick == 0   ? 0x1p-127f /* reciprocal not a normal float */
+                         : pick == 1 ? 0x1p126f * 1.5f
+                                     : qn_float(0x3a000000u + (uint32_t)tu_below(&r, 0x06000000));
+            zp[g0 + g] = asym ? (int32_t)tu_below(&r, 16) - (kc == QK_U8 ? 0 : 8) : 0;
+        }
+        for (int64_t j = 0; j < n; j++) { /* h + 0.5 - zp, times the scale, then a few ulps */
+            int64_t g = (c0 + j) / tile;
+            float h = (float)(qmin + (float)tu_below(&r, (int64_t)(qmax - qmin) + 1)) + 0.5f;
+            float v = (h - (float)zp[g]) * sc[g];
+            for (int64_t k = tu_below(&r, 7) - 3; k != 0; k += k < 0 ? 1 : -1)
+                v = nextafterf(v, k < 0 ? -INFINITY : INFINITY);
+            x[j] = isfinite(v) ? v : h; /* (h - zp) * 1.5 * 2^126 may overflow */
+        }
+        quant_krow kr = {kc, tile, sc, asym ? zp : NULL, qmin, qmax, NULL, 0, it % 2 == 0, NULL};
+        quant_generic_quantize(&kr, x, n, c0, q1);
+        size_t bytes = (size_t)n * (kc == QK_I16 ? 2 : 1);
+        for (int k = 0; k < nisa; k++) {
+            memset(q2, 0xaa, sizeof q2);
+            quant_kernels_for(isas[k])->quantize(&kr, x, n, c0, q2);
+            ck_assert_msg(memcmp(q1, q2, bytes) == 0, "%s kc %d tile %lld c0 %lld n %lld zp %d",
+                          quant_isa_name(isas[k]), kc, (long long)tile, (long long)c0, (long long)n,
+                          asym);
+            ck_assert_msg(q2[bytes] == 0xaa, "%s wrote past the codes", quant_isa_name(isas[k]));
+        }
+    }
+}
+END_TEST
 
 /* Kernels alone on chunks up to QUANT_CHUNK long (past the SIMD kernels' sub-chunks and
  * 16-group batches), with each group's scale (and zero point) derived from its own values as
@@ -1161,6 +1213,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, all_isas_and_threads_equal_scalar);
     tcase_add_test(tc, kernels_match_generic_on_random_chunks);
     tcase_add_test(tc, kernels_exact_near_ties);
+    tcase_add_test(tc, kernels_grouped_near_ties);
     tcase_add_test(tc, kernels_bf16_match_widened);
     tcase_add_test(tc, kernels_exact_at_code_boundaries);
     tcase_add_test(tc, kernels_match_generic_on_long_chunks);

@@ -1,0 +1,461 @@
+/* driver_body.h -- the quantize driver of the SIMD kernel files, written once and compiled once
+ * per target (the pattern of zstd's HUF_DGEN): the reciprocal path with its exact-division tie
+ * check (../recip_contract.h), blocks of four vectors, the redo list of near lanes, one column
+ * group at a time (quantize_seg) or many small groups per sub-chunk (grouped, grouped_kc), the
+ * one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the fused MSE search over
+ * integer codes (mse_int). kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes) include it after
+ * defining the vector primitives below; the algorithm, its tie logic and its order of operations
+ * are the same on every target, so each is bit-identical to kernels_generic.c as the other is.
+ *
+ * What the including file defines first (inline functions, or macros naming an intrinsic):
+ *   QD_W (macro)             lanes per vector (a power of two, 4 or more)
+ *   qd_vf, qd_vi, qd_vm      float vector; int32 vector (codes, and the bits of |x|); the
+ *                            accumulator of near lanes
+ *   qd_load(p), qd_store(p, v), qd_set1(f), qd_bcast(p)    float lanes (qd_bcast: *p in all)
+ *   qd_add, qd_sub, qd_mul, qd_div (IEEE, never contracted), qd_abs
+ *   qd_clip_nan(v, lo, hi)   min(max(v, lo), hi) with a NaN v kept NaN
+ *   qd_rint(v)               round half to even
+ *   qd_tiny_one(s)           s < QN_TINY_SCALE ? 1 : s (SPEC 4's tiny rule, lane by lane)
+ *   qd_near_none()           an accumulator with no lane noted
+ *   qd_note(acc, d, limit)   acc with the lanes where d >= limit, or unordered, noted
+ *   qd_any(acc)              some lane is noted
+ *   qd_cvt(k)                int32 lanes of exact integers k
+ *   qd_zp(p)                 float lanes of the int32 zero points p[0..QD_W)
+ *   qd_codes(kc, v, lo, hi)  int32 codes of v (already divided and offset) for the code kind
+ *   qd_bounded_codes(v, lo, hi)   integer codes of v known to be within [lo - 1, hi + 1]:
+ *                            rounded half to even, converted, clipped to the int32 lo..hi
+ *   qd_store_blk(kc, dst, a, b, c, d), qd_store_vec(kc, dst, a)   narrow and store 4 / 1 vectors
+ *   qd_prefetch(pf, pf_elem, j)   prefetch the next row's source of the 4 * QD_W values at j
+ *   qd_abs_bits(v), qd_max_bits(a, b)   |v| as int32 bits (they order like the values), and max
+ *   qd_hmax_groups(m)        from m[QD_W], lane i = max of the lanes of m[i]
+ *   qd_bits_f(b)             the float lanes of bits b
+ *   qd_lane_of(s, i)         lane i of s in every lane
+ *   qd_mse_lanes(x, w, unit, j, end, sv, av, lo, hi)   the MSE search's terms of elements
+ *                            [j, end) for the QD_W candidate scales sv, added to the float64
+ *                            sums av[0..QD_W) (see quant_mse_int_fn; `unit`: w not read)
+ *   seg_absmax_bits(x, len)  max |x| bits over x[0..len)
+ * It then has qd_quantize, qd_quantize_absmax and qd_mse_int for its kernel table.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef QUANT_DRIVER_BODY_H
+#define QUANT_DRIVER_BODY_H
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "recip_contract.h"
+
+#define QD_BLK (4 * QD_W) /* values per block: four vectors */
+#define QD_SUB 2048       /* elements per sub-chunk of the grouped path: bounds its tables */
+
+ALWAYS_INLINE size_t qd_csize(quant_kcode kc)
+{
+    return kc == QK_I16 ? 2 : 1;
+}
+
+/* ---- the exact-division tie check (recip_contract.h) ----------------------------------------- */
+
+/* Rounded and clipped value of b = x * r [+ z]; notes in *near the lanes too close to a tie for
+ * the reciprocal's code to be the division's. A NaN b stays NaN through the clip and compares
+ * unordered: it is noted too. */
+ALWAYS_INLINE qd_vf qd_recip_round(qd_vf x, qd_vf r, qd_vf z, const bool asym, qd_vf qmin,
+                                   qd_vf qmax, qd_vf limit, qd_vm *near)
+{
+    qd_vf b = qd_mul(x, r);
+    if (asym) b = qd_add(b, z);
+    b = qd_clip_nan(b, qmin, qmax);
+    qd_vf k = qd_rint(b);
+    *near = qd_note(*near, qd_abs(qd_sub(b, k)), limit);
+    return k;
+}
+
+/* Codes of one vector by the IEEE division: x / s [+ z]. */
+ALWAYS_INLINE qd_vi qd_divide(quant_kcode kc, const float *x, qd_vf s, qd_vf z, const bool asym,
+                              qd_vf qmin, qd_vf qmax)
+{
+    qd_vf v = qd_div(qd_load(x), s);
+    if (asym) v = qd_add(v, z);
+    return qd_codes(kc, v, qmin, qmax);
+}
+
+/* The IEEE path for one block. */
+ALWAYS_INLINE void qd_divide_blk(quant_kcode kc, const float *x, qd_vf s, qd_vf z, const bool asym,
+                                 qd_vf qmin, qd_vf qmax, uint8_t *out)
+{
+    qd_store_blk(kc, out, qd_divide(kc, x, s, z, asym, qmin, qmax),
+                 qd_divide(kc, x + QD_W, s, z, asym, qmin, qmax),
+                 qd_divide(kc, x + 2 * QD_W, s, z, asym, qmin, qmax),
+                 qd_divide(kc, x + 3 * QD_W, s, z, asym, qmin, qmax));
+}
+
+/* ---- one column group with one scale --------------------------------------------------------- */
+
+/* Blocks of integer codes through the reciprocal path; a block with a value too close to a tie
+ * is redone with the division. `asym` is a compile-time constant at each call. */
+ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, qd_vf z,
+                                 qd_vf qmin, qd_vf qmax, uint8_t *out, const char *pf,
+                                 int64_t pf_elem, const bool asym)
+{
+    const size_t csize = qd_csize(kc);
+    const qd_vf s = qd_set1(sc), r = qd_set1(1.0f / sc), limit = qd_set1(qk_tie_limit(kc));
+    for (int64_t j = 0; j < nb; j += QD_BLK) {
+        qd_prefetch(pf, pf_elem, j);
+        qd_vm near = qd_near_none();
+        const float *xj = x + j;
+        qd_vf k0 = qd_recip_round(qd_load(xj), r, z, asym, qmin, qmax, limit, &near);
+        qd_vf k1 = qd_recip_round(qd_load(xj + QD_W), r, z, asym, qmin, qmax, limit, &near);
+        qd_vf k2 = qd_recip_round(qd_load(xj + 2 * QD_W), r, z, asym, qmin, qmax, limit, &near);
+        qd_vf k3 = qd_recip_round(qd_load(xj + 3 * QD_W), r, z, asym, qmin, qmax, limit, &near);
+        if (__builtin_expect(!qd_any(near), 1))
+            qd_store_blk(kc, out + j * csize, qd_cvt(k0), qd_cvt(k1), qd_cvt(k2), qd_cvt(k3));
+        else
+            qd_divide_blk(kc, xj, s, z, asym, qmin, qmax, out + j * csize);
+    }
+}
+
+/* Blocks of codes by the IEEE division (fp8, nf4, e2m1, and scales whose reciprocal is not a
+ * normal float). */
+ALWAYS_INLINE void qd_div_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, qd_vf z,
+                                 const bool asym, qd_vf qmin, qd_vf qmax, uint8_t *out,
+                                 const char *pf, int64_t pf_elem)
+{
+    const size_t csize = qd_csize(kc);
+    const qd_vf s = qd_set1(sc);
+    for (int64_t j = 0; j < nb; j += QD_BLK) {
+        qd_prefetch(pf, pf_elem, j);
+        qd_divide_blk(kc, x + j, s, z, asym, qmin, qmax, out + j * csize);
+    }
+}
+
+/* One column group with a shared scale `sc`: codes for x[0..len) in blocks, then vectors;
+ * returns the count handled (the rest is left for a scalar tail). */
+ALWAYS_INLINE int64_t qd_quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc,
+                                      qd_vf z, const bool asym, qd_vf qmin, qd_vf qmax,
+                                      uint8_t *out, const char *pf, int64_t pf_elem)
+{
+    const size_t csize = qd_csize(kc);
+    int64_t nb = len & ~(int64_t)(QD_BLK - 1), j = nb;
+    if (qk_is_int(kc) && qk_recip_usable(sc))
+        qd_int_blocks(kc, x, nb, sc, z, qmin, qmax, out, pf, pf_elem, asym);
+    else
+        qd_div_blocks(kc, x, nb, sc, z, asym, qmin, qmax, out, pf, pf_elem);
+    const qd_vf s = qd_set1(sc);
+    for (; j + QD_W <= len; j += QD_W)
+        qd_store_vec(kc, out + j * csize, qd_divide(kc, x + j, s, z, asym, qmin, qmax));
+    return j;
+}
+
+/* ---- chunks whose column groups are whole vectors (tile % QD_W == 0, c0 % QD_W == 0) --------- */
+
+/* Advances to the group of the next `width` elements (tile % width == 0). */
+ALWAYS_INLINE int64_t qd_next_group(int64_t *g, int64_t *left, int64_t tile, int64_t width)
+{
+    if (*left == 0) {
+        (*g)++;
+        *left = tile;
+    }
+    *left -= width;
+    return *g;
+}
+
+/* One vector of the grouped path: its scale, zero point and, on the reciprocal path, its
+ * rounded value and near lanes. */
+typedef struct qd_lane {
+    qd_vf s, z, k;
+    qd_vm near;
+} qd_lane;
+
+ALWAYS_INLINE qd_lane qd_lane_at(const quant_krow *r, const float *x, int64_t gi,
+                                 const float *recip, const float *zpf, int64_t g0, qd_vf qmin,
+                                 qd_vf qmax, qd_vf limit, const bool asym, const bool use_recip)
+{
+    qd_lane l;
+    l.s = qd_bcast(r->scale + gi);
+    l.z = asym ? qd_bcast(zpf + gi - g0) : qd_set1(0.0f);
+    l.near = qd_near_none();
+    l.k = use_recip ? qd_recip_round(qd_load(x), qd_bcast(recip + gi - g0), l.z, asym, qmin, qmax,
+                                     limit, &l.near)
+                    : l.s;
+    return l;
+}
+
+/* Notes vector j (element offset) for the division pass when one of its values is near a tie,
+ * without a branch: half the column groups hold one (their negative absmax element lands on
+ * -B = qmin + 0.5), too often and too irregularly for a well-predicted branch. */
+ALWAYS_INLINE void qd_note_redo(qd_lane l, int64_t j, int32_t *redo, int *nredo)
+{
+    redo[*nredo] = (int32_t)j;
+    *nredo += qd_any(l.near);
+}
+
+/* Codes for x[0..nv) (nv % QD_W == 0) of one sub-chunk. recip[] and zpf[] hold, per group from
+ * g0, 1/scale (NaN when the reciprocal is unusable) and the zero point as a float. `asym`,
+ * `use_recip` and `per_block` (tile % QD_BLK == 0 and c0 % QD_BLK == 0: one group per block) are
+ * compile-time constants at each call. */
+ALWAYS_INLINE void qd_grouped(quant_kcode kc, const quant_krow *r, const float *x, int64_t nv,
+                              int64_t c0, const float *recip, const float *zpf, int64_t g0,
+                              uint8_t *out, const bool asym, const bool use_recip,
+                              const bool per_block)
+{
+    const size_t csize = qd_csize(kc);
+    const qd_vf qmin = qd_set1(r->qmin), qmax = qd_set1(r->qmax);
+    const qd_vf limit = qd_set1(qk_tie_limit(kc));
+    const int64_t tile = r->tile;
+    int64_t g = c0 / tile, left = (g + 1) * tile - c0, j = 0;
+    int32_t redo[QD_SUB / QD_W + 1];
+    int nredo = 0;
+    for (; j + QD_BLK <= nv; j += QD_BLK) {
+        qd_prefetch(r->pf, r->pf_elem, j);
+        int64_t ga = qd_next_group(&g, &left, tile, per_block ? QD_BLK : QD_W);
+        int64_t gb = per_block ? ga : qd_next_group(&g, &left, tile, QD_W);
+        int64_t gc = per_block ? ga : qd_next_group(&g, &left, tile, QD_W);
+        int64_t gd = per_block ? ga : qd_next_group(&g, &left, tile, QD_W);
+        const float *xj = x + j;
+        qd_lane a = qd_lane_at(r, xj, ga, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        qd_lane b =
+            qd_lane_at(r, xj + QD_W, gb, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        qd_lane c =
+            qd_lane_at(r, xj + 2 * QD_W, gc, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        qd_lane d =
+            qd_lane_at(r, xj + 3 * QD_W, gd, recip, zpf, g0, qmin, qmax, limit, asym, use_recip);
+        if (use_recip) {
+            qd_store_blk(kc, out + j * csize, qd_cvt(a.k), qd_cvt(b.k), qd_cvt(c.k), qd_cvt(d.k));
+            qd_note_redo(a, j, redo, &nredo);
+            qd_note_redo(b, j + QD_W, redo, &nredo);
+            qd_note_redo(c, j + 2 * QD_W, redo, &nredo);
+            qd_note_redo(d, j + 3 * QD_W, redo, &nredo);
+        } else {
+            qd_store_blk(kc, out + j * csize, qd_divide(kc, xj, a.s, a.z, asym, qmin, qmax),
+                         qd_divide(kc, xj + QD_W, b.s, b.z, asym, qmin, qmax),
+                         qd_divide(kc, xj + 2 * QD_W, c.s, c.z, asym, qmin, qmax),
+                         qd_divide(kc, xj + 3 * QD_W, d.s, d.z, asym, qmin, qmax));
+        }
+    }
+    for (; j < nv; j += QD_W) {
+        int64_t gi = qd_next_group(&g, &left, tile, QD_W);
+        qd_vf z = asym ? qd_bcast(zpf + gi - g0) : qd_set1(0.0f);
+        qd_store_vec(kc, out + j * csize,
+                     qd_divide(kc, x + j, qd_bcast(r->scale + gi), z, asym, qmin, qmax));
+    }
+    /* the division pass over the vectors noted near a tie */
+    for (int i = 0; i < nredo; i++) {
+        int64_t at = redo[i], gi = (c0 + at) / tile;
+        qd_vf z = asym ? qd_bcast(zpf + gi - g0) : qd_set1(0.0f);
+        qd_store_vec(kc, out + at * csize,
+                     qd_divide(kc, x + at, qd_bcast(r->scale + gi), z, asym, qmin, qmax));
+    }
+}
+
+ALWAYS_INLINE void qd_grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                                 int64_t c0, uint8_t *out)
+{
+    const size_t csize = qd_csize(kc);
+    const bool is_int = qk_is_int(kc);
+    float recip[QD_SUB / QD_W + 2], zpf[QD_SUB / QD_W + 2];
+    for (int64_t j0 = 0; j0 < n; j0 += QD_SUB) {
+        int64_t m = n - j0 < QD_SUB ? n - j0 : QD_SUB, mv = m & ~(int64_t)(QD_W - 1), cj = c0 + j0;
+        int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
+        for (int64_t g = g0; g <= g1; g++) {
+            recip[g - g0] = qk_recip_or_nan(r->scale[g]);
+            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
+        }
+        const float *xj = x + j0;
+        uint8_t *oj = out + j0 * csize;
+        quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
+        if (sub.pf) sub.pf += j0 * sub.pf_elem;
+        bool blk = r->tile % QD_BLK == 0 && cj % QD_BLK == 0;
+        if (!is_int)
+            qd_grouped(kc, &sub, xj, mv, cj, recip, zpf, g0, oj, false, false, false);
+        else if (r->zp)
+            qd_grouped(kc, &sub, xj, mv, cj, recip, zpf, g0, oj, true, true, false);
+        else if (blk)
+            qd_grouped(kc, &sub, xj, mv, cj, recip, zpf, g0, oj, false, true, true);
+        else
+            qd_grouped(kc, &sub, xj, mv, cj, recip, zpf, g0, oj, false, true, false);
+        if (mv < m) quant_generic_quantize(r, xj + mv, m - mv, cj + mv, oj + mv * csize);
+    }
+}
+
+/* ---- quantize_fn ----------------------------------------------------------------------------- */
+
+/* One value per group (per-channel scales): the division, lane by lane. */
+ALWAYS_INLINE int64_t qd_per_column(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                                    int64_t c0, qd_vf qmin, qd_vf qmax, uint8_t *out)
+{
+    const size_t csize = qd_csize(kc);
+    int64_t j = 0;
+    for (; j + QD_W <= n; j += QD_W) {
+        qd_vf v = qd_div(qd_load(x + j), qd_load(r->scale + c0 + j));
+        if (r->zp) v = qd_add(v, qd_zp(r->zp + c0 + j));
+        qd_store_vec(kc, out + j * csize, qd_codes(kc, v, qmin, qmax));
+    }
+    return j;
+}
+
+ALWAYS_INLINE int qd_quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                                 int64_t c0, void *codes)
+{
+    uint8_t *out = codes;
+    const size_t csize = qd_csize(kc);
+    const qd_vf qmin = qd_set1(r->qmin), qmax = qd_set1(r->qmax);
+    /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
+    int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
+    if (r->tile == 1) {
+        int64_t j = qd_per_column(kc, r, x, n, c0, qmin, qmax, out);
+        return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
+    }
+    /* tiny tiles, and zero points on fp8/nf4/e2m1 (never asked by the drivers), stay scalar */
+    if (r->tile < QD_W || (r->zp && !qk_is_int(kc)))
+        return quant_generic_quantize(r, x, n, c0, codes);
+    if (r->tile < 64 && r->tile % QD_W == 0 && c0 % QD_W == 0) { /* small tiles: many groups */
+        qd_grouped_kc(kc, r, x, n, c0, out);
+        return bad;
+    }
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    for (int64_t j = 0; j < n; g++, end += r->tile) {
+        if (end > n) end = n;
+        qd_vf z = qd_set1(r->zp ? (float)r->zp[g] : 0.0f);
+        const char *pf = r->pf ? r->pf + j * r->pf_elem : NULL;
+        if (r->zp)
+            j += qd_quantize_seg(kc, x + j, end - j, r->scale[g], z, true, qmin, qmax,
+                                 out + j * csize, pf, r->pf_elem);
+        else
+            j += qd_quantize_seg(kc, x + j, end - j, r->scale[g], z, false, qmin, qmax,
+                                 out + j * csize, pf, r->pf_elem);
+        if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
+        j = end;
+    }
+    return bad;
+}
+
+static int qd_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c0, void *codes)
+{
+    switch (r->kcode) {
+    case QK_I8:
+        return qd_quantize_kc(QK_I8, r, x, n, c0, codes);
+    case QK_U8:
+        return qd_quantize_kc(QK_U8, r, x, n, c0, codes);
+    case QK_I16:
+        return qd_quantize_kc(QK_I16, r, x, n, c0, codes);
+    case QK_E4M3:
+        return qd_quantize_kc(QK_E4M3, r, x, n, c0, codes);
+    case QK_E5M2:
+        return qd_quantize_kc(QK_E5M2, r, x, n, c0, codes);
+    case QK_NF4:
+        return qd_quantize_kc(QK_NF4, r, x, n, c0, codes);
+    case QK_E2M1:
+        return qd_quantize_kc(QK_E2M1, r, x, n, c0, codes);
+    default:
+        return quant_generic_quantize(r, x, n, c0, codes);
+    }
+}
+
+/* ---- quantize_absmax_fn: one pass for symmetric absmax tiles 16/32/64 ------------------------ */
+
+/* QD_W groups at a time: max |x| reduced in registers, their scales as lin_scales computes them
+ * (max / bound, SPEC 4's tiny rule), stored, then the groups quantized from L1 by the IEEE
+ * division: the scalar path's codes by construction, no tie to redo. */
+/* Codes of the vector at x, all in the group whose scale is lane i of s (|x / s| is within the
+ * bound, so the rounded value converts exactly). */
+ALWAYS_INLINE qd_vi qd_onepass_codes(const float *x, qd_vf s, int64_t i, qd_vi qmin, qd_vi qmax)
+{
+    return qd_bounded_codes(qd_div(qd_load(x), qd_lane_of(s, i)), qmin, qmax);
+}
+
+ALWAYS_INLINE int qd_onepass_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
+                                int64_t c0, float bound, float *scale, uint8_t *out,
+                                const int64_t tile)
+{
+    const size_t csize = qd_csize(kc);
+    const qd_vi qmin = qd_cvt(qd_set1(r->qmin)), qmax = qd_cvt(qd_set1(r->qmax));
+    const qd_vf bv = qd_set1(bound), inf = qd_set1(INFINITY);
+    float *sg = scale + c0 / tile;
+    qd_vm badv = qd_near_none();
+    int64_t j = 0;
+    for (; j + QD_W * tile <= n; j += QD_W * tile, sg += QD_W) {
+        qd_vi m[QD_W];
+        for (int i = 0; i < QD_W; i++) {
+            const float *xg = x + j + i * tile;
+            qd_vi a = qd_abs_bits(qd_load(xg));
+            for (int64_t k = QD_W; k < tile; k += QD_W)
+                a = qd_max_bits(a, qd_abs_bits(qd_load(xg + k)));
+            m[i] = a;
+        }
+        qd_vf s = qd_tiny_one(qd_div(qd_bits_f(qd_hmax_groups(m)), bv));
+        badv = qd_note(badv, s, inf); /* s >= Inf or NaN: not a finite scale */
+        qd_store(sg, s);
+        for (int64_t k = 0; k < QD_W * tile; k += QD_BLK) {
+            qd_prefetch(r->pf, r->pf_elem, j + k);
+            const float *xk = x + j + k;
+            qd_store_blk(kc, out + (j + k) * csize, qd_onepass_codes(xk, s, k / tile, qmin, qmax),
+                         qd_onepass_codes(xk + QD_W, s, (k + QD_W) / tile, qmin, qmax),
+                         qd_onepass_codes(xk + 2 * QD_W, s, (k + 2 * QD_W) / tile, qmin, qmax),
+                         qd_onepass_codes(xk + 3 * QD_W, s, (k + 3 * QD_W) / tile, qmin, qmax));
+        }
+    }
+    bool bad = qd_any(badv);
+    for (; j < n; j += tile, sg++) { /* the last groups, fewer than QD_W */
+        float sc = qn_float(seg_absmax_bits(x + j, tile)) / bound;
+        sc = sc < QN_TINY_SCALE ? 1.0f : sc;
+        bad |= !(sc <= FLT_MAX);
+        *sg = sc;
+        const qd_vf s = qd_set1(sc);
+        for (int64_t k = 0; k < tile; k += QD_W)
+            qd_store_vec(kc, out + (j + k) * csize,
+                         qd_bounded_codes(qd_div(qd_load(x + j + k), s), qmin, qmax));
+    }
+    return bad;
+}
+
+#define QD_ONEPASS_TILES(kc)                                                                       \
+    (r->tile == 16   ? qd_onepass_kc(kc, r, x, n, c0, bound, scale, codes, 16)                     \
+     : r->tile == 32 ? qd_onepass_kc(kc, r, x, n, c0, bound, scale, codes, 32)                     \
+                     : qd_onepass_kc(kc, r, x, n, c0, bound, scale, codes, 64))
+
+static int qd_quantize_absmax(const quant_krow *r, const float *x, int64_t n, int64_t c0,
+                              float bound, float *scale, void *codes)
+{
+    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    switch (r->kcode) {
+    case QK_I8:
+        return QD_ONEPASS_TILES(QK_I8);
+    case QK_U8:
+        return QD_ONEPASS_TILES(QK_U8);
+    case QK_I16:
+        return QD_ONEPASS_TILES(QK_I16);
+    default:
+        return 1;
+    }
+}
+#undef QD_ONEPASS_TILES
+
+/* ---- mse_int_fn: the fused MSE search, QD_W candidates per vector ---------------------------- */
+
+static void qd_mse_int(const float *x, const float *w, int64_t n, int64_t c0, int64_t tile,
+                       const float *scale, int nk, int64_t es, float qmin, float qmax, double *err)
+{
+    const qd_vf qn = qd_set1(qmin), qx = qd_set1(qmax);
+    for (int64_t j = 0; j < n;) {
+        int64_t g = (c0 + j) / tile, end = (g + 1) * tile - c0;
+        if (end > n) end = n;
+        for (int k0 = 0; k0 < nk; k0 += QD_W) {
+            int m = nk - k0 < QD_W ? nk - k0 : QD_W;
+            float sv[QD_W];
+            double av[QD_W];
+            for (int b = 0; b < QD_W; b++) { /* spare lanes: scale 1, sums dropped */
+                sv[b] = b < m ? scale[(k0 + b) * es + g] : 1.0f;
+                av[b] = b < m ? err[(k0 + b) * es + g] : 0.0;
+            }
+            if (w)
+                qd_mse_lanes(x, w, false, j, end, sv, av, qn, qx);
+            else /* all weights 1: 1 * (e * e) is e * e */
+                qd_mse_lanes(x, w, true, j, end, sv, av, qn, qx);
+            for (int b = 0; b < m; b++) err[(k0 + b) * es + g] = av[b];
+        }
+        j = end;
+    }
+}
+
+#endif /* QUANT_DRIVER_BODY_H */
