@@ -73,6 +73,15 @@ double bench_now(void)
     return kit_now();
 }
 
+const char *bench_load_avg(void)
+{
+    static char buf[32];
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f || fscanf(f, "%31s", buf) != 1) snprintf(buf, sizeof buf, "?");
+    if (f) fclose(f);
+    return buf;
+}
+
 void bench_sleep_ns(long ns)
 {
     struct timespec ts = {ns / 1000000000L, ns % 1000000000L};

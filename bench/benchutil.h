@@ -28,6 +28,8 @@ void bench_cleanup(void);
 
 /* CLOCK_MONOTONIC in seconds. */
 double bench_now(void);
+/* The 1-minute load average as /proc/loadavg gives it ("?" when unreadable); a static buffer. */
+const char *bench_load_avg(void);
 
 void bench_sleep_ns(long ns);
 

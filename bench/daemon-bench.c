@@ -400,7 +400,7 @@ static void print_row(const char *run, double bytes, double seconds, const char 
 }
 
 static void print_table(double mib, const char *threads, int64_t in_bytes, offline_result off,
-                        const daemon_result *d)
+                        const daemon_result *d, const char *load_before)
 {
     double e2e = d->upload + d->quantize + d->download;
     char ratio[32];
@@ -429,7 +429,9 @@ static void print_table(double mib, const char *threads, int64_t in_bytes, offli
     print_row("- GET outputs.tar (to disk)", (double)d->ck_tar_bytes, d->ck_download, "-", 0);
     printf("\nGB/s: input bytes per second (downloads: bytes received); targets (issue 11): end to "
            "end >= 0.75x "
-           "offline, quantd peak RSS < 300 MiB.\n");
+           "offline, quantd peak RSS < 300 MiB. Load average (1 min) before the run %s, after "
+           "%s.\n",
+           load_before, bench_load_avg());
 }
 
 int main(int argc, char **argv)
@@ -449,13 +451,15 @@ int main(int argc, char **argv)
     snprintf(in, sizeof in, "%s/in.safetensors", root);
     snprintf(out, sizeof out, "%s/offline.safetensors", root);
     snprintf(rules, sizeof rules, "%s/rules.json", root);
+    char load_before[32];
+    snprintf(load_before, sizeof load_before, "%s", bench_load_avg());
     write_shard(in, (int64_t)mib * 8);
     write_text(rules, RULES "\n");
     int64_t in_bytes = file_size(in);
     warm(in);
     offline_result off = run_offline(argv[2], threads, rules, in, out);
     daemon_result d = run_daemon(argv[1], threads, in, in_bytes);
-    print_table((double)mib, threads, in_bytes, off, &d);
+    print_table((double)mib, threads, in_bytes, off, &d, load_before);
     curl_global_cleanup();
     return bench_finish(d.exit_status);
 }
