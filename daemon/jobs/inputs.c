@@ -18,7 +18,9 @@
 typedef struct input_file {
     char *name;
     uint64_t bytes; /* on disk so far */
-    bool started, complete;
+    bool started;
+    bool whole;    /* every byte in, size set: readable whole (waits end) */
+    bool complete; /* whole and synced: it counts as received */
 } input_file;
 
 struct qd_job_inputs {
@@ -168,11 +170,19 @@ void qd_inputs_progress(qd_job_inputs *ji, size_t idx, uint64_t bytes)
     pthread_mutex_unlock(&ji->mu);
 }
 
+void qd_inputs_whole(qd_job_inputs *ji, size_t idx)
+{
+    pthread_mutex_lock(&ji->mu);
+    ji->files[idx].whole = true;
+    pthread_cond_broadcast(&ji->cv);
+    pthread_mutex_unlock(&ji->mu);
+}
+
 bool qd_inputs_complete(qd_job_inputs *ji, size_t idx)
 {
     pthread_mutex_lock(&ji->mu);
     if (!ji->files[idx].complete) {
-        ji->files[idx].complete = true;
+        ji->files[idx].whole = ji->files[idx].complete = true;
         ji->n_complete++;
     }
     bool all = ji->n_complete == ji->n && !ji->failed;
@@ -270,7 +280,7 @@ bool qd_inputs_wait(void *user, const char *name, uint64_t end, char *why, size_
             break;
         }
         const input_file *f = &ji->files[i];
-        if (f->complete || (end != QUANT_INPUT_WHOLE && f->bytes >= end)) {
+        if (f->whole || (end != QUANT_INPUT_WHOLE && f->bytes >= end)) {
             ok = true;
             break;
         }
@@ -278,7 +288,7 @@ bool qd_inputs_wait(void *user, const char *name, uint64_t end, char *why, size_
             snprintf(why, why_len, "%s", ji->why);
             break;
         }
-        if (pthread_cond_timedwait(&ji->cv, &ji->mu, &until) != 0 && !f->complete && !ji->failed &&
+        if (pthread_cond_timedwait(&ji->cv, &ji->mu, &until) != 0 && !f->whole && !ji->failed &&
             (end == QUANT_INPUT_WHOLE || f->bytes < end)) {
             snprintf(why, why_len, "not received within input_timeout");
             break;

@@ -1,6 +1,7 @@
 /* inputs.h -- the files of checkpoint jobs while they arrive (inputs.c): per job, per listed
- * file, the bytes on disk so far and whether the file is complete, under one mutex and condvar;
- * the PUT handler reports progress after each write, the pipeline waits through
+ * file, the bytes on disk so far, whether the file is whole (every byte in: the run may read it)
+ * and complete (synced too: received), under one mutex and condvar; the PUT handler reports
+ * progress after each write, the pipeline waits through
  * qd_inputs_wait (its quant_input_wait_fn), and a failure (a cut upload, a bad header, the
  * input_timeout, a cancel) ends every wait and every write of the job at once. In memory only:
  * a job still receiving when quantd stops is failed at the next start (receiving.c).
@@ -37,6 +38,9 @@ void qd_inputs_remove(qd_inputs *in, int64_t id);
 qd_status qd_inputs_begin(qd_job_inputs *ji, const char *name, size_t *idx, qd_err *err);
 /* bytes of file idx are on disk now; wakes the waiters. */
 void qd_inputs_progress(qd_job_inputs *ji, size_t idx, uint64_t bytes);
+/* Every byte of file idx is in and its size set: waits for the whole file return (the run need
+ * not wait for the fsync that qd_inputs_complete follows). */
+void qd_inputs_whole(qd_job_inputs *ji, size_t idx);
 /* File idx is complete (and synced); true when every listed file is. */
 bool qd_inputs_complete(qd_job_inputs *ji, size_t idx);
 /* The job's inputs failed with why (the first reason is kept): every wait returns false, every

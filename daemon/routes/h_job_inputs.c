@@ -362,13 +362,16 @@ bool qd_input_sink_finish(qd_req *r, enum MHD_Result *ret)
         sink_refuse(s, QD_EC_LENGTH_MISMATCH, s->msg);
         return *ret = refused(r, s), false;
     }
-    if (fsync(r->upload_fd) != 0) { /* on disk before it counts as received */
+    /* the run may read it whole now (from the page cache) while it is synced; it counts as
+     * received, and the job's receiving mark goes, only once it is on disk */
+    qd_inputs_progress(s->ji, s->idx, r->upload_bytes);
+    qd_inputs_whole(s->ji, s->idx);
+    if (fsync(r->upload_fd) != 0) {
         snprintf(s->msg, sizeof s->msg, "%s: fsync: %s", s->name, strerror(errno));
         sink_refuse(s, QD_EC_INTERNAL, s->msg);
         return *ret = refused(r, s), false;
     }
     s->ended = true;
-    qd_inputs_progress(s->ji, s->idx, r->upload_bytes);
     if (qd_inputs_complete(s->ji, s->idx)) {
         quant_ck_error ck;
         quant_ck_status st = qd_receiving_done(r->app, s->id, &ck);

@@ -9,7 +9,8 @@
  * (max_input_files, max_input_name); the single-shard POST /v1/jobs?ruleset= as the one-file
  * case (a body cut in its header makes no job, cut later fails the job made from its header;
  * quantized while its last byte is held back; a wrong Content-Length refused with no job);
- * examples/upload_checkpoint.sh against the daemon.
+ * examples/upload_checkpoint.sh against the daemon; the registry's whole (readable) before
+ * complete (synced).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -20,7 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "inputs.h"
 #include "qdproc.h"
+#include "quant_pipeline.h"
+#include "store.h"
 #include "qdtest.h"
 
 #define SHARDED "tests/data/stories260K-bf16-sharded"
@@ -532,6 +536,44 @@ START_TEST(test_create_checks)
 }
 END_TEST
 
+/* ---- the registry (inputs.c) ------------------------------------------------------------------
+ */
+
+/* A file whose bytes are all in (qd_inputs_whole) satisfies the run's whole-file wait at once,
+ * while it is still being synced: it is not yet received (missing, expired at its deadline, the
+ * job not complete) until qd_inputs_complete. Before that, the wait gives up at the deadline. */
+START_TEST(test_whole_before_synced)
+{
+    qd_inputs *in;
+    qd_err err;
+    ck_assert_int_eq(qd_inputs_new(&in, &err), QD_OK);
+    const char *names[] = {"a.safetensors"};
+    ck_assert_int_eq(qd_inputs_add(in, 7, names, 1, qd_now_ms() + 300, &err), QD_OK);
+    qd_job_inputs *ji = qd_inputs_get(in, 7);
+    size_t idx = 9;
+    ck_assert_int_eq(qd_inputs_begin(ji, "a.safetensors", &idx, &err), QD_OK);
+    ck_assert_uint_eq(idx, 0);
+    qd_inputs_progress(ji, idx, 100);
+    char why[128] = "";
+    ck_assert(qd_inputs_wait(ji, "a.safetensors", 100, why, sizeof why));
+    ck_assert(!qd_inputs_wait(ji, "a.safetensors", QUANT_INPUT_WHOLE, why, sizeof why));
+    ck_assert_msg(strstr(why, "input_timeout"), "%s", why);
+    qd_inputs_whole(ji, idx);
+    ck_assert(qd_inputs_wait(ji, "a.safetensors", QUANT_INPUT_WHOLE, why, sizeof why));
+    char missing[64];
+    ck_assert_uint_eq(qd_inputs_missing(ji, missing, sizeof missing), 1);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(qd_inputs_expired(in, qd_now_ms() + 1000, &ids, &n, &err), QD_OK);
+    ck_assert_uint_eq(n, 1);
+    free(ids);
+    ck_assert(qd_inputs_complete(ji, idx));
+    ck_assert_uint_eq(qd_inputs_missing(ji, missing, sizeof missing), 0);
+    qd_inputs_release(ji);
+    qd_inputs_free(in);
+}
+END_TEST
+
 /* examples/upload_checkpoint.sh uploads the fixture and extracts the tar: the CLI's outputs. */
 START_TEST(test_upload_script)
 {
@@ -569,6 +611,7 @@ Suite *suite_inputs(void)
     tcase_add_test(tc, test_input_timeout);
     tcase_add_test(tc, test_create_checks);
     tcase_add_test(tc, test_upload_script);
+    tcase_add_test(tc, test_whole_before_synced);
     suite_add_tcase(s, tc);
     return s;
 }
