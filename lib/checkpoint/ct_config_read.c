@@ -32,6 +32,9 @@ static const struct {
 
 #define N_KNOWN (sizeof known_formats / sizeof known_formats[0])
 
+/* The widest weights.num_bits a group may state (compressed-tensors' widest type: 64-bit). */
+#define CT_NUM_BITS_MAX 64
+
 struct quant_ct_config {
     json_t *root; /* the parsed config.json the groups point into */
     size_t n;
@@ -94,7 +97,14 @@ static quant_ck_status parse_group(ct_group *g, const char *key, json_t *grp, co
     g->targets = json_object_get(grp, "targets");
     json_t *w = json_object_get(grp, "weights");
     json_t *bits = json_object_get(w, "num_bits");
-    g->bits = json_is_integer(bits) ? (int)json_integer_value(bits) : 0;
+    json_int_t b = json_integer_value(bits);
+    /* checked before the cast: a huge value must not wrap into a width the reader decodes */
+    if (bits && !json_is_null(bits) && (!json_is_integer(bits) || b < 1 || b > CT_NUM_BITS_MAX))
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "%s: quantization_config group '%s': weights.num_bits is not an "
+                             "integer from 1 to %d",
+                             path, key, CT_NUM_BITS_MAX);
+    g->bits = (int)b;
     if (!g->format || strcmp(g->format, "mixed-precision") == 0)
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                              "%s: quantization_config group '%s' has no format of its own (the "

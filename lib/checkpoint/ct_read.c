@@ -217,6 +217,10 @@ static quant_ck_status weight_shape(quant_ct_tensor *e, const quant_st_file *f, 
     bool fp4 = forms[e->form].pack;
     e->shape[0] = d->shape[0];
     e->shape[1] = fp4 ? 2 * d->shape[1] : d->shape[1];
+    if (e->shape[0] < 1 || e->shape[1] < 1)
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "tensor '%s': shape [%lld, %lld] holds no weights", d->name,
+                             (long long)d->shape[0], (long long)d->shape[1]);
     return QUANT_CK_OK;
 }
 

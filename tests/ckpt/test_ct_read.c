@@ -544,6 +544,65 @@ START_TEST(ct_refusals)
 }
 END_TEST
 
+/* Hostile files: a weights.num_bits that is no integer of 1..64 (a huge one used to wrap to a
+ * width the reader decodes: 2^32 + 4 was read as int4), and weights that hold no elements. */
+START_TEST(ct_hostile_bits_and_empty_weights)
+{
+    enum { R = 4, C = 64 };
+    static uint32_t packed[R * 8];
+    static float scale[R * 4];
+    for (int i = 0; i < R * 4; i++) scale[i] = 0.5f;
+    int64_t shape[2] = {R, C};
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in"), *out = kit_join(tmp, "out");
+    kit_st_tensor good[] = {
+        {"m.p.weight_packed", "I32", 2, {R, 8}, packed, R * 8 * 4},
+        {"m.p.weight_scale", "F32", 2, {R, 4}, scale, sizeof scale},
+        {"m.p.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+    };
+    static const char *const bad_bits[] = {"4294967300", "-4", "0", "65", "4.5", "\"4\"", "true"};
+    for (size_t i = 0; i < sizeof bad_bits / sizeof bad_bits[0]; i++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg,
+                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                 "\"format\": \"pack-quantized\", \"config_groups\": {\"group_0\": "
+                 "{\"targets\": [\"m.p\"], \"weights\": {\"num_bits\": %s}}}}}",
+                 bad_bits[i]);
+        make_ct_dir(in, cfg, good, 3);
+        refused(in, out, QUANT_CK_ERR_FORMAT,
+                "in/config.json: quantization_config group 'group_0': weights.num_bits",
+                "not an integer from 1 to 64");
+    }
+    /* num_bits null is no num_bits: the packed shape decides (8 words a row: int4 only) */
+    make_ct_dir(in,
+                "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                "\"format\": \"pack-quantized\", \"config_groups\": {\"group_0\": "
+                "{\"targets\": [\"m.p\"], \"weights\": {\"num_bits\": null}}}}}",
+                good, 3);
+    quant_ck_error err;
+    ck_assert_msg(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    kit_rmtree(out);
+    /* int8 and mxfp4 weights of no rows or no columns */
+    kit_st_tensor rows0[] = {{"m.p.weight", "I8", 2, {0, 16}, packed, 0},
+                             {"m.p.weight_scale", "F32", 1, {1}, scale, 4}};
+    make_ct_dir(in, NULL, rows0, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight': shape [0, 16]", "holds no weights");
+    kit_st_tensor cols0[] = {{"m.p.weight", "I8", 2, {4, 0}, packed, 0},
+                             {"m.p.weight_scale", "F32", 1, {1}, scale, 4}};
+    make_ct_dir(in, NULL, cols0, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight': shape [4, 0]", "holds no weights");
+    kit_st_tensor mx0[] = {{"m.p.weight_packed", "U8", 2, {0, 16}, packed, 0},
+                           {"m.p.weight_scale", "U8", 2, {0, 1}, packed, 0}};
+    make_ct_dir(in, NULL, mx0, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_packed': shape [0, 16]",
+            "holds no weights");
+    kit_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(out);
+}
+END_TEST
+
 /* ---- quant inspect --------------------------------------------------------------------------- */
 
 /* `quant inspect --json` of dir/model.safetensors: its row named `name` (a new reference) and
@@ -659,6 +718,7 @@ Suite *suite_ct_read(void)
     tcase_add_test(tc, ct_equals_native_fixture);
     tcase_add_test(tc, ct_hand_made_block_and_tensor_zero_points);
     tcase_add_test(tc, ct_refusals);
+    tcase_add_test(tc, ct_hostile_bits_and_empty_weights);
     tcase_add_test(tc, ct_inspect_rows);
     tcase_add_test(tc, ct_dequantize_help);
     suite_add_tcase(s, tc);
