@@ -7,11 +7,13 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ck_internal.h"
 #include "ct_read.h"
@@ -174,25 +176,34 @@ quant_ck_status quant_ct_config_parse(const char *text, const char *path, quant_
     return QUANT_CK_OK;
 }
 
-/* The text of the regular file `path` (NULL and QUANT_CK_OK when there is none). */
+/* The text of the regular file `path` (NULL and QUANT_CK_OK when there is none). Opened
+ * non-blocking and checked by its descriptor: a FIFO or device named config.json (a downloaded
+ * archive may hold one) is refused instead of waiting forever for a writer. */
 static quant_ck_status read_text(const char *path, char **text, quant_ck_error *err)
 {
     *text = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return QUANT_CK_OK;
+    if (fd < 0) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT) return QUANT_CK_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path, strerror(errno));
     quant_ck_status st = QUANT_CK_OK;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)CK_CONFIG_MAX)
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)CK_CONFIG_MAX)
         st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: not a regular file of at most %u MiB", path,
                            CK_CONFIG_MAX >> 20);
-    size_t n = st == QUANT_CK_OK ? (size_t)sb.st_size : 0;
+    size_t n = st == QUANT_CK_OK ? (size_t)sb.st_size : 0, got = 0;
     if (st == QUANT_CK_OK && !(*text = malloc(n + 1)))
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-    if (st == QUANT_CK_OK && fread(*text, 1, n, f) != n)
-        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: short read", path);
+    while (st == QUANT_CK_OK && got < n) {
+        ssize_t r = read(fd, *text + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path,
+                               r < 0 ? strerror(errno) : "short read");
+        else
+            got += (size_t)r;
+    }
     if (st == QUANT_CK_OK) (*text)[n] = '\0';
-    fclose(f);
+    close(fd);
     if (st != QUANT_CK_OK) {
         free(*text);
         *text = NULL;

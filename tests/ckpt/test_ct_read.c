@@ -596,6 +596,17 @@ START_TEST(ct_hostile_bits_and_empty_weights)
     make_ct_dir(in, NULL, mx0, 2);
     refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_packed': shape [0, 16]",
             "holds no weights");
+    /* a FIFO named config.json beside a file is refused (it used to block in open for ever) */
+    make_ct_dir(in, NULL, good, 3);
+    char *fifo = kit_join(in, "config.json"), *file = kit_join(in, "model.safetensors");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    quant_ct_config *cfg = (quant_ct_config *)1;
+    ck_assert_int_eq(quant_ct_config_beside(file, &cfg, &err), QUANT_CK_ERR_IO);
+    ck_assert_ptr_null(cfg);
+    ck_assert_msg(strstr(err.message, "in/config.json: not a regular file"), "%s", err.message);
+    refused(file, out, QUANT_CK_ERR_IO, "in/config.json", "not a regular file");
+    free(fifo);
+    free(file);
     kit_rmtree(tmp);
     free(tmp);
     free(in);
