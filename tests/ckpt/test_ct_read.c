@@ -596,6 +596,13 @@ START_TEST(ct_hostile_bits_and_empty_weights)
     make_ct_dir(in, NULL, mx0, 2);
     refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_packed': shape [0, 16]",
             "holds no weights");
+    /* a scale with no value (E8M0 255) is refused naming the file, the tensor and the scale */
+    static uint8_t e8[R * 2] = {127, 127, 127, 255};
+    kit_st_tensor mx[] = {{"m.p.weight_packed", "U8", 2, {R, C / 2}, packed, R * C / 2},
+                          {"m.p.weight_scale", "U8", 2, {R, 2}, e8, sizeof e8}};
+    make_ct_dir(in, NULL, mx, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT,
+            "in/model.safetensors: tensor 'm.p.weight_scale': E8M0 scale 3 is 255", "NaN");
     /* a FIFO named config.json beside a file is refused (it used to block in open for ever) */
     make_ct_dir(in, NULL, good, 3);
     char *fifo = kit_join(in, "config.json"), *file = kit_join(in, "model.safetensors");
