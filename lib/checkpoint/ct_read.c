@@ -367,8 +367,9 @@ static quant_ck_status zero_point_of(quant_ct_tensor *e, const int64_t sd[2], qu
                              "tensor '%s': %s weights are symmetric; a zero point is not decoded",
                              z->name, e->format);
     e->how.calibration = "minmax";
-    /* compressed-tensors packs the zero point only for pack-quantized channel and group */
-    e->zp_packed = e->form == QUANT_CT_PACK32 && sd[0] == e->shape[0];
+    /* compressed-tensors packs the zero point only for pack-quantized channel and group (a
+     * scale [out, 1] or [out, groups]); a tensor's scale is [1] even when the weight has one row */
+    e->zp_packed = e->form == QUANT_CT_PACK32 && e->scale->rank == 2 && sd[0] == e->shape[0];
     bool ok = e->zp_packed
                   ? z->dtype == QUANT_ST_I32 && z->rank == 2 &&
                         z->shape[0] == ck_pack32_words(sd[0], e->bits) && z->shape[1] == sd[1]

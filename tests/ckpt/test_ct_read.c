@@ -366,6 +366,39 @@ START_TEST(ct_hand_made_block_and_tensor_zero_points)
 }
 END_TEST
 
+/* A weight of one row, per tensor, asymmetric: its zero point is I8 [1] like its scale [1] (the
+ * reader took a scale whose first dim equals the rows for channel or group, whose zero point is
+ * packed, and refused it). */
+START_TEST(ct_one_row_tensor_zero_point)
+{
+    enum { C = 64, W = C * 4 / 32 };
+    int8_t q[C];
+    for (int i = 0; i < C; i++) q[i] = (int8_t)(i % 16 - 8);
+    uint32_t packed[W];
+    pack_dense(q, C, 4, packed, W);
+    float tscale = 0.25f;
+    int8_t tzp = -3;
+    int64_t shape[2] = {1, C};
+    kit_st_tensor t[] = {
+        {"m.t.weight_packed", "I32", 2, {1, W}, packed, sizeof packed},
+        {"m.t.weight_scale", "F32", 1, {1}, &tscale, sizeof tscale},
+        {"m.t.weight_zero_point", "I8", 1, {1}, &tzp, sizeof tzp},
+        {"m.t.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+    };
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors"),
+         *out = kit_join(tmp, "out.safetensors");
+    ck_gen_file(in, t, sizeof t / sizeof t[0], "{\"format\": \"pt\"}");
+    dequantize_ok(in, out, "f32");
+    float *v = read_f32(out, "m.t.weight", C);
+    for (int c = 0; c < C; c++) ck_assert_float_eq(v[c], (float)(q[c] - tzp) * tscale);
+    free(v);
+    kit_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(out);
+}
+END_TEST
+
 /* ---- refusals -------------------------------------------------------------------------------- */
 
 /* A compressed-tensors directory `dir` (config.json `cfg`, one shard of `t`). */
@@ -735,6 +768,7 @@ Suite *suite_ct_read(void)
     tcase_add_test(tc, ct_equals_native_every_scheme);
     tcase_add_test(tc, ct_equals_native_fixture);
     tcase_add_test(tc, ct_hand_made_block_and_tensor_zero_points);
+    tcase_add_test(tc, ct_one_row_tensor_zero_point);
     tcase_add_test(tc, ct_refusals);
     tcase_add_test(tc, ct_hostile_bits_and_empty_weights);
     tcase_add_test(tc, ct_inspect_rows);
