@@ -367,9 +367,12 @@ static quant_ck_status zero_point_of(quant_ct_tensor *e, const int64_t sd[2], qu
                              "tensor '%s': %s weights are symmetric; a zero point is not decoded",
                              z->name, e->format);
     e->how.calibration = "minmax";
-    /* compressed-tensors packs the zero point only for pack-quantized channel and group (a
-     * scale [out, 1] or [out, groups]); a tensor's scale is [1] even when the weight has one row */
-    e->zp_packed = e->form == QUANT_CT_PACK32 && e->scale->rank == 2 && sd[0] == e->shape[0];
+    /* compressed-tensors packs the zero point (I32 words along dim 0) only for pack-quantized
+     * channel and group, whose scales have a row per weight row; tensor and block ones are I8
+     * like the scale. A weight of one row tells the two apart by the zero point's dtype and rank
+     * alone: a scale [1] is a tensor's, or a channel's written rank 1 (layout_ct.c does). */
+    e->zp_packed = e->form == QUANT_CT_PACK32 && sd[0] == e->shape[0] &&
+                   (e->shape[0] > 1 || (z->dtype == QUANT_ST_I32 && z->rank == 2));
     bool ok = e->zp_packed
                   ? z->dtype == QUANT_ST_I32 && z->rank == 2 &&
                         z->shape[0] == ck_pack32_words(sd[0], e->bits) && z->shape[1] == sd[1]

@@ -368,7 +368,8 @@ END_TEST
 
 /* A weight of one row, per tensor, asymmetric: its zero point is I8 [1] like its scale [1] (the
  * reader took a scale whose first dim equals the rows for channel or group, whose zero point is
- * packed, and refused it). */
+ * packed, and refused it); per channel, as the writer stores it (scale [1], zero point packed
+ * I32 [1, 1]), it stays packed. */
 START_TEST(ct_one_row_tensor_zero_point)
 {
     enum { C = 64, W = C * 4 / 32 };
@@ -378,20 +379,29 @@ START_TEST(ct_one_row_tensor_zero_point)
     pack_dense(q, C, 4, packed, W);
     float tscale = 0.25f;
     int8_t tzp = -3;
+    uint32_t czp = (uint32_t)(tzp + 8); /* packed: the int4 code of -3 */
     int64_t shape[2] = {1, C};
     kit_st_tensor t[] = {
         {"m.t.weight_packed", "I32", 2, {1, W}, packed, sizeof packed},
         {"m.t.weight_scale", "F32", 1, {1}, &tscale, sizeof tscale},
         {"m.t.weight_zero_point", "I8", 1, {1}, &tzp, sizeof tzp},
         {"m.t.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+        {"m.c.weight_packed", "I32", 2, {1, W}, packed, sizeof packed},
+        {"m.c.weight_scale", "F32", 1, {1}, &tscale, sizeof tscale},
+        {"m.c.weight_zero_point", "I32", 2, {1, 1}, &czp, sizeof czp},
+        {"m.c.weight_shape", "I64", 1, {2}, shape, sizeof shape},
     };
     char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors"),
          *out = kit_join(tmp, "out.safetensors");
     ck_gen_file(in, t, sizeof t / sizeof t[0], "{\"format\": \"pt\"}");
     dequantize_ok(in, out, "f32");
-    float *v = read_f32(out, "m.t.weight", C);
-    for (int c = 0; c < C; c++) ck_assert_float_eq(v[c], (float)(q[c] - tzp) * tscale);
+    float *v = read_f32(out, "m.t.weight", C), *vc = read_f32(out, "m.c.weight", C);
+    for (int c = 0; c < C; c++) {
+        ck_assert_float_eq(v[c], (float)(q[c] - tzp) * tscale);
+        ck_assert_float_eq(vc[c], (float)(q[c] - tzp) * tscale);
+    }
     free(v);
+    free(vc);
     kit_rmtree(tmp);
     free(tmp);
     free(in);
