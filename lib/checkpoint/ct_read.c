@@ -136,6 +136,11 @@ static quant_ck_status form_of(quant_ct_tensor *e, const char *module, const qua
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                              "tensor '%s.weight_scale': no %s.weight_packed or %s.weight beside it",
                              module, module, module);
+    if (packed && part(f, module, "weight"))
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "tensor '%s.weight' beside %s.weight_packed: the weight is decoded "
+                             "to that name, so the file would hold it twice",
+                             module, module);
     size_t i = 0, n = sizeof form_table / sizeof form_table[0];
     while (i < n &&
            !form_fits(i, packed != NULL, e->data->dtype, e->scale->dtype, e->global_scale != NULL))

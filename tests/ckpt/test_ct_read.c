@@ -639,6 +639,14 @@ START_TEST(ct_hostile_bits_and_empty_weights)
     make_ct_dir(in, NULL, mx0, 2);
     refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_packed': shape [0, 16]",
             "holds no weights");
+    /* a P.weight beside P.weight_packed: refused reading the input (it named only the output's
+     * duplicate name, and quant inspect listed two rows P.weight) */
+    static float plain[R * C];
+    kit_st_tensor both[] = {
+        good[0], good[1], good[2], {"m.p.weight", "F32", 2, {R, C}, plain, sizeof plain}};
+    make_ct_dir(in, NULL, both, 4);
+    refused(in, out, QUANT_CK_ERR_FORMAT,
+            "in/model.safetensors: tensor 'm.p.weight' beside m.p.weight_packed", "hold it twice");
     /* a scale with no value (E8M0 255) is refused naming the file, the tensor and the scale */
     static uint8_t e8[R * 2] = {127, 127, 127, 255};
     kit_st_tensor mx[] = {{"m.p.weight_packed", "U8", 2, {R, C / 2}, packed, R * C / 2},

@@ -4,7 +4,8 @@
  * config.json without a quantization_config; a refused one hands nothing out and names the file;
  * any other text strips to a JSON object or is refused naming the file.
  * quant_ct_read() of the file with that config: what it accepts is well formed (every weight a
- * P.weight of rank 2 with its parts owned by it and by nothing else, the other tensors plain),
+ * P.weight of rank 2 with its parts owned by it and by nothing else, no plain tensor of its
+ * name, the other tensors plain),
  * and every small weight is decoded (quant_ct_scales, quant_ct_dequantize to F32 and BF16; one
  * thread, scalar kernels), failing only for a scale that has no value (an E8M0 NaN, a NaN block
  * scale, a global scale that is not finite and positive; named by file); what it refuses hands
@@ -98,6 +99,9 @@ static void check_weights(const quant_st_file *f, const quant_ct *c)
         FUZZ_CHECK(quant_ct_owner(c, e->data) == e && quant_ct_owner(c, e->scale) == e);
         FUZZ_CHECK(!e->zero_point || quant_ct_owner(c, e->zero_point) == e);
         FUZZ_CHECK(!e->global_scale || quant_ct_owner(c, e->global_scale) == e);
+        /* the decoded P.weight takes no plain tensor's name */
+        const quant_st_tensor *same = quant_st_find(f, e->name);
+        FUZZ_CHECK(!same || quant_ct_owner(c, same) == e);
         decode(c, e);
     }
     size_t owned = 0;
