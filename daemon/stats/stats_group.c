@@ -504,8 +504,10 @@ static size_t sql_group(stats_group *g, stats_req *list)
     if (txn_ok(g, qd_db_begin(g->db, true, &e), &e) && qd_idem_purge(g) && replay(g)) {
         for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
         if (!g->failed && flush_all(g)) txn_ok(g, qd_db_commit(g->db, &e), &e);
-        if (g->failed) qd_db_rollback(g->db);
     }
+    /* every failure after BEGIN (the purge and the replay included) ends the transaction: left
+     * open, it would keep the write lock and refuse every later BEGIN */
+    if (g->failed) qd_db_rollback(g->db);
     qd_write_gate_leave();
     if (g->failed) {
         qd_cache_forget(g); /* the database went back: so does the cache */

@@ -7,11 +7,13 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ck_internal.h"
 #include "ct_read.h"
@@ -31,6 +33,9 @@ static const struct {
 };
 
 #define N_KNOWN (sizeof known_formats / sizeof known_formats[0])
+
+/* The widest weights.num_bits a group may state (compressed-tensors' widest type: 64-bit). */
+#define CT_NUM_BITS_MAX 64
 
 struct quant_ct_config {
     json_t *root; /* the parsed config.json the groups point into */
@@ -94,7 +99,14 @@ static quant_ck_status parse_group(ct_group *g, const char *key, json_t *grp, co
     g->targets = json_object_get(grp, "targets");
     json_t *w = json_object_get(grp, "weights");
     json_t *bits = json_object_get(w, "num_bits");
-    g->bits = json_is_integer(bits) ? (int)json_integer_value(bits) : 0;
+    json_int_t b = json_integer_value(bits);
+    /* checked before the cast: a huge value must not wrap into a width the reader decodes */
+    if (bits && !json_is_null(bits) && (!json_is_integer(bits) || b < 1 || b > CT_NUM_BITS_MAX))
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "%s: quantization_config group '%s': weights.num_bits is not an "
+                             "integer from 1 to %d",
+                             path, key, CT_NUM_BITS_MAX);
+    g->bits = (int)b;
     if (!g->format || strcmp(g->format, "mixed-precision") == 0)
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                              "%s: quantization_config group '%s' has no format of its own (the "
@@ -164,25 +176,34 @@ quant_ck_status quant_ct_config_parse(const char *text, const char *path, quant_
     return QUANT_CK_OK;
 }
 
-/* The text of the regular file `path` (NULL and QUANT_CK_OK when there is none). */
+/* The text of the regular file `path` (NULL and QUANT_CK_OK when there is none). Opened
+ * non-blocking and checked by its descriptor: a FIFO or device named config.json (a downloaded
+ * archive may hold one) is refused instead of waiting forever for a writer. */
 static quant_ck_status read_text(const char *path, char **text, quant_ck_error *err)
 {
     *text = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return QUANT_CK_OK;
+    if (fd < 0) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT) return QUANT_CK_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f) return quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path, strerror(errno));
     quant_ck_status st = QUANT_CK_OK;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)CK_CONFIG_MAX)
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)CK_CONFIG_MAX)
         st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: not a regular file of at most %u MiB", path,
                            CK_CONFIG_MAX >> 20);
-    size_t n = st == QUANT_CK_OK ? (size_t)sb.st_size : 0;
+    size_t n = st == QUANT_CK_OK ? (size_t)sb.st_size : 0, got = 0;
     if (st == QUANT_CK_OK && !(*text = malloc(n + 1)))
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
-    if (st == QUANT_CK_OK && fread(*text, 1, n, f) != n)
-        st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: short read", path);
+    while (st == QUANT_CK_OK && got < n) {
+        ssize_t r = read(fd, *text + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            st = quant_ck_fail(err, QUANT_CK_ERR_IO, "%s: %s", path,
+                               r < 0 ? strerror(errno) : "short read");
+        else
+            got += (size_t)r;
+    }
     if (st == QUANT_CK_OK) (*text)[n] = '\0';
-    fclose(f);
+    close(fd);
     if (st != QUANT_CK_OK) {
         free(*text);
         *text = NULL;

@@ -73,13 +73,14 @@ static quant_ck_status codes_of(const quant_ct *c, const quant_ct_tensor *e, voi
     return q ? QUANT_CK_OK : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
 }
 
-static quant_ck_status e8m0_scales(const quant_ct_tensor *e, const uint8_t *raw, size_t n,
-                                   float *scale, quant_ck_error *err)
+static quant_ck_status e8m0_scales(const quant_ct *c, const quant_ct_tensor *e, const uint8_t *raw,
+                                   size_t n, float *scale, quant_ck_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         if (raw[i] == 255)
             return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
-                                 "tensor '%s': E8M0 scale %zu is 255 (NaN)", e->scale->name, i);
+                                 "%s: tensor '%s': E8M0 scale %zu is 255 (NaN)", c->file->path,
+                                 e->scale->name, i);
         scale[i] = ldexpf(1.0f, (int)raw[i] - 127);
     }
     return QUANT_CK_OK;
@@ -92,13 +93,13 @@ static quant_ck_status nvfp4_scales(const quant_ct *c, const quant_ct_tensor *e,
     quant_ck_status st = quant_st_read(c->file, e->global_scale, 0, &g, sizeof g, err);
     if (st == QUANT_CK_OK && !(isfinite(g) && g > 0.0f))
         st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
-                           "tensor '%s': global scale %g is not finite and positive",
-                           e->global_scale->name, (double)g);
+                           "%s: tensor '%s': global scale %g is not finite and positive",
+                           c->file->path, e->global_scale->name, (double)g);
     for (size_t i = 0; st == QUANT_CK_OK && i < n; i++) {
         float sb = quant_e4m3fn_to_f32(raw[i]);
         if (isnan(sb))
-            st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "tensor '%s': block scale %zu is NaN",
-                               e->scale->name, i);
+            st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: tensor '%s': block scale %zu is NaN",
+                               c->file->path, e->scale->name, i);
         scale[i] = sb / g;
     }
     return st;
@@ -117,13 +118,14 @@ quant_ck_status quant_ct_scales(const quant_ct *c, const quant_ct_tensor *e, flo
     if (st != QUANT_CK_OK) {
         /* read_whole said why */
     } else if (e->form == QUANT_CT_MXFP4 || e->form == QUANT_CT_MXFP8) {
-        st = e8m0_scales(e, raw, n, scale, err);
+        st = e8m0_scales(c, e, raw, n, scale, err);
     } else if (e->form == QUANT_CT_NVFP4) {
         st = nvfp4_scales(c, e, raw, n, scale, err);
     } else if (!quant_st_to_quant_dtype(e->scale->dtype, &sdt) ||
                quant_convert(sdt, raw, QUANT_DTYPE_F32, scale, (int64_t)n, &qe) != QUANT_OK) {
-        st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "tensor '%s': scale dtype %s not converted",
-                           e->scale->name, quant_st_dtype_name(e->scale->dtype));
+        st =
+            quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: tensor '%s': scale dtype %s not converted",
+                          c->file->path, e->scale->name, quant_st_dtype_name(e->scale->dtype));
     }
     free(raw);
     return st;
@@ -184,7 +186,8 @@ quant_ck_status quant_ct_dequantize(quant_ctx *ctx, const quant_ct *c, const qua
     if (st == QUANT_CK_OK) {
         quant_tensor_init(&t, odt, 2, e->shape, out, NULL);
         if (quant_dequantize(ctx, &e->how, codes, scale, zp, &t, &qe) != QUANT_OK)
-            st = quant_ck_fail(err, QUANT_CK_ERR_QUANT, "tensor '%s': %s", e->name, qe.message);
+            st = quant_ck_fail(err, QUANT_CK_ERR_QUANT, "%s: tensor '%s': %s", c->file->path,
+                               e->name, qe.message);
     }
     free(codes);
     free(scale);

@@ -136,6 +136,11 @@ static quant_ck_status form_of(quant_ct_tensor *e, const char *module, const qua
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                              "tensor '%s.weight_scale': no %s.weight_packed or %s.weight beside it",
                              module, module, module);
+    if (packed && part(f, module, "weight"))
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "tensor '%s.weight' beside %s.weight_packed: the weight is decoded "
+                             "to that name, so the file would hold it twice",
+                             module, module);
     size_t i = 0, n = sizeof form_table / sizeof form_table[0];
     while (i < n &&
            !form_fits(i, packed != NULL, e->data->dtype, e->scale->dtype, e->global_scale != NULL))
@@ -217,6 +222,10 @@ static quant_ck_status weight_shape(quant_ct_tensor *e, const quant_st_file *f, 
     bool fp4 = forms[e->form].pack;
     e->shape[0] = d->shape[0];
     e->shape[1] = fp4 ? 2 * d->shape[1] : d->shape[1];
+    if (e->shape[0] < 1 || e->shape[1] < 1)
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "tensor '%s': shape [%lld, %lld] holds no weights", d->name,
+                             (long long)d->shape[0], (long long)d->shape[1]);
     return QUANT_CK_OK;
 }
 
@@ -363,8 +372,12 @@ static quant_ck_status zero_point_of(quant_ct_tensor *e, const int64_t sd[2], qu
                              "tensor '%s': %s weights are symmetric; a zero point is not decoded",
                              z->name, e->format);
     e->how.calibration = "minmax";
-    /* compressed-tensors packs the zero point only for pack-quantized channel and group */
-    e->zp_packed = e->form == QUANT_CT_PACK32 && sd[0] == e->shape[0];
+    /* compressed-tensors packs the zero point (I32 words along dim 0) only for pack-quantized
+     * channel and group, whose scales have a row per weight row; tensor and block ones are I8
+     * like the scale. A weight of one row tells the two apart by the zero point's dtype and rank
+     * alone: a scale [1] is a tensor's, or a channel's written rank 1 (layout_ct.c does). */
+    e->zp_packed = e->form == QUANT_CT_PACK32 && sd[0] == e->shape[0] &&
+                   (e->shape[0] > 1 || (z->dtype == QUANT_ST_I32 && z->rank == 2));
     bool ok = e->zp_packed
                   ? z->dtype == QUANT_ST_I32 && z->rank == 2 &&
                         z->shape[0] == ck_pack32_words(sd[0], e->bits) && z->shape[1] == sd[1]

@@ -131,9 +131,10 @@ QUANT_API quant_ck_status quant_ct_scales(const quant_ct *c, const quant_ct_tens
  * f32(s_b / g). compressed-tensors' own decompression multiplies in the scale's dtype: with a
  * BF16 (F16) weight_scale its values are these rounded to bfloat16 (float16): `dtype` BF16
  * (F16) gives them exactly.
- * @return : QUANT_CK_OK, or QUANT_CK_ERR_FORMAT naming the tensor (an E8M0 byte 255, which is
- *           NaN; a global scale that is not finite and positive), QUANT_CK_ERR_IO,
- *           QUANT_CK_ERR_QUANT, QUANT_CK_ERR_NOMEM. */
+ * @return : QUANT_CK_OK, or QUANT_CK_ERR_FORMAT naming the file and tensor (an E8M0 byte 255,
+ *           which is NaN; a NaN nvfp4 block scale; a global scale that is not finite and
+ *           positive), QUANT_CK_ERR_IO, QUANT_CK_ERR_QUANT (naming the file and weight),
+ *           QUANT_CK_ERR_NOMEM. */
 QUANT_API quant_ck_status quant_ct_dequantize(quant_ctx *ctx, const quant_ct *c,
                                               const quant_ct_tensor *e, quant_st_dtype dtype,
                                               void *out, size_t out_len, quant_ck_error *err);

@@ -366,6 +366,49 @@ START_TEST(ct_hand_made_block_and_tensor_zero_points)
 }
 END_TEST
 
+/* A weight of one row, per tensor, asymmetric: its zero point is I8 [1] like its scale [1] (the
+ * reader took a scale whose first dim equals the rows for channel or group, whose zero point is
+ * packed, and refused it); per channel, as the writer stores it (scale [1], zero point packed
+ * I32 [1, 1]), it stays packed. */
+START_TEST(ct_one_row_tensor_zero_point)
+{
+    enum { C = 64, W = C * 4 / 32 };
+    int8_t q[C];
+    for (int i = 0; i < C; i++) q[i] = (int8_t)(i % 16 - 8);
+    uint32_t packed[W];
+    pack_dense(q, C, 4, packed, W);
+    float tscale = 0.25f;
+    int8_t tzp = -3;
+    uint32_t czp = (uint32_t)(tzp + 8); /* packed: the int4 code of -3 */
+    int64_t shape[2] = {1, C};
+    kit_st_tensor t[] = {
+        {"m.t.weight_packed", "I32", 2, {1, W}, packed, sizeof packed},
+        {"m.t.weight_scale", "F32", 1, {1}, &tscale, sizeof tscale},
+        {"m.t.weight_zero_point", "I8", 1, {1}, &tzp, sizeof tzp},
+        {"m.t.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+        {"m.c.weight_packed", "I32", 2, {1, W}, packed, sizeof packed},
+        {"m.c.weight_scale", "F32", 1, {1}, &tscale, sizeof tscale},
+        {"m.c.weight_zero_point", "I32", 2, {1, 1}, &czp, sizeof czp},
+        {"m.c.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+    };
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors"),
+         *out = kit_join(tmp, "out.safetensors");
+    ck_gen_file(in, t, sizeof t / sizeof t[0], "{\"format\": \"pt\"}");
+    dequantize_ok(in, out, "f32");
+    float *v = read_f32(out, "m.t.weight", C), *vc = read_f32(out, "m.c.weight", C);
+    for (int c = 0; c < C; c++) {
+        ck_assert_float_eq(v[c], (float)(q[c] - tzp) * tscale);
+        ck_assert_float_eq(vc[c], (float)(q[c] - tzp) * tscale);
+    }
+    free(v);
+    free(vc);
+    kit_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(out);
+}
+END_TEST
+
 /* ---- refusals -------------------------------------------------------------------------------- */
 
 /* A compressed-tensors directory `dir` (config.json `cfg`, one shard of `t`). */
@@ -544,6 +587,91 @@ START_TEST(ct_refusals)
 }
 END_TEST
 
+/* Hostile files: a weights.num_bits that is no integer of 1..64 (a huge one used to wrap to a
+ * width the reader decodes: 2^32 + 4 was read as int4), and weights that hold no elements. */
+START_TEST(ct_hostile_bits_and_empty_weights)
+{
+    enum { R = 4, C = 64 };
+    static uint32_t packed[R * 8];
+    static float scale[R * 4];
+    for (int i = 0; i < R * 4; i++) scale[i] = 0.5f;
+    int64_t shape[2] = {R, C};
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in"), *out = kit_join(tmp, "out");
+    kit_st_tensor good[] = {
+        {"m.p.weight_packed", "I32", 2, {R, 8}, packed, R * 8 * 4},
+        {"m.p.weight_scale", "F32", 2, {R, 4}, scale, sizeof scale},
+        {"m.p.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+    };
+    static const char *const bad_bits[] = {"4294967300", "-4", "0", "65", "4.5", "\"4\"", "true"};
+    for (size_t i = 0; i < sizeof bad_bits / sizeof bad_bits[0]; i++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg,
+                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                 "\"format\": \"pack-quantized\", \"config_groups\": {\"group_0\": "
+                 "{\"targets\": [\"m.p\"], \"weights\": {\"num_bits\": %s}}}}}",
+                 bad_bits[i]);
+        make_ct_dir(in, cfg, good, 3);
+        refused(in, out, QUANT_CK_ERR_FORMAT,
+                "in/config.json: quantization_config group 'group_0': weights.num_bits",
+                "not an integer from 1 to 64");
+    }
+    /* num_bits null is no num_bits: the packed shape decides (8 words a row: int4 only) */
+    make_ct_dir(in,
+                "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                "\"format\": \"pack-quantized\", \"config_groups\": {\"group_0\": "
+                "{\"targets\": [\"m.p\"], \"weights\": {\"num_bits\": null}}}}}",
+                good, 3);
+    quant_ck_error err;
+    ck_assert_msg(quant_dequantize_path(in, out, QUANT_ST_F32, 1, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    kit_rmtree(out);
+    /* int8 and mxfp4 weights of no rows or no columns */
+    kit_st_tensor rows0[] = {{"m.p.weight", "I8", 2, {0, 16}, packed, 0},
+                             {"m.p.weight_scale", "F32", 1, {1}, scale, 4}};
+    make_ct_dir(in, NULL, rows0, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight': shape [0, 16]", "holds no weights");
+    kit_st_tensor cols0[] = {{"m.p.weight", "I8", 2, {4, 0}, packed, 0},
+                             {"m.p.weight_scale", "F32", 1, {1}, scale, 4}};
+    make_ct_dir(in, NULL, cols0, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight': shape [4, 0]", "holds no weights");
+    kit_st_tensor mx0[] = {{"m.p.weight_packed", "U8", 2, {0, 16}, packed, 0},
+                           {"m.p.weight_scale", "U8", 2, {0, 1}, packed, 0}};
+    make_ct_dir(in, NULL, mx0, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT, "tensor 'm.p.weight_packed': shape [0, 16]",
+            "holds no weights");
+    /* a P.weight beside P.weight_packed: refused reading the input (it named only the output's
+     * duplicate name, and quant inspect listed two rows P.weight) */
+    static float plain[R * C];
+    kit_st_tensor both[] = {
+        good[0], good[1], good[2], {"m.p.weight", "F32", 2, {R, C}, plain, sizeof plain}};
+    make_ct_dir(in, NULL, both, 4);
+    refused(in, out, QUANT_CK_ERR_FORMAT,
+            "in/model.safetensors: tensor 'm.p.weight' beside m.p.weight_packed", "hold it twice");
+    /* a scale with no value (E8M0 255) is refused naming the file, the tensor and the scale */
+    static uint8_t e8[R * 2] = {127, 127, 127, 255};
+    kit_st_tensor mx[] = {{"m.p.weight_packed", "U8", 2, {R, C / 2}, packed, R * C / 2},
+                          {"m.p.weight_scale", "U8", 2, {R, 2}, e8, sizeof e8}};
+    make_ct_dir(in, NULL, mx, 2);
+    refused(in, out, QUANT_CK_ERR_FORMAT,
+            "in/model.safetensors: tensor 'm.p.weight_scale': E8M0 scale 3 is 255", "NaN");
+    /* a FIFO named config.json beside a file is refused (it used to block in open for ever) */
+    make_ct_dir(in, NULL, good, 3);
+    char *fifo = kit_join(in, "config.json"), *file = kit_join(in, "model.safetensors");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    quant_ct_config *cfg = (quant_ct_config *)1;
+    ck_assert_int_eq(quant_ct_config_beside(file, &cfg, &err), QUANT_CK_ERR_IO);
+    ck_assert_ptr_null(cfg);
+    ck_assert_msg(strstr(err.message, "in/config.json: not a regular file"), "%s", err.message);
+    refused(file, out, QUANT_CK_ERR_IO, "in/config.json", "not a regular file");
+    free(fifo);
+    free(file);
+    kit_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(out);
+}
+END_TEST
+
 /* ---- quant inspect --------------------------------------------------------------------------- */
 
 /* `quant inspect --json` of dir/model.safetensors: its row named `name` (a new reference) and
@@ -658,7 +786,9 @@ Suite *suite_ct_read(void)
     tcase_add_test(tc, ct_equals_native_every_scheme);
     tcase_add_test(tc, ct_equals_native_fixture);
     tcase_add_test(tc, ct_hand_made_block_and_tensor_zero_points);
+    tcase_add_test(tc, ct_one_row_tensor_zero_point);
     tcase_add_test(tc, ct_refusals);
+    tcase_add_test(tc, ct_hostile_bits_and_empty_weights);
     tcase_add_test(tc, ct_inspect_rows);
     tcase_add_test(tc, ct_dequantize_help);
     suite_add_tcase(s, tc);

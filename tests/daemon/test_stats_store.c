@@ -1121,6 +1121,35 @@ START_TEST(test_key_window_and_purge)
 }
 END_TEST
 
+/* A group whose purge of old Idempotency-Keys fails (here a trigger refuses the DELETE) fails
+ * and ends its transaction: the write lock is free for another connection at once, and the next
+ * group, the trigger gone, commits. */
+START_TEST(test_failed_purge_rolls_back)
+{
+    qd_stats_configure(g_s, 0, 60);
+    qd_stat_answer ans;
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_keyed("m", "x", 1, "old", "A", &ans, &err), QD_OK);
+    raw_exec("UPDATE stat_post_keys SET created_ms = created_ms - 61000");
+    raw_exec("CREATE TRIGGER no_purge BEFORE DELETE ON stat_post_keys "
+             "BEGIN SELECT RAISE(ABORT, 'no purge'); END");
+    qd_stats_purge_next(g_s);
+    double v = 2;
+    ck_assert_int_eq(post_absmax("m", "x", &v, 0, &err), QD_DB);
+    ck_assert_msg(strstr(err.message, "no purge"), "%s", err.message);
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 200);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, "BEGIN IMMEDIATE; DROP TRIGGER no_purge; COMMIT", NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "the writer still holds the write lock: %s", msg);
+    sqlite3_free(msg);
+    sqlite3_close(db);
+    post_scalar_ok("m", "x", 3);
+    expect_avg("m", "x", 2, 2.0, false);
+}
+END_TEST
+
 /* A reset keeps the model's keys (those posts did happen): a retry after it stores nothing. */
 START_TEST(test_keys_survive_reset_and_reopen)
 {
@@ -1674,6 +1703,7 @@ Suite *suite_stats_store(void)
     tcase_add_test(keys, test_key_replay_and_conflict);
     tcase_add_test(keys, test_keys_in_one_group);
     tcase_add_test(keys, test_key_window_and_purge);
+    tcase_add_test(keys, test_failed_purge_rolls_back);
     tcase_add_test(keys, test_keys_survive_reset_and_reopen);
     tcase_add_test(keys, test_quota);
     tcase_add_test(keys, test_quota_in_one_group);

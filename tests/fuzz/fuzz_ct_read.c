@@ -1,13 +1,15 @@
 /* fuzz_ct_read.c -- libFuzzer harness of the compressed-tensors reader (quant_ctensors.h): the
  * input up to its first NUL byte is a config.json (none when the input has no NUL, or nothing
  * before it), the rest a safetensors file opened in memory. A config it parses strips to a
- * config.json without a quantization_config; a refused one hands nothing out and names the file.
+ * config.json without a quantization_config; a refused one hands nothing out and names the file;
+ * any other text strips to a JSON object or is refused naming the file.
  * quant_ct_read() of the file with that config: what it accepts is well formed (every weight a
- * P.weight of rank 2 with its parts owned by it and by nothing else, the other tensors plain),
- * and every small weight is decoded (quant_ct_scales, quant_ct_dequantize to F32; one thread,
- * scalar kernels), failing only for a scale that has no value (an E8M0 NaN, a NaN block scale,
- * a global scale that is not finite and positive); what it refuses hands nothing out and names
- * the file.
+ * P.weight of rank 2 with its parts owned by it and by nothing else, no plain tensor of its
+ * name, the other tensors plain),
+ * and every small weight is decoded (quant_ct_scales, quant_ct_dequantize to F32 and BF16; one
+ * thread, scalar kernels), failing only for a scale that has no value (an E8M0 NaN, a NaN block
+ * scale, a global scale that is not finite and positive; named by file); what it refuses hands
+ * nothing out and names the file.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -51,7 +53,13 @@ static quant_ct_config *config(const char *text)
         FUZZ_CHECK(st == QUANT_CK_ERR_NOMEM || named(&err, "config.json: "));
         return NULL;
     }
-    if (!cfg) return NULL;
+    if (!cfg) {
+        /* any text: stripped (a JSON object) or refused naming config.json */
+        char *any = quant_ct_config_strip(text, &err);
+        FUZZ_CHECK(any || named(&err, "config.json: "));
+        free(any);
+        return NULL;
+    }
     char *stripped = quant_ct_config_strip(text, NULL);
     FUZZ_CHECK(stripped);
     quant_ct_config *again = (quant_ct_config *)1;
@@ -69,9 +77,11 @@ static void decode(const quant_ct *c, const quant_ct_tensor *e)
     FUZZ_CHECK(scale && out);
     quant_ck_error err;
     quant_ck_status a = quant_ct_scales(c, e, scale, (size_t)sn, &err);
-    FUZZ_CHECK(a == QUANT_CK_OK || a == QUANT_CK_ERR_FORMAT);
+    FUZZ_CHECK(a == QUANT_CK_OK || (a == QUANT_CK_ERR_FORMAT && named(&err, NAME ": ")));
     quant_ck_status b = quant_ct_dequantize(ctx(), c, e, QUANT_ST_F32, out, (size_t)n * 4, &err);
     FUZZ_CHECK(b == a); /* the scales are the only thing that can fail */
+    /* BF16 out: the same outcome, half the bytes */
+    FUZZ_CHECK(quant_ct_dequantize(ctx(), c, e, QUANT_ST_BF16, out, (size_t)n * 2, &err) == a);
     FUZZ_CHECK(quant_ct_dequantize(ctx(), c, e, QUANT_ST_F32, out, (size_t)n * 4 + 1, &err) ==
                QUANT_CK_ERR_ARG);
     free(scale);
@@ -89,6 +99,9 @@ static void check_weights(const quant_st_file *f, const quant_ct *c)
         FUZZ_CHECK(quant_ct_owner(c, e->data) == e && quant_ct_owner(c, e->scale) == e);
         FUZZ_CHECK(!e->zero_point || quant_ct_owner(c, e->zero_point) == e);
         FUZZ_CHECK(!e->global_scale || quant_ct_owner(c, e->global_scale) == e);
+        /* the decoded P.weight takes no plain tensor's name */
+        const quant_st_tensor *same = quant_st_find(f, e->name);
+        FUZZ_CHECK(!same || quant_ct_owner(c, same) == e);
         decode(c, e);
     }
     size_t owned = 0;
