@@ -183,7 +183,8 @@ static const char *upload_verdict(const owners *o, const char *name, bool *ours)
     if (!*ours) return NULL;
     owned_upload key = {.state = QD_JOB_QUEUED};
     memcpy(key.name, name, sizeof key.name);
-    const owned_upload *u = bsearch(&key, o->uploads, o->n_uploads, sizeof key, cmp_upload);
+    const owned_upload *u =
+        o->n_uploads ? bsearch(&key, o->uploads, o->n_uploads, sizeof key, cmp_upload) : NULL;
     return u ? upload_gone[u->state] : NO_JOB;
 }
 
@@ -193,7 +194,7 @@ static const char *job_dir_verdict(const owners *o, const char *name, bool *ours
     owned_job key = {0};
     *ours = parse_job_name(name, &key.id);
     if (!*ours) return NULL;
-    const owned_job *j = bsearch(&key, o->jobs, o->n_jobs, sizeof key, cmp_job);
+    const owned_job *j = o->n_jobs ? bsearch(&key, o->jobs, o->n_jobs, sizeof key, cmp_job) : NULL;
     if (!j) return NO_JOB;
     if (j->state == QD_JOB_SUCCEEDED && j->outputs_removed) return OUTPUTS_REMOVED;
     return job_dir_gone[j->state];
@@ -266,7 +267,7 @@ size_t qd_janitor_startup_sweep(qd_app *app)
         qd_log(QD_LOG_ERROR, "start-up sweep skipped: the jobs cannot be read", "error",
                err.message, NULL);
     } else {
-        qsort(o.uploads, o.n_uploads, sizeof *o.uploads, cmp_upload);
+        if (o.n_uploads) qsort(o.uploads, o.n_uploads, sizeof *o.uploads, cmp_upload);
         for (size_t i = 0; i < sizeof areas / sizeof *areas; i++) {
             const char *dir = *(char *const *)((const char *)app + areas[i].dir_offset);
             removed += sweep_area(&o, dir, areas[i].label, areas[i].verdict);
