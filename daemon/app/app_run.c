@@ -1,5 +1,6 @@
 /* app_run.c -- the start-up order of a serving daemon (TLS, tokens and the exposure rule,
- * metrics, statistics, data directory, workers, housekeeping, HTTP), its stop order and the
+ * metrics, statistics, data directory, workers (after their recovery of interrupted jobs), the
+ * start-up sweep of the data directory, housekeeping, HTTP), its stop order and the
  * release of what it holds. main.c adds settings, the data-directory lock and signals.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -86,6 +87,7 @@ qd_status qd_app_start(qd_app *app, qd_http **http, int *port, const char **what
     if (st != QD_OK) return st;
     *what = "job workers";
     if ((st = qd_jobs_start(app, &app->jobs, err)) != QD_OK) return st;
+    qd_janitor_startup_sweep(app); /* after recovery, before any request: crash leftovers go */
     *what = "housekeeping";
     if ((st = qd_janitor_start(app, insecure, &app->janitor, err)) != QD_OK) {
         qd_jobs_stop(app->jobs);

@@ -139,8 +139,17 @@ qd_status qd_store_jobs_expiring(qd_store *s, int64_t before_ms, int keep, int64
 /* Records that the job's outputs are gone (now); QD_CONFLICT when it is not a succeeded job
  * that still had them. */
 qd_status qd_store_job_outputs_removed(qd_store *s, int64_t id, qd_err *err);
-/* The jobs whose outputs were removed (their directories must not exist). */
-qd_status qd_store_jobs_removed(qd_store *s, int64_t **ids, size_t *n, qd_err *err);
+/* One job as the start-up sweep sees it (janitor.c): what it may own in the data directory. */
+typedef struct qd_job_owner {
+    int64_t id;
+    qd_job_state state;
+    bool outputs_removed;    /* retention removed its outputs */
+    const char *upload_path; /* source_path of an upload job (valid during the call), else NULL */
+} qd_job_owner;
+/* Called once per job; a status other than QD_OK stops the walk and is returned. */
+typedef qd_status (*qd_job_owner_fn)(void *ctx, const qd_job_owner *job, qd_err *err);
+/* Every job, in id order, in one read transaction (a snapshot). */
+qd_status qd_store_job_owners(qd_store *s, qd_job_owner_fn fn, void *ctx, qd_err *err);
 /* Number of jobs in each state. */
 qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], qd_err *err);
 

@@ -49,7 +49,7 @@ typedef enum qd_query {
     QD_Q_COUNTS,
     QD_Q_JOB_EXPIRING,
     QD_Q_JOB_OUTPUTS_REMOVED,
-    QD_Q_JOB_REMOVED_IDS,
+    QD_Q_JOB_OWNERS,
     QD_Q_COUNT
 } qd_query;
 

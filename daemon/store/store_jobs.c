@@ -75,7 +75,9 @@ static const qd_db_stmt_def job_queries[] = {
     {QD_Q_JOB_OUTPUTS_REMOVED, "UPDATE jobs SET outputs_removed_ms = ?2 "
                                "WHERE id = ?1 AND state = 'succeeded' AND "
                                "outputs_removed_ms IS NULL"},
-    {QD_Q_JOB_REMOVED_IDS, "SELECT id FROM jobs WHERE outputs_removed_ms IS NOT NULL ORDER BY id"},
+    {QD_Q_JOB_OWNERS,
+     "SELECT id, state, outputs_removed_ms IS NOT NULL, "
+     "CASE WHEN source_kind = 'upload' THEN source_path END FROM jobs ORDER BY id"},
 };
 
 qd_status qd_store_prepare_jobs(qd_store *s, qd_err *err)
@@ -634,12 +636,6 @@ qd_status qd_store_jobs_expiring(qd_store *s, int64_t before_ms, int keep, int64
     return read_ids(s, &c, ids, n, err);
 }
 
-qd_status qd_store_jobs_removed(qd_store *s, int64_t **ids, size_t *n, qd_err *err)
-{
-    ids_ctx c = {.q = QD_Q_JOB_REMOVED_IDS};
-    return read_ids(s, &c, ids, n, err);
-}
-
 static qd_status removed_fn(qd_store *s, void *p, qd_err *err)
 {
     int64_t id = *(const int64_t *)p;
@@ -652,4 +648,37 @@ static qd_status removed_fn(qd_store *s, void *p, qd_err *err)
 qd_status qd_store_job_outputs_removed(qd_store *s, int64_t id, qd_err *err)
 {
     return qd_store_txn(s, true, removed_fn, &id, err);
+}
+
+/* ---- what owns the data directory's entries ----------------------------------------------------
+ */
+
+typedef struct owners_ctx {
+    qd_job_owner_fn fn;
+    void *ctx;
+} owners_ctx;
+
+static qd_status owners_fn(qd_store *s, void *p, qd_err *err)
+{
+    owners_ctx *c = p;
+    sqlite3_stmt *q = s->q[QD_Q_JOB_OWNERS];
+    const char *op = "list job owners";
+    bool row = false;
+    qd_status st = qd_store_run(s, QD_Q_JOB_OWNERS, op, err, &row, "");
+    while (st == QD_OK && row) {
+        qd_job_owner o = {.id = sqlite3_column_int64(q, 0),
+                          .outputs_removed = sqlite3_column_int(q, 2) != 0,
+                          .upload_path = (const char *)sqlite3_column_text(q, 3)};
+        if (!qd_job_state_parse((const char *)sqlite3_column_text(q, 1), &o.state))
+            return qd_fail(err, QD_DB, "%s: job %lld has an unreadable state", op, (long long)o.id);
+        if ((st = c->fn(c->ctx, &o, err)) == QD_OK)
+            st = qd_store_next(s, QD_Q_JOB_OWNERS, op, err, &row);
+    }
+    return st;
+}
+
+qd_status qd_store_job_owners(qd_store *s, qd_job_owner_fn fn, void *ctx, qd_err *err)
+{
+    owners_ctx c = {fn, ctx};
+    return qd_store_txn(s, false, owners_fn, &c, err);
 }

@@ -943,6 +943,59 @@ START_TEST(test_job_recover)
 }
 END_TEST
 
+/* What owns the data directory's entries (the start-up sweep's snapshot): every job in id order
+ * with its state, whether retention removed its outputs and, for an upload job only, its
+ * source_path; a callback's error stops the walk and is returned. */
+typedef struct owners_seen {
+    char text[512];
+    int calls, fail_at;
+} owners_seen;
+
+static qd_status note_owner(void *ctx, const qd_job_owner *o, qd_err *err)
+{
+    owners_seen *seen = ctx;
+    if (++seen->calls == seen->fail_at) return qd_fail(err, QD_NOMEM, "stop at %d", seen->calls);
+    size_t at = strlen(seen->text);
+    snprintf(seen->text + at, sizeof seen->text - at, "%lld %s %d %s;", (long long)o->id,
+             qd_job_state_name(o->state), o->outputs_removed,
+             o->upload_path ? o->upload_path : "-");
+    return QD_OK;
+}
+
+START_TEST(test_job_owners)
+{
+    qd_err err;
+    owners_seen seen = {0};
+    ck_assert_int_eq(qd_store_job_owners(g_s, note_owner, &seen, &err), QD_OK);
+    ck_assert_int_eq(seen.calls, 0);
+    int64_t a = add_job(g_s, "/d/uploads/aa/model.safetensors");
+    int64_t b = add_job(g_s, "/d/uploads/bb/inputs");
+    qd_job p = {.rules = "{\"rules\":[]}",
+                .layout = "native",
+                .source_kind = "path",
+                .source_path = "/srv/models/m"};
+    ck_assert_int_eq(qd_store_job_insert(g_s, &p, &err), QD_OK);
+    ck_assert_int_eq(claim_ok(g_s), a);
+    ck_assert_int_eq(qd_store_job_finish(g_s, a, QD_JOB_SUCCEEDED, NULL, NULL, 0, NULL, &err),
+                     QD_OK);
+    ck_assert_int_eq(qd_store_job_outputs_removed(g_s, a, &err), QD_OK);
+    ck_assert_int_eq(qd_store_job_owners(g_s, note_owner, &seen, &err), QD_OK);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%lld succeeded 1 /d/uploads/aa/model.safetensors;%lld queued 0 "
+             "/d/uploads/bb/inputs;%lld queued 0 -;",
+             (long long)a, (long long)b, (long long)p.id);
+    ck_assert_str_eq(seen.text, want);
+    ck_assert_int_eq(seen.calls, 3);
+    seen = (owners_seen){.fail_at = 2};
+    expect_status(qd_store_job_owners(g_s, note_owner, &seen, &err), QD_NOMEM, &err);
+    ck_assert_str_eq(err.message, "stop at 2");
+    ck_assert_int_eq(seen.calls, 2);
+    /* the store is usable after a walk that stopped */
+    ck_assert_int_eq(state_of(b), QD_JOB_QUEUED);
+}
+END_TEST
+
 START_TEST(test_job_counts)
 {
     qd_err err;
@@ -1151,6 +1204,7 @@ Suite *suite_store(void)
     tcase_add_test(jobs, test_migration_0007_keeps_jobs);
     tcase_add_test(jobs, test_job_delete);
     tcase_add_test(jobs, test_job_recover);
+    tcase_add_test(jobs, test_job_owners);
     tcase_add_test(jobs, test_job_counts);
     tcase_add_test(jobs, test_concurrent_claims);
     tcase_add_test(jobs, test_state_names_and_errors);
