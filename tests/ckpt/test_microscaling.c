@@ -209,28 +209,7 @@ static int run_quant_to(const char *const *args, const char *out)
 {
     const char *bin = getenv("QUANT_BIN");
     ck_assert_msg(bin && *bin && access(bin, X_OK) == 0, "QUANT_BIN must name the quant binary");
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        int o = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
-        if (null < 0 || o < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(o, STDOUT_FILENO) < 0)
-            _exit(126);
-        char *argv[12];
-        int n = 0;
-        argv[n++] = (char *)"quant";
-        while (args[n - 1] && n < 11) {
-            argv[n] = (char *)args[n - 1];
-            n++;
-        }
-        argv[n] = NULL;
-        execv(bin, argv);
-        _exit(127);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
+    return kit_run(bin, "quant", args, out, NULL);
 }
 
 static int run_quant(const char *const *args)

@@ -5,6 +5,7 @@
 #include "kit.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -274,4 +275,34 @@ int kit_quantd_stop(pid_t pid, int sig, double timeout_s)
 int kit_exit_code(int status)
 {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int kit_run(const char *bin, const char *argv0, const char *const *args, const char *out_path,
+            const char *err_path)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)argv0;
+    while (args[n - 1] && n < 31) {
+        argv[n] = (char *)args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        int o = out_path ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
+        int e = err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : null;
+        if (null < 0 || o < 0 || e < 0 || dup2(null, STDIN_FILENO) < 0 ||
+            dup2(o, STDOUT_FILENO) < 0 || dup2(e, STDERR_FILENO) < 0)
+            _exit(126);
+        execv(bin, argv);
+        _exit(127);
+    }
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) return -1;
+    return kit_exit_code(ws);
 }

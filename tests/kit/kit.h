@@ -85,5 +85,11 @@ int kit_quantd_wait_port(pid_t pid, const char *port_file, double timeout_s, int
 int kit_quantd_stop(pid_t pid, int sig, double timeout_s);
 /* A wait status as an exit code: the exit status, or 128 + the signal. */
 int kit_exit_code(int status);
+/* Runs the program bin as `argv0 ARGS...` (args NULL-terminated, at most 30) with stdin from
+ * /dev/null, stdout into out_path and stderr into err_path (either NULL: /dev/null) and waits;
+ * its exit code as kit_exit_code gives it, 126 when the redirections failed, 127 when bin could
+ * not be run, -1 when fork failed. */
+int kit_run(const char *bin, const char *argv0, const char *const *args, const char *out_path,
+            const char *err_path);
 
 #endif /* QUANT_KIT_H */
