@@ -7,10 +7,11 @@
  * is sampled every second. Prints requests by kind, failures, RSS at 10 s and at the end, the
  * data directory's size; exits 1 on an unexpected failure (any non-2xx answer that is not by
  * design, any transport error, a job that did not succeed, a stored count that differs from the
- * posts acknowledged, quantd not exiting 0 at SIGTERM) or when RSS grows by more than 10% after
- * the first 10 s. By design: 404 for a job, or its output, that the job loop deleted after the
- * request was chosen (the poller and the downloader race it on purpose).
- * SPDX-License-Identifier: Apache-2.0
+ * posts acknowledged, quantd not exiting 0 at SIGTERM) or when quantd's RSS floor (the smallest of
+ * 10 one-second samples) over the last 10 s is more than 10% above the floor of seconds 11-20:
+ * a leak raises the floor, while a job holding its buffers at a sample only makes a peak. By
+ * design: 404 for a job, or its output, that the job loop deleted after the request was chosen (the
+ * poller and the downloader race it on purpose). SPDX-License-Identifier: Apache-2.0
  *
  * Usage: soak QUANTD_BINARY
  * Environment: SOAK_SECONDS (default 60), TMPDIR (quantd's data directory and the shard).
@@ -44,8 +45,8 @@
 #define SHARD_TENSORS  4
 #define SHARD_ROWS     512
 #define SHARD_COLS     1024 /* 4 x 512 x 1024 bf16: 4 MiB */
-#define RSS_WARMUP     10   /* seconds before the reference RSS sample */
-#define RSS_WINDOW     5    /* samples whose median is "the RSS at" a second */
+#define RSS_WARMUP     10   /* seconds before the reference stretch of RSS samples */
+#define RSS_WINDOW     10   /* samples (one a second) whose smallest is a stretch's RSS floor */
 #define RSS_GROWTH_MAX 0.10
 #define RULES          "{\"rules\":[{\"module_path\":\".*\",\"weight_qtype\":\"int8\"}]}"
 #define MAX_REPORTED   8 /* unexpected failures printed in full */
@@ -510,35 +511,29 @@ static rss_trace watch(double seconds)
     return t;
 }
 
-static int cmp_long(const void *a, const void *b)
+/* The RSS floor of samples [from, from + RSS_WINDOW) (clipped to the trace): their smallest.
+ * A leak raises the floor; a sample taken while a job holds its buffers only raises a peak. */
+static long rss_floor(const rss_trace *t, int from)
 {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x > y) - (x < y);
-}
-
-/* "The RSS at" second i + 1: the median of the RSS_WINDOW samples ending there, so that one
- * sample taken while a job holds its buffers does not decide. */
-static long rss_at(const rss_trace *t, int i)
-{
-    long w[RSS_WINDOW];
-    int n = 0;
-    for (int k = i; k >= 0 && n < RSS_WINDOW; k--) w[n++] = t->kib[k];
-    qsort(w, (size_t)n, sizeof *w, cmp_long);
-    return w[n / 2];
+    if (from < 0) from = 0;
+    long least = t->kib[from];
+    for (int k = from; k < t->n && k < from + RSS_WINDOW; k++)
+        least = t->kib[k] < least ? t->kib[k] : least;
+    return least;
 }
 
 typedef struct rss_summary {
-    int ref;          /* the reference sample: RSS_WARMUP s, or the last one of a short run */
-    long at_ref, end; /* medians */
+    int ref;          /* the first sample of the reference stretch: after RSS_WARMUP s */
+    long at_ref, end; /* floors of the reference stretch and of the last RSS_WINDOW samples */
     long most;        /* the largest sample from ref on */
     double growth;    /* (end - at_ref) / at_ref */
 } rss_summary;
 
 static rss_summary summarize_rss(const rss_trace *t)
 {
-    rss_summary r = {.ref = t->n > RSS_WARMUP ? RSS_WARMUP - 1 : t->n - 1};
-    r.at_ref = rss_at(t, r.ref);
-    r.end = rss_at(t, t->n - 1);
+    rss_summary r = {.ref = t->n >= RSS_WARMUP + RSS_WINDOW ? RSS_WARMUP : 0};
+    r.at_ref = rss_floor(t, r.ref);
+    r.end = rss_floor(t, t->n - RSS_WINDOW);
     for (int i = r.ref; i < t->n; i++) r.most = t->kib[i] > r.most ? t->kib[i] : r.most;
     r.growth = (double)(r.end - r.at_ref) / (double)r.at_ref;
     return r;
@@ -579,11 +574,11 @@ static void print_report(double seconds, const rss_trace *t, long long stored, l
                atomic_load(&g.ok[k]), atomic_load(&g.by_design[k]), atomic_load(&g.failed[k]));
     printf("| all | %ld | %ld | %ld | %ld |\n\n", total_of(g.total), total_of(g.ok),
            total_of(g.by_design), total_of(g.failed));
-    printf("Jobs run to success: %ld (a %lld-byte shard each). quantd RSS (median of %d samples, "
-           "one a second): %.1f MiB at %d s, %.1f MiB at the end (%+.1f%%, at most %+.0f%% "
-           "allowed); largest sample after %d s %.1f MiB. Every 5 s (MiB):",
+    printf("Jobs run to success: %ld (a %lld-byte shard each). quantd RSS floor (the smallest of "
+           "%d samples, one a second): %.1f MiB from %d s, %.1f MiB over the last %d s (%+.1f%%, "
+           "at most %+.0f%% allowed); largest sample from %d s %.1f MiB. Every 5 s (MiB):",
            atomic_load(&g.jobs_done), g.shard_bytes, RSS_WINDOW, mib(r.at_ref), r.ref + 1,
-           mib(r.end), 100 * r.growth, 100 * RSS_GROWTH_MAX, r.ref + 1, mib(r.most));
+           mib(r.end), RSS_WINDOW, 100 * r.growth, 100 * RSS_GROWTH_MAX, r.ref + 1, mib(r.most));
     for (int i = 0; i < t->n; i++)
         if (i == 0 || (i + 1) % 5 == 0) printf(" %.1f", mib(t->kib[i]));
     printf(". Data directory at the end: %.1f MiB. Stored count of activation 0 = posts "
@@ -644,7 +639,9 @@ int main(int argc, char **argv)
         rc = 1;
     }
     if (rss.growth > RSS_GROWTH_MAX) {
-        fprintf(stderr, "soak: quantd's RSS grew by %.1f%% after the first %d s (at most %.0f%%)\n",
+        fprintf(stderr,
+                "soak: quantd's RSS floor grew by %.1f%% from second %d to the end (at most "
+                "%.0f%%)\n",
                 100 * rss.growth, rss.ref + 1, 100 * RSS_GROWTH_MAX);
         rc = 1;
     }
