@@ -354,6 +354,92 @@ void qd_dlog_record_clear(qd_dlog_record *rec)
     rec->now_ms = rec->posts_before = 0;
 }
 
+/* What read_record() found at an offset. */
+typedef enum { REC_WHOLE, REC_BAD, REC_OTHER_EPOCH, REC_NOMEM } rec_found;
+
+/* The record at `at` of a file of `size` bytes: whole (decoded into *rec, its length in *len),
+ * of another epoch than `epoch` (any epoch goes when any_epoch), or not a whole record. */
+static rec_found read_record(const qd_dlog *l, int64_t at, int64_t size, uint64_t epoch,
+                             bool any_epoch, qd_dlog_record *rec, int64_t *len_out)
+{
+    unsigned char head[HEAD_LEN];
+    if (size - at < HEAD_LEN || pread(l->fd, head, HEAD_LEN, (off_t)at) != HEAD_LEN) return REC_BAD;
+    uint32_t magic, len;
+    uint64_t rec_epoch, sum;
+    memcpy(&magic, head, 4);
+    memcpy(&len, head + 4, 4);
+    memcpy(&rec_epoch, head + 8, 8);
+    memcpy(&sum, head + 16, 8);
+    if (magic != LOG_MAGIC || (size_t)len > PAYLOAD_MAX || size - at - HEAD_LEN < len)
+        return REC_BAD;
+    if (!any_epoch && rec_epoch != epoch) return REC_OTHER_EPOCH;
+    unsigned char *payload = malloc(len ? len : 1);
+    if (!payload) return REC_NOMEM;
+    bool ok = pread(l->fd, payload, len, (off_t)(at + HEAD_LEN)) == (ssize_t)len &&
+              record_sum(payload, len, rec_epoch) == sum;
+    *rec = (qd_dlog_record){.post = {.step = -1}, .epoch = rec_epoch};
+    ok = ok && decode(payload, len, rec);
+    free(payload);
+    if (!ok) {
+        qd_dlog_record_clear(rec);
+        return REC_BAD;
+    }
+    *len_out = HEAD_LEN + (int64_t)len;
+    return REC_WHOLE;
+}
+
+/* The whole records of `epoch` in a row from the first one found after `from` (a byte search
+ * for a head of that epoch whose record is whole), or 0. Records are appended one after the
+ * other and each is fdatasync'd before the next is written, so a damaged record followed by a
+ * whole one of the same epoch is damage to answered posts, not a write cut by a crash. */
+static int64_t records_after(const qd_dlog *l, int64_t from, int64_t size, uint64_t epoch)
+{
+    enum { WINDOW = 1 << 20 };
+    unsigned char *buf = malloc(WINDOW);
+    if (!buf) return 0;
+    unsigned char want[12];
+    uint32_t magic = LOG_MAGIC;
+    memcpy(want, &magic, 4);
+    int64_t found = -1;
+    /* windows overlap by a head, so a head across a window's end is seen whole in the next */
+    for (int64_t w = from + 1; found < 0 && size - w >= HEAD_LEN; w += WINDOW - HEAD_LEN) {
+        int64_t n = size - w < WINDOW ? size - w : WINDOW;
+        if (pread(l->fd, buf, (size_t)n, (off_t)w) != (ssize_t)n) break;
+        for (int64_t i = 0; found < 0 && i + HEAD_LEN <= n; i++) {
+            if (memcmp(buf + i, want, 4) != 0 || memcmp(buf + i + 8, &epoch, 8) != 0) continue;
+            qd_dlog_record rec;
+            int64_t len;
+            if (read_record(l, w + i, size, epoch, false, &rec, &len) != REC_WHOLE) continue;
+            qd_dlog_record_clear(&rec);
+            found = w + i;
+        }
+    }
+    free(buf);
+    int64_t count = 0;
+    for (int64_t at = found; at >= 0;) {
+        qd_dlog_record rec;
+        int64_t len;
+        if (read_record(l, at, size, epoch, false, &rec, &len) != REC_WHOLE) break;
+        qd_dlog_record_clear(&rec);
+        count++;
+        at += len;
+    }
+    return count;
+}
+
+/* The error for answered records after a damaged one: replaying the records before it alone
+ * would drop the later ones silently, so the log is refused with what the operator can do. */
+static qd_status damaged(const qd_dlog *l, int64_t at, int64_t kept, int64_t lost, qd_err *err)
+{
+    const char *slash = strrchr(l->path, '/'), *name = slash ? slash + 1 : l->path;
+    return qd_fail(err, QD_DB,
+                   "the statistics log %s is damaged at byte %lld: %lld answered post(s) after "
+                   "the damage cannot be replayed. To keep the %lld post(s) before it and lose "
+                   "those, cut the file there (truncate -s %lld %s) and start again; or restore "
+                   "the data directory from a backup",
+                   name, (long long)at, (long long)lost, (long long)kept, (long long)at, name);
+}
+
 qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
 {
     l->end = 0;
@@ -361,34 +447,27 @@ qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
     struct stat sb;
     if (fstat(l->fd, &sb) != 0)
         return qd_fail(err, QD_DB, "reading the statistics log: %s", strerror(errno));
-    int64_t size = sb.st_size, at = 0;
+    int64_t size = sb.st_size, at = 0, kept = 0;
     qd_status st = QD_OK;
     while (st == QD_OK && size - at >= HEAD_LEN) {
-        unsigned char head[HEAD_LEN];
-        if (pread(l->fd, head, HEAD_LEN, (off_t)at) != HEAD_LEN) break;
-        uint32_t magic, len;
-        uint64_t epoch, sum;
-        memcpy(&magic, head, 4);
-        memcpy(&len, head + 4, 4);
-        memcpy(&epoch, head + 8, 8);
-        memcpy(&sum, head + 16, 8);
-        if (magic != LOG_MAGIC || (size_t)len > PAYLOAD_MAX || size - at - HEAD_LEN < len) break;
-        if (at > 0 && epoch != l->epoch) break; /* an older epoch's record: the log ends */
-        unsigned char *payload = malloc(len ? len : 1);
-        if (!payload) return qd_fail(err, QD_NOMEM, "out of memory reading the statistics log");
-        bool ok = pread(l->fd, payload, len, (off_t)(at + HEAD_LEN)) == (ssize_t)len &&
-                  record_sum(payload, len, epoch) == sum;
-        qd_dlog_record rec = {.post = {.step = -1}};
-        ok = ok && decode(payload, len, &rec);
-        free(payload);
-        if (!ok) {
-            qd_dlog_record_clear(&rec);
+        qd_dlog_record rec;
+        int64_t len = 0;
+        rec_found f = read_record(l, at, size, l->epoch, at == 0, &rec, &len);
+        if (f == REC_NOMEM)
+            return qd_fail(err, QD_NOMEM, "out of memory reading the statistics log");
+        if (f != REC_WHOLE) {
+            /* an older epoch's record ends the log, as does a torn tail; but whole records of
+             * this epoch after a bad one are answered posts. The first record's epoch is not
+             * known when it is the bad one: damage there is not told from a torn first append */
+            int64_t lost = f == REC_BAD && at > 0 ? records_after(l, at, size, l->epoch) : 0;
+            if (lost > 0) return damaged(l, at, kept, lost, err);
             break;
         }
-        l->epoch = epoch;
+        l->epoch = rec.epoch;
         st = visit(ctx, &rec, err);
         qd_dlog_record_clear(&rec);
-        at += HEAD_LEN + (int64_t)len;
+        at += len;
+        kept++;
     }
     /* a torn or unreadable tail: never acknowledged (a group is answered after its fdatasync) */
     l->dropped = size - at;

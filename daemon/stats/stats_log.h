@@ -33,6 +33,7 @@ typedef struct qd_dlog_record {
     qd_stat_post post;
     int64_t now_ms;
     int64_t posts_before;
+    uint64_t epoch; /* the record's epoch */
 } qd_dlog_record;
 
 qd_status qd_dlog_open(qd_dlog *l, const char *db_path, qd_err *err);
@@ -55,7 +56,9 @@ bool qd_dlog_sync(qd_dlog *l);
 typedef qd_status (*qd_dlog_visit)(void *ctx, const qd_dlog_record *rec, qd_err *err);
 /* Calls visit for each whole record in order, from the first one's epoch on; stops at the first
  * torn or unreadable one or one of another epoch (its bytes and the rest are l->dropped) or at
- * visit's first failure. Sets l->end, and a new epoch for what is appended after. */
+ * visit's first failure. Sets l->end, and a new epoch for what is appended after. A bad record
+ * followed by whole ones of its epoch (damage to answered posts, not a torn tail) is QD_DB,
+ * naming the byte and what the operator can do. */
 qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err);
 void qd_dlog_record_clear(qd_dlog_record *rec);
 uint64_t qd_dlog_checksum(const void *buf, size_t len);

@@ -4,9 +4,9 @@
  * of averaging in between) give bit-identical reads through the log as through the rewrite of
  * every group (stats_fold_interval 0, the behaviour before the log), before a fold, after one,
  * and after a reopen that replays what a crash left; a torn tail is dropped; a log that does not
- * fit the database refuses to open; the interval and the size fold it; Idempotency-Keys decided
- * and kept through the log and its replay. Against quantd: every
- * answered post survives kill -9.
+ * fit the database refuses to open, and so does one damaged before answered records; the interval
+ * and the size fold it; Idempotency-Keys decided and kept through the log and its replay. Against
+ * quantd: every answered post survives kill -9.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
@@ -315,6 +315,74 @@ START_TEST(test_log_torn_tail)
     store_open(&got, (int64_t)3600 * 1000, (int64_t)64 << 20);
     compare_all(&ref, &got);
     store_free(&ref);
+    store_free(&got);
+}
+END_TEST
+
+/* The offsets of the log's records (at most max), walking the heads; their count. */
+static int record_offsets(const char *path, long *at, int max)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    int n = 0;
+    unsigned char head[24];
+    long off = 0;
+    while (n < max && fseek(f, off, SEEK_SET) == 0 &&
+           fread(head, 1, sizeof head, f) == sizeof head && memcmp(head, "QDSL", 4) == 0) {
+        uint32_t len;
+        memcpy(&len, head + 4, 4);
+        at[n++] = off;
+        off += (long)sizeof head + (long)len;
+    }
+    fclose(f);
+    return n;
+}
+
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, at, SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_ne(c, EOF);
+    ck_assert_int_eq(fseek(f, at, SEEK_SET), 0);
+    ck_assert_int_ne(fputc(c ^ 0x10, f), EOF);
+    fclose(f);
+}
+
+/* A damaged record with answered ones of its epoch after it is refused, naming the byte and the
+ * way out (replaying only what precedes it would drop answered posts silently); cut there as the
+ * message says, the log opens with the posts before it. A damaged last record is a write cut by
+ * the crash as far as anyone can tell: dropped, as a torn tail. */
+START_TEST(test_log_damage_refused)
+{
+    store got = {0};
+    store_new(&got, (int64_t)3600 * 1000);
+    run_sequence(got.s, 0, 6);
+    store_close(&got, true);
+    char *p = malloc(strlen(got.path) + sizeof LOG_SUFFIX);
+    ck_assert_ptr_nonnull(p);
+    sprintf(p, "%s%s", got.path, LOG_SUFFIX);
+    long at[64];
+    int n = record_offsets(p, at, 64);
+    ck_assert_int_ge(n, 4);
+    flip_byte(p, at[n - 1] + 24 + 9); /* the last record: a torn tail */
+    flip_byte(p, at[1] + 24 + 9);     /* the second: answered posts follow it */
+    qd_err err = {{0}};
+    ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
+    ck_assert_int_eq(qd_stats_open(got.path, NULL, &got.s, &err), QD_DB);
+    char want[160];
+    snprintf(want, sizeof want,
+             "the statistics log quantd.db%s is damaged at byte %ld: %d answered", LOG_SUFFIX,
+             at[1], n - 3);
+    ck_assert_msg(strstr(err.message, want) != NULL, "%s\nwanted: %s", err.message, want);
+    snprintf(want, sizeof want, "truncate -s %ld quantd.db%s", at[1], LOG_SUFFIX);
+    ck_assert_msg(strstr(err.message, want) != NULL, "%s", err.message);
+    ck_assert_ptr_null(strstr(err.message, got.dir)); /* no server path */
+    got.s = NULL;
+    ck_assert_int_eq(truncate(p, at[1]), 0);
+    ck_assert_msg(qd_stats_open(got.path, NULL, &got.s, &err) == QD_OK, "%s", err.message);
+    free(p);
     store_free(&got);
 }
 END_TEST
@@ -712,6 +780,7 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_matches_rewrite);
     tcase_add_test(tc, test_log_torn_tail);
     tcase_add_test(tc, test_log_gap_refused);
+    tcase_add_test(tc, test_log_damage_refused);
     tcase_add_test(tc, test_log_epochs);
     tcase_add_test(tc, test_log_keys);
     tcase_add_test(tc, test_log_fold_triggers);
