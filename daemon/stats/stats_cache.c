@@ -55,6 +55,11 @@ static qd_status model_load(stats_group *g, model_row *m, qd_err *err)
     int rc = qd_group_step(g, st, "read model");
     if (rc < 0) return g->fail_st;
     if (rc == SQLITE_DONE) return QD_OK;
+    /* the statement is reset on both ways out: left mid-step it would hold its read open */
+    if (!parse_averaging(sqlite3_column_text(st, 1), &m->conf.averaging)) {
+        sqlite3_reset(st);
+        return qd_fail(err, QD_DB, "model %s: unreadable averaging", m->name);
+    }
     m->id = sqlite3_column_int64(st, 0);
     m->live = true;
     m->conf.ema_constant = sqlite3_column_double(st, 2);
@@ -63,8 +68,6 @@ static qd_status model_load(stats_group *g, model_row *m, qd_err *err)
     m->last_ms = sqlite3_column_int64(st, 5);
     m->created_ms = sqlite3_column_int64(st, 6);
     m->updated_ms = sqlite3_column_int64(st, 7);
-    if (!parse_averaging(sqlite3_column_text(st, 1), &m->conf.averaging))
-        return qd_fail(err, QD_DB, "model %s: unreadable averaging", m->name);
     sqlite3_reset(st);
     return model_bytes_load(g, m);
 }

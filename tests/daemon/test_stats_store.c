@@ -547,6 +547,44 @@ START_TEST(test_sql_failure_fails_the_group)
 }
 END_TEST
 
+/* A model row the writer cannot read (its averaging damaged past the CHECK constraint) fails the
+ * posts to that model, naming it, releases the read (a WAL checkpoint can pass it) and leaves the
+ * writer able to read every other model. */
+START_TEST(test_unreadable_model_row)
+{
+    post_scalar_ok("bad", "x", 1);
+    post_scalar_ok("good", "x", 1);
+    close_all();
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db,
+                                  "PRAGMA ignore_check_constraints = ON; UPDATE stat_models SET "
+                                  "averaging = 'bogus' WHERE name = 'bad'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    open_all();
+    double v = 2;
+    qd_err err = {{0}};
+    ck_assert_int_eq(post_absmax("bad", "x", &v, 0, &err), QD_DB);
+    ck_assert_msg(strstr(err.message, "model bad: unreadable averaging"), "%s", err.message);
+    /* the writer's read of the row is over: a statement left mid-step would pin its snapshot,
+     * and no checkpoint could then empty the WAL */
+    ck_assert_int_eq(sqlite3_open(g_path, &db), SQLITE_OK);
+    sqlite3_stmt *cp = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &cp, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(cp), SQLITE_ROW);
+    ck_assert_int_eq(sqlite3_column_int(cp, 0), 0); /* not busy */
+    sqlite3_finalize(cp);
+    sqlite3_close(db);
+    post_scalar_ok("good", "x", 3);
+    expect_avg("good", "x", 2, 2.0, false);
+    post_scalar_ok("new", "x", 5);
+    expect_avg("new", "x", 1, 5.0, false);
+}
+END_TEST
+
 #define N_THREADS 8
 #define N_POSTS   150
 
@@ -1680,6 +1718,7 @@ Suite *suite_stats_store(void)
     tcase_add_test(rej, test_rejected_first_post_creates_no_model);
     tcase_add_test(rej, test_reset_inside_a_group);
     tcase_add_test(rej, test_sql_failure_fails_the_group);
+    tcase_add_test(rej, test_unreadable_model_row);
     tcase_add_test(rej, test_concurrent_posters_exact_count);
     suite_add_tcase(s, rej);
     TCase *api = tcase_create("models and reads");
