@@ -74,6 +74,10 @@ quant_status quant_plan_make(const quant_how *how, int rank, const int64_t *shap
 /* A zero point must be given exactly when the calibration is asymmetric. */
 quant_status quant_check_zero_point(const quant_plan *plan, const int32_t *zero_point,
                                     quant_error *err);
+/* Every given zero point lies in the qtype's [qmin, qmax] (the quantizer only makes such; one
+ * read from a file may not): for the functions that take zero points as input. */
+quant_status quant_check_zero_point_values(const quant_plan *plan, const int32_t *zero_point,
+                                           quant_error *err);
 /* Scale row of row `row`. */
 int64_t quant_plan_srow(const quant_plan *plan, int64_t row);
 /* Row index of member `m` (row-major within the tile) of scale row `srow`. */

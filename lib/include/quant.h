@@ -450,9 +450,10 @@ QUANT_API quant_status quant_quantize(quant_ctx *ctx, const quant_how *how, cons
  * out = (level(q) - zero_point) * scale, in float32, stored as out->dtype (F32, F16, BF16 with
  * round to nearest even). `out` gives the shape (strides are honoured); `q` is laid out as
  * quant_quantize() writes it. `zero_point` must be given exactly when how->calibration is
- * asymmetric.
- * @return : QUANT_OK, or QUANT_ERR_ARG (also for a missing or unexpected zero point) /
- *           QUANT_ERR_DTYPE / QUANT_ERR_TILE ... */
+ * asymmetric, and each lie in the qtype's [qmin, qmax] (as every zero point quant_quantize()
+ * writes does).
+ * @return : QUANT_OK, or QUANT_ERR_ARG (also for a missing or unexpected zero point, or one out
+ *           of range) / QUANT_ERR_DTYPE / QUANT_ERR_TILE ... */
 QUANT_API quant_status quant_dequantize(quant_ctx *ctx, const quant_how *how, const void *q,
                                         const float *scale, const int32_t *zero_point,
                                         quant_tensor *out, quant_error *err);

@@ -124,6 +124,7 @@ quant_status quant_dequantize(quant_ctx *ctx, const quant_how *how, const void *
     QUANT_RETURN_IF_ERR(quant_plan_make(how, out->rank, out->shape, &p, err));
     if (p.numel > 0 && (!q || !scale)) return quant_fail(err, QUANT_ERR_ARG, "q or scale is NULL");
     QUANT_RETURN_IF_ERR(quant_check_zero_point(&p, zero_point, err));
+    QUANT_RETURN_IF_ERR(quant_check_zero_point_values(&p, zero_point, err));
     return dequantize_plan(ctx, &p, q, scale, zero_point, out, err);
 }
 

@@ -83,6 +83,7 @@ quant_status quant_measure_error(quant_ctx *ctx, const quant_how *how, const qua
     if (p.numel == 0) return QUANT_OK;
     if (!q || !scale) return quant_fail(err, QUANT_ERR_ARG, "q or scale is NULL");
     QUANT_RETURN_IF_ERR(quant_check_zero_point(&p, zero_point, err));
+    QUANT_RETURN_IF_ERR(quant_check_zero_point_values(&p, zero_point, err));
     int threads = quant_pool_threads(ctx->pool);
     measure_run run = {&p, ctx->k, x, q, scale, zero_point, 0, NULL, NULL, NULL};
     run.rows_per_item = quant_rows_per_item(&p);

@@ -474,6 +474,19 @@ quant_status quant_check_zero_point(const quant_plan *plan, const int32_t *zero_
     return QUANT_OK;
 }
 
+quant_status quant_check_zero_point_values(const quant_plan *plan, const int32_t *zero_point,
+                                           quant_error *err)
+{
+    if (!zero_point) return QUANT_OK;
+    const quant_qtype_traits *t = plan->traits;
+    for (int64_t i = 0; i < plan->scale_numel; i++)
+        if (zero_point[i] < t->qmin || zero_point[i] > t->qmax)
+            return quant_fail(
+                err, QUANT_ERR_ARG, "zero point %d (scale %lld) is outside %s's range %d..%d",
+                (int)zero_point[i], (long long)i, t->name, (int)t->qmin, (int)t->qmax);
+    return QUANT_OK;
+}
+
 bool quant_how_asymmetric(const quant_how *how)
 {
     quant_calib_method m;

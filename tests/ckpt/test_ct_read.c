@@ -343,6 +343,46 @@ START_TEST(ct_hand_made_block_and_tensor_zero_points)
 }
 END_TEST
 
+/* A zero point outside the qtype's range (50 for int4's -8..7) is refused, naming the file, the
+ * tensor, the value and the range: the writer never makes one, and (q - zp) * scale would give
+ * values no scheme of compressed-tensors means. */
+START_TEST(ct_zero_point_out_of_range)
+{
+    enum { R = 8, C = 32, BH = 4, BW = 16, S0 = R / BH, S1 = C / BW, W = C * 4 / 32 };
+    int8_t q[R * C];
+    for (int i = 0; i < R * C; i++) q[i] = (int8_t)(i % 16 - 8);
+    uint32_t packed[R * W];
+    for (int r = 0; r < R; r++) pack_dense(q + r * C, C, 4, packed + r * W, W);
+    float scale[S0 * S1] = {0.5f, 0.25f, 1.5f, 0.125f};
+    int8_t zp[S0 * S1] = {-3, 0, 50, -8};
+    int64_t shape[2] = {R, C};
+    kit_st_tensor t[] = {
+        {"m.b.weight_packed", "I32", 2, {R, W}, packed, sizeof packed},
+        {"m.b.weight_scale", "F32", 2, {S0, S1}, scale, sizeof scale},
+        {"m.b.weight_zero_point", "I8", 2, {S0, S1}, zp, sizeof zp},
+        {"m.b.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+    };
+    char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors"),
+         *out = kit_join(tmp, "out.safetensors"), *errf = kit_join(tmp, "err.txt");
+    ck_gen_file(in, t, sizeof t / sizeof t[0], NULL);
+    ck_assert_int_ne(
+        run_quant((const char *const[]){"dequantize", "-q", "--dtype", "f32", in, out, NULL}, errf),
+        0);
+    char *msg = kit_read_file(errf, NULL);
+    ck_assert_ptr_nonnull(msg);
+    ck_assert_msg(strstr(msg, "in.safetensors: tensor 'm.b.weight': zero point 50 (scale 2) is "
+                              "outside int4's range -8..7"),
+                  "%s", msg);
+    ck_assert_int_ne(access(out, F_OK), 0); /* nothing published */
+    free(msg);
+    kit_rmtree(tmp);
+    free(tmp);
+    free(in);
+    free(out);
+    free(errf);
+}
+END_TEST
+
 /* A weight of one row, per tensor, asymmetric: its zero point is I8 [1] like its scale [1] (the
  * reader took a scale whose first dim equals the rows for channel or group, whose zero point is
  * packed, and refused it); per channel, as the writer stores it (scale [1], zero point packed
@@ -764,6 +804,7 @@ Suite *suite_ct_read(void)
     tcase_add_test(tc, ct_equals_native_fixture);
     tcase_add_test(tc, ct_hand_made_block_and_tensor_zero_points);
     tcase_add_test(tc, ct_one_row_tensor_zero_point);
+    tcase_add_test(tc, ct_zero_point_out_of_range);
     tcase_add_test(tc, ct_refusals);
     tcase_add_test(tc, ct_hostile_bits_and_empty_weights);
     tcase_add_test(tc, ct_inspect_rows);
