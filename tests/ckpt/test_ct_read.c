@@ -288,31 +288,58 @@ static float *read_f32(const char *path, const char *name, int64_t n)
     return v;
 }
 
+/* A weight "m.b" of 8 x 32 int4 codes (hand-made), pack-quantized in blocks [4, 16], asymmetric:
+ * its four parts, with the zero point I8 shaped like the scale, in t[0..4). */
+enum { HB_R = 8, HB_C = 32, HB_BH = 4, HB_BW = 16, HB_S0 = 2, HB_S1 = 2, HB_W = HB_C * 4 / 32 };
+typedef struct hand_block {
+    int8_t q[HB_R * HB_C];
+    uint32_t packed[HB_R * HB_W];
+    float scale[HB_S0 * HB_S1];
+    int8_t zp[HB_S0 * HB_S1];
+    int64_t shape[2];
+} hand_block;
+
+static void hand_block_parts(hand_block *b, const int8_t zp[HB_S0 * HB_S1], kit_st_tensor *t)
+{
+    for (int i = 0; i < HB_R * HB_C; i++) b->q[i] = (int8_t)((i * 7 + 3) % 16 - 8);
+    for (int r = 0; r < HB_R; r++) pack_dense(b->q + r * HB_C, HB_C, 4, b->packed + r * HB_W, HB_W);
+    const float scale[HB_S0 * HB_S1] = {0.5f, 0.25f, 1.5f, 0.125f};
+    memcpy(b->scale, scale, sizeof scale);
+    memcpy(b->zp, zp, sizeof b->zp);
+    b->shape[0] = HB_R;
+    b->shape[1] = HB_C;
+    t[0] =
+        (kit_st_tensor){"m.b.weight_packed", "I32", 2, {HB_R, HB_W}, b->packed, sizeof b->packed};
+    t[1] = (kit_st_tensor){"m.b.weight_scale", "F32", 2, {HB_S0, HB_S1}, b->scale, sizeof b->scale};
+    t[2] = (kit_st_tensor){"m.b.weight_zero_point", "I8", 2, {HB_S0, HB_S1}, b->zp, sizeof b->zp};
+    t[3] = (kit_st_tensor){"m.b.weight_shape", "I64", 1, {2}, b->shape, sizeof b->shape};
+}
+
 /* Block [4, 16] asymmetric int4, pack-quantized, with the zero point I8 shaped like the scale
  * (compressed-tensors packs it only for channel and group), and a tensor-strategy one with scale
  * and zero point [1]; one file, no config.json: num_bits from the packed shape (32 inputs: 4
  * words fit int4 alone). Decoded (q - zp) * scale is computed here. */
 START_TEST(ct_hand_made_block_and_tensor_zero_points)
 {
-    enum { R = 8, C = 32, BH = 4, BW = 16, S0 = R / BH, S1 = C / BW, W = C * 4 / 32 };
-    int8_t q[R * C];
-    for (int i = 0; i < R * C; i++) q[i] = (int8_t)((i * 7 + 3) % 16 - 8);
-    uint32_t packed[R * W];
-    for (int r = 0; r < R; r++) pack_dense(q + r * C, C, 4, packed + r * W, W);
-    float scale[S0 * S1] = {0.5f, 0.25f, 1.5f, 0.125f}, tscale = 0.75f;
-    int8_t zp[S0 * S1] = {-3, 0, 5, -8}, tzp = 2;
+    enum { R = HB_R, C = HB_C, BH = HB_BH, BW = HB_BW, S1 = HB_S1, W = HB_W };
+    hand_block hb;
+    static const int8_t zp[HB_S0 * HB_S1] = {-3, 0, 5, -8};
+    const int8_t *q = hb.q, tzp = 2;
+    const float *scale = hb.scale, tscale = 0.75f;
+    const uint32_t *packed = hb.packed;
     int64_t shape[2] = {R, C};
     kit_st_tensor t[] = {
-        {"m.b.weight_packed", "I32", 2, {R, W}, packed, sizeof packed},
-        {"m.b.weight_scale", "F32", 2, {S0, S1}, scale, sizeof scale},
-        {"m.b.weight_zero_point", "I8", 2, {S0, S1}, zp, sizeof zp},
-        {"m.b.weight_shape", "I64", 1, {2}, shape, sizeof shape},
-        {"m.t.weight_packed", "I32", 2, {R, W}, packed, sizeof packed},
+        {0},
+        {0},
+        {0},
+        {0},
+        {"m.t.weight_packed", "I32", 2, {R, W}, packed, sizeof hb.packed},
         {"m.t.weight_scale", "F32", 1, {1}, &tscale, sizeof tscale},
         {"m.t.weight_zero_point", "I8", 1, {1}, &tzp, sizeof tzp},
         {"m.t.weight_shape", "I64", 1, {2}, shape, sizeof shape},
         {"m.t.input_scale", "F32", 1, {1}, &tscale, sizeof tscale},
     };
+    hand_block_parts(&hb, zp, t);
     char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors"),
          *out = kit_join(tmp, "out.safetensors");
     ck_gen_file(in, t, sizeof t / sizeof t[0], "{\"format\": \"pt\"}");
@@ -348,20 +375,10 @@ END_TEST
  * values no scheme of compressed-tensors means. */
 START_TEST(ct_zero_point_out_of_range)
 {
-    enum { R = 8, C = 32, BH = 4, BW = 16, S0 = R / BH, S1 = C / BW, W = C * 4 / 32 };
-    int8_t q[R * C];
-    for (int i = 0; i < R * C; i++) q[i] = (int8_t)(i % 16 - 8);
-    uint32_t packed[R * W];
-    for (int r = 0; r < R; r++) pack_dense(q + r * C, C, 4, packed + r * W, W);
-    float scale[S0 * S1] = {0.5f, 0.25f, 1.5f, 0.125f};
-    int8_t zp[S0 * S1] = {-3, 0, 50, -8};
-    int64_t shape[2] = {R, C};
-    kit_st_tensor t[] = {
-        {"m.b.weight_packed", "I32", 2, {R, W}, packed, sizeof packed},
-        {"m.b.weight_scale", "F32", 2, {S0, S1}, scale, sizeof scale},
-        {"m.b.weight_zero_point", "I8", 2, {S0, S1}, zp, sizeof zp},
-        {"m.b.weight_shape", "I64", 1, {2}, shape, sizeof shape},
-    };
+    hand_block hb;
+    static const int8_t zp[HB_S0 * HB_S1] = {-3, 0, 50, -8};
+    kit_st_tensor t[4];
+    hand_block_parts(&hb, zp, t);
     char *tmp = ck_tmpdir(), *in = kit_join(tmp, "in.safetensors"),
          *out = kit_join(tmp, "out.safetensors"), *errf = kit_join(tmp, "err.txt");
     ck_gen_file(in, t, sizeof t / sizeof t[0], NULL);
