@@ -1,9 +1,13 @@
 /* pipeline-bench.c -- `quant quantize` throughput on a generated bf16 checkpoint (int8
  * per-channel, and int4 in tiles of 128 columns), with and without the quality measurement,
  * beside `cp -r` of the same files in the same run (all from the page cache), with the CPU time
- * (user + system) of each and the quantizer's peak resident memory. The runs are interleaved (cp,
- * then each variant, repeated) and each figure is the best of its repetitions, so a slow spell of
- * the shared machine hits them all alike. Prints a Markdown table.
+ * (user + system) of each, its minor page faults and the quantizer's peak resident memory. The
+ * runs are interleaved (cp, then each variant, repeated) and each figure is the best of its
+ * repetitions, so a slow spell of the shared machine hits them all alike. The variants' order
+ * rotates by one each round: the run right after cp (which writes, then removes, the whole
+ * checkpoint's bytes) writes into page-cache pages that are slow to get on this VM, so a fixed
+ * order made whichever variant came first look 2-3x slower (BENCHMARKS.md, issue 11). Prints a
+ * Markdown table and the load average before and after.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Usage: pipeline-bench QUANT_BINARY [BASELINE_QUANT_BINARY]
@@ -56,9 +60,15 @@ static void write_shard(const char *path, int shard, uint16_t *buf)
     quant_st_writer_free(w);
 }
 
-/* Runs argv, returns wall seconds; *maxrss_kib gets the child's peak RSS, *cpu its user + system
- * seconds (either may be NULL). */
-static double run(char *const argv[], long *maxrss_kib, double *cpu)
+/* What one run of a child cost beside its wall time. */
+typedef struct usage {
+    long maxrss_kib; /* peak RSS */
+    long minflt;     /* minor page faults */
+    double cpu;      /* user + system seconds */
+} usage;
+
+/* Runs argv, returns wall seconds; *u (may be NULL) gets the child's resource usage. */
+static double run(char *const argv[], usage *u)
 {
     sync(); /* the previous run's dirty pages are written back before, not during, this one */
     struct rusage ru;
@@ -68,10 +78,12 @@ static double run(char *const argv[], long *maxrss_kib, double *cpu)
     if (status < 0) bench_die(argv[0]);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         bench_fail("%s failed (status %d)", argv[0], status);
-    if (maxrss_kib) *maxrss_kib = ru.ru_maxrss;
-    if (cpu)
-        *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    if (u) {
+        u->maxrss_kib = ru.ru_maxrss;
+        u->minflt = ru.ru_minflt;
+        u->cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    }
     return t;
 }
 
@@ -92,7 +104,8 @@ typedef struct variant {
     const char *label, *bin, *rules;
     bool no_quality;
     double best, best_cpu; /* wall and CPU (user + system) seconds, each the least seen */
-    long rss_kib;
+    long rss_kib;          /* the most seen */
+    long minflt;           /* the fewest minor faults seen */
 } variant;
 
 static double run_variant(variant *v, const char *threads, const char *in, const char *out)
@@ -110,13 +123,13 @@ static double run_variant(variant *v, const char *threads, const char *in, const
     q_argv[k++] = (char *)in;
     q_argv[k++] = (char *)out;
     q_argv[k] = NULL;
-    long r = 0;
-    double cpu = 0;
-    double t = run(q_argv, &r, &cpu);
+    usage u;
+    double t = run(q_argv, &u);
     rm_rf(out);
     v->best = t < v->best ? t : v->best;
-    v->best_cpu = cpu < v->best_cpu ? cpu : v->best_cpu;
-    v->rss_kib = r > v->rss_kib ? r : v->rss_kib;
+    v->best_cpu = u.cpu < v->best_cpu ? u.cpu : v->best_cpu;
+    v->rss_kib = u.maxrss_kib > v->rss_kib ? u.maxrss_kib : v->rss_kib;
+    v->minflt = v->minflt < 0 || u.minflt < v->minflt ? u.minflt : v->minflt;
     return t;
 }
 
@@ -168,29 +181,33 @@ int main(int argc, char **argv)
                                 "int4 tile 128", "int4 tile 128, --no-quality"};
         for (int i = 0; i < 4; i++) {
             snprintf(labels[nv], sizeof labels[nv], "quant quantize, %s%s", names[i], who);
-            vs[nv] =
-                (variant){labels[nv], argv[b], i < 2 ? rules8 : rules4, i % 2 == 1, 1e30, 1e30, 0};
+            vs[nv] = (variant){labels[nv], argv[b], i < 2 ? rules8 : rules4, i % 2 == 1, 1e30, 1e30,
+                               0,          -1};
             nv++;
         }
     }
     char *cp_argv[] = {"cp", "-r", in, cpout, NULL};
     double t_cp = 1e30, cpu_cp = 1e30;
+    char load_before[32];
+    snprintf(load_before, sizeof load_before, "%s", bench_load_avg());
     for (int rep = 0; rep < reps; rep++) {
-        double cpu = 0;
-        double t = run(cp_argv, NULL, &cpu);
+        usage u;
+        double t = run(cp_argv, &u);
         rm_rf(cpout);
         t_cp = t < t_cp ? t : t_cp;
-        cpu_cp = cpu < cpu_cp ? cpu : cpu_cp;
-        for (int i = 0; i < nv; i++) run_variant(&vs[i], threads, in, out);
+        cpu_cp = u.cpu < cpu_cp ? u.cpu : cpu_cp;
+        for (int i = 0; i < nv; i++) run_variant(&vs[(rep + i) % nv], threads, in, out);
     }
     printf("## pipeline: quant quantize of %.2f GiB bf16 (%d shards), threads %s, best of %d "
-           "interleaved rounds\n\n",
-           gib, shards, threads, reps);
-    printf("| run | GB/s | ratio vs cp | CPU s | peak RSS MiB |\n|---|---|---|---|---|\n");
-    printf("| cp -r (baseline) | %.2f | 1.00 | %.2f | - |\n", gib * 1.073741824 / t_cp, cpu_cp);
+           "interleaved rounds (order rotated each round), load average %s before, %s after\n\n",
+           gib, shards, threads, reps, load_before, bench_load_avg());
+    printf("| run | GB/s | ratio vs cp | CPU s | minor faults | peak RSS MiB |\n"
+           "|---|---|---|---|---|---|\n");
+    printf("| cp -r (baseline) | %.2f | 1.00 | %.2f | - | - |\n", gib * 1.073741824 / t_cp, cpu_cp);
     for (int i = 0; i < nv; i++)
-        printf("| %s | %.2f | %.2f | %.2f | %.0f |\n", vs[i].label, gib * 1.073741824 / vs[i].best,
-               t_cp / vs[i].best, vs[i].best_cpu, (double)vs[i].rss_kib / 1024.0);
+        printf("| %s | %.2f | %.2f | %.2f | %ld | %.0f |\n", vs[i].label,
+               gib * 1.073741824 / vs[i].best, t_cp / vs[i].best, vs[i].best_cpu, vs[i].minflt,
+               (double)vs[i].rss_kib / 1024.0);
     bench_cleanup();
     return 0;
 }
