@@ -3,11 +3,12 @@
  * beside `cp -r` of the same files in the same run (all from the page cache), with the CPU time
  * (user + system) of each, its minor page faults and the quantizer's peak resident memory. The
  * runs are interleaved (cp, then each variant, repeated) and each figure is the best of its
- * repetitions, so a slow spell of the shared machine hits them all alike. The variants' order
- * rotates by one each round: the run right after cp (which writes, then removes, the whole
- * checkpoint's bytes) writes into page-cache pages that are slow to get on this VM, so a fixed
- * order made whichever variant came first look 2-3x slower (BENCHMARKS.md, issue 11). Prints a
- * Markdown table and the load average before and after.
+ * repetitions, so a slow spell of the shared machine hits them all alike. The variants' order is
+ * shuffled each round (a fixed permutation per round, the same from one bench run to the next):
+ * how fast a run gets fresh page-cache pages on this VM depends on what ran just before it (cp's
+ * removed copy, or a run that wrote half its bytes), so a fixed order made the same variant pay for
+ * it every round (BENCHMARKS.md, issue 11). Prints a Markdown table and the load average before
+ * and after.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Usage: pipeline-bench QUANT_BINARY [BASELINE_QUANT_BINARY]
@@ -86,6 +87,21 @@ static double run(char *const argv[], usage *u)
         u->cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + u->sys;
     }
     return t;
+}
+
+/* order[0..n) = a permutation of 0..n-1 drawn from seed (Fisher-Yates, xorshift64). */
+static void shuffle(int *order, int n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        int j = (int)(s % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
 }
 
 static void rm_rf(const char *path)
@@ -209,10 +225,12 @@ int main(int argc, char **argv)
             cpu_cp = u.cpu;
             sys_cp = u.sys;
         }
-        for (int i = 0; i < nv; i++) run_variant(&vs[(rep + i) % nv], threads, in, out);
+        int order[8];
+        shuffle(order, nv, (uint64_t)rep);
+        for (int i = 0; i < nv; i++) run_variant(&vs[order[i]], threads, in, out);
     }
     printf("## pipeline: quant quantize of %.2f GiB bf16 (%d shards), threads %s, best of %d "
-           "interleaved rounds (order rotated each round), load average %s before, %s after\n\n",
+           "interleaved rounds (order shuffled each round), load average %s before, %s after\n\n",
            gib, shards, threads, reps, load_before, bench_load_avg());
     printf("| run | GB/s | ratio vs cp | CPU s (of it system) | minor faults | peak RSS MiB |\n"
            "|---|---|---|---|---|---|\n");
