@@ -1,9 +1,14 @@
 /* pipeline-bench.c -- `quant quantize` throughput on a generated bf16 checkpoint (int8
  * per-channel, and int4 in tiles of 128 columns), with and without the quality measurement,
  * beside `cp -r` of the same files in the same run (all from the page cache), with the CPU time
- * (user + system) of each and the quantizer's peak resident memory. The runs are interleaved (cp,
- * then each variant, repeated) and each figure is the best of its repetitions, so a slow spell of
- * the shared machine hits them all alike. Prints a Markdown table.
+ * (user + system) of each, its minor page faults and the quantizer's peak resident memory. The
+ * runs are interleaved (cp, then each variant, repeated) and each figure is the best of its
+ * repetitions, so a slow spell of the shared machine hits them all alike. The variants' order is
+ * shuffled each round (a fixed permutation per round, the same from one bench run to the next):
+ * how fast a run gets fresh page-cache pages on this VM depends on what ran just before it (cp's
+ * removed copy, or a run that wrote half its bytes), so a fixed order made the same variant pay for
+ * it every round (BENCHMARKS.md, issue 11). Prints a Markdown table and the load average before
+ * and after.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Usage: pipeline-bench QUANT_BINARY [BASELINE_QUANT_BINARY]
@@ -56,9 +61,16 @@ static void write_shard(const char *path, int shard, uint16_t *buf)
     quant_st_writer_free(w);
 }
 
-/* Runs argv, returns wall seconds; *maxrss_kib gets the child's peak RSS, *cpu its user + system
- * seconds (either may be NULL). */
-static double run(char *const argv[], long *maxrss_kib, double *cpu)
+/* What one run of a child cost beside its wall time. */
+typedef struct usage {
+    long maxrss_kib; /* peak RSS */
+    long minflt;     /* minor page faults */
+    double cpu;      /* user + system seconds */
+    double sys;      /* system seconds alone */
+} usage;
+
+/* Runs argv, returns wall seconds; *u (may be NULL) gets the child's resource usage. */
+static double run(char *const argv[], usage *u)
 {
     sync(); /* the previous run's dirty pages are written back before, not during, this one */
     struct rusage ru;
@@ -68,11 +80,28 @@ static double run(char *const argv[], long *maxrss_kib, double *cpu)
     if (status < 0) bench_die(argv[0]);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         bench_fail("%s failed (status %d)", argv[0], status);
-    if (maxrss_kib) *maxrss_kib = ru.ru_maxrss;
-    if (cpu)
-        *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    if (u) {
+        u->maxrss_kib = ru.ru_maxrss;
+        u->minflt = ru.ru_minflt;
+        u->sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+        u->cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + u->sys;
+    }
     return t;
+}
+
+/* order[0..n) = a permutation of 0..n-1 drawn from seed (Fisher-Yates, xorshift64). */
+static void shuffle(int *order, int n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        int j = (int)(s % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
 }
 
 static void rm_rf(const char *path)
@@ -92,7 +121,9 @@ typedef struct variant {
     const char *label, *bin, *rules;
     bool no_quality;
     double best, best_cpu; /* wall and CPU (user + system) seconds, each the least seen */
-    long rss_kib;
+    double best_sys;       /* the system part of the run with the least CPU */
+    long rss_kib;          /* the most seen */
+    long minflt;           /* the fewest minor faults seen */
 } variant;
 
 static double run_variant(variant *v, const char *threads, const char *in, const char *out)
@@ -110,13 +141,16 @@ static double run_variant(variant *v, const char *threads, const char *in, const
     q_argv[k++] = (char *)in;
     q_argv[k++] = (char *)out;
     q_argv[k] = NULL;
-    long r = 0;
-    double cpu = 0;
-    double t = run(q_argv, &r, &cpu);
+    usage u;
+    double t = run(q_argv, &u);
     rm_rf(out);
     v->best = t < v->best ? t : v->best;
-    v->best_cpu = cpu < v->best_cpu ? cpu : v->best_cpu;
-    v->rss_kib = r > v->rss_kib ? r : v->rss_kib;
+    if (u.cpu < v->best_cpu) {
+        v->best_cpu = u.cpu;
+        v->best_sys = u.sys;
+    }
+    v->rss_kib = u.maxrss_kib > v->rss_kib ? u.maxrss_kib : v->rss_kib;
+    v->minflt = v->minflt < 0 || u.minflt < v->minflt ? u.minflt : v->minflt;
     return t;
 }
 
@@ -168,29 +202,44 @@ int main(int argc, char **argv)
                                 "int4 tile 128", "int4 tile 128, --no-quality"};
         for (int i = 0; i < 4; i++) {
             snprintf(labels[nv], sizeof labels[nv], "quant quantize, %s%s", names[i], who);
-            vs[nv] =
-                (variant){labels[nv], argv[b], i < 2 ? rules8 : rules4, i % 2 == 1, 1e30, 1e30, 0};
+            vs[nv] = (variant){.label = labels[nv],
+                               .bin = argv[b],
+                               .rules = i < 2 ? rules8 : rules4,
+                               .no_quality = i % 2 == 1,
+                               .best = 1e30,
+                               .best_cpu = 1e30,
+                               .minflt = -1};
             nv++;
         }
     }
     char *cp_argv[] = {"cp", "-r", in, cpout, NULL};
-    double t_cp = 1e30, cpu_cp = 1e30;
+    double t_cp = 1e30, cpu_cp = 1e30, sys_cp = 0;
+    char load_before[32];
+    snprintf(load_before, sizeof load_before, "%s", bench_load_avg());
     for (int rep = 0; rep < reps; rep++) {
-        double cpu = 0;
-        double t = run(cp_argv, NULL, &cpu);
+        usage u;
+        double t = run(cp_argv, &u);
         rm_rf(cpout);
         t_cp = t < t_cp ? t : t_cp;
-        cpu_cp = cpu < cpu_cp ? cpu : cpu_cp;
-        for (int i = 0; i < nv; i++) run_variant(&vs[i], threads, in, out);
+        if (u.cpu < cpu_cp) {
+            cpu_cp = u.cpu;
+            sys_cp = u.sys;
+        }
+        int order[8];
+        shuffle(order, nv, (uint64_t)rep);
+        for (int i = 0; i < nv; i++) run_variant(&vs[order[i]], threads, in, out);
     }
     printf("## pipeline: quant quantize of %.2f GiB bf16 (%d shards), threads %s, best of %d "
-           "interleaved rounds\n\n",
-           gib, shards, threads, reps);
-    printf("| run | GB/s | ratio vs cp | CPU s | peak RSS MiB |\n|---|---|---|---|---|\n");
-    printf("| cp -r (baseline) | %.2f | 1.00 | %.2f | - |\n", gib * 1.073741824 / t_cp, cpu_cp);
+           "interleaved rounds (order shuffled each round), load average %s before, %s after\n\n",
+           gib, shards, threads, reps, load_before, bench_load_avg());
+    printf("| run | GB/s | ratio vs cp | CPU s (of it system) | minor faults | peak RSS MiB |\n"
+           "|---|---|---|---|---|---|\n");
+    printf("| cp -r (baseline) | %.2f | 1.00 | %.2f (%.2f) | - | - |\n", gib * 1.073741824 / t_cp,
+           cpu_cp, sys_cp);
     for (int i = 0; i < nv; i++)
-        printf("| %s | %.2f | %.2f | %.2f | %.0f |\n", vs[i].label, gib * 1.073741824 / vs[i].best,
-               t_cp / vs[i].best, vs[i].best_cpu, (double)vs[i].rss_kib / 1024.0);
+        printf("| %s | %.2f | %.2f | %.2f (%.2f) | %ld | %.0f |\n", vs[i].label,
+               gib * 1.073741824 / vs[i].best, t_cp / vs[i].best, vs[i].best_cpu, vs[i].best_sys,
+               vs[i].minflt, (double)vs[i].rss_kib / 1024.0);
     bench_cleanup();
     return 0;
 }

@@ -1,6 +1,7 @@
-/* buffers.c -- the pipeline's memory and hand-offs: large buffers as anonymous mappings, recycled
- * through a small bounded cache (resident memory is the buffers in flight plus at most
- * CACHE_BYTES kept for reuse) and a bounded FIFO queue of pointers between the stages.
+/* buffers.c -- the pipeline's memory and hand-offs: large buffers as anonymous mappings, backed
+ * by huge pages where the kernel has them and pre-faulted when mapped, recycled through a small
+ * bounded cache (resident memory is the buffers in flight plus at most CACHE_BYTES kept for
+ * reuse) and a bounded FIFO queue of pointers between the stages.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _DEFAULT_SOURCE
@@ -23,6 +24,27 @@ static struct {
     size_t bytes;
 } cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* A new mapping of at least HUGE_MIN bytes asks for transparent huge pages (THP "madvise" mode:
+ * one fault and one zeroing per 2 MiB instead of 512), and every new mapping is populated writable
+ * in one call: the kernel allocates its pages in a loop instead of the quantize kernels taking a
+ * trap per 4 KiB page on their first store (on a paravirtualized guest each trap costs several
+ * microseconds; BENCHMARKS.md, issue 11). Both are hints: a kernel without them leaves the pages
+ * to be faulted on first use, as before. */
+#define HUGE_MIN ((size_t)2 << 20)
+
+static void *map_fresh(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (n >= HUGE_MIN) (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(p, n, MADV_POPULATE_WRITE);
+#endif
+    return p;
+}
+
 static size_t page_round(size_t n)
 {
     const size_t page = 4096;
@@ -42,8 +64,7 @@ void *ck_buf_alloc(size_t n)
             return p;
         }
     pthread_mutex_unlock(&cache.mu);
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return map_fresh(n);
 }
 
 void ck_buf_free(void *p, size_t n)
