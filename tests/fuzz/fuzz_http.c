@@ -48,6 +48,7 @@
 #include "config.h"
 #include "fsutil.h"
 #include "fuzz.h"
+#include "http.h"
 #include "log.h"
 #include "tokens.h"
 
@@ -369,6 +370,26 @@ static char *exchange(const char *req, size_t len, size_t *n)
     return buf;
 }
 
+/* Once the harness has closed its side, the daemon's connection guard must count nothing: every
+ * way a connection ends (answered, cut, refused, reset, half-closed) gives its per-address and
+ * total counts back. A count that stays would lock the address out once it reached
+ * max_connections_per_ip. The daemon closes its end before the answer's end reaches the
+ * harness, but libmicrohttpd tells the guard at its next cleanup: a short wait. */
+static void check_guard_empty(void)
+{
+    unsigned open = 0, addresses = 0;
+    for (int ms = 0; ms < ANSWER_SECONDS * 1000; ms++) {
+        qd_http_conn_counts(d.http, &open, &addresses);
+        if (open == 0 && addresses == 0) return;
+        usleep(1000);
+    }
+    fprintf(stderr,
+            "fuzz_http: %u connections and %u addresses still counted %d s after the "
+            "exchange\n",
+            open, addresses, ANSWER_SECONDS);
+    FUZZ_CHECK(!"the connection guard kept a count");
+}
+
 /* needle occurs in the answer but not in the request. */
 static bool leaked(const char *ans, size_t n, const char *req, size_t len, const char *needle)
 {
@@ -425,6 +446,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = 0, n = 0;
     char *req = expand(data, size, &len);
     char *ans = exchange(req, len, &n);
+    check_guard_empty();
     check_answer(ans, n, req, len);
     note_job(ans, n);
     if (getenv("FUZZ_HTTP_SHOW")) fprintf(stderr, "---- %zu bytes in, %zu out:\n%s\n", len, n, ans);
