@@ -1,6 +1,7 @@
 /* test_limits.c -- the limits that must hold under abuse, through the real quantd and raw
  * sockets: slow clients cut off while others are served (header_timeout, body_min_rate),
- * half-closed clients let go at once, the per-address connection limit, the in-memory body budget
+ * half-closed clients let go at once, the per-address connection limit, the places every aborted
+ * connection gives back (max_connections, max_connections_per_ip), the in-memory body budget
  * under 16 slow large posts (503 and a bound on RSS), the queue cap (429), the disk reserve (507),
  * uploads refused from their headers alone, and retention of finished jobs' outputs (410).
  * SPDX-License-Identifier: Apache-2.0
