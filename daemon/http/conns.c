@@ -56,6 +56,7 @@ struct qd_conns {
     atomic_bool refuse_all; /* the server is stopping: no new connection */
     qd_conn *head;
     ip_count *buckets[N_BUCKETS];
+    unsigned addresses;   /* entries in buckets */
     unsigned open;        /* connections now */
     unsigned refused_ip;  /* refusals since the last sweep (one log line each): per address */
     unsigned refused_all; /* ... and for max_connections */
@@ -109,14 +110,26 @@ static unsigned count_of(qd_conns *g, const ip_key *k)
 static void count_add(qd_conns *g, const ip_key *k, int delta)
 {
     ip_count **p = slot(g, k);
-    if (!*p && delta > 0 && (*p = calloc(1, sizeof **p))) (*p)->key = *k;
+    if (!*p && delta > 0 && (*p = calloc(1, sizeof **p))) {
+        (*p)->key = *k;
+        g->addresses++;
+    }
     if (!*p) return;
     (*p)->n = (unsigned)((int)(*p)->n + delta);
     if ((*p)->n == 0) {
         ip_count *dead = *p;
         *p = dead->next;
         free(dead);
+        g->addresses--;
     }
+}
+
+void qd_conns_counts(qd_conns *g, unsigned *open, unsigned *addresses)
+{
+    pthread_mutex_lock(&g->mu);
+    *open = g->open;
+    *addresses = g->addresses;
+    pthread_mutex_unlock(&g->mu);
 }
 
 void qd_conns_refuse_all(qd_conns *g)

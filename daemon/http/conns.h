@@ -33,6 +33,10 @@ qd_status qd_conns_start(const qd_config *cfg, qd_metrics *metrics, qd_conns **o
 /* Stops the reaper; call after the server has stopped (every connection closed). */
 void qd_conns_stop(qd_conns *g); /* NULL is a no-op */
 
+/* What the guard counts now: open connections, and addresses holding at least one (an address
+ * whose count falls to 0 leaves the table). Both are 0 once every connection has closed. */
+void qd_conns_counts(qd_conns *g, unsigned *open, unsigned *addresses);
+
 /* From now on every new connection is refused (the server is stopping). */
 void qd_conns_refuse_all(qd_conns *g);
 /* libmicrohttpd's accept policy (MHD_OPTION_APC, cls = the guard): MHD_NO refuses. */

@@ -617,3 +617,8 @@ void qd_http_stop(qd_http *h)
     qd_defer_free(h->waiters);
     free(h);
 }
+
+void qd_http_conn_counts(qd_http *h, unsigned *open, unsigned *addresses)
+{
+    qd_conns_counts(h->guard, open, addresses);
+}

@@ -86,6 +86,9 @@ qd_status qd_http_start(qd_app *app, qd_http **out, int *port, qd_err *err);
 void qd_http_quiesce(qd_http *h);
 /* Stops the server and frees it; NULL is a no-op. */
 void qd_http_stop(qd_http *h);
+/* The connection guard's counts (qd_conns_counts): open connections and client addresses
+ * holding one; both 0 when no connection is open. */
+void qd_http_conn_counts(qd_http *h, unsigned *open, unsigned *addresses);
 
 /* ---- replies (each returns what the MHD access handler returns) ------------------------------ */
 

@@ -1,6 +1,7 @@
 /* test_limits.c -- the limits that must hold under abuse, through the real quantd and raw
  * sockets: slow clients cut off while others are served (header_timeout, body_min_rate),
- * half-closed clients let go at once, the per-address connection limit, the in-memory body budget
+ * half-closed clients let go at once, the per-address connection limit, the places every aborted
+ * connection gives back (max_connections, max_connections_per_ip), the in-memory body budget
  * under 16 slow large posts (503 and a bound on RSS), the queue cap (429), the disk reserve (507),
  * uploads refused from their headers alone, and retention of finished jobs' outputs (410).
  * SPDX-License-Identifier: Apache-2.0
@@ -249,6 +250,118 @@ START_TEST(test_per_ip_limit)
     ck_assert_msg(strstr(r.body, "quantd_limit_hits_total{limit=\"max_connections\"} 1"), "%s",
                   strstr(r.body, "quantd_limit_hits_total"));
     qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* ---- aborted connections ---------------------------------------------------------------------
+ *
+ * Every way a client can end a connection gives back its place in max_connections and in its
+ * address's max_connections_per_ip: a count left behind would, repeated, lock the address (or
+ * everyone) out. Each kind below is done twice the limit over, then the limit's worth of clients
+ * must all be served at once (a single count kept would refuse the last of them).
+ */
+
+#define ABORT_LIMIT "4"
+#define PUT_HEAD    "PUT /v1/rulesets/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+#define STATS_HEAD                                                                                 \
+    "POST /v1/models/m/stats HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"            \
+    "Content-Length: 30\r\n\r\n"
+#define UPLOAD_HEAD                                                                                \
+    "POST /v1/jobs?ruleset=int8 HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n" \
+    "Content-Length: 100000\r\n\r\n"
+
+#define BYTES(s) s, sizeof s - 1
+
+typedef enum abort_end { END_CLOSE, END_RST, END_HALF } abort_end;
+
+static const struct {
+    const char *name;
+    const char *bytes; /* sent first (NULL: nothing), len of them */
+    size_t len;
+    int copies;  /* of bytes, back to back (pipelined) */
+    int wait_ms; /* before the end, for the server to read or answer */
+    abort_end end;
+} abort_kinds[] = {
+    {"closed before any byte", NULL, 0, 0, 0, END_CLOSE},
+    {"reset before any byte", NULL, 0, 0, 50, END_RST},
+    {"closed mid-headers", BYTES("GET /healthz HTTP/1.1\r\nHo"), 1, 0, END_CLOSE},
+    {"reset mid-headers", BYTES("GET /healthz HTTP/1.1\r\nHo"), 1, 50, END_RST},
+    {"half-closed mid-headers", BYTES("GET /healthz HTTP/1.1\r\nHo"), 1, 0, END_HALF},
+    {"closed mid-body", BYTES(PUT_HEAD "Content-Length: 100\r\n\r\n{\"ru"), 1, 50, END_CLOSE},
+    {"reset mid-body", BYTES(PUT_HEAD "Content-Length: 100\r\n\r\n{\"ru"), 1, 50, END_RST},
+    {"closed mid-chunk", BYTES(PUT_HEAD "Transfer-Encoding: chunked\r\n\r\n9\r\n{\"ru"), 1, 50,
+     END_CLOSE},
+    {"closed mid-upload", BYTES(UPLOAD_HEAD "\x08\0\0\0\0\0\0\0{}"), 1, 50, END_CLOSE},
+    {"reset mid-upload", BYTES(UPLOAD_HEAD "\x08\0\0\0\0\0\0\0{}"), 1, 50, END_RST},
+    {"closed after the response, unread", BYTES("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), 1, 100,
+     END_CLOSE},
+    {"closed with responses unread (pipelined)", BYTES("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+     40, 100, END_CLOSE},
+    {"reset with responses unread (pipelined)", BYTES("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+     40, 100, END_RST},
+    {"closed while its post waits for a commit", BYTES(STATS_HEAD POST1), 1, 0, END_CLOSE},
+    {"reset while its post waits for a commit", BYTES(STATS_HEAD POST1), 1, 0, END_RST},
+};
+
+static void abort_one(const qdp *d, size_t kind)
+{
+    int fd = qdp_raw_connect(d);
+    for (int i = 0; i < abort_kinds[kind].copies; i++)
+        if (!qdp_send_all(fd, abort_kinds[kind].bytes, abort_kinds[kind].len))
+            break; /* refused at accept while earlier ones close */
+    if (abort_kinds[kind].wait_ms) kit_sleep_ms(abort_kinds[kind].wait_ms);
+    if (abort_kinds[kind].end == END_RST) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    } else if (abort_kinds[kind].end == END_HALF) {
+        shutdown(fd, SHUT_WR);
+    }
+    close(fd);
+}
+
+/* n clients at once, each answered 200 on /healthz. */
+static bool all_served(const qdp *d, int n)
+{
+    int fds[16];
+    bool ok = true;
+    ck_assert_int_le(n, 16);
+    for (int i = 0; i < n; i++) {
+        fds[i] = qdp_raw_connect(d);
+        ok = qdp_send_all(fds[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34) && ok;
+    }
+    for (int i = 0; i < n; i++) {
+        char buf[512];
+        ok = read_within(fds[i], buf, sizeof buf, 2000) > 0 && status_in(buf) == 200 && ok;
+    }
+    for (int i = 0; i < n; i++) close(fds[i]);
+    return ok;
+}
+
+START_TEST(test_aborted_connections)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--max-connections", ABORT_LIMIT, "--max-connections-per-ip",
+                                   ABORT_LIMIT, NULL});
+    int limit = atoi(ABORT_LIMIT);
+    qdp_resp r =
+        qdp_req(&d, "PUT", "/v1/rulesets/int8", "application/json", RULES, strlen(RULES), NULL);
+    ck_assert_int_lt(r.status, 300);
+    qdp_resp_free(&r);
+    for (size_t k = 0; k < sizeof abort_kinds / sizeof abort_kinds[0]; k++) {
+        for (int i = 0; i < 2 * limit; i++) abort_one(&d, k);
+        /* the daemon sees each end within a sweep or two; then nothing may be counted */
+        double t0 = kit_now();
+        bool served = false;
+        while (!served && kit_now() - t0 < 5) {
+            served = all_served(&d, limit);
+            if (!served) kit_sleep_ms(250);
+        }
+        ck_assert_msg(served,
+                      "%d connections %s: %d clients at once are not all served 5 s on "
+                      "(max_connections and max_connections_per_ip %d)",
+                      2 * limit, abort_kinds[k].name, limit, limit);
+    }
     qdp_stop(&d);
 }
 END_TEST
@@ -606,6 +719,7 @@ Suite *suite_limits(void)
     tcase_add_test(tc, test_slow_body);
     tcase_add_test(tc, test_half_closed);
     tcase_add_test(tc, test_per_ip_limit);
+    tcase_add_test(tc, test_aborted_connections);
     tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_body_budget_chunked);
     tcase_add_test(tc, test_upload_refused_early);
