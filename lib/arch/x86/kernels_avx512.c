@@ -1247,29 +1247,44 @@ ALWAYS_INLINE bool any_unusual(__mmask16 m, __m512 a)
     return _mm512_mask_cmpgt_epu32_mask(m, _mm512_castps_si512(a), _mm512_set1_epi32(0x7f7fffff));
 }
 
-/* qn_mx_scale per lane: s = a / B, the tiny rule, t = bf16(s * C) rounded to nearest even (s * C
- * is finite and positive, so the NaN case of qn_f32_to_bf16 never applies), then the exponent. */
+/* qn_mx_scale per lane of a (>= 0 and finite): s = a / B, the tiny rule, t = bf16(s * C) rounded
+ * to nearest even (s * C is finite and positive, so the NaN case of qn_f32_to_bf16 never
+ * applies), then the exponent. */
+ALWAYS_INLINE __m512 mx_scale16(__m512 a, float bound, float c)
+{
+    __m512 s = _mm512_div_ps(a, _mm512_set1_ps(bound));
+    s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                           _mm512_set1_ps(1.0f));
+    __m512i b = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_set1_ps(c)));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    /* the bf16 truncation and the mantissa clear in one mask */
+    return _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xff800000u)));
+}
+
 static int mx_scales_avx512(const float *absmax, int64_t n, float bound, float c, float *scale)
 {
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = lanes(n - j);
         __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
         if (any_unusual(m, a)) return 1;
-        __m512 s = _mm512_div_ps(a, _mm512_set1_ps(bound));
-        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
-                               _mm512_set1_ps(1.0f));
-        __m512i b = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_set1_ps(c)));
-        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-        b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-        /* the bf16 truncation and the mantissa clear in one mask */
-        _mm512_mask_storeu_epi32(scale + j, m,
-                                 _mm512_and_si512(b, _mm512_set1_epi32((int)0xff800000u)));
+        _mm512_mask_storeu_ps(scale + j, m, mx_scale16(a, bound, c));
     }
     return 0;
 }
 
-/* qn_nvfp4_block_scale per lane: e4m3fn(f32(a / 6) * g) by fp8_codes (clip and round to
- * nearest even, as qn_quant_e4m3fn), back to float by fp8_levels, 0 -> 0.125, then / g. */
+/* qn_nvfp4_block_scale per lane of a (>= 0 and finite): e4m3fn(f32(a / 6) * g) by fp8_codes
+ * (clip and round to nearest even, as qn_quant_e4m3fn), back to float by fp8_levels,
+ * 0 -> 0.125, then / g. */
+ALWAYS_INLINE __m512 nvfp4_scale16(__m512 a, __m512 gv)
+{
+    __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_set1_ps(6.0f)), gv);
+    __m512 sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
+    sb = _mm512_mask_mov_ps(sb, _mm512_cmp_ps_mask(sb, _mm512_setzero_ps(), _CMP_EQ_OQ),
+                            _mm512_set1_ps(0.125f));
+    return _mm512_div_ps(sb, gv);
+}
+
 static int nvfp4_scales_avx512(const float *absmax, int64_t n, float g, float *scale)
 {
     const __m512 gv = _mm512_set1_ps(g);
@@ -1277,11 +1292,7 @@ static int nvfp4_scales_avx512(const float *absmax, int64_t n, float g, float *s
         __mmask16 m = lanes(n - j);
         __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
         if (any_unusual(m, a)) return 1;
-        __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_set1_ps(6.0f)), gv);
-        __m512 sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
-        sb = _mm512_mask_mov_ps(sb, _mm512_cmp_ps_mask(sb, _mm512_setzero_ps(), _CMP_EQ_OQ),
-                                _mm512_set1_ps(0.125f));
-        _mm512_mask_storeu_ps(scale + j, m, _mm512_div_ps(sb, gv));
+        _mm512_mask_storeu_ps(scale + j, m, nvfp4_scale16(a, gv));
     }
     return 0;
 }
@@ -1477,6 +1488,178 @@ static int quantize_absmax_avx512(const quant_krow *r, const float *x, int64_t n
 }
 #undef ONEPASS_TILES
 
+/* ---- quantize: one pass, generalised (microscaling scales, bf16 read in place) -------------- */
+
+/* quant_quantize_onepass_fn: as onepass_kc, 16 groups reduced in registers, their scales derived
+ * in registers by the qtype's rule, then the groups' codes from L1, the source read once in
+ * order. A bf16 source is widened in registers (exact), never copied.
+ *
+ * MX scales need no division per element. Claim: for s = 2^e a positive normal float32
+ * (e in [-126, 127]) and any float32 x, fl(x * (1/s)) == fl(x / s) bit for bit. Proof: 1/s =
+ * 2^-e lies in [2^-127, 2^126], and every power of two in that range is a float32 (2^-127 as a
+ * subnormal), so r = 1/s is computed exactly and the real numbers x * r and x / s are equal.
+ * IEEE 754 gives each operation the correctly rounded value of its exact real result in the
+ * current rounding mode (round to nearest even here, no flush to zero: libquant never sets
+ * FTZ/DAZ), so both return the rounding of the same real number: the same float, including a
+ * subnormal or zero result (rounded once, gradually underflowing) and the sign of zero. SPEC
+ * 2b's scale is 2^floor(log2 t) with t >= 2^-63 (the tiny rule) and t < 2^127 for finite input,
+ * so every MX scale satisfies the claim; the kernel still checks it per group (mantissa bits
+ * zero, exponent field 1..254) and declines a group that fails, the three-pass path then
+ * dividing. Ties need no test at all: the product is the quotient, not an approximation of it.
+ *
+ * nvfp4's e_b = s_b / g is not a power of two: its codes take the IEEE division (16 lanes per
+ * instruction, from L1, hidden behind the memory stream; BENCHMARKS.md, issue 12). */
+
+/* The 16 source values at element j: float32, or bf16 widened in registers. */
+ALWAYS_INLINE __m512 op_load(const void *x, const bool bf16, int64_t j)
+{
+    if (bf16) return bf16x16(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + j)));
+    return _mm512_loadu_ps((const float *)x + j);
+}
+
+/* max |x| bits of the group at element `at` (tile % 16 == 0), as 16 partial maxima. */
+ALWAYS_INLINE __m512i op_group_absmax(const void *x, const bool bf16, int64_t at, int64_t tile)
+{
+    __m512i m = abs_bits(op_load(x, bf16, at));
+    for (int64_t k = 16; k < tile; k += 16)
+        m = _mm512_max_epu32(m, abs_bits(op_load(x, bf16, at + k)));
+    return m;
+}
+
+/* max |x| bits of the 16 whole groups from element `at`, lane i for group i (absmax16_groups'
+ * transposing reduction). */
+ALWAYS_INLINE __m512i op_absmax16(const void *x, const bool bf16, int64_t at, int64_t tile)
+{
+#define GM(i) op_group_absmax(x, bf16, at + (i)*tile, tile)
+    __m512i t0 = max_halves(GM(0), GM(1)), t1 = max_halves(GM(2), GM(3));
+    __m512i t2 = max_halves(GM(4), GM(5)), t3 = max_halves(GM(6), GM(7));
+    __m512i t4 = max_halves(GM(8), GM(9)), t5 = max_halves(GM(10), GM(11));
+    __m512i t6 = max_halves(GM(12), GM(13)), t7 = max_halves(GM(14), GM(15));
+#undef GM
+    __m512i u0 = max_quarters(t0, t1), u1 = max_quarters(t2, t3);
+    __m512i u2 = max_quarters(t4, t5), u3 = max_quarters(t6, t7);
+    __m512i y = max_singles(max_pairs(u0, u1), max_pairs(u2, u3));
+    return _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y);
+}
+
+/* Scales of 16 groups from their max |x| bits `ab` by the rule `kind` (a compile-time constant)
+ * into *s, and into *f what the codes use: 1/s for MX (exact, see above), s otherwise. Returns
+ * the lanes that make the kernel decline: a non-finite max |x| or scale, or an MX scale that is
+ * not a normal power of two. */
+ALWAYS_INLINE __mmask16 op_scales16(const quant_scale_kind kind, __m512i ab,
+                                    const quant_onepass *op, __m512 *s, __m512 *f)
+{
+    __mmask16 bad = _mm512_cmpge_epu32_mask(ab, _mm512_set1_epi32(0x7f800000));
+    __m512 a = _mm512_castsi512_ps(ab);
+    if (kind == QUANT_SCALE_MX) {
+        *s = mx_scale16(a, op->bound, op->c);
+        __m512i b = _mm512_castps_si512(*s);
+        bad |= _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x007fffff));
+        bad |= _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(b, _mm512_set1_epi32(1 << 23)),
+                                       _mm512_set1_epi32(253 << 23));
+        *f = _mm512_div_ps(_mm512_set1_ps(1.0f), *s);
+        return bad;
+    }
+    if (kind == QUANT_SCALE_NVFP4) {
+        *s = nvfp4_scale16(a, _mm512_set1_ps(op->g));
+    } else {
+        __m512 v = _mm512_div_ps(a, _mm512_set1_ps(op->bound));
+        *s = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                                _mm512_set1_ps(1.0f));
+    }
+    *f = *s;
+    return bad | _mm512_cmp_ps_mask(*s, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+}
+
+/* Codes of the 16 values xv of a group whose factor is f (x * f for MX, x / f otherwise). */
+ALWAYS_INLINE __m512i op_codes(quant_kcode kc, const quant_scale_kind kind, __m512 xv, __m512 f,
+                               __m512i qmin, __m512i qmax)
+{
+    __m512 v = kind == QUANT_SCALE_MX ? _mm512_mul_ps(xv, f) : _mm512_div_ps(xv, f);
+    if (kc == QK_E2M1) return e2m1_codes(v);
+    if (kc == QK_E4M3) return fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    __m512i c = _mm512_cvt_roundps_epi32(v, RNE); /* |v| is within the bound: as onepass_codes */
+    return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
+}
+
+ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool bf16,
+                        const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                        const quant_onepass *op, float *scale, uint8_t *out, const int64_t tile)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m512i qmin = _mm512_set1_epi32((int32_t)r->qmin);
+    const __m512i qmax = _mm512_set1_epi32((int32_t)r->qmax);
+    float *sg = scale + c0 / tile;
+    __mmask16 badv = 0;
+    int64_t j = 0;
+    for (; j + 16 * tile <= n; j += 16 * tile, sg += 16) {
+        __m512 s, f;
+        badv |= op_scales16(kind, op_absmax16(x, bf16, j, tile), op, &s, &f);
+        _mm512_storeu_ps(sg, s);
+        for (int64_t k = 0; k < 16 * tile; k += 64) {
+            prefetch64(r->pf, r->pf_elem, j + k);
+            __m512 f0 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)(k / tile)), f);
+            __m512 f1 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 16) / tile)), f);
+            __m512 f2 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 32) / tile)), f);
+            __m512 f3 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 48) / tile)), f);
+            int64_t e = j + k;
+            store64(kc, out + e * csize, op_codes(kc, kind, op_load(x, bf16, e), f0, qmin, qmax),
+                    op_codes(kc, kind, op_load(x, bf16, e + 16), f1, qmin, qmax),
+                    op_codes(kc, kind, op_load(x, bf16, e + 32), f2, qmin, qmax),
+                    op_codes(kc, kind, op_load(x, bf16, e + 48), f3, qmin, qmax));
+        }
+    }
+    for (; j < n; j += tile, sg++) { /* the last groups, fewer than 16: one at a time */
+        uint32_t a = _mm512_reduce_max_epu32(op_group_absmax(x, bf16, j, tile));
+        __m512 s, f;
+        badv |= op_scales16(kind, _mm512_set1_epi32((int)a), op, &s, &f);
+        *sg = _mm512_cvtss_f32(s);
+        for (int64_t k = 0; k < tile; k += 16)
+            store16(kc, out + (j + k) * csize, 0xffff,
+                    op_codes(kc, kind, op_load(x, bf16, j + k), f, qmin, qmax));
+    }
+    return badv != 0;
+}
+
+#define OP_TILES(kc, kind, bf)                                                                     \
+    (r->tile == 16   ? op_kc(kc, kind, bf, r, x, n, c0, op, scale, codes, 16)                      \
+     : r->tile == 32 ? op_kc(kc, kind, bf, r, x, n, c0, op, scale, codes, 32)                      \
+                     : op_kc(kc, kind, bf, r, x, n, c0, op, scale, codes, 64))
+#define OP_SOURCES(kc, kind) (op->bf16 ? OP_TILES(kc, kind, true) : OP_TILES(kc, kind, false))
+
+/* The code kinds each rule serves: integers under linear scales, e4m3fn and e2m1 under MX
+ * scales, e2m1 under nvfp4's. */
+static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                                   const quant_onepass *op, float *scale, void *codes)
+{
+    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    if (op->kind == QUANT_SCALE_LINEAR) {
+        if (!op->bf16) return quantize_absmax_avx512(r, x, n, c0, op->bound, scale, codes);
+        switch (r->kcode) {
+        case QK_I8:
+            return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, true);
+        case QK_U8:
+            return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, true);
+        case QK_I16:
+            return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, true);
+        default:
+            return 1;
+        }
+    }
+    if (r->tile == 64) return 1;
+    if (op->kind == QUANT_SCALE_NVFP4) {
+        if (r->kcode != QK_E2M1 || !(op->g > 0.0f && op->g <= FLT_MAX)) return 1;
+        return OP_SOURCES(QK_E2M1, QUANT_SCALE_NVFP4);
+    }
+    if (op->kind != QUANT_SCALE_MX) return 1;
+    if (r->kcode == QK_E4M3) return OP_SOURCES(QK_E4M3, QUANT_SCALE_MX);
+    if (r->kcode == QK_E2M1) return OP_SOURCES(QK_E2M1, QUANT_SCALE_MX);
+    return 1;
+}
+#undef OP_SOURCES
+#undef OP_TILES
+
 const quant_kernels quant_kernels_avx512 = {
     .isa = QUANT_ISA_AVX512,
     .absmax = absmax_avx512,
@@ -1495,4 +1678,5 @@ const quant_kernels quant_kernels_avx512 = {
     .mse_acc = mse_acc_avx512,
     .quantize_absmax = quantize_absmax_avx512,
     .mse_int = mse_int_avx512,
+    .quantize_onepass = quantize_onepass_avx512,
 };
