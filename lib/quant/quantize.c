@@ -229,7 +229,8 @@ static quant_onepass onepass_args(const quant_plan *p, bool bf16)
                            .kind = p->traits->scale_kind,
                            .bound = p->traits->symmetric_bound,
                            .c = p->traits->scale_constant,
-                           .g = p->global_scale};
+                           .g = p->global_scale,
+                           .packed = false};
 }
 
 /* Row `row` by the one-pass kernel, chunk by chunk (chunks hold whole groups), its scales into
@@ -251,6 +252,9 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
     quant_onepass op = onepass_args(p, in_place);
     bool general =
         k->quantize_onepass && (in_place || op.kind != QUANT_SCALE_LINEAR || !k->quantize_absmax);
+    /* packed e2m1 codes straight into the output, unless the error sums need them unpacked */
+    op.packed = general && p->packed && p->kcode == QK_E2M1 && !run->err_partial;
+    bool staged = p->packed && !op.packed;
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -258,12 +262,14 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
         const float *x = in_place ? NULL : quant_load_row(k, src, p, row, c0, n, scratch);
         const void *from = in_place ? (const void *)quant_row_address(src, row, c0) : x;
-        void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
+        void *out = staged      ? (void *)codes
+                    : op.packed ? (void *)(dst + c0 / 2)
+                                : (void *)(dst + c0 * (int64_t)p->code_size);
         kr.pf = onepass_prefetch(src, p, row, c0, n, kr.pf_elem);
         if (general ? k->quantize_onepass(&kr, from, n, c0, &op, scale, out)
                     : k->quantize_absmax(&kr, x, n, c0, op.bound, scale, out))
             return 1;
-        if (p->packed) k->pack(codes, n, dst + c0 / 2);
+        if (staged) k->pack(codes, n, dst + c0 / 2);
         if (run->err_partial) measure_span(run, row, c0, n, x, out, worker);
     }
     return 0;

@@ -1583,8 +1583,22 @@ ALWAYS_INLINE __m512i op_codes(quant_kcode kc, const quant_scale_kind kind, __m5
     return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
 }
 
+/* Stores 64 byte-sized codes (store64's packing) at dst, or with `pack` (e2m1) as 32 bytes of
+ * nibble pairs at dst (pack64: element 2i in the low nibble), without a staging pass. */
+ALWAYS_INLINE void op_store64(quant_kcode kc, const bool pack, uint8_t *dst, __m512i a, __m512i b,
+                              __m512i c, __m512i d)
+{
+    if (!pack) {
+        store64(kc, dst, a, b, c, d);
+        return;
+    }
+    __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm256_storeu_si256((__m256i *)dst, pack64(_mm512_permutexvar_epi32(p, bytes)));
+}
+
 ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool bf16,
-                        const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                        const bool pack, const quant_krow *r, const void *x, int64_t n, int64_t c0,
                         const quant_onepass *op, float *scale, uint8_t *out, const int64_t tile)
 {
     const int64_t csize = kc == QK_I16 ? 2 : 1;
@@ -1604,10 +1618,11 @@ ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool 
             __m512 f2 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 32) / tile)), f);
             __m512 f3 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 48) / tile)), f);
             int64_t e = j + k;
-            store64(kc, out + e * csize, op_codes(kc, kind, op_load(x, bf16, e), f0, qmin, qmax),
-                    op_codes(kc, kind, op_load(x, bf16, e + 16), f1, qmin, qmax),
-                    op_codes(kc, kind, op_load(x, bf16, e + 32), f2, qmin, qmax),
-                    op_codes(kc, kind, op_load(x, bf16, e + 48), f3, qmin, qmax));
+            op_store64(kc, pack, out + (pack ? e / 2 : e * csize),
+                       op_codes(kc, kind, op_load(x, bf16, e), f0, qmin, qmax),
+                       op_codes(kc, kind, op_load(x, bf16, e + 16), f1, qmin, qmax),
+                       op_codes(kc, kind, op_load(x, bf16, e + 32), f2, qmin, qmax),
+                       op_codes(kc, kind, op_load(x, bf16, e + 48), f3, qmin, qmax));
         }
     }
     for (; j < n; j += tile, sg++) { /* the last groups, fewer than 16: one at a time */
@@ -1615,18 +1630,23 @@ ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool 
         __m512 s, f;
         badv |= op_scales16(kind, _mm512_set1_epi32((int)a), op, &s, &f);
         *sg = _mm512_cvtss_f32(s);
+        uint8_t group[64];
         for (int64_t k = 0; k < tile; k += 16)
-            store16(kc, out + (j + k) * csize, 0xffff,
+            store16(kc, pack ? group + k : out + (j + k) * csize, 0xffff,
                     op_codes(kc, kind, op_load(x, bf16, j + k), f, qmin, qmax));
+        if (pack) pack_avx512(group, tile, out + j / 2);
     }
     return badv != 0;
 }
 
-#define OP_TILES(kc, kind, bf)                                                                     \
-    (r->tile == 16   ? op_kc(kc, kind, bf, r, x, n, c0, op, scale, codes, 16)                      \
-     : r->tile == 32 ? op_kc(kc, kind, bf, r, x, n, c0, op, scale, codes, 32)                      \
-                     : op_kc(kc, kind, bf, r, x, n, c0, op, scale, codes, 64))
-#define OP_SOURCES(kc, kind) (op->bf16 ? OP_TILES(kc, kind, true) : OP_TILES(kc, kind, false))
+#define OP_TILES(kc, kind, bf, pk)                                                                 \
+    (r->tile == 16   ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                  \
+     : r->tile == 32 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32)                  \
+                     : op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 64))
+#define OP_SOURCES(kc, kind, pk)                                                                   \
+    (op->bf16 ? OP_TILES(kc, kind, true, pk) : OP_TILES(kc, kind, false, pk))
+#define OP_E2M1(kind)                                                                              \
+    (op->packed ? OP_SOURCES(QK_E2M1, kind, true) : OP_SOURCES(QK_E2M1, kind, false))
 
 /* The code kinds each rule serves: integers under linear scales, e4m3fn and e2m1 under MX
  * scales, e2m1 under nvfp4's. */
@@ -1634,15 +1654,16 @@ static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n
                                    const quant_onepass *op, float *scale, void *codes)
 {
     if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    if (op->packed && r->kcode != QK_E2M1) return 1;
     if (op->kind == QUANT_SCALE_LINEAR) {
         if (!op->bf16) return quantize_absmax_avx512(r, x, n, c0, op->bound, scale, codes);
         switch (r->kcode) {
         case QK_I8:
-            return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, true);
+            return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, true, false);
         case QK_U8:
-            return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, true);
+            return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, true, false);
         case QK_I16:
-            return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, true);
+            return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, true, false);
         default:
             return 1;
         }
@@ -1650,13 +1671,14 @@ static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n
     if (r->tile == 64) return 1;
     if (op->kind == QUANT_SCALE_NVFP4) {
         if (r->kcode != QK_E2M1 || !(op->g > 0.0f && op->g <= FLT_MAX)) return 1;
-        return OP_SOURCES(QK_E2M1, QUANT_SCALE_NVFP4);
+        return OP_E2M1(QUANT_SCALE_NVFP4);
     }
     if (op->kind != QUANT_SCALE_MX) return 1;
-    if (r->kcode == QK_E4M3) return OP_SOURCES(QK_E4M3, QUANT_SCALE_MX);
-    if (r->kcode == QK_E2M1) return OP_SOURCES(QK_E2M1, QUANT_SCALE_MX);
+    if (r->kcode == QK_E4M3) return OP_SOURCES(QK_E4M3, QUANT_SCALE_MX, false);
+    if (r->kcode == QK_E2M1) return OP_E2M1(QUANT_SCALE_MX);
     return 1;
 }
+#undef OP_E2M1
 #undef OP_SOURCES
 #undef OP_TILES
 

@@ -121,8 +121,8 @@ static int three_pass(const rule *ru, float g, const float *x, int64_t n, int64_
 }
 
 /* The kernel alone: tiles 16/32 (and 64 for integers), group-aligned offsets, f32 and bf16
- * sources, 1..48 groups (the 16-group batches and the tail), nvfp4 global scales from 2^-100
- * to 2^100, NaN and +-Inf; plus the declines outside the contract. */
+ * sources, e2m1 codes packed or not, 1..48 groups (the 16-group batches and the tail), nvfp4 global
+ * scales from 2^-100 to 2^100, NaN and +-Inf; plus the declines outside the contract. */
 START_TEST(kernels_onepass_match_three_pass)
 {
     quant_isa isas[QUANT_ISA_COUNT];
@@ -153,9 +153,16 @@ START_TEST(kernels_onepass_match_three_pass)
             }
         }
         int bad = three_pass(ru, g, x, n, c0, tile, acc, s1, q1);
-        quant_onepass op = {bf16, ru->kind, ru->bound, ru->c, g};
+        bool packed = ru->kc == QK_E2M1 && tu_below(&r, 2);
+        quant_onepass op = {bf16, ru->kind, ru->bound, ru->c, g, packed};
         quant_krow kr = {ru->kc, tile, NULL, NULL, ru->qmin, ru->qmax, NULL, 0, false, NULL};
         size_t bytes = (size_t)n * (ru->kc == QK_I16 ? 2 : 1);
+        if (packed && !bad) { /* the expected codes, two per byte */
+            static uint8_t qp[MAXN / 2];
+            quant_kernels_generic.pack(q1, n, qp);
+            bytes = (size_t)n / 2;
+            memcpy(q1, qp, bytes);
+        }
         for (int k = 0; k < nisa; k++) {
             const quant_kernels *kk = quant_kernels_for(isas[k]);
             if (!kk->quantize_onepass) continue;
@@ -185,6 +192,11 @@ START_TEST(kernels_onepass_match_three_pass)
             kr.kcode = lin ? QK_E4M3 : QK_I8;
             ck_assert_int_ne(kk->quantize_onepass(&kr, src, n, c0, &op, s2, q2), 0);
             kr.kcode = ru->kc;
+            if (ru->kc != QK_E2M1) { /* only e2m1 codes are packed */
+                quant_onepass pk = op;
+                pk.packed = true;
+                ck_assert_int_ne(kk->quantize_onepass(&kr, src, n, c0, &pk, s2, q2), 0);
+            }
             if (ru->kind == QUANT_SCALE_NVFP4) {
                 quant_onepass no_g = op;
                 no_g.g = 0.0f;
