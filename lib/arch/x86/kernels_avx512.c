@@ -1639,6 +1639,102 @@ ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool 
     return badv != 0;
 }
 
+/* bf16 rows, integer byte codes, tiles of 32 and more (a multiple of 32): 32 values per load,
+ * never widened one by one. The even elements become float32 by a shift (bits << 16), the odd
+ * ones by a mask (bits & 0xffff0000): exact, the same floats as bf16x16. max |x| runs on the
+ * 16-bit halves (magnitudes of bf16 order like their bit patterns, as those of float32), the
+ * transposing reduction keeping each half's maximum; the codes of the even and odd lanes are
+ * interleaved back as (even & 0xff) | odd << 8 in each 32-bit lane and narrowed to 16 bits
+ * (vpmovdw truncates: the two bytes in element order). */
+ALWAYS_INLINE __m512i pair_halves(__m512i a, __m512i b)
+{
+    return _mm512_max_epu16(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xee));
+}
+
+ALWAYS_INLINE __m512i pair_quarters(__m512i a, __m512i b)
+{
+    return _mm512_max_epu16(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
+}
+
+ALWAYS_INLINE __m512i pair_pairs(__m512i a, __m512i b)
+{
+    return _mm512_max_epu16(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+ALWAYS_INLINE __m512i pair_singles(__m512i a, __m512i b)
+{
+    __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    return _mm512_max_epu16(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xdd)));
+}
+
+/* |x| of the group at element `at`, as 32 16-bit partial maxima. */
+ALWAYS_INLINE __m512i pair_group(const uint16_t *x, int64_t at, int64_t tile)
+{
+    const __m512i mag = _mm512_set1_epi16(0x7fff);
+    __m512i m = _mm512_and_si512(_mm512_loadu_si512(x + at), mag);
+    for (int64_t k = 32; k < tile; k += 32)
+        m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_loadu_si512(x + at + k), mag));
+    return m;
+}
+
+/* max |x| float32 bits of the 16 whole groups from element `at`, lane i for group i. */
+ALWAYS_INLINE __m512i pair_absmax16(const uint16_t *x, int64_t at, int64_t tile)
+{
+#define GM(i) pair_group(x, at + (i)*tile, tile)
+    __m512i t0 = pair_halves(GM(0), GM(1)), t1 = pair_halves(GM(2), GM(3));
+    __m512i t2 = pair_halves(GM(4), GM(5)), t3 = pair_halves(GM(6), GM(7));
+    __m512i t4 = pair_halves(GM(8), GM(9)), t5 = pair_halves(GM(10), GM(11));
+    __m512i t6 = pair_halves(GM(12), GM(13)), t7 = pair_halves(GM(14), GM(15));
+#undef GM
+    __m512i u0 = pair_quarters(t0, t1), u1 = pair_quarters(t2, t3);
+    __m512i u2 = pair_quarters(t4, t5), u3 = pair_quarters(t6, t7);
+    __m512i y = pair_singles(pair_pairs(u0, u1), pair_pairs(u2, u3));
+    y = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y);
+    /* the larger half of each lane, as float32 bits */
+    return _mm512_slli_epi32(_mm512_max_epu16(y, _mm512_srli_epi32(y, 16)), 16);
+}
+
+/* Clipped integer codes of v / s (as onepass_codes). */
+ALWAYS_INLINE __m512i pair_codes(__m512 v, __m512 s, __m512i qmin, __m512i qmax)
+{
+    __m512i c = _mm512_cvt_roundps_epi32(_mm512_div_ps(v, s), RNE);
+    return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
+}
+
+ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *x, int64_t n,
+                           int64_t c0, const quant_onepass *op, float *scale, uint8_t *out,
+                           const int64_t tile)
+{
+    const __m512i qmin = _mm512_set1_epi32((int32_t)r->qmin);
+    const __m512i qmax = _mm512_set1_epi32((int32_t)r->qmax);
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u), low = _mm512_set1_epi32(0xff);
+    float *sg = scale + c0 / tile;
+    __mmask16 badv = 0;
+    int64_t j = 0;
+    for (; j + 16 * tile <= n; j += 16 * tile, sg += 16) {
+        __m512 s, f;
+        badv |= op_scales16(QUANT_SCALE_LINEAR, pair_absmax16(x, j, tile), op, &s, &f);
+        _mm512_storeu_ps(sg, s);
+        for (int64_t k = 0; k < 16 * tile; k += 32) {
+            if (k % 64 == 0) prefetch64(r->pf, r->pf_elem, j + k);
+            __m512i v = _mm512_loadu_si512(x + j + k);
+            __m512 fk = _mm512_permutexvar_ps(_mm512_set1_epi32((int)(k / tile)), f);
+            __m512i e = pair_codes(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), fk, qmin, qmax);
+            __m512i o = pair_codes(_mm512_castsi512_ps(_mm512_and_si512(v, high)), fk, qmin, qmax);
+            /* (e & 0xff) | o << 8 */
+            __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), low, 0xec);
+            _mm256_storeu_si256((__m256i *)(out + j + k), _mm512_cvtepi32_epi16(w));
+        }
+    }
+    int bad = badv != 0;
+    if (j < n) /* the last groups, fewer than 16 */
+        bad |= op_kc(kc, QUANT_SCALE_LINEAR, true, false, r, x + j, n - j, c0 + j, op, scale,
+                     out + j, tile);
+    return bad;
+}
+
 #define OP_TILES(kc, kind, bf, pk)                                                                 \
     (r->tile == 16   ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                  \
      : r->tile == 32 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32)                  \
@@ -1657,10 +1753,15 @@ static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n
     if (op->packed && r->kcode != QK_E2M1) return 1;
     if (op->kind == QUANT_SCALE_LINEAR) {
         if (!op->bf16) return quantize_absmax_avx512(r, x, n, c0, op->bound, scale, codes);
+        const uint16_t *h = x;
         switch (r->kcode) {
         case QK_I8:
+            if (r->tile == 32) return pairs_kc(QK_I8, r, h, n, c0, op, scale, codes, 32);
+            if (r->tile == 64) return pairs_kc(QK_I8, r, h, n, c0, op, scale, codes, 64);
             return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, true, false);
         case QK_U8:
+            if (r->tile == 32) return pairs_kc(QK_U8, r, h, n, c0, op, scale, codes, 32);
+            if (r->tile == 64) return pairs_kc(QK_U8, r, h, n, c0, op, scale, codes, 64);
             return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, true, false);
         case QK_I16:
             return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, true, false);
