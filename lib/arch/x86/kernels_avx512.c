@@ -1606,10 +1606,15 @@ ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool 
     const __m512i qmax = _mm512_set1_epi32((int32_t)r->qmax);
     float *sg = scale + c0 / tile;
     __mmask16 badv = 0;
-    int64_t j = 0;
-    for (; j + 16 * tile <= n; j += 16 * tile, sg += 16) {
-        __m512 s, f;
-        badv |= op_scales16(kind, op_absmax16(x, bf16, j, tile), op, &s, &f);
+    int64_t j = 0, batch = 16 * tile;
+    /* software-pipelined: the next batch's max |x| and scales (a chain of dependent divisions
+     * and conversions) are issued before this batch's codes, so they overlap */
+    __m512 s = _mm512_setzero_ps(), f = s;
+    if (batch <= n) badv |= op_scales16(kind, op_absmax16(x, bf16, 0, tile), op, &s, &f);
+    for (; j + batch <= n; j += batch, sg += 16) {
+        __m512 s_next = s, f_next = f;
+        if (j + 2 * batch <= n)
+            badv |= op_scales16(kind, op_absmax16(x, bf16, j + batch, tile), op, &s_next, &f_next);
         _mm512_storeu_ps(sg, s);
         for (int64_t k = 0; k < 16 * tile; k += 64) {
             prefetch64(r->pf, r->pf_elem, j + k);
@@ -1624,10 +1629,11 @@ ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool 
                        op_codes(kc, kind, op_load(x, bf16, e + 32), f2, qmin, qmax),
                        op_codes(kc, kind, op_load(x, bf16, e + 48), f3, qmin, qmax));
         }
+        s = s_next;
+        f = f_next;
     }
     for (; j < n; j += tile, sg++) { /* the last groups, fewer than 16: one at a time */
         uint32_t a = _mm512_reduce_max_epu32(op_group_absmax(x, bf16, j, tile));
-        __m512 s, f;
         badv |= op_scales16(kind, _mm512_set1_epi32((int)a), op, &s, &f);
         *sg = _mm512_cvtss_f32(s);
         uint8_t group[64];
@@ -1712,10 +1718,14 @@ ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *
     const __m512i high = _mm512_set1_epi32((int)0xffff0000u), low = _mm512_set1_epi32(0xff);
     float *sg = scale + c0 / tile;
     __mmask16 badv = 0;
-    int64_t j = 0;
-    for (; j + 16 * tile <= n; j += 16 * tile, sg += 16) {
-        __m512 s, f;
-        badv |= op_scales16(QUANT_SCALE_LINEAR, pair_absmax16(x, j, tile), op, &s, &f);
+    int64_t j = 0, batch = 16 * tile;
+    __m512 s = _mm512_setzero_ps(), f = s; /* pipelined as in op_kc */
+    if (batch <= n) badv |= op_scales16(QUANT_SCALE_LINEAR, pair_absmax16(x, 0, tile), op, &s, &f);
+    for (; j + batch <= n; j += batch, sg += 16) {
+        __m512 s_next = s, f_next = f;
+        if (j + 2 * batch <= n)
+            badv |= op_scales16(QUANT_SCALE_LINEAR, pair_absmax16(x, j + batch, tile), op, &s_next,
+                                &f_next);
         _mm512_storeu_ps(sg, s);
         for (int64_t k = 0; k < 16 * tile; k += 32) {
             if (k % 64 == 0) prefetch64(r->pf, r->pf_elem, j + k);
@@ -1727,6 +1737,8 @@ ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *
             __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), low, 0xec);
             _mm256_storeu_si256((__m256i *)(out + j + k), _mm512_cvtepi32_epi16(w));
         }
+        s = s_next;
+        f = f_next;
     }
     int bad = badv != 0;
     if (j < n) /* the last groups, fewer than 16 */
