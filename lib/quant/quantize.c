@@ -40,7 +40,7 @@ typedef struct quant_run {
     double *err_partial;
     float *deq;
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
-    bool onepass;           /* fused path: rows go through the kernel set's quantize_absmax */
+    bool onepass;           /* fused path: rows go through the kernel set's one-pass kernel */
 } quant_run;
 
 /* Columns c0.. of row `row` as contiguous bf16 the kernels read in registers (no widened copy
@@ -250,8 +250,7 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
                      .checked = false};
     bool in_place = k->quantize_onepass && bf16_rows(src);
     quant_onepass op = onepass_args(p, in_place);
-    bool general =
-        k->quantize_onepass && (in_place || op.kind != QUANT_SCALE_LINEAR || !k->quantize_absmax);
+    bool general = k->quantize_onepass != NULL; /* else quantize_absmax (linear float32) */
     /* packed e2m1 codes straight into the output, unless the error sums need them unpacked */
     op.packed = general && p->packed && p->kcode == QK_E2M1 && !run->err_partial;
     bool staged = p->packed && !op.packed;

@@ -1764,7 +1764,18 @@ static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n
     if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
     if (op->packed && r->kcode != QK_E2M1) return 1;
     if (op->kind == QUANT_SCALE_LINEAR) {
-        if (!op->bf16) return quantize_absmax_avx512(r, x, n, c0, op->bound, scale, codes);
+        if (!op->bf16) { /* the pipelined kernel (onepass_kc stays quantize_absmax) */
+            switch (r->kcode) {
+            case QK_I8:
+                return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, false, false);
+            case QK_U8:
+                return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, false, false);
+            case QK_I16:
+                return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, false, false);
+            default:
+                return 1;
+            }
+        }
         const uint16_t *h = x;
         switch (r->kcode) {
         case QK_I8:

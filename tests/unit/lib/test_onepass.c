@@ -47,7 +47,7 @@ typedef struct rule {
     float bound, c, qmin, qmax;
 } rule;
 
-/* mxfp8, mxfp4, nvfp4 and the integer kinds (read as bf16 in place) */
+/* mxfp8, mxfp4, nvfp4 and the integer kinds, each from float32 or bf16 read in place */
 static const rule rules[] = {
     {QK_E4M3, QUANT_SCALE_MX, 448.0f, 60.0f / 31.0f, 0.0f, 0.0f},
     {QK_E2M1, QUANT_SCALE_MX, 6.0f, 12.0f / 7.0f, 0.0f, 0.0f},
@@ -136,7 +136,7 @@ START_TEST(kernels_onepass_match_three_pass)
     int served = 0;
     for (int it = 0; it < tu_iters(2000); it++) {
         const rule *ru = &rules[tu_below(&r, NRULES)];
-        bool lin = ru->kind == QUANT_SCALE_LINEAR, bf16 = lin || tu_below(&r, 2);
+        bool lin = ru->kind == QUANT_SCALE_LINEAR, bf16 = tu_below(&r, 2);
         int64_t tile = (int64_t)16 << tu_below(&r, lin ? 3 : 2);
         int64_t groups = 1 + tu_below(&r, MAXN / tile < MAXG ? MAXN / tile : MAXG);
         int64_t n = groups * tile, c0 = tile * tu_below(&r, OFFG);
