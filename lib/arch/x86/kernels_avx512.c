@@ -1751,8 +1751,12 @@ ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *
     (r->tile == 16   ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                  \
      : r->tile == 32 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32)                  \
                      : op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 64))
+/* the microscaling tiles (16, 32; 64 declined before) */
+#define OP_MX_TILES(kc, kind, bf, pk)                                                              \
+    (r->tile == 16 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                    \
+                   : op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32))
 #define OP_SOURCES(kc, kind, pk)                                                                   \
-    (op->bf16 ? OP_TILES(kc, kind, true, pk) : OP_TILES(kc, kind, false, pk))
+    (op->bf16 ? OP_MX_TILES(kc, kind, true, pk) : OP_MX_TILES(kc, kind, false, pk))
 #define OP_E2M1(kind)                                                                              \
     (op->packed ? OP_SOURCES(QK_E2M1, kind, true) : OP_SOURCES(QK_E2M1, kind, false))
 
@@ -1804,6 +1808,7 @@ static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n
 }
 #undef OP_E2M1
 #undef OP_SOURCES
+#undef OP_MX_TILES
 #undef OP_TILES
 
 const quant_kernels quant_kernels_avx512 = {
