@@ -1572,12 +1572,29 @@ ALWAYS_INLINE __mmask16 op_scales16(const quant_scale_kind kind, __m512i ab,
     return bad | _mm512_cmp_ps_mask(*s, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
 }
 
+/* e2m1_codes for finite v (a NaN makes the one-pass kernel decline, so its lanes need no
+ * care): the same rounding add, the sign bit moved in by one ternary-logic op. */
+ALWAYS_INLINE __m512i op_e2m1_codes(__m512 v)
+{
+    const __m512i emin = _mm512_set1_epi32(127 << 23);
+    __m512 a = _mm512_range_ps(v, _mm512_set1_ps(6.0f), RANGE_ABSMIN_CLEAR);
+    __m512i ebits = _mm512_max_epu32(
+        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7f800000)), emin);
+    __m512i c = _mm512_add_epi32(ebits, _mm512_set1_epi32(22 << 23));
+    __m512 s = _mm512_add_round_ps(a, _mm512_castsi512_ps(c), RNE);
+    __m512i steps = _mm512_sub_epi32(_mm512_castps_si512(s), c);
+    __m512i m = _mm512_add_epi32(steps, _mm512_srli_epi32(_mm512_sub_epi32(ebits, emin), 22));
+    /* m | ((v >> 28) & 8) */
+    return _mm512_ternarylogic_epi32(m, _mm512_srli_epi32(_mm512_castps_si512(v), 28),
+                                     _mm512_set1_epi32(8), 0xf8);
+}
+
 /* Codes of the 16 values xv of a group whose factor is f (x * f for MX, x / f otherwise). */
 ALWAYS_INLINE __m512i op_codes(quant_kcode kc, const quant_scale_kind kind, __m512 xv, __m512 f,
                                __m512i qmin, __m512i qmax)
 {
     __m512 v = kind == QUANT_SCALE_MX ? _mm512_mul_ps(xv, f) : _mm512_div_ps(xv, f);
-    if (kc == QK_E2M1) return e2m1_codes(v);
+    if (kc == QK_E2M1) return op_e2m1_codes(v);
     if (kc == QK_E4M3) return fp8_codes(v, QN_E4M3_MAX, 3, 7);
     __m512i c = _mm512_cvt_roundps_epi32(v, RNE); /* |v| is within the bound: as onepass_codes */
     return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
