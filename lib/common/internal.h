@@ -183,6 +183,30 @@ typedef void (*quant_mse_int_fn)(const float *x, const float *w, int64_t n, int6
                                  int64_t tile, const float *scale, int nk, int64_t es, float qmin,
                                  float qmax, double *err);
 
+/* The one-pass kernel generalised (quantize_onepass): the source read in place as float32 or
+ * bfloat16 (`bf16`: x holds bf16 bit patterns, each standing for its exact widening), and the
+ * scale rule of the qtype: SPEC 4's linear one (quantize_absmax's contract, integer codes), the
+ * MX power of two qn_mx_scale(max |x|, bound, c) (e4m3fn or e2m1 codes), or nvfp4's
+ * qn_nvfp4_block_scale(max |x|, g) (e2m1 codes; g > 0 and finite). */
+typedef struct quant_onepass {
+    bool bf16;
+    quant_scale_kind kind;
+    float bound; /* B of the qtype */
+    float c;     /* QUANT_SCALE_MX: the OAS constant */
+    float g;     /* QUANT_SCALE_NVFP4: the tensor's global scale */
+    bool packed; /* e2m1 codes written two per byte (quant_pack_nibbles' order), n / 2 bytes */
+} quant_onepass;
+/* x[0..n) from column c0 (c0 and n multiples of r->tile, a tile in QUANT_ONEPASS_TILE_OK; 16 or
+ * 32 for the microscaling rules) gets, per column group, its scale by op's rule and the codes
+ * quantize gives with those scales (one byte per code for 8-bit kinds, or packed: op->packed),
+ * bit for bit;
+ * r->scale, r->zp and r->amax are not read. Returns nonzero, scales and codes then unspecified,
+ * when a value or a scale is not finite, or the shape, rule or code kind is not one it serves:
+ * the caller then redoes the row by the three-pass path, which reports a non-finite value or
+ * scale. Optional (NULL: quantize_absmax for float32 linear rows, else the three-pass path). */
+typedef int (*quant_quantize_onepass_fn)(const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                                         const quant_onepass *op, float *scale, void *codes);
+
 typedef struct quant_kernels {
     quant_isa isa;
     quant_absmax_fn absmax;
@@ -201,6 +225,8 @@ typedef struct quant_kernels {
     quant_mse_acc_fn mse_acc;
     quant_quantize_absmax_fn quantize_absmax; /* optional (NULL: the three-pass path) */
     quant_mse_int_fn mse_int;                 /* optional (NULL: quantize + dequantize) */
+    /* optional (NULL: see its type); appended last (issue 12, branch mx) */
+    quant_quantize_onepass_fn quantize_onepass;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;

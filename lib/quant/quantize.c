@@ -40,7 +40,7 @@ typedef struct quant_run {
     double *err_partial;
     float *deq;
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
-    bool onepass;           /* fused path: rows go through the kernel set's quantize_absmax */
+    bool onepass;           /* fused path: rows go through the kernel set's one-pass kernel */
 } quant_run;
 
 /* Columns c0.. of row `row` as contiguous bf16 the kernels read in registers (no widened copy
@@ -161,17 +161,38 @@ static void given_item(void *arg, int64_t item, int worker)
     }
 }
 
-/* The plan and kernel set allow the one-pass kernel (quant_quantize_absmax_fn's contract), and
- * the input is not a bf16 row the kernels read in place (bf16_direct: tiles of 64 and more). */
+/* The rows of x can be read in place as bf16 (contiguous along the last axis). */
+static bool bf16_rows(const quant_tensor *x)
+{
+    return x->dtype == QUANT_DTYPE_BF16 &&
+           (x->rank == 0 || x->strides[x->rank - 1] == 1 || x->shape[x->rank - 1] == 1);
+}
+
+/* The plan and kernel set allow a one-pass kernel (quant_quantize_absmax_fn's contract, or
+ * quant_quantize_onepass_fn's for the microscaling rules and bf16 rows read in place), and the
+ * input is not a bf16 row the division path reads in place (bf16_direct: tiles of 64 and
+ * more). */
 static bool onepass_allowed(const quant_run *run, const quant_plan *p)
 {
     const quant_calib_method *m = &p->method;
-    return run->rd.k->quantize_absmax && !bf16_direct(&run->rd, 0, 0) &&
-           m->kind == QUANT_CALIB_ABSMAX && !m->asymmetric && !m->has_factor &&
-           run->how->scale_dtype == QUANT_DTYPE_F32 && !run->how->stochastic &&
-           p->traits->scale_kind == QUANT_SCALE_LINEAR &&
-           (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16) &&
-           QUANT_ONEPASS_TILE_OK(p->col_tile) && p->ncols % p->col_tile == 0;
+    const quant_kernels *k = run->rd.k;
+    if (bf16_direct(&run->rd, 0, 0) || m->kind != QUANT_CALIB_ABSMAX || m->asymmetric ||
+        m->has_factor || run->how->scale_dtype != QUANT_DTYPE_F32 || run->how->stochastic ||
+        !QUANT_ONEPASS_TILE_OK(p->col_tile) || p->ncols % p->col_tile != 0)
+        return false;
+    switch (p->traits->scale_kind) {
+    case QUANT_SCALE_LINEAR:
+        return (k->quantize_absmax || k->quantize_onepass) &&
+               (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16);
+    case QUANT_SCALE_MX:
+        return k->quantize_onepass && (p->kcode == QK_E4M3 || p->kcode == QK_E2M1) &&
+               p->col_tile <= 32;
+    case QUANT_SCALE_NVFP4:
+        return k->quantize_onepass && p->kcode == QK_E2M1 && p->col_tile <= 32 &&
+               p->global_scale > 0.0f && !qn_nonfinite(p->global_scale);
+    default:
+        return false;
+    }
 }
 
 /* True when x's elements lie row-major without gaps (its rows back to back). */
@@ -200,30 +221,54 @@ static const char *onepass_prefetch(const quant_tensor *x, const quant_plan *p, 
     return row + ahead < p->nrows ? quant_row_address(x, row + ahead, c0) : NULL;
 }
 
+/* The one-pass kernel's arguments for the plan's scale rule; `bf16` when it reads bf16 rows in
+ * place. */
+static quant_onepass onepass_args(const quant_plan *p, bool bf16)
+{
+    return (quant_onepass){.bf16 = bf16,
+                           .kind = p->traits->scale_kind,
+                           .bound = p->traits->symmetric_bound,
+                           .c = p->traits->scale_constant,
+                           .g = p->global_scale,
+                           .packed = false};
+}
+
 /* Row `row` by the one-pass kernel, chunk by chunk (chunks hold whole groups), its scales into
- * `scale`. Returns nonzero when the kernel declined (a non-finite value or scale): the caller
- * then redoes the row by the three-pass path, which reports it. */
+ * `scale`: a bf16 row read in place when the kernel set has quantize_onepass, other sources
+ * converted into scratch. Returns nonzero when the kernel declined (a non-finite value or
+ * scale): the caller then redoes the row by the three-pass path, which reports it. */
 static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
 {
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
+    const quant_kernels *k = run->rd.k;
     quant_krow kr = {.kcode = p->kcode,
                      .tile = p->col_tile,
                      .qmin = (float)p->traits->qmin,
                      .qmax = (float)p->traits->qmax,
                      .pf_elem = (int64_t)quant_dtype_size(src->dtype),
                      .checked = false};
+    bool in_place = k->quantize_onepass && bf16_rows(src);
+    quant_onepass op = onepass_args(p, in_place);
+    bool general = k->quantize_onepass != NULL; /* else quantize_absmax (linear float32) */
+    /* packed e2m1 codes straight into the output, unless the error sums need them unpacked */
+    op.packed = general && p->packed && p->kcode == QK_E2M1 && !run->err_partial;
+    bool staged = p->packed && !op.packed;
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
     for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-        const float *x = quant_load_row(run->rd.k, src, p, row, c0, n, scratch);
-        void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
+        const float *x = in_place ? NULL : quant_load_row(k, src, p, row, c0, n, scratch);
+        const void *from = in_place ? (const void *)quant_row_address(src, row, c0) : x;
+        void *out = staged      ? (void *)codes
+                    : op.packed ? (void *)(dst + c0 / 2)
+                                : (void *)(dst + c0 * (int64_t)p->code_size);
         kr.pf = onepass_prefetch(src, p, row, c0, n, kr.pf_elem);
-        if (run->rd.k->quantize_absmax(&kr, x, n, c0, p->traits->symmetric_bound, scale, out))
+        if (general ? k->quantize_onepass(&kr, from, n, c0, &op, scale, out)
+                    : k->quantize_absmax(&kr, x, n, c0, op.bound, scale, out))
             return 1;
-        if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
+        if (staged) k->pack(codes, n, dst + c0 / 2);
         if (run->err_partial) measure_span(run, row, c0, n, x, out, worker);
     }
     return 0;

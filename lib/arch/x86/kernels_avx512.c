@@ -1247,29 +1247,44 @@ ALWAYS_INLINE bool any_unusual(__mmask16 m, __m512 a)
     return _mm512_mask_cmpgt_epu32_mask(m, _mm512_castps_si512(a), _mm512_set1_epi32(0x7f7fffff));
 }
 
-/* qn_mx_scale per lane: s = a / B, the tiny rule, t = bf16(s * C) rounded to nearest even (s * C
- * is finite and positive, so the NaN case of qn_f32_to_bf16 never applies), then the exponent. */
+/* qn_mx_scale per lane of a (>= 0 and finite): s = a / B, the tiny rule, t = bf16(s * C) rounded
+ * to nearest even (s * C is finite and positive, so the NaN case of qn_f32_to_bf16 never
+ * applies), then the exponent. */
+ALWAYS_INLINE __m512 mx_scale16(__m512 a, float bound, float c)
+{
+    __m512 s = _mm512_div_ps(a, _mm512_set1_ps(bound));
+    s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                           _mm512_set1_ps(1.0f));
+    __m512i b = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_set1_ps(c)));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    /* the bf16 truncation and the mantissa clear in one mask */
+    return _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xff800000u)));
+}
+
 static int mx_scales_avx512(const float *absmax, int64_t n, float bound, float c, float *scale)
 {
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = lanes(n - j);
         __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
         if (any_unusual(m, a)) return 1;
-        __m512 s = _mm512_div_ps(a, _mm512_set1_ps(bound));
-        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
-                               _mm512_set1_ps(1.0f));
-        __m512i b = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_set1_ps(c)));
-        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-        b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-        /* the bf16 truncation and the mantissa clear in one mask */
-        _mm512_mask_storeu_epi32(scale + j, m,
-                                 _mm512_and_si512(b, _mm512_set1_epi32((int)0xff800000u)));
+        _mm512_mask_storeu_ps(scale + j, m, mx_scale16(a, bound, c));
     }
     return 0;
 }
 
-/* qn_nvfp4_block_scale per lane: e4m3fn(f32(a / 6) * g) by fp8_codes (clip and round to
- * nearest even, as qn_quant_e4m3fn), back to float by fp8_levels, 0 -> 0.125, then / g. */
+/* qn_nvfp4_block_scale per lane of a (>= 0 and finite): e4m3fn(f32(a / 6) * g) by fp8_codes
+ * (clip and round to nearest even, as qn_quant_e4m3fn), back to float by fp8_levels,
+ * 0 -> 0.125, then / g. */
+ALWAYS_INLINE __m512 nvfp4_scale16(__m512 a, __m512 gv)
+{
+    __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_set1_ps(6.0f)), gv);
+    __m512 sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
+    sb = _mm512_mask_mov_ps(sb, _mm512_cmp_ps_mask(sb, _mm512_setzero_ps(), _CMP_EQ_OQ),
+                            _mm512_set1_ps(0.125f));
+    return _mm512_div_ps(sb, gv);
+}
+
 static int nvfp4_scales_avx512(const float *absmax, int64_t n, float g, float *scale)
 {
     const __m512 gv = _mm512_set1_ps(g);
@@ -1277,11 +1292,7 @@ static int nvfp4_scales_avx512(const float *absmax, int64_t n, float g, float *s
         __mmask16 m = lanes(n - j);
         __m512 a = _mm512_maskz_loadu_ps(m, absmax + j);
         if (any_unusual(m, a)) return 1;
-        __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_set1_ps(6.0f)), gv);
-        __m512 sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
-        sb = _mm512_mask_mov_ps(sb, _mm512_cmp_ps_mask(sb, _mm512_setzero_ps(), _CMP_EQ_OQ),
-                                _mm512_set1_ps(0.125f));
-        _mm512_mask_storeu_ps(scale + j, m, _mm512_div_ps(sb, gv));
+        _mm512_mask_storeu_ps(scale + j, m, nvfp4_scale16(a, gv));
     }
     return 0;
 }
@@ -1477,6 +1488,346 @@ static int quantize_absmax_avx512(const quant_krow *r, const float *x, int64_t n
 }
 #undef ONEPASS_TILES
 
+/* ---- quantize: one pass, generalised (microscaling scales, bf16 read in place) -------------- */
+
+/* quant_quantize_onepass_fn: as onepass_kc, 16 groups reduced in registers, their scales derived
+ * in registers by the qtype's rule, then the groups' codes from L1, the source read once in
+ * order. A bf16 source is widened in registers (exact), never copied.
+ *
+ * MX scales need no division per element. Claim: for s = 2^e a positive normal float32
+ * (e in [-126, 127]) and any float32 x, fl(x * (1/s)) == fl(x / s) bit for bit. Proof: 1/s =
+ * 2^-e lies in [2^-127, 2^126], and every power of two in that range is a float32 (2^-127 as a
+ * subnormal), so r = 1/s is computed exactly and the real numbers x * r and x / s are equal.
+ * IEEE 754 gives each operation the correctly rounded value of its exact real result in the
+ * current rounding mode (round to nearest even here, no flush to zero: libquant never sets
+ * FTZ/DAZ), so both return the rounding of the same real number: the same float, including a
+ * subnormal or zero result (rounded once, gradually underflowing) and the sign of zero. SPEC
+ * 2b's scale is 2^floor(log2 t) with t >= 2^-63 (the tiny rule) and t < 2^127 for finite input,
+ * so every MX scale satisfies the claim; the kernel still checks it per group (mantissa bits
+ * zero, exponent field 1..254) and declines a group that fails, the three-pass path then
+ * dividing. Ties need no test at all: the product is the quotient, not an approximation of it.
+ *
+ * nvfp4's e_b = s_b / g is not a power of two: its codes take the IEEE division (16 lanes per
+ * instruction, from L1, hidden behind the memory stream; BENCHMARKS.md, issue 12). */
+
+/* The 16 source values at element j: float32, or bf16 widened in registers. */
+ALWAYS_INLINE __m512 op_load(const void *x, const bool bf16, int64_t j)
+{
+    if (bf16) return bf16x16(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + j)));
+    return _mm512_loadu_ps((const float *)x + j);
+}
+
+/* max |x| bits of the group at element `at` (tile % 16 == 0), as 16 partial maxima. */
+ALWAYS_INLINE __m512i op_group_absmax(const void *x, const bool bf16, int64_t at, int64_t tile)
+{
+    __m512i m = abs_bits(op_load(x, bf16, at));
+    for (int64_t k = 16; k < tile; k += 16)
+        m = _mm512_max_epu32(m, abs_bits(op_load(x, bf16, at + k)));
+    return m;
+}
+
+/* max |x| bits of the 16 whole groups from element `at`, lane i for group i (absmax16_groups'
+ * transposing reduction). */
+ALWAYS_INLINE __m512i op_absmax16(const void *x, const bool bf16, int64_t at, int64_t tile)
+{
+#define GM(i) op_group_absmax(x, bf16, at + (i)*tile, tile)
+    __m512i t0 = max_halves(GM(0), GM(1)), t1 = max_halves(GM(2), GM(3));
+    __m512i t2 = max_halves(GM(4), GM(5)), t3 = max_halves(GM(6), GM(7));
+    __m512i t4 = max_halves(GM(8), GM(9)), t5 = max_halves(GM(10), GM(11));
+    __m512i t6 = max_halves(GM(12), GM(13)), t7 = max_halves(GM(14), GM(15));
+#undef GM
+    __m512i u0 = max_quarters(t0, t1), u1 = max_quarters(t2, t3);
+    __m512i u2 = max_quarters(t4, t5), u3 = max_quarters(t6, t7);
+    __m512i y = max_singles(max_pairs(u0, u1), max_pairs(u2, u3));
+    return _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y);
+}
+
+/* Scales of 16 groups from their max |x| bits `ab` by the rule `kind` (a compile-time constant)
+ * into *s, and into *f what the codes use: 1/s for MX (exact, see above), s otherwise. Returns
+ * the lanes that make the kernel decline: a non-finite max |x| or scale, or an MX scale that is
+ * not a normal power of two. */
+ALWAYS_INLINE __mmask16 op_scales16(const quant_scale_kind kind, __m512i ab,
+                                    const quant_onepass *op, __m512 *s, __m512 *f)
+{
+    __mmask16 bad = _mm512_cmpge_epu32_mask(ab, _mm512_set1_epi32(0x7f800000));
+    __m512 a = _mm512_castsi512_ps(ab);
+    if (kind == QUANT_SCALE_MX) {
+        *s = mx_scale16(a, op->bound, op->c);
+        __m512i b = _mm512_castps_si512(*s);
+        bad |= _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x007fffff));
+        bad |= _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(b, _mm512_set1_epi32(1 << 23)),
+                                       _mm512_set1_epi32(253 << 23));
+        *f = _mm512_div_ps(_mm512_set1_ps(1.0f), *s);
+        return bad;
+    }
+    if (kind == QUANT_SCALE_NVFP4) {
+        *s = nvfp4_scale16(a, _mm512_set1_ps(op->g));
+    } else {
+        __m512 v = _mm512_div_ps(a, _mm512_set1_ps(op->bound));
+        *s = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                                _mm512_set1_ps(1.0f));
+    }
+    *f = *s;
+    return bad | _mm512_cmp_ps_mask(*s, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+}
+
+/* e2m1_codes for finite v (a NaN makes the one-pass kernel decline, so its lanes need no
+ * care): the same rounding add, the sign bit moved in by one ternary-logic op. */
+ALWAYS_INLINE __m512i op_e2m1_codes(__m512 v)
+{
+    const __m512i emin = _mm512_set1_epi32(127 << 23);
+    __m512 a = _mm512_range_ps(v, _mm512_set1_ps(6.0f), RANGE_ABSMIN_CLEAR);
+    __m512i ebits = _mm512_max_epu32(
+        _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7f800000)), emin);
+    __m512i c = _mm512_add_epi32(ebits, _mm512_set1_epi32(22 << 23));
+    __m512 s = _mm512_add_round_ps(a, _mm512_castsi512_ps(c), RNE);
+    __m512i steps = _mm512_sub_epi32(_mm512_castps_si512(s), c);
+    __m512i m = _mm512_add_epi32(steps, _mm512_srli_epi32(_mm512_sub_epi32(ebits, emin), 22));
+    /* m | ((v >> 28) & 8) */
+    return _mm512_ternarylogic_epi32(m, _mm512_srli_epi32(_mm512_castps_si512(v), 28),
+                                     _mm512_set1_epi32(8), 0xf8);
+}
+
+/* Codes of the 16 values xv of a group whose factor is f (x * f for MX, x / f otherwise). */
+ALWAYS_INLINE __m512i op_codes(quant_kcode kc, const quant_scale_kind kind, __m512 xv, __m512 f,
+                               __m512i qmin, __m512i qmax)
+{
+    __m512 v = kind == QUANT_SCALE_MX ? _mm512_mul_ps(xv, f) : _mm512_div_ps(xv, f);
+    if (kc == QK_E2M1) return op_e2m1_codes(v);
+    if (kc == QK_E4M3) return fp8_codes(v, QN_E4M3_MAX, 3, 7);
+    __m512i c = _mm512_cvt_roundps_epi32(v, RNE); /* |v| is within the bound: as onepass_codes */
+    return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
+}
+
+/* Stores 64 byte-sized codes (store64's packing) at dst, or with `pack` (e2m1) as 32 bytes of
+ * nibble pairs at dst (pack64: element 2i in the low nibble), without a staging pass. */
+ALWAYS_INLINE void op_store64(quant_kcode kc, const bool pack, uint8_t *dst, __m512i a, __m512i b,
+                              __m512i c, __m512i d)
+{
+    if (!pack) {
+        store64(kc, dst, a, b, c, d);
+        return;
+    }
+    __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm256_storeu_si256((__m256i *)dst, pack64(_mm512_permutexvar_epi32(p, bytes)));
+}
+
+ALWAYS_INLINE int op_kc(quant_kcode kc, const quant_scale_kind kind, const bool bf16,
+                        const bool pack, const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                        const quant_onepass *op, float *scale, uint8_t *out, const int64_t tile)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m512i qmin = _mm512_set1_epi32((int32_t)r->qmin);
+    const __m512i qmax = _mm512_set1_epi32((int32_t)r->qmax);
+    float *sg = scale + c0 / tile;
+    __mmask16 badv = 0;
+    int64_t j = 0, batch = 16 * tile;
+    /* software-pipelined: the next batch's max |x| and scales (a chain of dependent divisions
+     * and conversions) are issued before this batch's codes, so they overlap */
+    __m512 s = _mm512_setzero_ps(), f = s;
+    if (batch <= n) badv |= op_scales16(kind, op_absmax16(x, bf16, 0, tile), op, &s, &f);
+    for (; j + batch <= n; j += batch, sg += 16) {
+        __m512 s_next = s, f_next = f;
+        if (j + 2 * batch <= n)
+            badv |= op_scales16(kind, op_absmax16(x, bf16, j + batch, tile), op, &s_next, &f_next);
+        _mm512_storeu_ps(sg, s);
+        for (int64_t k = 0; k < 16 * tile; k += 64) {
+            prefetch64(r->pf, r->pf_elem, j + k);
+            __m512 f0 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)(k / tile)), f);
+            __m512 f1 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 16) / tile)), f);
+            __m512 f2 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 32) / tile)), f);
+            __m512 f3 = _mm512_permutexvar_ps(_mm512_set1_epi32((int)((k + 48) / tile)), f);
+            int64_t e = j + k;
+            op_store64(kc, pack, out + (pack ? e / 2 : e * csize),
+                       op_codes(kc, kind, op_load(x, bf16, e), f0, qmin, qmax),
+                       op_codes(kc, kind, op_load(x, bf16, e + 16), f1, qmin, qmax),
+                       op_codes(kc, kind, op_load(x, bf16, e + 32), f2, qmin, qmax),
+                       op_codes(kc, kind, op_load(x, bf16, e + 48), f3, qmin, qmax));
+        }
+        s = s_next;
+        f = f_next;
+    }
+    for (; j < n; j += tile, sg++) { /* the last groups, fewer than 16: one at a time */
+        uint32_t a = _mm512_reduce_max_epu32(op_group_absmax(x, bf16, j, tile));
+        badv |= op_scales16(kind, _mm512_set1_epi32((int)a), op, &s, &f);
+        *sg = _mm512_cvtss_f32(s);
+        uint8_t group[64];
+        for (int64_t k = 0; k < tile; k += 16)
+            store16(kc, pack ? group + k : out + (j + k) * csize, 0xffff,
+                    op_codes(kc, kind, op_load(x, bf16, j + k), f, qmin, qmax));
+        if (pack) pack_avx512(group, tile, out + j / 2);
+    }
+    return badv != 0;
+}
+
+/* bf16 rows, integer byte codes, tiles of 32 and more (a multiple of 32): 32 values per load,
+ * never widened one by one. The even elements become float32 by a shift (bits << 16), the odd
+ * ones by a mask (bits & 0xffff0000): exact, the same floats as bf16x16. max |x| runs on the
+ * 16-bit halves (magnitudes of bf16 order like their bit patterns, as those of float32), the
+ * transposing reduction keeping each half's maximum; the codes of the even and odd lanes are
+ * interleaved back as (even & 0xff) | odd << 8 in each 32-bit lane and narrowed to 16 bits
+ * (vpmovdw truncates: the two bytes in element order). */
+ALWAYS_INLINE __m512i pair_halves(__m512i a, __m512i b)
+{
+    return _mm512_max_epu16(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xee));
+}
+
+ALWAYS_INLINE __m512i pair_quarters(__m512i a, __m512i b)
+{
+    return _mm512_max_epu16(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
+}
+
+ALWAYS_INLINE __m512i pair_pairs(__m512i a, __m512i b)
+{
+    return _mm512_max_epu16(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+ALWAYS_INLINE __m512i pair_singles(__m512i a, __m512i b)
+{
+    __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    return _mm512_max_epu16(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xdd)));
+}
+
+/* |x| of the group at element `at`, as 32 16-bit partial maxima. */
+ALWAYS_INLINE __m512i pair_group(const uint16_t *x, int64_t at, int64_t tile)
+{
+    const __m512i mag = _mm512_set1_epi16(0x7fff);
+    __m512i m = _mm512_and_si512(_mm512_loadu_si512(x + at), mag);
+    for (int64_t k = 32; k < tile; k += 32)
+        m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_loadu_si512(x + at + k), mag));
+    return m;
+}
+
+/* max |x| float32 bits of the 16 whole groups from element `at`, lane i for group i. */
+ALWAYS_INLINE __m512i pair_absmax16(const uint16_t *x, int64_t at, int64_t tile)
+{
+#define GM(i) pair_group(x, at + (i)*tile, tile)
+    __m512i t0 = pair_halves(GM(0), GM(1)), t1 = pair_halves(GM(2), GM(3));
+    __m512i t2 = pair_halves(GM(4), GM(5)), t3 = pair_halves(GM(6), GM(7));
+    __m512i t4 = pair_halves(GM(8), GM(9)), t5 = pair_halves(GM(10), GM(11));
+    __m512i t6 = pair_halves(GM(12), GM(13)), t7 = pair_halves(GM(14), GM(15));
+#undef GM
+    __m512i u0 = pair_quarters(t0, t1), u1 = pair_quarters(t2, t3);
+    __m512i u2 = pair_quarters(t4, t5), u3 = pair_quarters(t6, t7);
+    __m512i y = pair_singles(pair_pairs(u0, u1), pair_pairs(u2, u3));
+    y = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y);
+    /* the larger half of each lane, as float32 bits */
+    return _mm512_slli_epi32(_mm512_max_epu16(y, _mm512_srli_epi32(y, 16)), 16);
+}
+
+/* Clipped integer codes of v / s (as onepass_codes). */
+ALWAYS_INLINE __m512i pair_codes(__m512 v, __m512 s, __m512i qmin, __m512i qmax)
+{
+    __m512i c = _mm512_cvt_roundps_epi32(_mm512_div_ps(v, s), RNE);
+    return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
+}
+
+ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *x, int64_t n,
+                           int64_t c0, const quant_onepass *op, float *scale, uint8_t *out,
+                           const int64_t tile)
+{
+    const __m512i qmin = _mm512_set1_epi32((int32_t)r->qmin);
+    const __m512i qmax = _mm512_set1_epi32((int32_t)r->qmax);
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u), low = _mm512_set1_epi32(0xff);
+    float *sg = scale + c0 / tile;
+    __mmask16 badv = 0;
+    int64_t j = 0, batch = 16 * tile;
+    __m512 s = _mm512_setzero_ps(), f = s; /* pipelined as in op_kc */
+    if (batch <= n) badv |= op_scales16(QUANT_SCALE_LINEAR, pair_absmax16(x, 0, tile), op, &s, &f);
+    for (; j + batch <= n; j += batch, sg += 16) {
+        __m512 s_next = s, f_next = f;
+        if (j + 2 * batch <= n)
+            badv |= op_scales16(QUANT_SCALE_LINEAR, pair_absmax16(x, j + batch, tile), op, &s_next,
+                                &f_next);
+        _mm512_storeu_ps(sg, s);
+        for (int64_t k = 0; k < 16 * tile; k += 32) {
+            if (k % 64 == 0) prefetch64(r->pf, r->pf_elem, j + k);
+            __m512i v = _mm512_loadu_si512(x + j + k);
+            __m512 fk = _mm512_permutexvar_ps(_mm512_set1_epi32((int)(k / tile)), f);
+            __m512i e = pair_codes(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), fk, qmin, qmax);
+            __m512i o = pair_codes(_mm512_castsi512_ps(_mm512_and_si512(v, high)), fk, qmin, qmax);
+            /* (e & 0xff) | o << 8 */
+            __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), low, 0xec);
+            _mm256_storeu_si256((__m256i *)(out + j + k), _mm512_cvtepi32_epi16(w));
+        }
+        s = s_next;
+        f = f_next;
+    }
+    int bad = badv != 0;
+    if (j < n) /* the last groups, fewer than 16 */
+        bad |= op_kc(kc, QUANT_SCALE_LINEAR, true, false, r, x + j, n - j, c0 + j, op, scale,
+                     out + j, tile);
+    return bad;
+}
+
+#define OP_TILES(kc, kind, bf, pk)                                                                 \
+    (r->tile == 16   ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                  \
+     : r->tile == 32 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32)                  \
+                     : op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 64))
+/* the microscaling tiles (16, 32; 64 declined before) */
+#define OP_MX_TILES(kc, kind, bf, pk)                                                              \
+    (r->tile == 16 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                    \
+                   : op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32))
+#define OP_SOURCES(kc, kind, pk)                                                                   \
+    (op->bf16 ? OP_MX_TILES(kc, kind, true, pk) : OP_MX_TILES(kc, kind, false, pk))
+#define OP_E2M1(kind)                                                                              \
+    (op->packed ? OP_SOURCES(QK_E2M1, kind, true) : OP_SOURCES(QK_E2M1, kind, false))
+
+/* The code kinds each rule serves: integers under linear scales, e4m3fn and e2m1 under MX
+ * scales, e2m1 under nvfp4's. */
+static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                                   const quant_onepass *op, float *scale, void *codes)
+{
+    if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    if (op->packed && r->kcode != QK_E2M1) return 1;
+    if (op->kind == QUANT_SCALE_LINEAR) {
+        if (!op->bf16) { /* the pipelined kernel (onepass_kc stays quantize_absmax) */
+            switch (r->kcode) {
+            case QK_I8:
+                return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, false, false);
+            case QK_U8:
+                return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, false, false);
+            case QK_I16:
+                return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, false, false);
+            default:
+                return 1;
+            }
+        }
+        const uint16_t *h = x;
+        switch (r->kcode) {
+        case QK_I8:
+            if (r->tile == 32) return pairs_kc(QK_I8, r, h, n, c0, op, scale, codes, 32);
+            if (r->tile == 64) return pairs_kc(QK_I8, r, h, n, c0, op, scale, codes, 64);
+            return OP_TILES(QK_I8, QUANT_SCALE_LINEAR, true, false);
+        case QK_U8:
+            if (r->tile == 32) return pairs_kc(QK_U8, r, h, n, c0, op, scale, codes, 32);
+            if (r->tile == 64) return pairs_kc(QK_U8, r, h, n, c0, op, scale, codes, 64);
+            return OP_TILES(QK_U8, QUANT_SCALE_LINEAR, true, false);
+        case QK_I16:
+            return OP_TILES(QK_I16, QUANT_SCALE_LINEAR, true, false);
+        default:
+            return 1;
+        }
+    }
+    if (r->tile == 64) return 1;
+    if (op->kind == QUANT_SCALE_NVFP4) {
+        if (r->kcode != QK_E2M1 || !(op->g > 0.0f && op->g <= FLT_MAX)) return 1;
+        return OP_E2M1(QUANT_SCALE_NVFP4);
+    }
+    if (op->kind != QUANT_SCALE_MX) return 1;
+    if (r->kcode == QK_E4M3) return OP_SOURCES(QK_E4M3, QUANT_SCALE_MX, false);
+    if (r->kcode == QK_E2M1) return OP_E2M1(QUANT_SCALE_MX);
+    return 1;
+}
+#undef OP_E2M1
+#undef OP_SOURCES
+#undef OP_MX_TILES
+#undef OP_TILES
+
 const quant_kernels quant_kernels_avx512 = {
     .isa = QUANT_ISA_AVX512,
     .absmax = absmax_avx512,
@@ -1495,4 +1846,5 @@ const quant_kernels quant_kernels_avx512 = {
     .mse_acc = mse_acc_avx512,
     .quantize_absmax = quantize_absmax_avx512,
     .mse_int = mse_int_avx512,
+    .quantize_onepass = quantize_onepass_avx512,
 };
