@@ -43,5 +43,6 @@ Suite *suite_props(void);
 Suite *suite_ctx(void);
 Suite *suite_microscaling(void);
 Suite *suite_mse(void);
+Suite *suite_fold(void);
 
 #endif
