@@ -206,6 +206,22 @@ typedef struct quant_onepass {
  * scale. Optional (NULL: quantize_absmax for float32 linear rows, else the three-pass path). */
 typedef int (*quant_quantize_onepass_fn)(const quant_krow *r, const void *x, int64_t n, int64_t c0,
                                          const quant_onepass *op, float *scale, void *codes);
+/* The fused path's overlap: the codes of x[0..n) exactly as quantize (bf16: quantize_bf16) gives
+ * them and, in the same pass, max |y| of y[0..n) folded into acc per column group as absmax
+ * (absmax_bf16) does; y holds the same columns c0.. of another row, in x's dtype (float32 or
+ * bf16, contiguous), or is NULL (acc not used: quantize alone). `stream`: the codes are not read
+ * again soon (the call's data exceeds the cache), so the kernel may store them around the cache
+ * (non-temporal stores), fenced (sfence) before it returns; a hint that never changes results.
+ * The drivers call it for symmetric integer codes without a zero point and tiles of
+ * QUANT_FOLD_MIN_TILE and more, where y's loads (the next row, from memory) overlap the quantize
+ * of x (in cache); other shapes are correct too. Returns QUANT_FOLD_BAD_X when x held a
+ * non-finite value (as quantize), | QUANT_FOLD_BAD_Y when y did (acc then unspecified).
+ * Optional (NULL: the driver reduces each row on its own). */
+#define QUANT_FOLD_MIN_TILE 64
+#define QUANT_FOLD_BAD_X    1
+#define QUANT_FOLD_BAD_Y    2
+typedef int (*quant_quantize_fold_fn)(const quant_krow *r, const void *x, const void *y, bool bf16,
+                                      int64_t n, int64_t c0, float *acc, bool stream, void *codes);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -227,6 +243,7 @@ typedef struct quant_kernels {
     quant_mse_int_fn mse_int;                 /* optional (NULL: quantize + dequantize) */
     /* optional (NULL: see its type); appended last (issue 12, branch mx) */
     quant_quantize_onepass_fn quantize_onepass;
+    quant_quantize_fold_fn quantize_fold; /* optional (NULL: reduce, then quantize) */
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -289,6 +306,7 @@ void quant_pool_run(quant_pool *pool, int64_t nitems, quant_pool_fn fn, void *ar
 struct quant_ctx {
     const quant_kernels *k;
     quant_pool *pool;
+    int64_t stream_min_bytes; /* quant_ctx_options.stream_min_bytes resolved (< 0: never) */
 };
 
 /* ---- row loading (load.c) ------------------------------------------------------------------ */

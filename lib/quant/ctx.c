@@ -1,4 +1,5 @@
-/* ctx.c -- contexts: the chosen kernel table ($QUANT_ISA or CPUID) and the thread pool.
+/* ctx.c -- contexts: the chosen kernel table ($QUANT_ISA or CPUID), the thread pool and the size
+ * from which quantize stores its codes around the cache.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -33,9 +34,22 @@ static int default_threads(void)
     return n < 1 ? 1 : n > QUANT_MAX_THREADS ? QUANT_MAX_THREADS : (int)n;
 }
 
+/* quant_ctx_options.stream_min_bytes resolved: 0 becomes the last-level cache size the C
+ * library reports (glibc's sysconf: L3, else L2), else QUANT_STREAM_DEFAULT_BYTES. */
+static int64_t stream_min_bytes(int64_t opt)
+{
+    if (opt != 0) return opt;
+    long llc = 0;
+#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return llc > 0 ? (int64_t)llc : QUANT_STREAM_DEFAULT_BYTES;
+}
+
 quant_ctx *quant_ctx_new(const quant_ctx_options *opts, quant_error *err)
 {
-    quant_ctx_options o = {0, QUANT_ISA_AUTO};
+    quant_ctx_options o = {0, QUANT_ISA_AUTO, 0};
     if (opts) o = *opts;
     if (o.isa == QUANT_ISA_AUTO && isa_from_env(&o.isa, err) != QUANT_OK) return NULL;
     if (o.isa == QUANT_ISA_AUTO) o.isa = quant_isa_best();
@@ -56,6 +70,7 @@ quant_ctx *quant_ctx_new(const quant_ctx_options *opts, quant_error *err)
         return NULL;
     }
     ctx->k = k;
+    ctx->stream_min_bytes = stream_min_bytes(o.stream_min_bytes);
     if (quant_pool_new(o.threads, &ctx->pool, err) != QUANT_OK) {
         free(ctx);
         return NULL;

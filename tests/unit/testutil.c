@@ -7,7 +7,7 @@
 
 quant_ctx *tu_ctx(quant_isa isa, int threads)
 {
-    quant_ctx_options o = {threads, isa};
+    quant_ctx_options o = {.threads = threads, .isa = isa};
     quant_error err;
     quant_ctx *ctx = quant_ctx_new(&o, &err);
     ck_assert_msg(ctx != NULL, "quant_ctx_new(%s, %d): %s", quant_isa_name(isa), threads,

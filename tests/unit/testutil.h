@@ -44,5 +44,6 @@ Suite *suite_ctx(void);
 Suite *suite_microscaling(void);
 Suite *suite_mse(void);
 Suite *suite_onepass(void);
+Suite *suite_fold(void);
 
 #endif

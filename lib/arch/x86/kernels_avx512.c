@@ -823,14 +823,54 @@ ALWAYS_INLINE __m512 src_load(const void *x, bool bf16, int64_t j, __mmask16 m)
     return m == 0xffff ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(m, f);
 }
 
+/* Codes asked to bypass the cache (quantize_fold's `stream`) do so when every 64-code step of
+ * the chunk starts on a 64-byte boundary of `out`: out aligned, groups of whole steps (tile % 64
+ * == 0) and a chunk starting on a step (c0 % 64 == 0). Other shapes store through the cache. */
+ALWAYS_INLINE bool stream_ok(const quant_krow *r, bool stream, const uint8_t *out, int64_t c0)
+{
+    return stream && ((uintptr_t)out & 63) == 0 && r->tile % 64 == 0 && c0 % 64 == 0;
+}
+
+/* store64 with non-temporal stores (dst 64-byte aligned): no read for ownership of the lines;
+ * the caller fences (sfence) before the codes are handed on. */
+ALWAYS_INLINE void store64_nt(quant_kcode kc, uint8_t *dst, __m512i a, __m512i b, __m512i c,
+                              __m512i d)
+{
+    __m512i ab = _mm512_packs_epi32(a, b), cd = _mm512_packs_epi32(c, d);
+    if (kc == QK_I16) {
+        const __m512i q = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+        _mm512_stream_si512((void *)dst, _mm512_permutexvar_epi64(q, ab));
+        _mm512_stream_si512((void *)(dst + 64), _mm512_permutexvar_epi64(q, cd));
+        return;
+    }
+    __m512i bytes = kc == QK_I8 ? _mm512_packs_epi16(ab, cd) : _mm512_packus_epi16(ab, cd);
+    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_stream_si512((void *)dst, _mm512_permutexvar_epi32(p, bytes));
+}
+
+/* The 64 codes of x[j..j + 64) divided by s, stored at out (through the cache or around it). */
+ALWAYS_INLINE void div_step64(quant_kcode kc, const void *x, bool bf16, int64_t j, __m512 s,
+                              __m512 qmin, __m512 qmax, bool nt, uint8_t *out)
+{
+    __m512i k0 = int_codes(_mm512_div_ps(src_load(x, bf16, j, 0xffff), s), qmin, qmax);
+    __m512i k1 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 16, 0xffff), s), qmin, qmax);
+    __m512i k2 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 32, 0xffff), s), qmin, qmax);
+    __m512i k3 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 48, 0xffff), s), qmin, qmax);
+    if (nt)
+        store64_nt(kc, out, k0, k1, k2, k3);
+    else
+        store64(kc, out, k0, k1, k2, k3);
+}
+
 /* Symmetric integer codes of x[0..n) (f32, or bf16 read in place), group by group, 64 values per
  * step, each code by the IEEE division (int_codes of x / s), so the codes are the scalar path's
  * by construction. For long groups (DIV_MIN_TILE and more) this replaces the reciprocal path
  * with its tie test per lane, which ran at about 0.6 of this speed out of cache and 0.7 in cache
  * on the cores measured (AMD Zen 4/5 class; BENCHMARKS.md, branch `ooc`): its extra
- * instructions per vector left fewer loads in flight. */
+ * instructions per vector left fewer loads in flight. `nt`: the whole steps store around the
+ * cache (stream_ok), fenced before returning. */
 ALWAYS_INLINE void div_int_kc(quant_kcode kc, const quant_krow *r, const void *x, const bool bf16,
-                              int64_t n, int64_t c0, uint8_t *out)
+                              int64_t n, int64_t c0, uint8_t *out, const bool nt)
 {
     const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
     const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
@@ -840,11 +880,7 @@ ALWAYS_INLINE void div_int_kc(quant_kcode kc, const quant_krow *r, const void *x
         const __m512 s = _mm512_set1_ps(r->scale[g]);
         for (; j + 64 <= end; j += 64) {
             prefetch64(r->pf, r->pf_elem, j);
-            __m512i k0 = int_codes(_mm512_div_ps(src_load(x, bf16, j, 0xffff), s), qmin, qmax);
-            __m512i k1 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 16, 0xffff), s), qmin, qmax);
-            __m512i k2 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 32, 0xffff), s), qmin, qmax);
-            __m512i k3 = int_codes(_mm512_div_ps(src_load(x, bf16, j + 48, 0xffff), s), qmin, qmax);
-            store64(kc, out + j * csize, k0, k1, k2, k3);
+            div_step64(kc, x, bf16, j, s, qmin, qmax, nt, out + j * csize);
         }
         for (; j < end; j += 16) {
             __mmask16 m = lanes(end - j);
@@ -853,6 +889,17 @@ ALWAYS_INLINE void div_int_kc(quant_kcode kc, const quant_krow *r, const void *x
         }
         j = end; /* the masked step may have gone past it */
     }
+    if (nt) _mm_sfence();
+}
+
+/* div_int_kc with the store mode chosen at run time (two compiled bodies). */
+ALWAYS_INLINE void div_int_any(quant_kcode kc, const quant_krow *r, const void *x, const bool bf16,
+                               int64_t n, int64_t c0, bool stream, uint8_t *out)
+{
+    if (stream_ok(r, stream, out, c0))
+        div_int_kc(kc, r, x, bf16, n, c0, out, true);
+    else
+        div_int_kc(kc, r, x, bf16, n, c0, out, false);
 }
 
 /* ---- quantize: other shapes ------------------------------------------------------------------ */
@@ -921,7 +968,7 @@ ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *
     if (r->tile == 1)
         per_element_kc(kc, r, x, n, c0, &grid, codes);
     else if (is_int(kc) && !r->zp && r->tile >= DIV_MIN_TILE)
-        div_int_kc(kc, r, x, false, n, c0, codes);
+        div_int_any(kc, r, x, false, n, c0, false, codes);
     else if ((r->tile % 16 == 0 && c0 % 16 == 0) || c0 / r->tile == (c0 + n - 1) / r->tile)
         grouped_kc(kc, r, x, n, c0, &grid, codes);
     else
@@ -1188,12 +1235,127 @@ static int quantize_bf16_avx512(const quant_krow *r, const uint16_t *x, int64_t 
     /* the non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
     int bad = !r->checked && bf16_absmax_bits(x, n) >= 0x7f80u;
     if (r->kcode == QK_I8)
-        div_int_kc(QK_I8, r, x, true, n, c0, codes);
+        div_int_any(QK_I8, r, x, true, n, c0, false, codes);
     else if (r->kcode == QK_U8)
-        div_int_kc(QK_U8, r, x, true, n, c0, codes);
+        div_int_any(QK_U8, r, x, true, n, c0, false, codes);
     else
-        div_int_kc(QK_I16, r, x, true, n, c0, codes);
+        div_int_any(QK_I16, r, x, true, n, c0, false, codes);
     return bad;
+}
+
+/* ---- quantize one row while reducing the next (the fused path's overlap) ------------------- */
+
+/* Prefetches the 64 source values at element j of the stream r->pf points into (f32: 256 bytes,
+ * bf16: 128), into L1. */
+ALWAYS_INLINE void fold_prefetch(const char *pf, bool bf16, int64_t j)
+{
+    if (!pf) return;
+    const char *p = pf + j * (bf16 ? 2 : 4);
+    _mm_prefetch(p, _MM_HINT_T0);
+    _mm_prefetch(p + 64, _MM_HINT_T0);
+    if (bf16) return;
+    _mm_prefetch(p + 128, _MM_HINT_T0);
+    _mm_prefetch(p + 192, _MM_HINT_T0);
+}
+
+/* Folds max |y| over y[j..j + 64) into *m16 (bf16: 32 magnitudes of 16 bits per vector) or *m32
+ * (f32: magnitudes as 32-bit patterns, which order like the floats). */
+ALWAYS_INLINE void fold_step64(const void *y, bool bf16, int64_t j, __m512i *m16, __m512i *m32)
+{
+    if (bf16) {
+        const uint16_t *h = (const uint16_t *)y + j;
+        const __m512i mag = _mm512_set1_epi16(0x7fff);
+        *m16 = _mm512_max_epu16(*m16, _mm512_and_si512(_mm512_loadu_si512(h), mag));
+        *m16 = _mm512_max_epu16(*m16, _mm512_and_si512(_mm512_loadu_si512(h + 32), mag));
+        return;
+    }
+    const float *f = (const float *)y + j;
+    __m512i a = _mm512_max_epu32(abs_bits(_mm512_loadu_ps(f)), abs_bits(_mm512_loadu_ps(f + 16)));
+    __m512i b =
+        _mm512_max_epu32(abs_bits(_mm512_loadu_ps(f + 32)), abs_bits(_mm512_loadu_ps(f + 48)));
+    *m32 = _mm512_max_epu32(*m32, _mm512_max_epu32(a, b));
+}
+
+/* The float32 bit pattern of max |y| from the two accumulators (bf16 magnitudes widen by 16). */
+ALWAYS_INLINE uint32_t fold_bits(__m512i m16, __m512i m32)
+{
+    __m512i w = _mm512_max_epu32(_mm512_and_si512(m16, _mm512_set1_epi32(0xffff)),
+                                 _mm512_srli_epi32(m16, 16));
+    return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_slli_epi32(w, 16), m32));
+}
+
+/* div_int_kc over x with, in the same loop, max |y| per column group folded into acc: y's loads
+ * are the memory stream while x comes from cache. Returns the largest bit pattern folded. */
+ALWAYS_INLINE uint32_t fold_int_kc(quant_kcode kc, const quant_krow *r, const void *x,
+                                   const void *y, const bool bf16, int64_t n, int64_t c0,
+                                   float *acc, uint8_t *out, const bool nt)
+{
+    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
+    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
+    uint32_t seen = 0;
+    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
+    for (int64_t j = 0; j < n; g++, end += tile) {
+        if (end > n) end = n;
+        const __m512 s = _mm512_set1_ps(r->scale[g]);
+        __m512i m16 = _mm512_setzero_si512(), m32 = m16;
+        for (; j + 64 <= end; j += 64) {
+            fold_prefetch(r->pf, bf16, j);
+            fold_step64(y, bf16, j, &m16, &m32);
+            div_step64(kc, x, bf16, j, s, qmin, qmax, nt, out + j * csize);
+        }
+        for (; j < end; j += 16) {
+            __mmask16 m = lanes(end - j);
+            m32 = _mm512_max_epu32(m32, abs_bits(src_load(y, bf16, j, m)));
+            store16(kc, out + j * csize, m,
+                    int_codes(_mm512_maskz_div_ps(m, src_load(x, bf16, j, m), s), qmin, qmax));
+        }
+        j = end; /* the masked step may have gone past it */
+        uint32_t b = fold_bits(m16, m32), prev = qn_bits(acc[g]);
+        b = b > prev ? b : prev;
+        acc[g] = qn_float(b);
+        seen = b > seen ? b : seen;
+    }
+    if (nt) _mm_sfence();
+    return seen;
+}
+
+ALWAYS_INLINE uint32_t fold_int_any(quant_kcode kc, const quant_krow *r, const void *x,
+                                    const void *y, const bool bf16, int64_t n, int64_t c0,
+                                    float *acc, bool stream, uint8_t *out)
+{
+    if (!y) {
+        div_int_any(kc, r, x, bf16, n, c0, stream, out);
+        return 0;
+    }
+    if (stream_ok(r, stream, out, c0)) return fold_int_kc(kc, r, x, y, bf16, n, c0, acc, out, true);
+    return fold_int_kc(kc, r, x, y, bf16, n, c0, acc, out, false);
+}
+
+/* quant_quantize_fold_fn. Shapes outside the division path (other codes, a zero point, tiles
+ * below DIV_MIN_TILE) run quantize and absmax one after the other: the same results. */
+static int quantize_fold_avx512(const quant_krow *r, const void *x, const void *y, bool bf16,
+                                int64_t n, int64_t c0, float *acc, bool stream, void *codes)
+{
+    if (n <= 0) return 0;
+    if (!is_int(r->kcode) || r->zp || r->tile < DIV_MIN_TILE) {
+        int bad =
+            bf16 ? quantize_bf16_avx512(r, x, n, c0, codes) : quantize_avx512(r, x, n, c0, codes);
+        int bad_y = !y     ? 0
+                    : bf16 ? absmax_bf16_avx512(y, n, c0, r->tile, acc)
+                           : absmax_avx512(y, n, c0, r->tile, acc);
+        return (bad ? QUANT_FOLD_BAD_X : 0) | (bad_y ? QUANT_FOLD_BAD_Y : 0);
+    }
+    /* x's non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
+    bool bad = !r->checked &&
+               (bf16 ? bf16_absmax_bits(x, n) >= 0x7f80u : seg_absmax_bits(x, n) >= 0x7f800000u);
+    uint32_t seen;
+    if (r->kcode == QK_I8)
+        seen = fold_int_any(QK_I8, r, x, y, bf16, n, c0, acc, stream, codes);
+    else if (r->kcode == QK_U8)
+        seen = fold_int_any(QK_U8, r, x, y, bf16, n, c0, acc, stream, codes);
+    else
+        seen = fold_int_any(QK_I16, r, x, y, bf16, n, c0, acc, stream, codes);
+    return (bad ? QUANT_FOLD_BAD_X : 0) | (seen >= 0x7f800000u ? QUANT_FOLD_BAD_Y : 0);
 }
 
 /* ---- packing -------------------------------------------------------------------------------- */
@@ -1847,4 +2009,5 @@ const quant_kernels quant_kernels_avx512 = {
     .quantize_absmax = quantize_absmax_avx512,
     .mse_int = mse_int_avx512,
     .quantize_onepass = quantize_onepass_avx512,
+    .quantize_fold = quantize_fold_avx512,
 };

@@ -29,7 +29,7 @@ START_TEST(isa_selection)
     ck_assert_ptr_nonnull(strstr(err.message, "sse9"));
     unsetenv("QUANT_ISA");
 
-    quant_ctx_options o = {1, QUANT_ISA_AUTO};
+    quant_ctx_options o = {.threads = 1, .isa = QUANT_ISA_AUTO};
     c = quant_ctx_new(&o, &err);
     ck_assert_int_eq(quant_ctx_isa(c), quant_isa_best());
     quant_ctx_free(c);
