@@ -365,8 +365,9 @@ typedef struct quant_ctx quant_ctx;
 typedef struct quant_ctx_options {
     int threads;   /* 0 = the CPUs this process may run on; otherwise 1..QUANT_MAX_THREADS */
     quant_isa isa; /* QUANT_ISA_AUTO honours $QUANT_ISA (scalar|avx2|avx512|neon|auto) */
-    /* A quantize call whose input and code bytes together reach this many stores its codes
-     * around the cache (non-temporal stores, where the kernel set has them): the codes of a
+    /* A quantize call on float32 input whose input and code bytes together reach this many
+     * stores its unpacked integer codes around the cache (non-temporal stores, where the kernel
+     * set has them: AVX-512, per-channel and groups of 64 and more): the codes of a
      * call larger than the cache are out of it by the call's end anyway, and skipping the read
      * for ownership of their lines saves memory traffic. 0 = the default, the last-level cache
      * size the OS reports (QUANT_STREAM_DEFAULT_BYTES when it reports none); < 0 = never.

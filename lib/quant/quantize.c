@@ -41,9 +41,8 @@ typedef struct quant_run {
     float *deq;
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
     bool onepass;           /* fused path: rows go through the kernel set's one-pass kernel */
-    bool fold;              /* fused path: a row's quantize reduces the next row (quantize_fold) */
-    float *acc_n;           /* fold: per worker, the next row's max |x| per group */
-    bool stream; /* rows take quantize_fold, codes around the cache (fold_shape, stream_wanted) */
+    bool stream; /* unpacked codes around the cache: quantize_fold without a next row (fold_shape,
+                    stream_wanted) */
 } quant_run;
 
 /* Columns c0.. of row `row` as contiguous bf16 the kernels read in registers (no widened copy
@@ -306,50 +305,7 @@ static bool fold_shape(const quant_run *run, const quant_plan *p)
            p->col_tile >= QUANT_FOLD_MIN_TILE;
 }
 
-/* Fused path: a row's quantize reduces the next row in the same pass (absmax calibrations of
- * fold_shape rows that the one-pass kernel does not take). */
-static bool fold_allowed(const quant_run *run, const quant_plan *p)
-{
-    return !run->onepass && p->method.kind == QUANT_CALIB_ABSMAX && fold_shape(run, p);
-}
-
-/* Row `row` quantized with its scales (amax: its max |x| per group) while row `next` is
- * reduced into acc (max |x| per group, acc zeroed by the caller) in the same pass: next's loads
- * are the memory stream, row's values come from cache (its reduction has just read them).
- * Returns -1 when row held a non-finite value (reported), 1 when next did (acc is then
- * unspecified: the caller reduces next on its own, which reports it), else 0. */
-static int fold_row(quant_run *run, int64_t row, int worker, const float *scale, const float *amax,
-                    int64_t next, float *acc)
-{
-    const quant_plan *p = run->rd.plan;
-    const quant_tensor *src = run->rd.x;
-    const bool bf16 = src->dtype == QUANT_DTYPE_BF16;
-    quant_krow kr = row_krow(run, scale, NULL, amax, true);
-    uint8_t *dst = run->q + row * p->qrow_bytes;
-    uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
-    int bad_next = 0;
-    for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
-        int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-        const void *x = quant_row_address(src, row, c0), *y = quant_row_address(src, next, c0);
-        void *out = p->packed ? (void *)codes : (void *)(dst + c0 * (int64_t)p->code_size);
-        kr.pf = onepass_prefetch(src, p, next, c0, n, kr.pf_elem);
-        int bad = run->rd.k->quantize_fold(&kr, x, y, bf16, n, c0, acc, codes_stream(run), out);
-        if (bad & QUANT_FOLD_BAD_X) {
-            float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
-            quant_reader_bad(&run->rd, row, c0,
-                             quant_load_row(run->rd.k, src, p, row, c0, n, scratch), n);
-            return -1;
-        }
-        bad_next |= bad & QUANT_FOLD_BAD_Y;
-        if (p->packed) run->rd.k->pack(codes, n, dst + c0 / 2);
-        if (run->err_partial) measure_span(run, row, c0, n, bf16 ? NULL : x, out, worker);
-    }
-    return bad_next ? 1 : 0;
-}
-
-/* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. With
- * run->fold, that quantize also reduces the next row of the item, which then skips its own
- * reduction pass. */
+/* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. */
 static void fused_item(void *arg, int64_t item, int worker)
 {
     quant_run *run = arg;
@@ -359,8 +315,6 @@ static void fused_item(void *arg, int64_t item, int worker)
     double *sums = run->acc_s ? run->acc_s + woff : NULL;
     quant_calibration cal = {p->method.asymmetric, run->cal_a + woff, run->cal_a + woff,
                              run->cal_b ? run->cal_b + woff : NULL};
-    float *an = run->acc_n ? run->acc_n + woff : NULL;
-    bool reduced = false; /* a holds this row's reduction (folded into the previous row's pass) */
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     int64_t end = (item + 1) * run->rows_per_item;
     if (end > p->nrows) end = p->nrows;
@@ -368,15 +322,8 @@ static void fused_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * ng;
         if (run->onepass && !onepass_row(run, row, worker, run->scale_out + off)) continue;
-        if (reduced) {
-            float *t = a;
-            a = an;
-            an = t;
-        } else {
-            quant_reduce_init(p, ng, a, b, sums);
-            if (reduce_row(&run->rd, row, scratch, a, b, sums)) return;
-        }
-        reduced = false;
+        quant_reduce_init(p, ng, a, b, sums);
+        if (reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);
         int32_t *zp = p->method.asymmetric ? run->zp_out + off : NULL;
         if (quant_scale_range(run->rd.k, p, run->how->scale_dtype, &cal, ng, run->scale_out + off,
@@ -394,13 +341,6 @@ static void fused_item(void *arg, int64_t item, int worker)
          * finite */
         /* max |x| per group, as reduced (absmax calibrations only) */
         const float *amax = p->method.kind == QUANT_CALIB_ABSMAX ? a : NULL;
-        if (run->fold && row + 1 < end) {
-            quant_reduce_init(p, ng, an, NULL, NULL);
-            int st = fold_row(run, row, worker, run->scale_out + off, amax, row + 1, an);
-            if (st < 0) return;
-            reduced = st == 0;
-            continue;
-        }
         if (quantize_row(run, row, worker, run->scale_out + off, zp, amax,
                          one_chunk ? scratch : NULL, true, true))
             return;
@@ -432,7 +372,6 @@ static quant_status run_alloc(quant_run *run, const quant_plan *p, int threads, 
             if (p->method.asymmetric) ok = ok && (run->acc_b = malloc(per * sizeof *run->acc_b));
         }
         ok = ok && (run->cal_a = malloc(per * sizeof *run->cal_a));
-        if (run->fold) ok = ok && (run->acc_n = malloc(per * sizeof *run->acc_n));
         if (p->method.asymmetric) ok = ok && (run->cal_b = malloc(per * sizeof *run->cal_b));
     }
     atomic_init(&run->bad_scale, INT64_MAX);
@@ -448,7 +387,6 @@ static void run_free(quant_run *run)
     free(run->acc_s);
     free(run->cal_a);
     free(run->cal_b);
-    free(run->acc_n);
     free(run->deq);
     free(run->err_partial);
 }
@@ -484,10 +422,12 @@ static quant_status run_pass(quant_ctx *ctx, quant_run *run, const quant_plan *p
 }
 
 /* True when the call's input and code bytes reach ctx->stream_min_bytes: its codes may then go
- * around the cache (quantize_fold's `stream`). Packed codes are staged in scratch, so never. */
+ * around the cache (quantize_fold's `stream`). Packed codes are staged in scratch, so never; nor
+ * for bf16 input: out of cache it ran at 0.39-0.41 of the read-only pass against 0.49-0.57
+ * without (BENCHMARKS.md, fourth session of 2026-11-25), where float32 gains 5-10%. */
 static bool stream_wanted(const quant_ctx *ctx, const quant_plan *p, const quant_tensor *x)
 {
-    if (ctx->stream_min_bytes < 0 || p->packed) return false;
+    if (ctx->stream_min_bytes < 0 || p->packed || x->dtype != QUANT_DTYPE_F32) return false;
     int64_t bytes = p->numel * ((int64_t)quant_dtype_size(x->dtype) + (int64_t)p->code_size);
     return bytes >= ctx->stream_min_bytes;
 }
@@ -574,7 +514,6 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
     run.scale_out = scale;
     run.zp_out = zp;
     run.onepass = onepass_allowed(&run, p);
-    run.fold = fold_allowed(&run, p);
     run.stream = stream_wanted(ctx, p, x) && fold_shape(&run, p);
     quant_status st = run_pass(ctx, &run, p, true, stats, err);
     long long bad_scale = atomic_load(&run.bad_scale);
