@@ -277,6 +277,11 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
+    /* a chunk declined after earlier ones were measured: the three-pass redo measures the whole
+     * row again, so the item's sums go back to what they were before this row */
+    double *sums = run->err_partial ? run->err_partial + row / run->rows_per_item * 3 : NULL;
+    double before[3] = {0, 0, 0};
+    if (sums) memcpy(before, sums, sizeof before);
     for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
         int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
         const float *x = in_place ? NULL : quant_load_row(k, src, p, row, c0, n, scratch);
@@ -286,8 +291,10 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
                                 : (void *)(dst + c0 * (int64_t)p->code_size);
         kr.pf = onepass_prefetch(src, p, row, c0, n, kr.pf_elem);
         if (general ? k->quantize_onepass(&kr, from, n, c0, &op, scale, out)
-                    : k->quantize_absmax(&kr, x, n, c0, op.bound, scale, out))
+                    : k->quantize_absmax(&kr, x, n, c0, op.bound, scale, out)) {
+            if (sums) memcpy(sums, before, sizeof before);
             return 1;
+        }
         if (staged) k->pack(codes, n, dst + c0 / 2);
         if (run->err_partial) measure_span(run, row, c0, n, x, out, worker);
     }
