@@ -5,12 +5,13 @@
  * truncation after a fold, and reading the records back at recovery.
  *
  * A record: a 24-byte head (magic "QDSL", payload length, the log's epoch, a 64-bit checksum of
- * the payload and the epoch), then the payload: the group's time (ms), the model's post count
- * before this post, its step, its Idempotency-Key and fingerprint (when it has one: the fold, or
- * the replay, records the key), the model name, and each entry (name, kind, rank, shape, n, n_sq,
- * count, then its arrays a, b, sq). An array whose values are all exactly representable as float32
- * (every value of an F32 post) is stored as float32, else as float64: decoding gives back the same
- * doubles bit for bit.
+ * the payload and the epoch; the length's top bit marks the last record of an append, one write
+ * and one fdatasync of a group's records), then the payload: the group's time (ms), the model's
+ * post count before this post, its step, its Idempotency-Key and fingerprint (when it has one: the
+ * fold, or the replay, records the key), the model name, and each entry (name, kind, rank, shape,
+ * n, n_sq, count, then its arrays a, b, sq). An array whose values are all exactly representable as
+ * float32 (every value of an F32 post) is stored as float32, else as float64: decoding gives back
+ * the same doubles bit for bit.
  *
  * The file is not shortened after a fold: the next records overwrite the old ones in place, since
  * an fdatasync of blocks already written needs no journal commit (ext4: several times faster than
@@ -33,6 +34,7 @@
 
 #define LOG_MAGIC 0x4c534451u /* "QDSL" little-endian */
 #define HEAD_LEN  24
+#define LEN_LAST  0x80000000u /* in a head's length: the last record of its append */
 /* A record's payload is at most this (a post of more is folded, not logged: qd_dlog_encode). */
 #define PAYLOAD_MAX ((size_t)INT32_MAX)
 
@@ -133,6 +135,7 @@ bool qd_dlog_encode(qd_dlog_buf *b, const qd_stat_post *p, int64_t now_ms, int64
     }
     if (most > PAYLOAD_MAX || !reserve(b, HEAD_LEN + most)) return false;
     size_t head_at = b->len;
+    b->last_head = head_at;
     b->len += HEAD_LEN;
     uint32_t u32 = (uint32_t)model_len, n_e = (uint32_t)p->n;
     uint32_t k32 = (uint32_t)key_len;
@@ -296,6 +299,12 @@ void qd_dlog_close(qd_dlog *l)
 
 qd_status qd_dlog_append(qd_dlog *l, qd_err *err)
 {
+    if (l->buf.len >= l->buf.last_head + HEAD_LEN) { /* the append's last record says so */
+        uint32_t len32;
+        memcpy(&len32, l->buf.data + l->buf.last_head + 4, 4);
+        len32 |= LEN_LAST;
+        memcpy(l->buf.data + l->buf.last_head + 4, &len32, 4);
+    }
     size_t done = 0;
     while (done < l->buf.len) {
         ssize_t w = pwrite(l->fd, l->buf.data + done, l->buf.len - done, (off_t)(l->end + done));
@@ -360,7 +369,7 @@ typedef enum { REC_WHOLE, REC_BAD, REC_OTHER_EPOCH, REC_NOMEM } rec_found;
 /* The record at `at` of a file of `size` bytes: whole (decoded into *rec, its length in *len),
  * of another epoch than `epoch` (any epoch goes when any_epoch), or not a whole record. */
 static rec_found read_record(const qd_dlog *l, int64_t at, int64_t size, uint64_t epoch,
-                             bool any_epoch, qd_dlog_record *rec, int64_t *len_out)
+                             bool any_epoch, qd_dlog_record *rec, int64_t *len_out, bool *last)
 {
     unsigned char head[HEAD_LEN];
     if (size - at < HEAD_LEN || pread(l->fd, head, HEAD_LEN, (off_t)at) != HEAD_LEN) return REC_BAD;
@@ -370,6 +379,8 @@ static rec_found read_record(const qd_dlog *l, int64_t at, int64_t size, uint64_
     memcpy(&len, head + 4, 4);
     memcpy(&rec_epoch, head + 8, 8);
     memcpy(&sum, head + 16, 8);
+    *last = (len & LEN_LAST) != 0;
+    len &= ~LEN_LAST;
     if (magic != LOG_MAGIC || (size_t)len > PAYLOAD_MAX || size - at - HEAD_LEN < len)
         return REC_BAD;
     if (!any_epoch && rec_epoch != epoch) return REC_OTHER_EPOCH;
@@ -388,43 +399,63 @@ static rec_found read_record(const qd_dlog *l, int64_t at, int64_t size, uint64_
     return REC_WHOLE;
 }
 
-/* The whole records of `epoch` in a row from the first one found after `from` (a byte search
- * for a head of that epoch whose record is whole), or 0. Records are appended one after the
- * other and each is fdatasync'd before the next is written, so a damaged record followed by a
- * whole one of the same epoch is damage to answered posts, not a write cut by a crash. */
-static int64_t records_after(const qd_dlog *l, int64_t from, int64_t size, uint64_t epoch)
+/* After a bad record at `from` (from_last: its head, when readable, marks the end of an append):
+ * the whole records of `epoch` in a row from the first one found past it (a byte search for a
+ * head of that epoch whose record is whole) into *count, and whether one of them belongs to a
+ * later append than the bad record. An append is written and fdatasync'd before the next begins,
+ * so that is damage to answered posts; whole records of the bad one's own append only are a
+ * crash's torn last append, whose pages reach the disk in any order. -1 when out of memory. */
+static int records_after(const qd_dlog *l, int64_t from, bool from_last, int64_t size,
+                         uint64_t epoch, int64_t *count, bool *later)
 {
     enum { WINDOW = 1 << 20 };
+    *count = 0;
+    *later = false;
     unsigned char *buf = malloc(WINDOW);
-    if (!buf) return 0;
-    unsigned char want[12];
+    if (!buf) return -1;
     uint32_t magic = LOG_MAGIC;
-    memcpy(want, &magic, 4);
-    int64_t found = -1;
+    int64_t found = -1, len = 0;
+    qd_dlog_record rec;
+    bool last;
     /* windows overlap by a head, so a head across a window's end is seen whole in the next */
     for (int64_t w = from + 1; found < 0 && size - w >= HEAD_LEN; w += WINDOW - HEAD_LEN) {
         int64_t n = size - w < WINDOW ? size - w : WINDOW;
         if (pread(l->fd, buf, (size_t)n, (off_t)w) != (ssize_t)n) break;
         for (int64_t i = 0; found < 0 && i + HEAD_LEN <= n; i++) {
-            if (memcmp(buf + i, want, 4) != 0 || memcmp(buf + i + 8, &epoch, 8) != 0) continue;
-            qd_dlog_record rec;
-            int64_t len;
-            if (read_record(l, w + i, size, epoch, false, &rec, &len) != REC_WHOLE) continue;
+            if (memcmp(buf + i, &magic, 4) != 0 || memcmp(buf + i + 8, &epoch, 8) != 0) continue;
+            rec_found f = read_record(l, w + i, size, epoch, false, &rec, &len, &last);
+            if (f == REC_NOMEM) {
+                free(buf);
+                return -1;
+            }
+            if (f != REC_WHOLE) continue;
             qd_dlog_record_clear(&rec);
             found = w + i;
         }
     }
     free(buf);
-    int64_t count = 0;
-    for (int64_t at = found; at >= 0;) {
-        qd_dlog_record rec;
-        int64_t len;
-        if (read_record(l, at, size, epoch, false, &rec, &len) != REC_WHOLE) break;
+    bool boundary = from_last; /* an append ended at or after the bad record */
+    for (int64_t at = found; at >= 0; at += len) {
+        rec_found f = read_record(l, at, size, epoch, false, &rec, &len, &last);
+        if (f == REC_NOMEM) return -1;
+        if (f != REC_WHOLE) break;
         qd_dlog_record_clear(&rec);
-        count++;
-        at += len;
+        ++*count;
+        *later = *later || boundary;
+        boundary = boundary || last;
     }
-    return count;
+    return 0;
+}
+
+/* The last-of-append mark of the head at `at`, when it is a readable head of `epoch`. */
+static bool head_says_last(const qd_dlog *l, int64_t at, int64_t size, uint64_t epoch)
+{
+    unsigned char head[HEAD_LEN];
+    if (size - at < HEAD_LEN || pread(l->fd, head, HEAD_LEN, (off_t)at) != HEAD_LEN) return false;
+    uint32_t magic, len;
+    memcpy(&magic, head, 4);
+    memcpy(&len, head + 4, 4);
+    return magic == LOG_MAGIC && memcmp(head + 8, &epoch, 8) == 0 && (len & LEN_LAST) != 0;
 }
 
 /* The error for answered records after a damaged one: replaying the records before it alone
@@ -452,15 +483,22 @@ qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err)
     while (st == QD_OK && size - at >= HEAD_LEN) {
         qd_dlog_record rec;
         int64_t len = 0;
-        rec_found f = read_record(l, at, size, l->epoch, at == 0, &rec, &len);
+        bool last;
+        rec_found f = read_record(l, at, size, l->epoch, at == 0, &rec, &len, &last);
         if (f == REC_NOMEM)
             return qd_fail(err, QD_NOMEM, "out of memory reading the statistics log");
         if (f != REC_WHOLE) {
-            /* an older epoch's record ends the log, as does a torn tail; but whole records of
-             * this epoch after a bad one are answered posts. The first record's epoch is not
-             * known when it is the bad one: damage there is not told from a torn first append */
-            int64_t lost = f == REC_BAD && at > 0 ? records_after(l, at, size, l->epoch) : 0;
-            if (lost > 0) return damaged(l, at, kept, lost, err);
+            /* a torn last append ends the log, as does an older epoch's record (each epoch is
+             * written from the file's start, so none of this one can follow it); but whole
+             * records of this epoch from a later append than a bad record are answered posts.
+             * The first record's epoch is not known when it is the bad one: damage there is not
+             * told from a torn first append */
+            int64_t lost = 0;
+            bool later = false;
+            if (at > 0 && records_after(l, at, head_says_last(l, at, size, l->epoch), size,
+                                        l->epoch, &lost, &later) != 0)
+                return qd_fail(err, QD_NOMEM, "out of memory reading the statistics log");
+            if (later) return damaged(l, at, kept, lost, err);
             break;
         }
         l->epoch = rec.epoch;

@@ -14,6 +14,7 @@
 typedef struct qd_dlog_buf {
     unsigned char *data;
     size_t len, cap;
+    size_t last_head; /* where the last record encoded begins (its head) */
 } qd_dlog_buf;
 
 typedef struct qd_dlog {
@@ -57,8 +58,8 @@ typedef qd_status (*qd_dlog_visit)(void *ctx, const qd_dlog_record *rec, qd_err 
 /* Calls visit for each whole record in order, from the first one's epoch on; stops at the first
  * torn or unreadable one or one of another epoch (its bytes and the rest are l->dropped) or at
  * visit's first failure. Sets l->end, and a new epoch for what is appended after. A bad record
- * followed by whole ones of its epoch (damage to answered posts, not a torn tail) is QD_DB,
- * naming the byte and what the operator can do. */
+ * followed by whole ones of its epoch from a later append (damage to answered posts, not a torn
+ * last append) is QD_DB, naming the byte and what the operator can do. */
 qd_status qd_dlog_read(qd_dlog *l, qd_dlog_visit visit, void *ctx, qd_err *err);
 void qd_dlog_record_clear(qd_dlog_record *rec);
 uint64_t qd_dlog_checksum(const void *buf, size_t len);

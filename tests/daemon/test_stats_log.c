@@ -332,13 +332,13 @@ static int record_offsets(const char *path, long *at, int max)
         uint32_t len;
         memcpy(&len, head + 4, 4);
         at[n++] = off;
-        off += (long)sizeof head + (long)len;
+        off += (long)sizeof head + (long)(len & 0x7fffffffu); /* top bit: last of an append */
     }
     fclose(f);
     return n;
 }
 
-static void flip_byte(const char *path, long at)
+static void flip_bits(const char *path, long at, int mask)
 {
     FILE *f = fopen(path, "r+b");
     ck_assert_ptr_nonnull(f);
@@ -346,7 +346,7 @@ static void flip_byte(const char *path, long at)
     int c = fgetc(f);
     ck_assert_int_ne(c, EOF);
     ck_assert_int_eq(fseek(f, at, SEEK_SET), 0);
-    ck_assert_int_ne(fputc(c ^ 0x10, f), EOF);
+    ck_assert_int_ne(fputc(c ^ mask, f), EOF);
     fclose(f);
 }
 
@@ -366,8 +366,8 @@ START_TEST(test_log_damage_refused)
     long at[64];
     int n = record_offsets(p, at, 64);
     ck_assert_int_ge(n, 4);
-    flip_byte(p, at[n - 1] + 24 + 9); /* the last record: a torn tail */
-    flip_byte(p, at[1] + 24 + 9);     /* the second: answered posts follow it */
+    flip_bits(p, at[n - 1] + 24 + 9, 0x10); /* the last record: a torn tail */
+    flip_bits(p, at[1] + 24 + 9, 0x10);     /* the second: answered posts follow it */
     qd_err err = {{0}};
     ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
     ck_assert_int_eq(qd_stats_open(got.path, NULL, &got.s, &err), QD_DB);
@@ -384,6 +384,48 @@ START_TEST(test_log_damage_refused)
     ck_assert_msg(qd_stats_open(got.path, NULL, &got.s, &err) == QD_OK, "%s", err.message);
     free(p);
     store_free(&got);
+}
+END_TEST
+
+/* What is not refused, and what is. A group's records are one append: when power is lost
+ * during it, its pages reach the disk in any order, so a damaged record followed by whole ones of
+ * its own append only (here: the last two records made one append, the first of them damaged) is
+ * a torn last append and opens; a damaged epoch field in a record's head, with answered records
+ * after it, is refused like a damaged payload. */
+START_TEST(test_log_damage_kinds)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        store got = {0};
+        store_new(&got, (int64_t)3600 * 1000);
+        run_sequence(got.s, 0, 6);
+        store_close(&got, true);
+        char *p = malloc(strlen(got.path) + sizeof LOG_SUFFIX);
+        ck_assert_ptr_nonnull(p);
+        sprintf(p, "%s%s", got.path, LOG_SUFFIX);
+        long at[64];
+        int n = record_offsets(p, at, 64);
+        ck_assert_int_ge(n, 4);
+        if (kind == 0) {
+            flip_bits(p, at[n - 2] + 7, 0x80);      /* its last-of-append mark off: one append */
+            flip_bits(p, at[n - 2] + 24 + 9, 0x10); /* and its payload damaged */
+        } else {
+            flip_bits(p, at[1] + 8, 0x10); /* the second record's epoch */
+        }
+        qd_err err = {{0}};
+        ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
+        qd_status st = qd_stats_open(got.path, NULL, &got.s, &err);
+        if (kind == 0) {
+            ck_assert_msg(st == QD_OK, "%s", err.message);
+        } else {
+            ck_assert_int_eq(st, QD_DB);
+            char want[160];
+            snprintf(want, sizeof want, "is damaged at byte %ld: %d answered", at[1], n - 2);
+            ck_assert_msg(strstr(err.message, want) != NULL, "%s\nwanted: %s", err.message, want);
+            got.s = NULL;
+        }
+        free(p);
+        store_free(&got);
+    }
 }
 END_TEST
 
@@ -568,6 +610,7 @@ START_TEST(test_log_hostile_record)
         uint32_t len;
         uint64_t sum;
         memcpy(&len, log + 4, 4);
+        len &= 0x7fffffffu; /* the top bit marks the last record of an append */
         memcpy(&sum, log + 16, 8);
         ck_assert_uint_le(24 + (size_t)len, size);
         unsigned char *payload = log + 24;
@@ -781,6 +824,7 @@ Suite *suite_stats_log(void)
     tcase_add_test(tc, test_log_torn_tail);
     tcase_add_test(tc, test_log_gap_refused);
     tcase_add_test(tc, test_log_damage_refused);
+    tcase_add_test(tc, test_log_damage_kinds);
     tcase_add_test(tc, test_log_epochs);
     tcase_add_test(tc, test_log_keys);
     tcase_add_test(tc, test_log_fold_triggers);
