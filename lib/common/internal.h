@@ -212,11 +212,12 @@ typedef int (*quant_quantize_onepass_fn)(const quant_krow *r, const void *x, int
  * bf16, contiguous), or is NULL (acc not used: quantize alone). `stream`: the codes are not read
  * again soon (the call's data exceeds the cache), so the kernel may store them around the cache
  * (non-temporal stores), fenced (sfence) before it returns; a hint that never changes results.
- * The drivers call it for symmetric integer codes without a zero point and tiles of
- * QUANT_FOLD_MIN_TILE and more, where y's loads (the next row, from memory) overlap the quantize
- * of x (in cache); other shapes are correct too. Returns QUANT_FOLD_BAD_X when x held a
- * non-finite value (as quantize), | QUANT_FOLD_BAD_Y when y did (acc then unspecified).
- * Optional (NULL: the driver reduces each row on its own). */
+ * quantize.c calls it only with y NULL and `stream` set, for the unpacked codes of large float32
+ * calls (symmetric integer codes, no zero point, tiles of QUANT_FOLD_MIN_TILE and more): the
+ * overlap with a next row lost 15-25% out of cache when it was routed (BENCHMARKS.md, fourth
+ * session of 2026-11-25); y is kept for its kernel test and a retry. Other shapes are correct
+ * too. Returns QUANT_FOLD_BAD_X when x held a non-finite value (as quantize), | QUANT_FOLD_BAD_Y
+ * when y did (acc then unspecified). Optional (NULL: ordinary stores). */
 #define QUANT_FOLD_MIN_TILE 64
 #define QUANT_FOLD_BAD_X    1
 #define QUANT_FOLD_BAD_Y    2
