@@ -108,7 +108,8 @@ START_TEST(kernels_fold_match_generic)
             const quant_kernels *kk = quant_kernels_for(isas[k]);
             if (!kk->quantize_fold) continue;
             tested++;
-            uint8_t *out = (uint8_t *)(((uintptr_t)q2 + 63) & ~(uintptr_t)63) + off;
+            /* 64-byte aligned (+ off), at least one byte into q2: out[-1] is checked below */
+            uint8_t *out = (uint8_t *)(((uintptr_t)q2 + 64) & ~(uintptr_t)63) + off;
             memset(q2, 0xaa, sizeof q2);
             memcpy(acc2 + g0, prior + g0, (size_t)ng * 4);
             const void *xs = bf16 ? (const void *)xb : (const void *)x;
