@@ -422,6 +422,8 @@ START_TEST(test_log_damage_kinds)
             snprintf(want, sizeof want, "is damaged at byte %ld: %d answered", at[1], n - 2);
             ck_assert_msg(strstr(err.message, want) != NULL, "%s\nwanted: %s", err.message, want);
             got.s = NULL;
+            qd_store_close(got.db); /* store_free closes it only beside an open stats */
+            got.db = NULL;
         }
         free(p);
         store_free(&got);
