@@ -350,6 +350,21 @@ static void flip_bits(const char *path, long at, int mask)
     fclose(f);
 }
 
+/* A store whose posts a crash left in its log (closed as kill -9 leaves it): the log's path
+ * (malloc'd), the offsets of its records in at[0..64) and their count (at least 4) in *n. */
+static char *crashed_log(store *got, long *at, int *n)
+{
+    store_new(got, (int64_t)3600 * 1000);
+    run_sequence(got->s, 0, 6);
+    store_close(got, true);
+    char *p = malloc(strlen(got->path) + sizeof LOG_SUFFIX);
+    ck_assert_ptr_nonnull(p);
+    sprintf(p, "%s%s", got->path, LOG_SUFFIX);
+    *n = record_offsets(p, at, 64);
+    ck_assert_int_ge(*n, 4);
+    return p;
+}
+
 /* A damaged record with answered ones of its epoch after it is refused, naming the byte and the
  * way out (replaying only what precedes it would drop answered posts silently); cut there as the
  * message says, the log opens with the posts before it. A damaged last record is a write cut by
@@ -357,15 +372,9 @@ static void flip_bits(const char *path, long at, int mask)
 START_TEST(test_log_damage_refused)
 {
     store got = {0};
-    store_new(&got, (int64_t)3600 * 1000);
-    run_sequence(got.s, 0, 6);
-    store_close(&got, true);
-    char *p = malloc(strlen(got.path) + sizeof LOG_SUFFIX);
-    ck_assert_ptr_nonnull(p);
-    sprintf(p, "%s%s", got.path, LOG_SUFFIX);
     long at[64];
-    int n = record_offsets(p, at, 64);
-    ck_assert_int_ge(n, 4);
+    int n;
+    char *p = crashed_log(&got, at, &n);
     flip_bits(p, at[n - 1] + 24 + 9, 0x10); /* the last record: a torn tail */
     flip_bits(p, at[1] + 24 + 9, 0x10);     /* the second: answered posts follow it */
     qd_err err = {{0}};
@@ -396,15 +405,9 @@ START_TEST(test_log_damage_kinds)
 {
     for (int kind = 0; kind < 2; kind++) {
         store got = {0};
-        store_new(&got, (int64_t)3600 * 1000);
-        run_sequence(got.s, 0, 6);
-        store_close(&got, true);
-        char *p = malloc(strlen(got.path) + sizeof LOG_SUFFIX);
-        ck_assert_ptr_nonnull(p);
-        sprintf(p, "%s%s", got.path, LOG_SUFFIX);
         long at[64];
-        int n = record_offsets(p, at, 64);
-        ck_assert_int_ge(n, 4);
+        int n;
+        char *p = crashed_log(&got, at, &n);
         if (kind == 0) {
             flip_bits(p, at[n - 2] + 7, 0x80);      /* its last-of-append mark off: one append */
             flip_bits(p, at[n - 2] + 24 + 9, 0x10); /* and its payload damaged */
