@@ -1,5 +1,6 @@
 /* kernels_neon.c -- AArch64 Advanced SIMD (NEON) kernels: absmax/minmax reductions, quantize to
- * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing.
+ * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing, error
+ * sums, and the microscaling and linear scales.
  * Quantize, the one-pass absmax kernel and the fused MSE search are ../driver_body.h compiled on
  * the 4-lane primitives defined here, the same body as kernels_avx2.c's. Bit-identical to
  * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
@@ -609,6 +610,112 @@ static void mse_acc_neon(const float *x, const float *d, int64_t ds, int nk, con
     quant_mse_acc_with(mse_terms_neon, x, d, ds, nk, w, n, c0, tile, err, es);
 }
 
+/* ---- error sums --------------------------------------------------------------------------------
+ */
+
+/* quant_generic_errstats on NEON: the 8 lanes of QUANT_ERR_LANES as four float64x2 accumulators
+ * per sum (element j in lane j % 8), the same double operations in the same order (the file is
+ * built with -ffp-contract=off, so x * x + s stays two roundings). The running max keeps the
+ * generic rule `ae > mx ? ae : mx` by a compare and select: vmaxq_f64 would let a NaN through. */
+static void errstats_neon(const float *x, const float *d, int64_t n, double acc[3])
+{
+    float64x2_t sx[4], se[4], mx[4];
+    for (int h = 0; h < 4; h++) sx[h] = se[h] = mx[h] = vdupq_n_f64(0.0);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int h = 0; h < 4; h++) {
+            float64x2_t xv = vcvt_f64_f32(vld1_f32(x + j + 2 * h));
+            float64x2_t e = vsubq_f64(xv, vcvt_f64_f32(vld1_f32(d + j + 2 * h)));
+            float64x2_t ae = vabsq_f64(e);
+            sx[h] = vaddq_f64(sx[h], vmulq_f64(xv, xv));
+            se[h] = vaddq_f64(se[h], vmulq_f64(e, e));
+            mx[h] = vbslq_f64(vcgtq_f64(ae, mx[h]), ae, mx[h]);
+        }
+    double lsx[8], lse[8], lmx[8];
+    for (int h = 0; h < 4; h++) {
+        vst1q_f64(lsx + 2 * h, sx[h]);
+        vst1q_f64(lse + 2 * h, se[h]);
+        vst1q_f64(lmx + 2 * h, mx[h]);
+    }
+    quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
+}
+
+/* ---- scales ---------------------------------------------------------------------------------- */
+
+/* Some lane of a is negative, NaN or infinite (its bits, unsigned, above FLT_MAX's). */
+ALWAYS_INLINE bool any_unusual(float32x4_t a)
+{
+    return vmaxvq_u32(vreinterpretq_u32_f32(a)) > 0x7f7fffffu;
+}
+
+/* qn_mx_scale per lane (a >= 0 and finite): s = a / B, the tiny rule, bf16(s * C) rounded to
+ * nearest even by integer adds (s * C is finite and positive), then the exponent alone: the
+ * bf16 truncation and the mantissa clear are one mask. */
+ALWAYS_INLINE float32x4_t mx_scale4(float32x4_t a, float bound, float c)
+{
+    float32x4_t s = qd_tiny_one(vdivq_f32(a, vdupq_n_f32(bound)));
+    uint32x4_t b = vreinterpretq_u32_f32(vmulq_f32(s, vdupq_n_f32(c)));
+    uint32x4_t odd = vandq_u32(vshrq_n_u32(b, 16), vdupq_n_u32(1u));
+    b = vaddq_u32(b, vaddq_u32(odd, vdupq_n_u32(0x7fffu)));
+    return vreinterpretq_f32_u32(vandq_u32(b, vdupq_n_u32(0xff800000u)));
+}
+
+/* qn_nvfp4_block_scale per lane (a >= 0 and finite): the e4m3fn code of f32(a / 6) * g by
+ * fp8_codes (clip, round to nearest even), its value by fp8_levels, 0 -> 0.125, then / g. */
+ALWAYS_INLINE float32x4_t nvfp4_scale4(float32x4_t a, float32x4_t g)
+{
+    float32x4_t v = vmulq_f32(vdivq_f32(a, vdupq_n_f32(6.0f)), g);
+    float32x4_t sb = fp8_levels(fp8_codes(v, QN_E4M3_MAX, 3, 7), 3, 7, false);
+    sb = vbslq_f32(vceqq_f32(sb, vdupq_n_f32(0.0f)), vdupq_n_f32(0.125f), sb);
+    return vdivq_f32(sb, g);
+}
+
+static int mx_scales_neon(const float *absmax, int64_t n, float bound, float c, float *scale)
+{
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t a = vld1q_f32(absmax + j);
+        if (any_unusual(a)) return 1;
+        vst1q_f32(scale + j, mx_scale4(a, bound, c));
+    }
+    for (; j < n; j++) {
+        if (qn_bits(absmax[j]) > 0x7f7fffffu) return 1;
+        scale[j] = qn_mx_scale(absmax[j], bound, c);
+    }
+    return 0;
+}
+
+static int nvfp4_scales_neon(const float *absmax, int64_t n, float g, float *scale)
+{
+    const float32x4_t gv = vdupq_n_f32(g);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t a = vld1q_f32(absmax + j);
+        if (any_unusual(a)) return 1;
+        vst1q_f32(scale + j, nvfp4_scale4(a, gv));
+    }
+    for (; j < n; j++) {
+        if (qn_bits(absmax[j]) > 0x7f7fffffu) return 1;
+        scale[j] = qn_nvfp4_block_scale(absmax[j], g);
+    }
+    return 0;
+}
+
+/* quant_generic_lin_scales, 4 lanes at a time: the same IEEE division and tiny rule; a result
+ * that is not finite (NaN, or above FLT_MAX) makes it return nonzero. */
+static int lin_scales_neon(const float *absmax, int64_t n, float bound, float *scale)
+{
+    uint32x4_t ok = vdupq_n_u32(~0u);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t s = qd_tiny_one(vdivq_f32(vld1q_f32(absmax + j), vdupq_n_f32(bound)));
+        ok = vandq_u32(ok, vcleq_f32(s, vdupq_n_f32(FLT_MAX))); /* NaN compares false */
+        vst1q_f32(scale + j, s);
+    }
+    int tail = quant_generic_lin_scales(absmax + j, n - j, bound, scale + j);
+    return tail || vminvq_u32(ok) == 0;
+}
+
 const quant_kernels quant_kernels_neon = {
     .isa = QUANT_ISA_NEON,
     .absmax = absmax_neon,
@@ -618,10 +725,10 @@ const quant_kernels quant_kernels_neon = {
     .widen_bf16 = widen_bf16_neon,
     .widen_f16 = widen_f16_neon,
     .pack = pack_neon,
-    .errstats = quant_generic_errstats, /* measuring is not on the hot path of NEON users yet */
-    .mx_scales = quant_generic_mx_scales,
-    .nvfp4_scales = quant_generic_nvfp4_scales,
-    .lin_scales = quant_generic_lin_scales,
+    .errstats = errstats_neon,
+    .mx_scales = mx_scales_neon,
+    .nvfp4_scales = nvfp4_scales_neon,
+    .lin_scales = lin_scales_neon,
     .mse_acc = mse_acc_neon,
     .quantize_absmax = qd_quantize_absmax,
     .mse_int = qd_mse_int,

@@ -455,6 +455,80 @@ START_TEST(e2m1_kernels_match_scalar)
 }
 END_TEST
 
+/* The scale kernels (mx_scales, nvfp4_scales, lin_scales) and the error sums of every ISA
+ * against the scalar ones, bit for bit: absmax over zero, the tiny rule's edge, subnormals,
+ * FLT_MAX, every binade from 2^-140 to 2^127 and random values, in lengths with every tail; a
+ * negative, NaN or infinite absmax must make a SIMD version decline (nonzero) or give the scalar
+ * bits. */
+START_TEST(scale_kernels_match_scalar)
+{
+    enum { N = 331 };
+    static float a[N], s1[N], s2[N], d[N];
+    int n = 0;
+    a[n++] = 0.0f;
+    a[n++] = 0x1p-149f;
+    a[n++] = FLT_MIN;
+    a[n++] = FLT_MAX;
+    a[n++] = 0x1p-63f * 6.0f;
+    a[n++] = nextafterf(0x1p-63f * 6.0f, 0.0f);
+    a[n++] = 448.0f * 6.0f;
+    for (int e = -140; e <= 127 && n < 200; e += 2)
+        a[n++] = ldexpf(1.0f + (float)(e & 7) / 8.0f, e);
+    tu_rng rng = {11};
+    while (n < N) a[n] = fabsf(tu_normal(&rng, 3.0f)), n++;
+    for (int i = 0; i < N; i++) d[i] = a[(i * 7) % N] * 0.999f;
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    static const float globals[4] = {1.0f, 0x1p-20f, 2688.0f / 3.0f, 0x1p20f};
+    for (int k = 0; k < nisa; k++) {
+        const quant_kernels *kk = quant_kernels_for(isas[k]);
+        const char *isa = quant_isa_name(isas[k]);
+        for (int len = N - 20; len <= N; len++) {
+            quant_generic_mx_scales(a, len, 6.0f, 1.0f, s1);
+            ck_assert_int_eq(kk->mx_scales(a, len, 6.0f, 1.0f, s2), 0);
+            ck_assert_msg(memcmp(s1, s2, (size_t)len * 4) == 0, "%s mx_scales len %d", isa, len);
+            for (int g = 0; g < 4; g++) {
+                quant_generic_nvfp4_scales(a, len, globals[g], s1);
+                ck_assert_int_eq(kk->nvfp4_scales(a, len, globals[g], s2), 0);
+                ck_assert_msg(memcmp(s1, s2, (size_t)len * 4) == 0, "%s nvfp4_scales g %g", isa,
+                              (double)globals[g]);
+            }
+            int r1 = quant_generic_lin_scales(a, len, 127.5f, s1);
+            int r2 = kk->lin_scales(a, len, 127.5f, s2);
+            ck_assert_int_eq(r1, r2);
+            ck_assert_msg(memcmp(s1, s2, (size_t)len * 4) == 0, "%s lin_scales len %d", isa, len);
+            double e1[3] = {0}, e2[3] = {0};
+            quant_generic_errstats(a, d, len, e1);
+            kk->errstats(a, d, len, e2);
+            ck_assert_msg(memcmp(e1, e2, sizeof e1) == 0, "%s errstats len %d", isa, len);
+        }
+        /* an unusual absmax: declined, or the scalar bits */
+        static const float odd[3] = {-1.0f, INFINITY, NAN};
+        for (int o = 0; o < 3; o++)
+            for (int at = 0; at < 9; at++) {
+                float b[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+                b[at] = odd[o];
+                float t1[9], t2[9];
+                quant_generic_mx_scales(b, 9, 6.0f, 1.0f, t1);
+                if (kk->mx_scales(b, 9, 6.0f, 1.0f, t2) == 0)
+                    ck_assert_msg(memcmp(t1, t2, sizeof t1) == 0, "%s mx odd %d", isa, at);
+                quant_generic_nvfp4_scales(b, 9, 1.0f, t1);
+                if (kk->nvfp4_scales(b, 9, 1.0f, t2) == 0)
+                    ck_assert_msg(memcmp(t1, t2, sizeof t1) == 0, "%s nvfp4 odd %d", isa, at);
+            }
+        /* error sums with a NaN in x and in d: the running max keeps the scalar rule */
+        float xs[19], ds[19];
+        for (int i = 0; i < 19; i++) xs[i] = ds[i] = (float)i;
+        ds[3] = NAN;
+        ds[11] = 100.0f; /* after the NaN, in its lane */
+        double e1[3] = {0}, e2[3] = {0};
+        quant_generic_errstats(xs, ds, 19, e1);
+        kk->errstats(xs, ds, 19, e2);
+        ck_assert_msg(e1[2] == e2[2] && isnan(e1[1]) && isnan(e2[1]), "%s errstats NaN", isa);
+    }
+}
+END_TEST
+
 Suite *suite_microscaling(void)
 {
     Suite *s = suite_create("microscaling");
@@ -470,6 +544,7 @@ Suite *suite_microscaling(void)
     tcase_add_test(tc, round_trip_real_tensor);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, e2m1_kernels_match_scalar);
+    tcase_add_test(tc, scale_kernels_match_scalar);
     suite_add_tcase(s, tc);
     return s;
 }
