@@ -70,7 +70,7 @@ static void three_steps(const quant_krow *kr, const void *x, bool bf16, const vo
 }
 
 /* Random chunks: every code kind (int4/int8 in bytes, uint4/uint8, int16, fp8, nf4, e2m1),
- * float32 and bf16 inputs, tiles of 1, 8 (declined by the SIMD sets), 16, 17, 32, 100, 128,
+ * float32 and bf16 inputs, tiles of 1, 8 (declined by AVX-512), 16, 17, 32, 100, 128,
  * 4096 and per-channel, chunk offsets inside a group, lengths with tails of every size, zero
  * points, groups of zeros, huge and tiny scales, prior sums. */
 START_TEST(kernels_errstats_codes_equal_three_steps)
@@ -139,10 +139,12 @@ START_TEST(kernels_errstats_codes_equal_three_steps)
                           bf16, asym, got[0], got[1], got[2], want[0], want[1], want[2]);
         }
     }
+    /* the generic kernel serves every chunk, the SIMD sets most (AVX2: integer codes only) */
     for (int k = 0; k < nisa; k++)
         if (quant_kernels_for(isas[k])->errstats_codes)
-            ck_assert_msg(served[k] > tu_iters(1500) / 2, "%s served %d chunks",
-                          quant_isa_name(isas[k]), served[k]);
+            ck_assert_msg(isas[k] == QUANT_ISA_SCALAR ? served[k] == tu_iters(1500)
+                                                      : served[k] > tu_iters(1500) / 4,
+                          "%s served %d chunks", quant_isa_name(isas[k]), served[k]);
 }
 END_TEST
 
@@ -179,8 +181,9 @@ static void reference_sums(const ecase *c, const quant_how *how, const quant_ten
 }
 
 /* Whole calls: int8 / uint8 / int16 / int4 (packed) / uint4 / fp8 / nf4 / mxfp4, symmetric and
- * asymmetric, per channel and tiles of 16, 32, 128 (and 8, which the SIMD sets decline), rows
- * longer than a chunk and not a multiple of 16, float32 and bf16 (read in place): the sums of
+ * asymmetric, per channel and tiles of 16, 32, 128 (and 8, which AVX-512 declines), rows
+ * longer than a chunk and not a multiple of 16, float32 and bf16 (read in place), the fp8 / nf4 /
+ * e2m1 codes AVX2 declines: the sums of
  * quant_quantize_measured and quant_measure_error on every ISA and 1-3 threads equal the three
  * steps' bit for bit. */
 START_TEST(quantize_measured_equals_three_steps)
