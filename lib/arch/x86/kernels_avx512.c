@@ -1459,6 +1459,17 @@ ALWAYS_INLINE __m512 errq_deq16(quant_kcode kc, const uint8_t *c, __mmask16 m, _
     return _mm512_mul_ps(l, s);
 }
 
+/* One full step: the 16 elements at j into the lanes, 0..7 then 8..15. */
+ALWAYS_INLINE void errq_step(quant_kcode kc, bool bf16, const void *x, const uint8_t *c, int64_t j,
+                             __m512 lv, __m512 s, __m512 z, bool asym, __m512d *sx, __m512d *se,
+                             __m512d *mx)
+{
+    __m512 d = errq_deq16(kc, c, 0xffff, lv, s, z, asym);
+    __m512 xv = src_load(x, bf16, j, 0xffff);
+    err8(_mm512_castps512_ps256(xv), _mm512_castps512_ps256(d), sx, se, mx);
+    err8(_mm512_extractf32x8_ps(xv, 1), _mm512_extractf32x8_ps(d, 1), sx, se, mx);
+}
+
 ALWAYS_INLINE int errstats_codes_kc(quant_kcode kc, bool bf16, const quant_krow *r, const void *x,
                                     const uint8_t *codes, int64_t n, int64_t c0, double acc[3])
 {
@@ -1478,12 +1489,16 @@ ALWAYS_INLINE int errstats_codes_kc(quant_kcode kc, bool bf16, const quant_krow 
     __m512d sx = _mm512_setzero_pd(), se = sx, mx = sx;
     __m512 s, z;
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
+    while (j + 16 <= n) {
+        if (r->tile != 1 && j + 16 <= gr.end) { /* the steps inside one group */
+            int64_t stop = gr.end < n ? gr.end : n;
+            for (; j + 16 <= stop; j += 16)
+                errq_step(kc, bf16, x, codes + j * csize, j, lv, gr.s, gr.z, asym, &sx, &se, &mx);
+            continue;
+        }
         errq_step_scales(r, &gr, j, n, c0, 0xffff, &s, &z);
-        __m512 d = errq_deq16(kc, codes + j * csize, 0xffff, lv, s, z, asym);
-        __m512 xv = src_load(x, bf16, j, 0xffff);
-        err8(_mm512_castps512_ps256(xv), _mm512_castps512_ps256(d), &sx, &se, &mx);
-        err8(_mm512_extractf32x8_ps(xv, 1), _mm512_extractf32x8_ps(d, 1), &sx, &se, &mx);
+        errq_step(kc, bf16, x, codes + j * csize, j, lv, s, z, asym, &sx, &se, &mx);
+        j += 16;
     }
     float xt[16], dt[16];
     int64_t rest = n - j, off = 0;
