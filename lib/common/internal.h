@@ -223,6 +223,15 @@ typedef int (*quant_quantize_onepass_fn)(const quant_krow *r, const void *x, int
 #define QUANT_FOLD_BAD_Y    2
 typedef int (*quant_quantize_fold_fn)(const quant_krow *r, const void *x, const void *y, bool bf16,
                                       int64_t n, int64_t c0, float *acc, bool stream, void *codes);
+/* The error sums errstats adds into acc for x[0..n) against the codes dequantized as dequantize
+ * gives them with r (kcode, tile, scale, zp; r->scale and r->zp indexed by column group as
+ * there), without the dequantized copy: the same f32 formula per element, the same lanes, order
+ * and finish (quant_errstats_finish), so the same bits. x is float32, or contiguous bf16 (bf16
+ * set) widened exactly as widen_bf16 does. `codes` are unpacked (one per byte, two for QK_I16).
+ * Returns nonzero, acc untouched, for a shape it does not serve (the caller then dequantizes
+ * and runs errstats). Optional (NULL: dequantize + errstats). */
+typedef int (*quant_errstats_codes_fn)(const quant_krow *r, const void *x, bool bf16,
+                                       const void *codes, int64_t n, int64_t c0, double acc[3]);
 
 typedef struct quant_kernels {
     quant_isa isa;
@@ -245,6 +254,8 @@ typedef struct quant_kernels {
     /* optional (NULL: see its type); appended last (issue 12, branch mx) */
     quant_quantize_onepass_fn quantize_onepass;
     quant_quantize_fold_fn quantize_fold; /* optional (NULL: reduce, then quantize) */
+    /* optional (NULL: dequantize + errstats); appended last (issue 11 item 5, branch errq) */
+    quant_errstats_codes_fn errstats_codes;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_generic;
@@ -263,6 +274,8 @@ int quant_generic_quantize(const quant_krow *r, const float *x, int64_t n, int64
 void quant_generic_dequantize(const quant_krow *r, const void *codes, int64_t n, int64_t c0,
                               float *out);
 void quant_generic_errstats(const float *x, const float *d, int64_t n, double acc[3]);
+int quant_generic_errstats_codes(const quant_krow *r, const void *x, bool bf16, const void *codes,
+                                 int64_t n, int64_t c0, double acc[3]);
 int quant_generic_mx_scales(const float *absmax, int64_t n, float bound, float c, float *scale);
 int quant_generic_nvfp4_scales(const float *absmax, int64_t n, float g, float *scale);
 int quant_generic_lin_scales(const float *absmax, int64_t n, float bound, float *scale);
@@ -347,12 +360,18 @@ void quant_dequantize_span(const quant_kernels *k, const quant_plan *p, const ui
 int64_t quant_rows_per_item(const quant_plan *p);
 /* Adds the per-item sums `partial` (items x 3: sum x^2, sum err^2, max |err|) in item order. */
 void quant_errstats_sum(const double *partial, int64_t items, quant_error_stats *out);
-/* The error sums of columns [c0, c0 + n) of row `row` into acc: x (n input values as float32)
- * against `codes` (unpacked, as quant_dequantize_codes takes them) dequantized into ds
- * (QUANT_CHUNK floats). */
+/* The error sums of columns [c0, c0 + n) of row `row` into acc: x (n input values as float32,
+ * or contiguous bf16 when bf16 is set) against `codes` (unpacked, as quant_dequantize_codes
+ * takes them), by the kernel set's errstats_codes when it has one and serves the shape, else
+ * widened into xs and dequantized into ds (QUANT_CHUNK floats each) for errstats: the same bits. */
 void quant_errstats_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
                           const float *scale, const int32_t *zp, int64_t row, int64_t c0, int64_t n,
-                          const float *x, float *ds, double acc[3]);
+                          const void *x, bool bf16, float *xs, float *ds, double acc[3]);
+/* Columns [c0, c0 + n) of row `row` of x for quant_errstats_codes: contiguous bf16 read in place
+ * (*bf16 set) when the kernel set has errstats_codes, else as float32 (quant_load_row into xs). */
+const void *quant_errstats_source(const quant_kernels *k, const quant_tensor *x,
+                                  const quant_plan *p, int64_t row, int64_t c0, int64_t n,
+                                  float *xs, bool *bf16);
 
 /* Validates an input tensor against its plan (dtype, data, strides). */
 quant_status quant_check_input(const quant_tensor *x, quant_error *err);

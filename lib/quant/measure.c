@@ -3,7 +3,9 @@
  * no dequantized copy of the tensor. Each work item keeps its own partial sums and they are
  * added in item order, so the result does not depend on the thread count. Also the pieces the
  * quantize pass uses to take the same sums while it writes the codes (quant_quantize_measured):
- * the same work items, spans and order, so both give the same bits.
+ * the same work items, spans and order, so both give the same bits. A kernel set with
+ * errstats_codes takes each span's sums straight from the codes and the input (bf16 read in
+ * place), with no widened or dequantized copy.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
@@ -18,7 +20,8 @@ typedef struct measure_run {
     const float *scale;
     const int32_t *zp;
     int64_t rows_per_item;
-    float *scratch;  /* threads x 2 x QUANT_CHUNK floats: the input row, the dequantized row */
+    float *scratch;  /* threads x 2 x QUANT_CHUNK floats: the input row, the dequantized row (the
+                        path without errstats_codes) */
     uint8_t *codes;  /* threads x QUANT_CHUNK bytes (unpacked nibbles) */
     double *partial; /* nitems x 3: sum x^2, sum err^2, max |err| */
 } measure_run;
@@ -41,10 +44,33 @@ void quant_errstats_sum(const double *partial, int64_t items, quant_error_stats 
 
 void quant_errstats_codes(const quant_kernels *k, const quant_plan *p, const void *codes,
                           const float *scale, const int32_t *zp, int64_t row, int64_t c0, int64_t n,
-                          const float *x, float *ds, double acc[3])
+                          const void *x, bool bf16, float *xs, float *ds, double acc[3])
 {
+    if (k->errstats_codes) {
+        int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
+        quant_krow kr = {.kcode = p->kcode,
+                         .tile = p->col_tile,
+                         .scale = scale + off,
+                         .zp = zp ? zp + off : NULL};
+        if (!k->errstats_codes(&kr, x, bf16, codes, n, c0, acc)) return;
+    }
+    const float *xf = x;
+    if (bf16) {
+        k->widen_bf16(x, xs, n);
+        xf = xs;
+    }
     quant_dequantize_codes(k, p, codes, scale, zp, row, c0, n, ds);
-    k->errstats(x, ds, n, acc);
+    k->errstats(xf, ds, n, acc);
+}
+
+const void *quant_errstats_source(const quant_kernels *k, const quant_tensor *x,
+                                  const quant_plan *p, int64_t row, int64_t c0, int64_t n,
+                                  float *xs, bool *bf16)
+{
+    *bf16 = k->errstats_codes && x->dtype == QUANT_DTYPE_BF16 &&
+            (x->rank == 0 || x->strides[x->rank - 1] == 1 || x->shape[x->rank - 1] == 1);
+    if (*bf16) return quant_row_address(x, row, c0);
+    return quant_load_row(k, x, p, row, c0, n, xs);
 }
 
 static void measure_item(void *arg, int64_t item, int worker)
@@ -59,14 +85,16 @@ static void measure_item(void *arg, int64_t item, int worker)
     for (int64_t row = item * run->rows_per_item; row < end; row++)
         for (int64_t c0 = 0; c0 < p->ncols; c0 += QUANT_CHUNK) {
             int64_t n = p->ncols - c0 < QUANT_CHUNK ? p->ncols - c0 : QUANT_CHUNK;
-            const float *x = quant_load_row(run->k, run->x, p, row, c0, n, xs);
+            bool bf16;
+            const void *x = quant_errstats_source(run->k, run->x, p, row, c0, n, xs, &bf16);
             const uint8_t *src = run->q + row * p->qrow_bytes;
             const void *c = src + c0 * (int64_t)p->code_size;
             if (p->packed) {
                 quant_unpack_nibbles(src + c0 / 2, 1, n, p->kcode == QK_I8, codes);
                 c = codes;
             }
-            quant_errstats_codes(run->k, p, c, run->scale, run->zp, row, c0, n, x, ds, acc);
+            quant_errstats_codes(run->k, p, c, run->scale, run->zp, row, c0, n, x, bf16, xs, ds,
+                                 acc);
         }
 }
 

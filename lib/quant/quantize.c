@@ -1,9 +1,9 @@
 /* quantize.c -- quantize drivers (SPEC section 5): with a given scale, and dynamic range, fused
  * into one pass over memory (scan a row while it is in cache, then quantize it) whenever each
  * scale row covers exactly one row of the input. On request the same pass takes the error sums
- * of quant_measure_error() (each span dequantized right after its codes are written, while both
- * are in cache), with measure.c's work items, spans and order: the same bits.
- * SPDX-License-Identifier: Apache-2.0
+ * of quant_measure_error() (each span measured right after its codes are written, while both are
+ * in cache: errstats_codes reads them with the input, no dequantized copy), with measure.c's work
+ * items, spans and order: the same bits. SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
 #include <string.h>
@@ -85,12 +85,13 @@ static void measure_span(quant_run *run, int64_t row, int64_t c0, int64_t n, con
                          const void *codes, int worker)
 {
     const quant_plan *p = run->rd.plan;
-    if (!x)
-        x = quant_load_row(run->rd.k, run->rd.x, p, row, c0, n,
-                           run->scratch + (int64_t)worker * QUANT_CHUNK);
+    float *xs = run->scratch + (int64_t)worker * QUANT_CHUNK;
+    bool bf16 = false;
+    const void *src =
+        x ? (const void *)x : quant_errstats_source(run->rd.k, run->rd.x, p, row, c0, n, xs, &bf16);
     const float *scale = run->scale ? run->scale : run->scale_out;
     const int32_t *zp = run->scale ? run->zp : run->zp_out;
-    quant_errstats_codes(run->rd.k, p, codes, scale, zp, row, c0, n, x,
+    quant_errstats_codes(run->rd.k, p, codes, scale, zp, row, c0, n, src, bf16, xs,
                          run->deq + (int64_t)worker * QUANT_CHUNK,
                          run->err_partial + row / run->rows_per_item * 3);
 }

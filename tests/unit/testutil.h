@@ -45,5 +45,6 @@ Suite *suite_microscaling(void);
 Suite *suite_mse(void);
 Suite *suite_onepass(void);
 Suite *suite_fold(void);
+Suite *suite_errq(void);
 
 #endif

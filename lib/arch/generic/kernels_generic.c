@@ -196,6 +196,50 @@ void quant_generic_errstats(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, sx, se, mx, acc);
 }
 
+/* Element j of x (float32, or bf16 widened) and its code dequantized (group g) as
+ * quant_generic_dequantize does. */
+static inline float src_value(const void *x, bool bf16, int64_t j)
+{
+    return bf16 ? qn_bf16_to_f32(((const uint16_t *)x)[j]) : ((const float *)x)[j];
+}
+
+static inline float deq_value(const quant_krow *r, const void *codes, int64_t j, int64_t g)
+{
+    float s = r->scale[g];
+    if (r->zp) return (code_level(r->kcode, codes, j) - (float)r->zp[g]) * s;
+    return code_level(r->kcode, codes, j) * s;
+}
+
+/* quant_generic_errstats of x against quant_generic_dequantize's values, a lane group at a time
+ * (element j's column group followed along, no division per element). */
+int quant_generic_errstats_codes(const quant_krow *r, const void *x, bool bf16, const void *codes,
+                                 int64_t n, int64_t c0, double acc[3])
+{
+    double sx[QUANT_ERR_LANES] = {0}, se[QUANT_ERR_LANES] = {0}, mx[QUANT_ERR_LANES] = {0};
+    float xt[QUANT_ERR_LANES], dt[QUANT_ERR_LANES];
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0, j = 0;
+    for (; j < n; j += QUANT_ERR_LANES) {
+        int64_t m = n - j < QUANT_ERR_LANES ? n - j : QUANT_ERR_LANES;
+        for (int64_t l = 0; l < m; l++) {
+            if (j + l == end) {
+                g++;
+                end += r->tile;
+            }
+            xt[l] = src_value(x, bf16, j + l);
+            dt[l] = deq_value(r, codes, j + l, g);
+        }
+        if (m < QUANT_ERR_LANES) break;
+        for (int l = 0; l < QUANT_ERR_LANES; l++) {
+            double xv = xt[l], e = xv - (double)dt[l], ae = fabs(e);
+            sx[l] += xv * xv;
+            se[l] += e * e;
+            mx[l] = ae > mx[l] ? ae : mx[l];
+        }
+    }
+    quant_errstats_finish(xt, dt, n - j, sx, se, mx, acc);
+    return 0;
+}
+
 void quant_generic_mse_terms(const float *x, const float *d, const float *w, int64_t n, double *t)
 {
     for (int64_t j = 0; j < n; j++) {
@@ -316,4 +360,5 @@ const quant_kernels quant_kernels_generic = {
     .lin_scales = quant_generic_lin_scales,
     .mse_acc = quant_generic_mse_acc,
     .mse_int = quant_generic_mse_int,
+    .errstats_codes = quant_generic_errstats_codes,
 };

@@ -509,6 +509,111 @@ static void errstats_avx2(const float *x, const float *d, int64_t n, double acc[
     quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
 }
 
+/* ---- error sums straight from the codes ------------------------------------------------------ */
+
+/* The 8 source values at j as float32: bf16 widened as widen_bf16_avx2 does, or f32. */
+ALWAYS_INLINE __m256 errq_src8(const void *x, bool bf16, int64_t j)
+{
+    if (!bf16) return _mm256_loadu_ps((const float *)x + j);
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + j)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* Scale and zero point of the 8 lanes at j: tile 1 loads them; tiles of 8 and more have at most
+ * one group boundary in a step (the lanes from end - j on take group g + 1). gs / gz hold group
+ * g's in every lane. */
+ALWAYS_INLINE void errq_step8(const quant_krow *r, int64_t j, int64_t c0, int64_t *g, int64_t *end,
+                              __m256 *gs, __m256 *gz, __m256 *s, __m256 *z)
+{
+    if (r->tile == 1) {
+        *s = _mm256_loadu_ps(r->scale + c0 + j);
+        *z = r->zp ? _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(r->zp + c0 + j)))
+                   : _mm256_setzero_ps();
+        return;
+    }
+    *s = *gs;
+    *z = *gz;
+    if (j + 8 <= *end) return;
+    __m256 first = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+        _mm256_set1_epi32((int)(*end - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    ++*g;
+    *end += r->tile;
+    *gs = _mm256_set1_ps(r->scale[*g]);
+    *gz = _mm256_set1_ps(r->zp ? (float)r->zp[*g] : 0.0f);
+    *s = _mm256_blendv_ps(*gs, *s, first);
+    *z = _mm256_blendv_ps(*gz, *z, first);
+}
+
+ALWAYS_INLINE int errstats_codes_kc(quant_kcode kc, bool bf16, const quant_krow *r, const void *x,
+                                    const uint8_t *codes, int64_t n, int64_t c0, double acc[3])
+{
+    if (r->tile != 1 && r->tile < 8) return 1;
+    const size_t csize = kc == QK_I16 ? 2 : 1;
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    int64_t g = 0, end = 0;
+    __m256 gs = _mm256_setzero_ps(), gz = gs;
+    if (r->tile != 1) {
+        g = c0 / r->tile;
+        end = (g + 1) * r->tile - c0;
+        gs = _mm256_set1_ps(r->scale[g]);
+        gz = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
+    }
+    __m256d sx[2], se[2], mx[2];
+    for (int h = 0; h < 2; h++) sx[h] = se[h] = mx[h] = _mm256_setzero_pd();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 s, z;
+        errq_step8(r, j, c0, &g, &end, &gs, &gz, &s, &z);
+        __m256 l = int_levels(kc, codes + j * csize);
+        if (r->zp) l = _mm256_sub_ps(l, z);
+        __m256 d = _mm256_mul_ps(l, s), xv = errq_src8(x, bf16, j);
+        for (int h = 0; h < 2; h++) {
+            __m256d xh =
+                _mm256_cvtps_pd(h ? _mm256_extractf128_ps(xv, 1) : _mm256_castps256_ps128(xv));
+            __m256d e = _mm256_sub_pd(
+                xh, _mm256_cvtps_pd(h ? _mm256_extractf128_ps(d, 1) : _mm256_castps256_ps128(d)));
+            sx[h] = _mm256_add_pd(sx[h], _mm256_mul_pd(xh, xh));
+            se[h] = _mm256_add_pd(se[h], _mm256_mul_pd(e, e));
+            mx[h] = _mm256_max_pd(_mm256_andnot_pd(sign, e), mx[h]);
+        }
+    }
+    float xt[8], dt[8];
+    quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, dt);
+    for (int64_t l = 0; l < n - j; l++)
+        xt[l] = bf16 ? qn_bf16_to_f32(((const uint16_t *)x)[j + l]) : ((const float *)x)[j + l];
+    double lsx[8], lse[8], lmx[8];
+    for (int h = 0; h < 2; h++) {
+        _mm256_storeu_pd(lsx + 4 * h, sx[h]);
+        _mm256_storeu_pd(lse + 4 * h, se[h]);
+        _mm256_storeu_pd(lmx + 4 * h, mx[h]);
+    }
+    quant_errstats_finish(xt, dt, n - j, lsx, lse, lmx, acc);
+    return 0;
+}
+
+/* errstats of x against dequantize's values, in registers: integer codes, tiles of 1 and of 8 and
+ * more (others: dequantize + errstats). */
+static int errstats_codes_avx2(const quant_krow *r, const void *x, bool bf16, const void *codes,
+                               int64_t n, int64_t c0, double acc[3])
+{
+    switch (r->kcode * 2 + (int)bf16) {
+    case QK_I8 * 2:
+        return errstats_codes_kc(QK_I8, false, r, x, codes, n, c0, acc);
+    case QK_I8 * 2 + 1:
+        return errstats_codes_kc(QK_I8, true, r, x, codes, n, c0, acc);
+    case QK_U8 * 2:
+        return errstats_codes_kc(QK_U8, false, r, x, codes, n, c0, acc);
+    case QK_U8 * 2 + 1:
+        return errstats_codes_kc(QK_U8, true, r, x, codes, n, c0, acc);
+    case QK_I16 * 2:
+        return errstats_codes_kc(QK_I16, false, r, x, codes, n, c0, acc);
+    case QK_I16 * 2 + 1:
+        return errstats_codes_kc(QK_I16, true, r, x, codes, n, c0, acc);
+    default:
+        return 1;
+    }
+}
+
 /* ---- microscaling scales --------------------------------------------------------------------- */
 
 /* Some lane of a holds a negative, NaN or infinite value (bits above FLT_MAX's, unsigned). */
@@ -619,4 +724,5 @@ const quant_kernels quant_kernels_avx2 = {
     .mse_acc = mse_acc_avx2,
     .quantize_absmax = qd_quantize_absmax,
     .mse_int = qd_mse_int,
+    .errstats_codes = errstats_codes_avx2,
 };

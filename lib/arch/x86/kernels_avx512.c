@@ -1401,6 +1401,164 @@ static void errstats_avx512(const float *x, const float *d, int64_t n, double ac
     quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
 }
 
+/* ---- error sums straight from the codes ------------------------------------------------------ */
+
+/* One errstats step: elements x/d (8 lanes) into the 8 double lanes, as errstats_avx512 does. */
+ALWAYS_INLINE void err8(__m256 x, __m256 d, __m512d *sx, __m512d *se, __m512d *mx)
+{
+    __m512d xv = _mm512_cvtps_pd(x);
+    __m512d e = _mm512_sub_pd(xv, _mm512_cvtps_pd(d));
+    *sx = _mm512_add_pd(*sx, _mm512_mul_pd(xv, xv));
+    *se = _mm512_add_pd(*se, _mm512_mul_pd(e, e));
+    *mx = _mm512_max_pd(_mm512_andnot_pd(_mm512_set1_pd(-0.0), e), *mx);
+}
+
+/* The column group under the 16 lanes at element j for tiles of 16 and more: at most one group
+ * boundary inside a step, so a step's scales are the group's or a blend with the next one. */
+typedef struct errq_group {
+    int64_t g, end; /* current group, its end relative to the chunk */
+    __m512 s, z;    /* its scale and zero point in every lane */
+} errq_group;
+
+ALWAYS_INLINE __m512 errq_zp(const quant_krow *r, int64_t g)
+{
+    return _mm512_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
+}
+
+/* Scale and zero point of the 16 lanes at j (the lanes below n, for a tail). */
+ALWAYS_INLINE void errq_step_scales(const quant_krow *r, errq_group *gr, int64_t j, int64_t n,
+                                    int64_t c0, __mmask16 m, __m512 *s, __m512 *z)
+{
+    if (r->tile == 1) {
+        *s = _mm512_maskz_loadu_ps(m, r->scale + c0 + j);
+        *z = r->zp ? _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, r->zp + c0 + j))
+                   : _mm512_setzero_ps();
+        return;
+    }
+    if (j + 16 <= gr->end || gr->end >= n) {
+        *s = gr->s;
+        *z = gr->z;
+        return;
+    }
+    __mmask16 first = lanes(gr->end - j);
+    gr->g++;
+    gr->end += r->tile;
+    __m512 s1 = _mm512_set1_ps(r->scale[gr->g]), z1 = errq_zp(r, gr->g);
+    *s = _mm512_mask_blend_ps(first, s1, gr->s);
+    *z = _mm512_mask_blend_ps(first, z1, gr->z);
+    gr->s = s1;
+    gr->z = z1;
+}
+
+/* The 16 dequantized values at j (lanes m): (level - z) * s, or level * s, as deq16. */
+ALWAYS_INLINE __m512 errq_deq16(quant_kcode kc, const uint8_t *c, __mmask16 m, __m512 lv, __m512 s,
+                                __m512 z, bool asym)
+{
+    __m512 l = levels16(kc, c, m, lv);
+    if (asym) l = _mm512_sub_ps(l, z);
+    return _mm512_mul_ps(l, s);
+}
+
+/* One full step: the 16 elements at j into the lanes, 0..7 then 8..15. */
+ALWAYS_INLINE void errq_step(quant_kcode kc, bool bf16, const void *x, const uint8_t *c, int64_t j,
+                             __m512 lv, __m512 s, __m512 z, bool asym, __m512d *sx, __m512d *se,
+                             __m512d *mx)
+{
+    __m512 d = errq_deq16(kc, c, 0xffff, lv, s, z, asym);
+    __m512 xv = src_load(x, bf16, j, 0xffff);
+    err8(_mm512_castps512_ps256(xv), _mm512_castps512_ps256(d), sx, se, mx);
+    err8(_mm512_extractf32x8_ps(xv, 1), _mm512_extractf32x8_ps(d, 1), sx, se, mx);
+}
+
+ALWAYS_INLINE int errstats_codes_kc(quant_kcode kc, bool bf16, const quant_krow *r, const void *x,
+                                    const uint8_t *codes, int64_t n, int64_t c0, double acc[3])
+{
+    if (r->tile != 1 && r->tile < 16) return 1;
+    const int64_t csize = kc == QK_I16 ? 2 : 1;
+    const __m512 lv = kc == QK_NF4    ? _mm512_loadu_ps(quant_nf4_levels)
+                      : kc == QK_E2M1 ? _mm512_loadu_ps(quant_e2m1_levels)
+                                      : _mm512_setzero_ps();
+    const bool asym = r->zp != NULL;
+    errq_group gr = {0, 0, _mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (r->tile != 1) {
+        gr.g = c0 / r->tile;
+        gr.end = (gr.g + 1) * r->tile - c0;
+        gr.s = _mm512_set1_ps(r->scale[gr.g]);
+        gr.z = errq_zp(r, gr.g);
+    }
+    __m512d sx = _mm512_setzero_pd(), se = sx, mx = sx;
+    __m512 s, z;
+    int64_t j = 0;
+    while (j + 16 <= n) {
+        if (r->tile != 1 && j + 16 <= gr.end) { /* the steps inside one group */
+            int64_t stop = gr.end < n ? gr.end : n;
+            for (; j + 16 <= stop; j += 16)
+                errq_step(kc, bf16, x, codes + j * csize, j, lv, gr.s, gr.z, asym, &sx, &se, &mx);
+            continue;
+        }
+        errq_step_scales(r, &gr, j, n, c0, 0xffff, &s, &z);
+        errq_step(kc, bf16, x, codes + j * csize, j, lv, s, z, asym, &sx, &se, &mx);
+        j += 16;
+    }
+    float xt[16], dt[16];
+    int64_t rest = n - j, off = 0;
+    if (rest > 0) {
+        __mmask16 m = lanes(rest);
+        errq_step_scales(r, &gr, j, n, c0, m, &s, &z);
+        __m512 d = errq_deq16(kc, codes + j * csize, m, lv, s, z, asym);
+        __m512 xv = src_load(x, bf16, j, m);
+        if (rest >= 8) {
+            err8(_mm512_castps512_ps256(xv), _mm512_castps512_ps256(d), &sx, &se, &mx);
+            off = 8;
+        }
+        _mm512_storeu_ps(xt, xv);
+        _mm512_storeu_ps(dt, d);
+    }
+    double lsx[8], lse[8], lmx[8];
+    _mm512_storeu_pd(lsx, sx);
+    _mm512_storeu_pd(lse, se);
+    _mm512_storeu_pd(lmx, mx);
+    quant_errstats_finish(xt + off, dt + off, rest > 0 ? rest - off : 0, lsx, lse, lmx, acc);
+    return 0;
+}
+
+#define ERRQ_FNS(kc, name)                                                                         \
+    static int name##_f32(const quant_krow *r, const void *x, const void *c, int64_t n,            \
+                          int64_t c0, double acc[3])                                               \
+    {                                                                                              \
+        return errstats_codes_kc(kc, false, r, x, c, n, c0, acc);                                  \
+    }                                                                                              \
+    static int name##_bf16(const quant_krow *r, const void *x, const void *c, int64_t n,           \
+                           int64_t c0, double acc[3])                                              \
+    {                                                                                              \
+        return errstats_codes_kc(kc, true, r, x, c, n, c0, acc);                                   \
+    }
+ERRQ_FNS(QK_I8, errq_i8)
+ERRQ_FNS(QK_U8, errq_u8)
+ERRQ_FNS(QK_I16, errq_i16)
+ERRQ_FNS(QK_E4M3, errq_e4m3)
+ERRQ_FNS(QK_E5M2, errq_e5m2)
+ERRQ_FNS(QK_NF4, errq_nf4)
+ERRQ_FNS(QK_E2M1, errq_e2m1)
+#undef ERRQ_FNS
+
+typedef int (*errq_fn)(const quant_krow *r, const void *x, const void *c, int64_t n, int64_t c0,
+                       double acc[3]);
+/* [code kind][x is bf16] */
+static const errq_fn errq_table[QK_COUNT][2] = {
+    [QK_I8] = {errq_i8_f32, errq_i8_bf16},       [QK_U8] = {errq_u8_f32, errq_u8_bf16},
+    [QK_I16] = {errq_i16_f32, errq_i16_bf16},    [QK_E4M3] = {errq_e4m3_f32, errq_e4m3_bf16},
+    [QK_E5M2] = {errq_e5m2_f32, errq_e5m2_bf16}, [QK_NF4] = {errq_nf4_f32, errq_nf4_bf16},
+    [QK_E2M1] = {errq_e2m1_f32, errq_e2m1_bf16}};
+
+/* errstats of x against dequantize's values, in registers: tiles of 1 and of 16 and more. */
+static int errstats_codes_avx512(const quant_krow *r, const void *x, bool bf16, const void *codes,
+                                 int64_t n, int64_t c0, double acc[3])
+{
+    if ((unsigned)r->kcode >= QK_COUNT) return 1;
+    return errq_table[r->kcode][bf16](r, x, codes, n, c0, acc);
+}
+
 /* ---- microscaling scales --------------------------------------------------------------------- */
 
 /* Lanes m of a hold a negative, NaN or infinite value (bits above FLT_MAX's). */
@@ -2010,4 +2168,5 @@ const quant_kernels quant_kernels_avx512 = {
     .mse_int = mse_int_avx512,
     .quantize_onepass = quantize_onepass_avx512,
     .quantize_fold = quantize_fold_avx512,
+    .errstats_codes = errstats_codes_avx512,
 };
