@@ -154,11 +154,18 @@ typedef struct reservation {
 static _Thread_local reservation held;
 static atomic_uint guard_ids;
 
+/* The connection count moves by delta (+1, -1), and the metrics' gauge with it. Under g->mu. */
+static void open_add(qd_conns *g, int delta)
+{
+    g->open = (unsigned)((int)g->open + delta);
+    if (g->metrics) qd_metrics_connections_open(g->metrics, g->open);
+}
+
 /* Gives back one slot: the connection count and its address's count. Under g->mu. */
 static void slot_release(qd_conns *g, const ip_key *ip)
 {
     if (ip->len) count_add(g, ip, -1);
-    g->open--;
+    open_add(g, -1);
 }
 
 /* Whether this thread holds a reservation for g; if so, its address into ip and the reservation
@@ -188,7 +195,7 @@ enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_
     g->refused_all += !all_ok;
     g->refused_ip += all_ok && !ip_ok;
     if (all_ok && ip_ok) {
-        g->open++;
+        open_add(g, +1);
         if (k.len) count_add(g, &k, +1);
         held = (reservation){.guard = g->id, .ip = k};
     }
@@ -211,7 +218,7 @@ static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
     if (!reservation_take(g, &ip)) {
         if (!ad || !key_of(ad->client_addr, &ip)) ip.len = 0;
         if (ip.len) count_add(g, &ip, +1);
-        g->open++;
+        open_add(g, +1);
     }
     if (!c) { /* not guarded: only the idle timeout applies to it, and it holds no slot */
         slot_release(g, &ip);

@@ -2,16 +2,19 @@
  * directly, as libmicrohttpd's HTTP threads drive it (accept, then the STARTED notification on
  * the same thread; CLOSED later): concurrent accepts never hold more than max_connections or
  * max_connections_per_ip between them, a slot whose connection never started comes back, and
- * every count is 0 once everything has closed.
+ * every count is 0 once everything has closed; the quantd_connections_open gauge follows the
+ * count.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conns.h"
+#include "metrics.h"
 #include "qdtest.h"
 
 enum { THREADS = 4, HOLD = 8, ROUNDS = 20000 };
@@ -192,6 +195,43 @@ START_TEST(conns_accept_reserves_and_unstarted_slot_returns)
 }
 END_TEST
 
+/* quantd_connections_open in the metrics the guard feeds (m), or -1. */
+static long gauge_of(qd_metrics *m)
+{
+    int64_t jobs[QD_JOB_STATE_COUNT] = {0};
+    char *text = qd_metrics_render(m, jobs);
+    ck_assert_ptr_nonnull(text);
+    const char *at = strstr(text, "\nquantd_connections_open ");
+    long v = at ? atol(at + strlen("\nquantd_connections_open ")) : -1;
+    free(text);
+    return v;
+}
+
+/* The guard keeps the quantd_connections_open gauge: 0 with nothing open, 1 and 2 as
+ * connections are accepted and started, back to 0 as they close. */
+START_TEST(conns_gauge_follows_the_count)
+{
+    qd_config cfg = guard_config(10, 0);
+    qd_metrics *m = qd_metrics_new(NULL, NULL, 0);
+    ck_assert_ptr_nonnull(m);
+    qd_conns *g;
+    qd_err err;
+    ck_assert_int_eq(qd_conns_start(&cfg, m, &g, &err), QD_OK);
+    ck_assert_int_eq(gauge_of(m), 0);
+    struct sockaddr_in sa = ipv4("10.0.0.7");
+    void *ctx[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(accept_from(g, &sa), MHD_YES);
+        qd_conns_notify(g, NULL, &ctx[i], MHD_CONNECTION_NOTIFY_STARTED);
+        ck_assert_int_eq(gauge_of(m), i + 1);
+    }
+    for (int i = 0; i < 2; i++) qd_conns_notify(g, NULL, &ctx[i], MHD_CONNECTION_NOTIFY_CLOSED);
+    ck_assert_int_eq(gauge_of(m), 0);
+    qd_conns_stop(g);
+    qd_metrics_free(m);
+}
+END_TEST
+
 Suite *suite_conns(void)
 {
     Suite *s = suite_create("conns");
@@ -200,6 +240,7 @@ Suite *suite_conns(void)
     tcase_add_test(tc, conns_total_cap_holds_under_concurrent_accepts);
     tcase_add_test(tc, conns_per_ip_cap_holds_under_concurrent_accepts);
     tcase_add_test(tc, conns_accept_reserves_and_unstarted_slot_returns);
+    tcase_add_test(tc, conns_gauge_follows_the_count);
     suite_add_tcase(s, tc);
     return s;
 }
