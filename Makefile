@@ -305,7 +305,7 @@ check-asan: deps
 # build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
 # halt_on_error and exitcode=66 also end a racing process at once (the test then sees quantd
 # gone, or exit 66 instead of 0). No suppressions: none were needed.
-TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults
+TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns
 TSAN_LOGS    := build-tsan/tsan-logs
 TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
 check-tsan: deps

@@ -71,7 +71,10 @@ static qd_status open_parts(qd_app *app, bool *insecure, const char **what, qd_e
     *what = "cannot set up metrics";
     if (!(app->metrics = route_metrics())) return qd_fail(err, QD_NOMEM, "out of memory");
     *what = "cannot open the statistics store";
-    if ((st = qd_stats_open(cfg->db_path, app->metrics, &app->stats, err)) != QD_OK) return st;
+    qd_db_tuning tuning = {.busy_timeout_ms = (int)(cfg->stats_busy_timeout * 1000),
+                           .cache_kib = cfg->stats_page_cache / 1024};
+    if ((st = qd_stats_open(cfg->db_path, app->metrics, &tuning, &app->stats, err)) != QD_OK)
+        return st;
     qd_stats_configure(app->stats, cfg->stats_quota, cfg->idempotency_window);
     qd_stats_configure_log(app->stats, cfg->stats_fold_interval * 1000, cfg->stats_fold_bytes);
     *what = "data directory";

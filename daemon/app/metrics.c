@@ -41,7 +41,8 @@ struct qd_metrics {
     atomic_uint_fast64_t stats_posts, stats_activations, commits, commit_posts, stats_replays;
     atomic_uint_fast64_t commit_bucket[N_BUCKETS]; /* non-cumulative */
     atomic_uint_fast64_t commit_sum_us;
-    atomic_uint_fast64_t limit_hits[]; /* by limit_names */
+    atomic_uint_fast64_t connections_open; /* a gauge: the connection guard's count */
+    atomic_uint_fast64_t limit_hits[];     /* by limit_names */
 };
 
 /* The limits that refuse requests or close connections (SECURITY.md), by configuration key. */
@@ -116,6 +117,11 @@ void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors)
 void qd_metrics_upload(qd_metrics *m, uint64_t bytes)
 {
     add(&m->upload_bytes, bytes);
+}
+
+void qd_metrics_connections_open(qd_metrics *m, unsigned open)
+{
+    atomic_store_explicit(&m->connections_open, open, memory_order_relaxed);
 }
 
 void qd_metrics_stats_post(qd_metrics *m, uint64_t activations)
@@ -295,6 +301,10 @@ char *qd_metrics_render(qd_metrics *m, const int64_t *job_counts)
         "# TYPE quantd_upload_bytes_total counter\nquantd_upload_bytes_total %llu\n",
         (unsigned long long)get(&m->upload_bytes));
     render_stats(m, &b);
+    put(&b,
+        "# HELP quantd_connections_open Client connections open now (the scrape's own "
+        "included).\n# TYPE quantd_connections_open gauge\nquantd_connections_open %llu\n",
+        (unsigned long long)get(&m->connections_open));
     put(&b, "# HELP quantd_limit_hits_total Requests refused and connections closed, by the "
             "limit (configuration key) they hit.\n# TYPE quantd_limit_hits_total counter\n");
     for (size_t i = 0; i < N_LIMITS; i++)

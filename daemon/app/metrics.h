@@ -1,9 +1,9 @@
 /* metrics.h -- the counters and histograms behind GET /metrics (Prometheus text format 0.0.4):
  * requests by route, method and status, request latency by route and method, bytes and tensors
  * quantized, upload bytes, statistics posts, activations updated, replays of posts by
- * Idempotency-Key and the stats writer's commit latency. Job states and queue depth are read
- * from the store at scrape time. Lock-free updates.
- * SPDX-License-Identifier: Apache-2.0
+ * Idempotency-Key, the stats writer's commit latency and the connections open (a gauge the
+ * connection guard sets). Job states and queue depth are read from the store at scrape time.
+ * Lock-free updates. SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_METRICS_H
 #define QD_METRICS_H
@@ -27,6 +27,9 @@ void qd_metrics_request(qd_metrics *m, size_t route, const char *method, unsigne
                         double seconds);
 void qd_metrics_quantized(qd_metrics *m, uint64_t bytes, uint64_t tensors);
 void qd_metrics_upload(qd_metrics *m, uint64_t bytes);
+/* The connections open now (quantd_connections_open), set by the connection guard whenever its
+ * count changes. */
+void qd_metrics_connections_open(qd_metrics *m, unsigned open);
 /* A stats post stored (its activations); a group commit of the stats writer (posts in it, and
  * how long the transaction took). */
 void qd_metrics_stats_post(qd_metrics *m, uint64_t activations);

@@ -132,6 +132,13 @@ const cfg_setting cfg_settings[] = {
     {"stats", "fold_bytes", "QUANTD_STATS_FOLD_BYTES", "--stats-fold-bytes", "SIZE", CFG_SIZE,
      MIB, 16 * GIB, F(stats_fold_bytes), "64M", NULL,
      "the delta log is folded sooner once it holds this much (1M..16G)", NULL},
+    {"stats", "busy_timeout", "QUANTD_STATS_BUSY_TIMEOUT", "--stats-busy-timeout", "DURATION",
+     CFG_DURATION, 1, 3600, F(stats_busy_timeout), "5s", NULL,
+     "how long the statistics' SQLite connections wait for another one's lock before failing "
+     "(1s..1h)", NULL},
+    {"stats", "page_cache", "QUANTD_STATS_PAGE_CACHE", "--stats-page-cache", "SIZE", CFG_SIZE,
+     MIB, 16 * GIB, F(stats_page_cache), "16M", NULL,
+     "SQLite page cache of the statistics writer's connection (1M..16G)", NULL},
     {"log", "level", "QUANTD_LOG_LEVEL", "--log-level", "LEVEL", CFG_LEVEL, 0, 0, F(log_level),
      "info", NULL, "least severe level logged: debug, info, warn or error", NULL},
     {NULL, "port_file", NULL, "--port-file", "FILE", CFG_PATH, 0, 0, F(port_file), NULL, "none",

@@ -58,6 +58,10 @@ typedef struct qd_config {
     int64_t stats_fold_interval; /* seconds before the statistics' delta log is folded, default
                                     1; 0 = no log (every group rewrites its sums) */
     int64_t stats_fold_bytes;    /* bytes of delta log that trigger a fold, default 64M */
+    int64_t stats_busy_timeout;  /* seconds the statistics' SQLite connections wait for a lock,
+                                    default 5 */
+    int64_t stats_page_cache;    /* bytes of the statistics writer's SQLite page cache, default
+                                    16M */
     int max_attempts;      /* runs of a job interrupted by a crash before it fails, default 2 */
     int64_t job_retention; /* seconds a finished job keeps its outputs, default 7 days; 0 =
                               forever */

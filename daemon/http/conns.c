@@ -1,6 +1,8 @@
 /* conns.c -- the connection guard (see conns.h): one record per connection in a list, the
  * per-address counts in a small hash table, and a reaper thread that shuts down the sockets of
  * connections past their phase's deadline, and of idle ones whose client has shut its side.
+ * An accept reserves the connection's slot (the total and its address's count) in the same
+ * critical section that checks the caps, so concurrent accepts cannot pass a cap together.
  * Everything is under one mutex, held only briefly: phase changes are a few per request, body
  * progress is a relaxed atomic. libmicrohttpd calls the CLOSED notification before it closes the
  * socket, and the record leaves the list under the mutex there, so a socket the reaper shuts
@@ -60,6 +62,7 @@ struct qd_conns {
     unsigned open;        /* connections now */
     unsigned refused_ip;  /* refusals since the last sweep (one log line each): per address */
     unsigned refused_all; /* ... and for max_connections */
+    unsigned id;          /* this guard's number, from 1: what a thread's reservation names */
 };
 
 static double now_s(void)
@@ -140,42 +143,96 @@ void qd_conns_refuse_all(qd_conns *g)
 /* ---- libmicrohttpd's callbacks ----------------------------------------------------------------
  */
 
+/* The slot an accept on this thread reserved (counted in `open` and its address's count) for the
+ * connection libmicrohttpd then starts on the same thread (accept and the STARTED notification
+ * run back to back in the thread that accepted). A connection libmicrohttpd fails to set up
+ * after the accept never starts: its slot is given back at this thread's next accept. */
+typedef struct reservation {
+    unsigned guard; /* the guard's id (0: none), not its address, which a later guard may reuse */
+    ip_key ip;
+} reservation;
+static _Thread_local reservation held;
+static atomic_uint guard_ids;
+
+/* The connection count moves by delta (+1, -1), and the metrics' gauge with it. Under g->mu. */
+static void open_add(qd_conns *g, int delta)
+{
+    g->open = (unsigned)((int)g->open + delta);
+    if (g->metrics) qd_metrics_connections_open(g->metrics, g->open);
+}
+
+/* Gives back one slot: the connection count and its address's count. Under g->mu. */
+static void slot_release(qd_conns *g, const ip_key *ip)
+{
+    if (ip->len) count_add(g, ip, -1);
+    open_add(g, -1);
+}
+
+/* Whether this thread holds a reservation for g; if so, its address into ip and the reservation
+ * cleared. Under g->mu. */
+static bool reservation_take(qd_conns *g, ip_key *ip)
+{
+    if (held.guard != g->id) return false;
+    *ip = held.ip;
+    held.guard = 0;
+    return true;
+}
+
+/* The check and the count in one critical section, so that concurrent accepts on several HTTP
+ * threads can never together go past max_connections or max_connections_per_ip. */
 enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     (void)addrlen;
     qd_conns *g = cls;
     if (atomic_load(&g->refuse_all)) return MHD_NO;
     unsigned cap = (unsigned)g->cfg->max_conns_per_ip;
-    ip_key k;
-    bool keyed = cap > 0 && key_of(addr, &k);
+    ip_key k, stale;
+    if (!key_of(addr, &k)) k.len = 0;
     pthread_mutex_lock(&g->mu);
+    if (reservation_take(g, &stale)) slot_release(g, &stale); /* its connection never started */
     bool all_ok = g->open < (unsigned)g->cfg->max_connections;
-    bool ip_ok = !keyed || count_of(g, &k) < cap;
+    bool ip_ok = cap == 0 || !k.len || count_of(g, &k) < cap;
     g->refused_all += !all_ok;
     g->refused_ip += all_ok && !ip_ok;
+    if (all_ok && ip_ok) {
+        open_add(g, +1);
+        if (k.len) count_add(g, &k, +1);
+        held = (reservation){.guard = g->id, .ip = k};
+    }
     pthread_mutex_unlock(&g->mu);
     return all_ok && ip_ok ? MHD_YES : MHD_NO;
 }
 
+/* A connection starts: it takes the slot its accept reserved (or, for one that did not come
+ * through qd_conns_accept, a slot now). mc NULL (the guard's tests) gives a record without a
+ * socket, which the reaper never cuts. */
 static void conn_started(qd_conns *g, struct MHD_Connection *mc, void **ctx)
 {
     qd_conn *c = calloc(1, sizeof *c);
-    if (!c) return; /* not guarded: only the idle timeout applies to it */
     const union MHD_ConnectionInfo *fd =
-        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        mc ? MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
     const union MHD_ConnectionInfo *ad =
-        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        mc ? MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
+    ip_key ip;
+    pthread_mutex_lock(&g->mu);
+    if (!reservation_take(g, &ip)) {
+        if (!ad || !key_of(ad->client_addr, &ip)) ip.len = 0;
+        if (ip.len) count_add(g, &ip, +1);
+        open_add(g, +1);
+    }
+    if (!c) { /* not guarded: only the idle timeout applies to it, and it holds no slot */
+        slot_release(g, &ip);
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
     c->fd = fd ? fd->connect_fd : -1;
-    if (ad) key_of(ad->client_addr, &c->ip);
+    c->ip = ip;
     c->ph = P_NEW;
     c->since = now_s();
     c->eof_since = -1;
-    pthread_mutex_lock(&g->mu);
     c->next = g->head;
     if (g->head) g->head->prev = c;
     g->head = c;
-    if (c->ip.len) count_add(g, &c->ip, +1);
-    g->open++;
     pthread_mutex_unlock(&g->mu);
     *ctx = c;
 }
@@ -190,8 +247,7 @@ static void conn_closed(qd_conns *g, void **ctx)
     else
         g->head = c->next;
     if (c->next) c->next->prev = c->prev;
-    if (c->ip.len) count_add(g, &c->ip, -1);
-    g->open--;
+    slot_release(g, &c->ip);
     pthread_mutex_unlock(&g->mu);
     free(c);
     *ctx = NULL;
@@ -367,6 +423,7 @@ qd_status qd_conns_start(const qd_config *cfg, qd_metrics *metrics, qd_conns **o
     if (!g) return qd_fail(err, QD_NOMEM, "out of memory");
     g->cfg = cfg;
     g->metrics = metrics;
+    g->id = atomic_fetch_add(&guard_ids, 1) + 1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -39,9 +39,12 @@ void qd_conns_counts(qd_conns *g, unsigned *open, unsigned *addresses);
 
 /* From now on every new connection is refused (the server is stopping). */
 void qd_conns_refuse_all(qd_conns *g);
-/* libmicrohttpd's accept policy (MHD_OPTION_APC, cls = the guard): MHD_NO refuses. */
+/* libmicrohttpd's accept policy (MHD_OPTION_APC, cls = the guard): MHD_NO refuses; MHD_YES has
+ * counted the connection already (checked and counted under one lock), and the STARTED
+ * notification that follows on the same thread takes that slot. */
 enum MHD_Result qd_conns_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
-/* MHD_OPTION_NOTIFY_CONNECTION (cls = the guard): a connection starts or closes. */
+/* MHD_OPTION_NOTIFY_CONNECTION (cls = the guard): a connection starts or closes. c may be NULL
+ * (tests): a record without a socket. */
 void qd_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                      enum MHD_ConnectionNotificationCode code);
 

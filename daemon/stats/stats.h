@@ -18,6 +18,7 @@
 #include "quant.h"
 #include "quant_rules.h"
 #include "quant_srq.h"
+#include "db.h"
 #include "store.h"
 
 /* ---- what a post carries (stats_parse.c fills these) ------------------------------------------
@@ -103,8 +104,11 @@ typedef struct qd_stats qd_stats;
 
 /* Opens its own SQLite connections on db_path (db.h's statistics writer for the writer thread,
  * its reader), the schema having been migrated by qd_store_open, and starts the writer thread.
- * metrics may be NULL. Until qd_stats_configure: a quota of 1 GiB, a window of 1 day. */
-qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err);
+ * metrics may be NULL. tuning (NULL: db.h's defaults; config [stats] busy_timeout, page_cache):
+ * the busy timeout of both connections, the page cache of the writer's. Until
+ * qd_stats_configure: a quota of 1 GiB, a window of 1 day. */
+qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, const qd_db_tuning *tuning,
+                        qd_stats **out, qd_err *err);
 /* The limits (config stats_quota, idempotency_window), from the writer's next group on:
  * quota_bytes of sums a model may hold (8 bytes per value of sum_a and sum_b), and how many
  * seconds an Idempotency-Key is remembered. Values below 1 keep the current setting. */

@@ -68,7 +68,8 @@ static const qd_db_stmt_def group_sql[] = {
 
 static size_t sql_group(stats_group *g, stats_req *list);
 
-qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **out, qd_err *err)
+qd_status qd_stats_group_new(const char *path, const qd_db_tuning *tuning, qd_pending *pend,
+                             stats_group **out, qd_err *err)
 {
     *out = NULL;
     stats_group *g = calloc(1, sizeof *g);
@@ -80,7 +81,7 @@ qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **o
         return qd_fail(err, QD_NOMEM, "out of memory");
     }
     g->log->fd = -1;
-    qd_status st = qd_db_open(path, QD_DB_STATS_WRITER, &g->db, err);
+    qd_status st = qd_db_open_tuned(path, QD_DB_STATS_WRITER, tuning, &g->db, err);
     if (st == QD_OK)
         st = qd_db_prepare(g->db, group_sql, sizeof group_sql / sizeof group_sql[0], g->q, G_COUNT,
                            err);

@@ -141,7 +141,8 @@ qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err);
 /* ---- the writer (stats_writer.c) and its groups (stats_group.c) -------------------------------
  */
 
-qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err);
+qd_status qd_stats_writer_start(qd_stats *s, const char *path, const qd_db_tuning *tuning,
+                                qd_err *err);
 /* Drains the queue, stops and joins the thread, frees the group. */
 void qd_stats_writer_stop(qd_stats *s);
 
@@ -158,7 +159,8 @@ void qd_stats_writer_stop(qd_stats *s);
 
 /* Opens the writer's connection and the delta log beside path, and replays the log's records
  * into the database (a fold): the posts answered before a crash. pend: the readers' overlay. */
-qd_status qd_stats_group_new(const char *path, qd_pending *pend, stats_group **out, qd_err *err);
+qd_status qd_stats_group_new(const char *path, const qd_db_tuning *tuning, qd_pending *pend,
+                             stats_group **out, qd_err *err);
 /* When the delta log is due for a fold (CLOCK_REALTIME ms), 0 when it holds nothing. */
 int64_t qd_stats_group_fold_at(const stats_group *g, const stats_settings *set);
 void qd_stats_group_free(stats_group *g);

@@ -215,7 +215,8 @@ static void close_reader(qd_stats *s)
     s->rdb = NULL;
 }
 
-qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out, qd_err *err)
+qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, const qd_db_tuning *tuning,
+                        qd_stats **out, qd_err *err)
 {
     *out = NULL;
     if (!db_path || !*db_path) return qd_fail(err, QD_INVALID, "no database path");
@@ -227,9 +228,10 @@ qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, qd_stats **out
         return qd_fail(err, QD_NOMEM, "cannot create the statistics' read mutex");
     }
     qd_pending_init(&s->pend);
-    qd_status st = qd_db_open(db_path, QD_DB_READER, &s->rdb, err);
+    qd_db_tuning reader = {.busy_timeout_ms = tuning ? tuning->busy_timeout_ms : 0};
+    qd_status st = qd_db_open_tuned(db_path, QD_DB_READER, &reader, &s->rdb, err);
     if (st == QD_OK) st = qd_stats_prepare_reads(s, err);
-    if (st == QD_OK) st = qd_stats_writer_start(s, db_path, err);
+    if (st == QD_OK) st = qd_stats_writer_start(s, db_path, tuning, err);
     if (st != QD_OK) {
         close_reader(s);
         pthread_mutex_destroy(&s->rmu);

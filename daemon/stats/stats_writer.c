@@ -96,14 +96,15 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-qd_status qd_stats_writer_start(qd_stats *s, const char *path, qd_err *err)
+qd_status qd_stats_writer_start(qd_stats *s, const char *path, const qd_db_tuning *tuning,
+                                qd_err *err)
 {
     s->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
                               .quota_bytes = QD_STATS_QUOTA_BYTES,
                               .window_ms = QD_STATS_WINDOW_S * 1000,
                               .fold_ms = QD_STATS_FOLD_MS,
                               .fold_bytes = QD_STATS_FOLD_BYTES};
-    qd_status st = qd_stats_group_new(path, &s->pend, &s->group, err);
+    qd_status st = qd_stats_group_new(path, tuning, &s->pend, &s->group, err);
     if (st != QD_OK) return st;
     if (pthread_mutex_init(&s->qmu, NULL) != 0) {
         qd_stats_group_free(s->group);

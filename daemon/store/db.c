@@ -15,9 +15,6 @@
 #endif
 #define MIN_SQLITE 3035000
 
-/* How long a connection waits for another one's lock before SQLITE_BUSY. */
-#define BUSY_TIMEOUT_MS 5000
-
 /* WAL: readers never wait for a writer, and a commit appends to one file. synchronous=FULL
  * rather than WAL's usual NORMAL: NORMAL never corrupts, but a power cut may take back the last
  * commits, and here a commit is a promise already made to a client (a 202 with a job id, a rule
@@ -25,16 +22,17 @@
  * commit. The owner makes the file WAL (it is persistent: the file stays WAL); every other role
  * checks it is, since without it a reader would wait for the writer.
  *
- * The statistics writer's page cache holds a group's rows (64 activations x 4096 floats: 6 MiB)
- * and it checkpoints the WAL every 64 MiB rather than every 4 MiB, so a group of large posts is
- * not followed by a checkpoint each time. The owner turns foreign keys on itself once the
- * migrations (which run with them off) are done (store.c). A reader is query_only: it refuses
- * any write. */
+ * The statistics writer's page cache (16 MiB unless tuned: config [stats] page_cache) holds a
+ * group's rows (64 activations x 4096 floats: 6 MiB) and it checkpoints the WAL every 64 MiB rather
+ * than every 4 MiB, so a group of large posts is not followed by a checkpoint each time. The owner
+ * turns foreign keys on itself once the migrations (which run with them off) are done (store.c). A
+ * reader is query_only: it refuses any write. */
 typedef struct role_def {
     const char *name;     /* in messages */
     int flags;            /* sqlite3_open_v2 */
     const char *journal;  /* its one-row answer must be "wal" */
     const char *pragmas;  /* run after the journal mode */
+    int64_t cache_kib;    /* its page cache in KiB (PRAGMA cache_size = -N); 0: SQLite's default */
     qd_status constraint; /* what a failed constraint means on this connection (qd_db_fail) */
 } role_def;
 
@@ -43,15 +41,15 @@ typedef struct role_def {
 static const role_def roles[QD_DB_ROLE_COUNT] = {
     [QD_DB_OWNER] = {"the job store",
                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                     "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", QD_INVALID},
+                     "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", 0, QD_INVALID},
     [QD_DB_STATS_WRITER] = {"the statistics writer", OPEN_RW, "PRAGMA journal_mode",
                             "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; "
-                            "PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 16384",
-                            QD_DB},
+                            "PRAGMA wal_autocheckpoint = 16384",
+                            QD_DB_STATS_PAGE_CACHE_KIB, QD_DB},
     [QD_DB_TOKENS] = {"the tokens", OPEN_RW, "PRAGMA journal_mode",
-                      "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL", QD_DB},
+                      "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL", 0, QD_DB},
     [QD_DB_READER] = {"the statistics reader", OPEN_RW, "PRAGMA journal_mode",
-                      "PRAGMA foreign_keys = ON; PRAGMA query_only = 1", QD_DB},
+                      "PRAGMA foreign_keys = ON; PRAGMA query_only = 1", 0, QD_DB},
 };
 
 /* The transaction statements every connection keeps prepared. */
@@ -195,14 +193,14 @@ void qd_db_rollback(qd_db *db)
 /* ---- opening ----------------------------------------------------------------------------------
  */
 
-static qd_status configure(qd_db *db, qd_err *err)
+static qd_status configure(qd_db *db, int busy_timeout_ms, qd_err *err)
 {
     /* Defensive: no writable_schema tricks; untrusted schema: SQL functions with side effects
      * cannot hide in views or triggers of a file someone else prepared. */
     if (sqlite3_extended_result_codes(db->h, 1) != SQLITE_OK ||
         sqlite3_db_config(db->h, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL) != SQLITE_OK ||
         sqlite3_db_config(db->h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(db->h, BUSY_TIMEOUT_MS) != SQLITE_OK)
+        sqlite3_busy_timeout(db->h, busy_timeout_ms) != SQLITE_OK)
         return qd_db_fail(db, err, "configuring the connection");
     return QD_OK;
 }
@@ -216,21 +214,39 @@ static qd_status check_journal(qd_db *db, qd_err *err)
     return st;
 }
 
-static qd_status open_conn(qd_db *db, const char *path, qd_err *err)
+/* The role's page cache, or the tuned one: PRAGMA cache_size = -KiB. */
+static qd_status set_cache(qd_db *db, int64_t cache_kib, qd_err *err)
+{
+    if (cache_kib <= 0) return QD_OK;
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA cache_size = -%lld", (long long)cache_kib);
+    return qd_db_exec(db, sql, "setting the page cache", err);
+}
+
+static qd_status open_conn(qd_db *db, const char *path, const qd_db_tuning *t, qd_err *err)
 {
     int rc = sqlite3_open_v2(path, &db->h, roles[db->role].flags, NULL);
     if (rc != SQLITE_OK)
         return qd_fail(err, QD_DB, "opening: %s",
                        db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
-    qd_status st = configure(db, err);
+    int busy = t && t->busy_timeout_ms > 0 ? t->busy_timeout_ms : QD_DB_BUSY_TIMEOUT_MS;
+    qd_status st = configure(db, busy, err);
     if (st == QD_OK) st = check_journal(db, err);
     if (st == QD_OK) st = qd_db_exec(db, roles[db->role].pragmas, roles[db->role].pragmas, err);
+    if (st == QD_OK)
+        st = set_cache(db, t && t->cache_kib > 0 ? t->cache_kib : roles[db->role].cache_kib, err);
     if (st == QD_OK)
         st = qd_db_prepare(db, txn_sql, sizeof txn_sql / sizeof txn_sql[0], db->txn, T_COUNT, err);
     return st;
 }
 
 qd_status qd_db_open(const char *path, qd_db_role role, qd_db **out, qd_err *err)
+{
+    return qd_db_open_tuned(path, role, NULL, out, err);
+}
+
+qd_status qd_db_open_tuned(const char *path, qd_db_role role, const qd_db_tuning *tuning,
+                           qd_db **out, qd_err *err)
 {
     *out = NULL;
     if ((unsigned)role >= QD_DB_ROLE_COUNT)
@@ -243,7 +259,7 @@ qd_status qd_db_open(const char *path, qd_db_role role, qd_db **out, qd_err *err
     if (!db) return qd_fail(err, QD_NOMEM, "out of memory");
     db->role = role;
     qd_err why;
-    qd_status st = open_conn(db, path, &why);
+    qd_status st = open_conn(db, path, tuning, &why);
     if (st != QD_OK) {
         qd_fail(err, st, "%s, database %s: %s", roles[role].name, path, why.message);
         qd_db_close(db);

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -30,12 +31,27 @@ const char *qd_db_role_name(qd_db_role role);
 typedef struct qd_db qd_db;
 
 /* Opens a connection to path in role: the role's open flags (only the owner creates the file),
- * extended result codes, defensive mode, an untrusted schema, a busy timeout of 5 s, the
+ * extended result codes, defensive mode, an untrusted schema, a busy timeout (5 s), the
  * journal mode (the owner sets WAL; every other role refuses a file that is not WAL), the role's
  * pragmas, and the transaction statements. A failure names the role and the path (connections
  * are opened at start-up or by `quantd token`: the message is the operator's, never a client's)
  * and leaves *out NULL. */
 qd_status qd_db_open(const char *path, qd_db_role role, qd_db **out, qd_err *err);
+
+/* The defaults a connection gets: the busy timeout of every role, and the statistics writer's
+ * page cache (config [stats] busy_timeout and page_cache tune the statistics' connections). */
+#define QD_DB_BUSY_TIMEOUT_MS      5000
+#define QD_DB_STATS_PAGE_CACHE_KIB 16384
+
+/* What an open may change from its role's defaults; a field of 0 keeps the default. */
+typedef struct qd_db_tuning {
+    int busy_timeout_ms; /* how long it waits for another connection's lock before SQLITE_BUSY */
+    int64_t cache_kib;   /* its page cache, KiB (PRAGMA cache_size = -cache_kib) */
+} qd_db_tuning;
+
+/* qd_db_open with tuning (NULL: the defaults, as qd_db_open). */
+qd_status qd_db_open_tuned(const char *path, qd_db_role role, const qd_db_tuning *tuning,
+                           qd_db **out, qd_err *err);
 /* Finalizes the transaction statements and closes (the caller finalized its own); NULL is a
  * no-op. */
 void qd_db_close(qd_db *db);

@@ -3,6 +3,7 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,26 @@ int64_t quant_qvalue_bytes(const quant_how *how, int rank, const int64_t *shape)
     return plan.nrows * plan.qrow_bytes;
 }
 
+/* The smallest global scale nvfp4 takes: every block scale s_b is an e4m3fn value of at most
+ * 448, so e_b = f32(s_b / g) is finite for every block exactly when 448 / g is, i.e. g >= 2^-119
+ * (448 * 2^119 = 1.75 * 2^127). A g derived from a finite tensor (2688 / A) is at least
+ * 2688 / FLT_MAX, about 2^-115.6, so only a user-given g can be below it. */
+#define NVFP4_MIN_GLOBAL_SCALE 0x1p-119f
+
+/* A user-given global scale (how->global_scale != 0): nvfp4 only, finite and at least
+ * NVFP4_MIN_GLOBAL_SCALE, so that the block scales and the codes are finite for any data. */
+static quant_status check_global_scale(float g, const quant_plan *plan, quant_error *err)
+{
+    if (plan->traits->scale_kind != QUANT_SCALE_NVFP4)
+        return quant_fail(err, QUANT_ERR_ARG, "global scale %g: only nvfp4 takes one", (double)g);
+    if (!(g >= NVFP4_MIN_GLOBAL_SCALE) || g > FLT_MAX)
+        return quant_fail(err, QUANT_ERR_ARG,
+                          "nvfp4 global scale %g is outside [%g (2^-119), %g (FLT_MAX)]: below "
+                          "2^-119 the largest block scale 448 / g is not a finite float32",
+                          (double)g, (double)NVFP4_MIN_GLOBAL_SCALE, (double)FLT_MAX);
+    return QUANT_OK;
+}
+
 /* Microscaling qtypes (SPEC 2b): symmetric absmax[,f] or rms,f calibration, float32 scales
  * (the stored scale is the power of two or e_b, exact in float32). */
 static quant_status check_microscaling(const quant_how *how, const quant_plan *plan,
@@ -283,12 +304,7 @@ static quant_status check_microscaling(const quant_how *how, const quant_plan *p
         return quant_fail(
             err, QUANT_ERR_DTYPE, "%s stores float32 scales; scale dtype %s is not allowed", name,
             quant_dtype_name(how->scale_dtype) ? quant_dtype_name(how->scale_dtype) : "(invalid)");
-    if (how->global_scale != 0.0f &&
-        (plan->traits->scale_kind != QUANT_SCALE_NVFP4 || !(how->global_scale > 0.0f) ||
-         how->global_scale > 3.4028234663852886e38f))
-        return quant_fail(err, QUANT_ERR_ARG,
-                          "global scale %g: only nvfp4 takes one, positive and finite",
-                          (double)how->global_scale);
+    if (how->global_scale != 0.0f) return check_global_scale(how->global_scale, plan, err);
     return QUANT_OK;
 }
 

@@ -34,6 +34,7 @@ Suite *suite_outputs(void);
 Suite *suite_examples(void);
 Suite *suite_inputs(void);
 Suite *suite_startup(void);
+Suite *suite_conns(void);
 
 /* kit_tmpdir("quantd-test"), failing the test when it cannot be made (caller frees the path;
  * kit_rmtree removes it). */

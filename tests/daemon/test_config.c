@@ -587,6 +587,18 @@ START_TEST(test_security_settings)
     done(&f);
     EXPECT_ERROR("--stats-fold-interval: must be 0..1h, got 61m", "--stats-fold-interval", "61m");
     EXPECT_ERROR("--stats-fold-bytes: must be 1M..16G, got 512K", "--stats-fold-bytes", "512K");
+    /* the statistics' SQLite connections: busy timeout and the writer's page cache */
+    ck_assert_msg(LOAD(&f, "--data-dir", "/d"), "%s", f.msg);
+    ck_assert(f.cfg.stats_busy_timeout == 5 && f.cfg.stats_page_cache == (int64_t)16 << 20);
+    done(&f);
+    ck_assert_msg(LOAD(&f, "--stats-busy-timeout", "2m", "--stats-page-cache", "256M"), "%s",
+                  f.msg);
+    ck_assert(f.cfg.stats_busy_timeout == 120 && f.cfg.stats_page_cache == (int64_t)256 << 20);
+    done(&f);
+    EXPECT_ERROR("--stats-busy-timeout: must be 1..1h, got 0", "--stats-busy-timeout", "0");
+    EXPECT_ERROR("--stats-busy-timeout: must be 1..1h, got 61m", "--stats-busy-timeout", "61m");
+    EXPECT_ERROR("--stats-page-cache: must be 1M..16G, got 512K", "--stats-page-cache", "512K");
+    EXPECT_ERROR("--stats-page-cache: must be 1M..16G, got 17G", "--stats-page-cache", "17G");
     /* a bare --insecure takes no value from the next argument */
     loaded r;
     ck_assert_msg(LOAD(&r, "--insecure", "migrate"), "%s", r.msg);
@@ -930,6 +942,8 @@ static void round_trip(const char *const *args)
     ck_assert(a->idempotency_window == b->idempotency_window);
     ck_assert(a->stats_fold_interval == b->stats_fold_interval);
     ck_assert(a->stats_fold_bytes == b->stats_fold_bytes);
+    ck_assert(a->stats_busy_timeout == b->stats_busy_timeout);
+    ck_assert(a->stats_page_cache == b->stats_page_cache);
     ck_assert_int_eq(a->header_timeout, b->header_timeout);
     ck_assert_int_eq(a->keep_outputs, b->keep_outputs);
     ck_assert_int_eq(a->max_conns_per_ip, b->max_conns_per_ip);
@@ -1056,6 +1070,8 @@ START_TEST(test_round_trip)
                                              "idempotency_window = 1d\n"
                                              "fold_interval = 1\n"
                                              "fold_bytes = 64M\n"
+                                             "busy_timeout = 5\n"
+                                             "page_cache = 16M\n"
                                              "\n"
                                              "[log]\n"
                                              "level = info\n");

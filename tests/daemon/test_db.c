@@ -1,7 +1,7 @@
 /* test_db.c -- the SQLite layer (daemon/store/db.c): each role's pragmas read back from its
- * connection, files that are not databases or not WAL refused naming the role, a reader refusing
- * writes, persistent statements from a table (bad SQL, missing ids), one-value queries,
- * transactions, and the status a failed constraint gives on each role.
+ * connection (and as tuned), files that are not databases or not WAL refused naming the role, a
+ * reader refusing writes, persistent statements from a table (bad SQL, missing ids), one-value
+ * queries, transactions, and the status a failed constraint gives on each role.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
@@ -129,6 +129,38 @@ START_TEST(test_role_pragmas)
     }
     qd_db_close(owner);
     qd_db_close(NULL); /* a no-op */
+}
+END_TEST
+
+/* An open with tuning (config [stats] busy_timeout, page_cache) takes its busy timeout and page
+ * cache; a field of 0 keeps the role's default; NULL is qd_db_open. */
+START_TEST(test_tuning)
+{
+    qd_db *owner = open_ok(g_path, QD_DB_OWNER);
+    qd_err err = {{0}};
+    qd_db *db = NULL;
+    qd_db_tuning t = {.busy_timeout_ms = 30000, .cache_kib = 262144};
+    ck_assert_msg(qd_db_open_tuned(g_path, QD_DB_STATS_WRITER, &t, &db, &err) == QD_OK, "%s",
+                  err.message);
+    expect_pragma(db, QD_DB_STATS_WRITER, "busy_timeout", 30000);
+    expect_pragma(db, QD_DB_STATS_WRITER, "cache_size", -262144);
+    expect_pragma(db, QD_DB_STATS_WRITER, "wal_autocheckpoint", 16384); /* the rest as before */
+    qd_db_close(db);
+    t = (qd_db_tuning){.busy_timeout_ms = 1000};
+    ck_assert_int_eq(qd_db_open_tuned(g_path, QD_DB_READER, &t, &db, &err), QD_OK);
+    expect_pragma(db, QD_DB_READER, "busy_timeout", 1000);
+    expect_pragma(db, QD_DB_READER, "cache_size", DEF);
+    expect_pragma(db, QD_DB_READER, "query_only", 1);
+    qd_db_close(db);
+    t = (qd_db_tuning){0};
+    ck_assert_int_eq(qd_db_open_tuned(g_path, QD_DB_STATS_WRITER, &t, &db, &err), QD_OK);
+    expect_pragma(db, QD_DB_STATS_WRITER, "busy_timeout", QD_DB_BUSY_TIMEOUT_MS);
+    expect_pragma(db, QD_DB_STATS_WRITER, "cache_size", -QD_DB_STATS_PAGE_CACHE_KIB);
+    qd_db_close(db);
+    ck_assert_int_eq(qd_db_open_tuned(g_path, QD_DB_STATS_WRITER, NULL, &db, &err), QD_OK);
+    expect_pragma(db, QD_DB_STATS_WRITER, "cache_size", -QD_DB_STATS_PAGE_CACHE_KIB);
+    qd_db_close(db);
+    qd_db_close(owner);
 }
 END_TEST
 
@@ -377,6 +409,7 @@ Suite *suite_db(void)
     tcase_add_checked_fixture(open, setup, teardown);
     tcase_add_test(open, test_role_pragmas);
     tcase_add_test(open, test_role_names);
+    tcase_add_test(open, test_tuning);
     tcase_add_test(open, test_not_a_database);
     tcase_add_test(open, test_missing_file);
     tcase_add_test(open, test_not_wal);

@@ -3,7 +3,8 @@
  * half-closed clients let go at once, the per-address connection limit, the places every aborted
  * connection gives back (max_connections, max_connections_per_ip), the in-memory body budget
  * under 16 slow large posts (503 and a bound on RSS), the queue cap (429), the disk reserve (507),
- * uploads refused from their headers alone, and retention of finished jobs' outputs (410).
+ * uploads refused from their headers alone, retention of finished jobs' outputs (410), and the
+ * quantd_connections_open gauge.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -250,6 +251,43 @@ START_TEST(test_per_ip_limit)
     ck_assert_msg(strstr(r.body, "quantd_limit_hits_total{limit=\"max_connections\"} 1"), "%s",
                   strstr(r.body, "quantd_limit_hits_total"));
     qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
+/* quantd_connections_open (read when it reaches `want` within 5 s; the scrape's own connection
+ * counts), or the last value read. */
+static long connections_open_reaches(qdp *d, long want)
+{
+    const char *key = "\nquantd_connections_open ";
+    long v = -1;
+    for (double t0 = kit_now(); kit_now() - t0 < 5; kit_sleep_ms(50)) {
+        qdp_resp r = qdp_req(d, "GET", "/metrics", NULL, NULL, 0, NULL);
+        ck_assert_int_eq(r.status, 200);
+        const char *at = strstr(r.body, key);
+        ck_assert_msg(at && strstr(r.body, "# TYPE quantd_connections_open gauge\n"), "%s", r.body);
+        v = atol(at + strlen(key));
+        qdp_resp_free(&r);
+        if (v == want) break;
+    }
+    return v;
+}
+
+/* The gauge counts open connections: 1 at idle (the scrape itself), 1 + 3 while three raw
+ * connections are held open, 1 again once they have closed. */
+START_TEST(test_connections_open_gauge)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    ck_assert_int_eq(connections_open_reaches(&d, 1), 1);
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = qdp_raw_connect(&d);
+        ck_assert_int_ge(fds[i], 0);
+    }
+    ck_assert_int_eq(connections_open_reaches(&d, 4), 4);
+    for (int i = 0; i < 3; i++) close(fds[i]);
+    ck_assert_int_eq(connections_open_reaches(&d, 1), 1);
     qdp_stop(&d);
 }
 END_TEST
@@ -719,6 +757,7 @@ Suite *suite_limits(void)
     tcase_add_test(tc, test_slow_body);
     tcase_add_test(tc, test_half_closed);
     tcase_add_test(tc, test_per_ip_limit);
+    tcase_add_test(tc, test_connections_open_gauge);
     tcase_add_test(tc, test_aborted_connections);
     tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_body_budget_chunked);

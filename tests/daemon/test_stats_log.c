@@ -41,7 +41,8 @@ static void store_open(store *t, int64_t fold_ms, int64_t fold_bytes)
 {
     qd_err err = {{0}};
     ck_assert_msg(qd_store_open(t->path, &t->db, &err) == QD_OK, "store: %s", err.message);
-    ck_assert_msg(qd_stats_open(t->path, NULL, &t->s, &err) == QD_OK, "stats: %s", err.message);
+    ck_assert_msg(qd_stats_open(t->path, NULL, NULL, &t->s, &err) == QD_OK, "stats: %s",
+                  err.message);
     qd_stats_configure_log(t->s, fold_ms, fold_bytes);
 }
 
@@ -379,7 +380,7 @@ START_TEST(test_log_damage_refused)
     flip_bits(p, at[1] + 24 + 9, 0x10);     /* the second: answered posts follow it */
     qd_err err = {{0}};
     ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
-    ck_assert_int_eq(qd_stats_open(got.path, NULL, &got.s, &err), QD_DB);
+    ck_assert_int_eq(qd_stats_open(got.path, NULL, NULL, &got.s, &err), QD_DB);
     char want[160];
     snprintf(want, sizeof want,
              "the statistics log quantd.db%s is damaged at byte %ld: %d answered", LOG_SUFFIX,
@@ -390,7 +391,7 @@ START_TEST(test_log_damage_refused)
     ck_assert_ptr_null(strstr(err.message, got.dir)); /* no server path */
     got.s = NULL;
     ck_assert_int_eq(truncate(p, at[1]), 0);
-    ck_assert_msg(qd_stats_open(got.path, NULL, &got.s, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_stats_open(got.path, NULL, NULL, &got.s, &err) == QD_OK, "%s", err.message);
     free(p);
     store_free(&got);
 }
@@ -416,7 +417,7 @@ START_TEST(test_log_damage_kinds)
         }
         qd_err err = {{0}};
         ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
-        qd_status st = qd_stats_open(got.path, NULL, &got.s, &err);
+        qd_status st = qd_stats_open(got.path, NULL, NULL, &got.s, &err);
         if (kind == 0) {
             ck_assert_msg(st == QD_OK, "%s", err.message);
         } else {
@@ -450,7 +451,7 @@ START_TEST(test_log_gap_refused)
     sqlite3_close(db);
     qd_err err = {{0}};
     ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
-    ck_assert_int_eq(qd_stats_open(got.path, NULL, &got.s, &err), QD_DB);
+    ck_assert_int_eq(qd_stats_open(got.path, NULL, NULL, &got.s, &err), QD_DB);
     ck_assert_msg(strstr(err.message, "the statistics log holds post 2 of model ema, the database "
                                       "0 posts") != NULL,
                   "%s", err.message);
@@ -641,7 +642,7 @@ START_TEST(test_log_hostile_record)
         free(path);
         qd_err err = {{0}};
         ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
-        qd_status st = qd_stats_open(got.path, NULL, &got.s, &err);
+        qd_status st = qd_stats_open(got.path, NULL, NULL, &got.s, &err);
         ck_assert_msg(st == QD_OK || st == QD_DB, "iteration %d: %d %s", it, st, err.message);
         if (st != QD_OK) {
             got.s = NULL;
@@ -677,7 +678,7 @@ START_TEST(test_log_key_reused_after_window)
     ck_assert_int_gt(qd_stats_log_bytes(got.s), 0); /* in the log only */
     store_close(&got, true);                        /* kill -9 */
     ck_assert_msg(qd_store_open(got.path, &got.db, &err) == QD_OK, "%s", err.message);
-    ck_assert_msg(qd_stats_open(got.path, NULL, &got.s, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_stats_open(got.path, NULL, NULL, &got.s, &err) == QD_OK, "%s", err.message);
     qd_stats_configure(got.s, 0, 1);
     same_reads(ref.s, got.s, "m");
     same_models(ref.s, got.s);

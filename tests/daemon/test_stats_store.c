@@ -4,7 +4,8 @@
  * twice, bad values) that store nothing of the post while the rest of its group commits, an SQL
  * failure that fails the whole group, concurrent posters, reset, model settings and listing, the
  * name filter, reopening, the importance statistic mean_sq (SPEC section 9: averaged like the
- * others, the key set fixed by the first post), and a throughput print (not an assertion).
+ * others, the key set fixed by the first post), the SQLite tuning of its connections, and a
+ * throughput print (not an assertion).
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
@@ -19,6 +20,7 @@
 #include "migrations.h"
 #include "qdtest.h"
 #include "stats.h"
+#include "stats_group.h"
 #include "stats_internal.h"
 
 /* ---- fixture ----------------------------------------------------------------------------------
@@ -32,7 +34,7 @@ static void open_all(void)
 {
     qd_err err = {{0}};
     ck_assert_msg(qd_store_open(g_path, &g_store, &err) == QD_OK, "store: %s", err.message);
-    ck_assert_msg(qd_stats_open(g_path, NULL, &g_s, &err) == QD_OK, "stats: %s", err.message);
+    ck_assert_msg(qd_stats_open(g_path, NULL, NULL, &g_s, &err) == QD_OK, "stats: %s", err.message);
 }
 
 static void close_all(void)
@@ -1696,12 +1698,44 @@ START_TEST(test_mean_sq_migration_keeps_rows)
 }
 END_TEST
 
+/* qd_stats_open's tuning (config [stats] busy_timeout, page_cache): the reader and the writer
+ * wait that long for a lock, the writer has that page cache; without tuning, db.h's defaults. */
+START_TEST(test_sqlite_tuning)
+{
+    static const qd_db_tuning tuned = {.busy_timeout_ms = 12000, .cache_kib = 65536};
+    static const struct {
+        const qd_db_tuning *t;
+        int busy, cache;
+    } cases[] = {
+        {&tuned, 12000, -65536},
+        {NULL, QD_DB_BUSY_TIMEOUT_MS, -QD_DB_STATS_PAGE_CACHE_KIB},
+    };
+    close_all(); /* the fixture's store stays closed: this test opens its own */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qd_err err = {{0}};
+        ck_assert_msg(qd_store_open(g_path, &g_store, &err) == QD_OK, "%s", err.message);
+        ck_assert_msg(qd_stats_open(g_path, NULL, cases[i].t, &g_s, &err) == QD_OK, "%s",
+                      err.message);
+        int v = 0;
+        ck_assert_int_eq(qd_db_int(g_s->rdb, "PRAGMA busy_timeout", &v, &err), QD_OK);
+        ck_assert_int_eq(v, cases[i].busy);
+        /* the writer's connection, read while its thread waits for work (nothing is queued) */
+        ck_assert_int_eq(qd_db_int(g_s->group->db, "PRAGMA busy_timeout", &v, &err), QD_OK);
+        ck_assert_int_eq(v, cases[i].busy);
+        ck_assert_int_eq(qd_db_int(g_s->group->db, "PRAGMA cache_size", &v, &err), QD_OK);
+        ck_assert_int_eq(v, cases[i].cache);
+        close_all();
+    }
+}
+END_TEST
+
 Suite *suite_stats_store(void)
 {
     Suite *s = suite_create("stats_store");
     TCase *avg = tcase_create("averaging");
     tcase_add_checked_fixture(avg, setup, teardown);
     tcase_add_test(avg, test_one_update_is_the_value);
+    tcase_add_test(avg, test_sqlite_tuning);
     tcase_add_test(avg, test_two_updates_average);
     tcase_add_test(avg, test_bootstrap_steps);
     tcase_add_test(avg, test_merge_adds_counts_and_sums);

@@ -249,6 +249,86 @@ START_TEST(nvfp4_quantize_derives_global_scale)
 }
 END_TEST
 
+/* One nvfp4 quantize of x (2 rows of 64) under global scale g and `method` on every ISA and thread
+ * count: it succeeds, every e_b is finite and positive, the error sums are finite, and codes,
+ * scales and sums equal the scalar run's. */
+static void nvfp4_finite_everywhere(const float *x, float g, const char *method)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    int64_t shape[2] = {2, 64};
+    quant_tensor t;
+    ck_assert_int_eq(quant_tensor_init(&t, QUANT_DTYPE_F32, 2, shape, (void *)x, NULL), QUANT_OK);
+    quant_how how;
+    mx_how(&how, QUANT_QTYPE_NVFP4, method);
+    how.pack = false;
+    how.global_scale = g;
+    uint8_t q0[128], q[128];
+    float s0[8], s[8];
+    quant_error_stats e0, e;
+    quant_error err;
+    quant_ctx *ctx = tu_ctx(QUANT_ISA_SCALAR, 1);
+    quant_status st = quant_quantize_measured(ctx, &how, &t, q0, s0, NULL, &e0, &err);
+    quant_ctx_free(ctx);
+    ck_assert_msg(st == QUANT_OK, "g %a %s: %s", (double)g, method, err.message);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(s0[i] > 0.0f && isfinite(s0[i]), "g %a %s: e_b[%d] = %a", (double)g, method,
+                      i, (double)s0[i]);
+    ck_assert_msg(isfinite(e0.sum_sq_err) && isfinite(e0.max_abs_err), "g %a %s: sums %a %a",
+                  (double)g, method, e0.sum_sq_err, e0.max_abs_err);
+    for (int k = 0; k < nisa; k++)
+        for (int threads = 1; threads <= 2; threads++) {
+            ctx = tu_ctx(isas[k], threads);
+            st = quant_quantize_measured(ctx, &how, &t, q, s, NULL, &e, &err);
+            quant_ctx_free(ctx);
+            ck_assert_msg(st == QUANT_OK, "%s/%d: %s", quant_isa_name(isas[k]), threads,
+                          err.message);
+            ck_assert_msg(memcmp(q, q0, sizeof q) == 0 && memcmp(s, s0, sizeof s) == 0 &&
+                              memcmp(&e, &e0, sizeof e) == 0,
+                          "g %a %s: %s/%d differs from scalar", (double)g, method,
+                          quant_isa_name(isas[k]), threads);
+        }
+}
+
+/* A given nvfp4 global scale must be finite and at least 2^-119, where 448 / g (the largest
+ * e_b) still fits float32: subnormal ones, FLT_MIN and the float just below 2^-119 are refused
+ * with an error naming the value and the limit; from 2^-119 to FLT_MAX every block scale, code
+ * and error sum is finite on every ISA, for all-zero blocks (s_b 0.125), blocks near FLT_MAX
+ * whose absmax times 3 overflows (s_b 448), subnormal inputs and ordinary ones. */
+START_TEST(nvfp4_global_scale_limits)
+{
+    static const float refused[] = {0x1p-149f,        2e-40f,   FLT_MIN, 0x1p-120f,
+                                    0x1.fffffep-120f, INFINITY, NAN,     -1.0f};
+    static const float accepted[] = {0x1p-119f, 0x1p-100f, 1e-30f, 1.0f, 0x1p100f, FLT_MAX};
+    static const char *methods[] = {"absmax", "absmax,3", "rms,2.5", "mse"};
+    quant_how how;
+    quant_error err;
+    mx_how(&how, QUANT_QTYPE_NVFP4, "absmax");
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        how.global_scale = refused[i];
+        ck_assert_int_eq(quant_how_check(&how, &err), QUANT_ERR_ARG);
+        ck_assert_msg(strstr(err.message, "global scale") && strstr(err.message, "2^-119"), "%s",
+                      err.message);
+    }
+    how.global_scale = FLT_MIN;
+    ck_assert_int_eq(quant_how_check(&how, &err), QUANT_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "1.17549e-38"), "%s", err.message);
+    float x[2][64] = {{0}};
+    for (int j = 0; j < 16; j++) {
+        x[0][16 + j] = (j % 2 ? -3e38f : 2.9e38f) / (float)(1 + j % 3); /* overflows times 3 */
+        x[0][32 + j] = 1e-42f * (float)(j + 1);                         /* subnormal */
+        x[1][j] = 0.25f * (float)(j - 8);
+        x[1][48 + j] = 1e-20f * (float)(j + 1);
+    }
+    for (size_t i = 0; i < sizeof accepted / sizeof *accepted; i++) {
+        how.global_scale = accepted[i];
+        ck_assert_msg(quant_how_check(&how, &err) == QUANT_OK, "%s", err.message);
+        for (size_t m = 0; m < sizeof methods / sizeof *methods; m++)
+            nvfp4_finite_everywhere(&x[0][0], accepted[i], methods[m]);
+    }
+}
+END_TEST
+
 /* SPEC 2b's tie list through a whole mxfp4 quantize (scale 1: block absmax 6). */
 START_TEST(mxfp4_codes_packed_and_unpacked)
 {
@@ -540,6 +620,7 @@ Suite *suite_microscaling(void)
     tcase_add_test(tc, nvfp4_global_scale_by_hand);
     tcase_add_test(tc, nvfp4_block_scales_by_hand);
     tcase_add_test(tc, nvfp4_quantize_derives_global_scale);
+    tcase_add_test(tc, nvfp4_global_scale_limits);
     tcase_add_test(tc, mxfp4_codes_packed_and_unpacked);
     tcase_add_test(tc, round_trip_real_tensor);
     tcase_add_test(tc, refusals);
