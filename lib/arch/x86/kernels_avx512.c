@@ -823,7 +823,7 @@ ALWAYS_INLINE __m512 src_load(const void *x, bool bf16, int64_t j, __mmask16 m)
     return m == 0xffff ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(m, f);
 }
 
-/* Codes asked to bypass the cache (quantize_fold's `stream`) do so when every 64-code step of
+/* Codes asked to bypass the cache (quantize_stream's `stream`) do so when every 64-code step of
  * the chunk starts on a 64-byte boundary of `out`: out aligned, groups of whole steps (tile % 64
  * == 0) and a chunk starting on a step (c0 % 64 == 0). Other shapes store through the cache. */
 ALWAYS_INLINE bool stream_ok(const quant_krow *r, bool stream, const uint8_t *out, int64_t c0)
@@ -1243,119 +1243,28 @@ static int quantize_bf16_avx512(const quant_krow *r, const uint16_t *x, int64_t 
     return bad;
 }
 
-/* ---- quantize one row while reducing the next (the fused path's overlap) ------------------- */
+/* ---- quantize with the codes streamed around the cache --------------------------------------- */
 
-/* Prefetches the 64 source values at element j of the stream r->pf points into (f32: 256 bytes,
- * bf16: 128), into L1. */
-ALWAYS_INLINE void fold_prefetch(const char *pf, bool bf16, int64_t j)
-{
-    if (!pf) return;
-    const char *p = pf + j * (bf16 ? 2 : 4);
-    _mm_prefetch(p, _MM_HINT_T0);
-    _mm_prefetch(p + 64, _MM_HINT_T0);
-    if (bf16) return;
-    _mm_prefetch(p + 128, _MM_HINT_T0);
-    _mm_prefetch(p + 192, _MM_HINT_T0);
-}
-
-/* Folds max |y| over y[j..j + 64) into *m16 (bf16: 32 magnitudes of 16 bits per vector) or *m32
- * (f32: magnitudes as 32-bit patterns, which order like the floats). */
-ALWAYS_INLINE void fold_step64(const void *y, bool bf16, int64_t j, __m512i *m16, __m512i *m32)
-{
-    if (bf16) {
-        const uint16_t *h = (const uint16_t *)y + j;
-        const __m512i mag = _mm512_set1_epi16(0x7fff);
-        *m16 = _mm512_max_epu16(*m16, _mm512_and_si512(_mm512_loadu_si512(h), mag));
-        *m16 = _mm512_max_epu16(*m16, _mm512_and_si512(_mm512_loadu_si512(h + 32), mag));
-        return;
-    }
-    const float *f = (const float *)y + j;
-    __m512i a = _mm512_max_epu32(abs_bits(_mm512_loadu_ps(f)), abs_bits(_mm512_loadu_ps(f + 16)));
-    __m512i b =
-        _mm512_max_epu32(abs_bits(_mm512_loadu_ps(f + 32)), abs_bits(_mm512_loadu_ps(f + 48)));
-    *m32 = _mm512_max_epu32(*m32, _mm512_max_epu32(a, b));
-}
-
-/* The float32 bit pattern of max |y| from the two accumulators (bf16 magnitudes widen by 16). */
-ALWAYS_INLINE uint32_t fold_bits(__m512i m16, __m512i m32)
-{
-    __m512i w = _mm512_max_epu32(_mm512_and_si512(m16, _mm512_set1_epi32(0xffff)),
-                                 _mm512_srli_epi32(m16, 16));
-    return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_slli_epi32(w, 16), m32));
-}
-
-/* div_int_kc over x with, in the same loop, max |y| per column group folded into acc: y's loads
- * are the memory stream while x comes from cache. Returns the largest bit pattern folded. */
-ALWAYS_INLINE uint32_t fold_int_kc(quant_kcode kc, const quant_krow *r, const void *x,
-                                   const void *y, const bool bf16, int64_t n, int64_t c0,
-                                   float *acc, uint8_t *out, const bool nt)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    uint32_t seen = 0;
-    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
-    for (int64_t j = 0; j < n; g++, end += tile) {
-        if (end > n) end = n;
-        const __m512 s = _mm512_set1_ps(r->scale[g]);
-        __m512i m16 = _mm512_setzero_si512(), m32 = m16;
-        for (; j + 64 <= end; j += 64) {
-            fold_prefetch(r->pf, bf16, j);
-            fold_step64(y, bf16, j, &m16, &m32);
-            div_step64(kc, x, bf16, j, s, qmin, qmax, nt, out + j * csize);
-        }
-        for (; j < end; j += 16) {
-            __mmask16 m = lanes(end - j);
-            m32 = _mm512_max_epu32(m32, abs_bits(src_load(y, bf16, j, m)));
-            store16(kc, out + j * csize, m,
-                    int_codes(_mm512_maskz_div_ps(m, src_load(x, bf16, j, m), s), qmin, qmax));
-        }
-        j = end; /* the masked step may have gone past it */
-        uint32_t b = fold_bits(m16, m32), prev = qn_bits(acc[g]);
-        b = b > prev ? b : prev;
-        acc[g] = qn_float(b);
-        seen = b > seen ? b : seen;
-    }
-    if (nt) _mm_sfence();
-    return seen;
-}
-
-ALWAYS_INLINE uint32_t fold_int_any(quant_kcode kc, const quant_krow *r, const void *x,
-                                    const void *y, const bool bf16, int64_t n, int64_t c0,
-                                    float *acc, bool stream, uint8_t *out)
-{
-    if (!y) {
-        div_int_any(kc, r, x, bf16, n, c0, stream, out);
-        return 0;
-    }
-    if (stream_ok(r, stream, out, c0)) return fold_int_kc(kc, r, x, y, bf16, n, c0, acc, out, true);
-    return fold_int_kc(kc, r, x, y, bf16, n, c0, acc, out, false);
-}
-
-/* quant_quantize_fold_fn. Shapes outside the division path (other codes, a zero point, tiles
- * below DIV_MIN_TILE) run quantize and absmax one after the other: the same results. */
-static int quantize_fold_avx512(const quant_krow *r, const void *x, const void *y, bool bf16,
-                                int64_t n, int64_t c0, float *acc, bool stream, void *codes)
+/* quant_quantize_stream_fn: symmetric integer codes in tiles of DIV_MIN_TILE and more take the
+ * division path, whose whole steps may store around the cache (stream_ok); other shapes run
+ * quantize (bf16: quantize_bf16), the same results. */
+static int quantize_stream_avx512(const quant_krow *r, const void *x, bool bf16, int64_t n,
+                                  int64_t c0, bool stream, void *codes)
 {
     if (n <= 0) return 0;
-    if (!is_int(r->kcode) || r->zp || r->tile < DIV_MIN_TILE) {
-        int bad =
-            bf16 ? quantize_bf16_avx512(r, x, n, c0, codes) : quantize_avx512(r, x, n, c0, codes);
-        int bad_y = !y     ? 0
-                    : bf16 ? absmax_bf16_avx512(y, n, c0, r->tile, acc)
-                           : absmax_avx512(y, n, c0, r->tile, acc);
-        return (bad ? QUANT_FOLD_BAD_X : 0) | (bad_y ? QUANT_FOLD_BAD_Y : 0);
-    }
-    /* x's non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
-    bool bad = !r->checked &&
-               (bf16 ? bf16_absmax_bits(x, n) >= 0x7f80u : seg_absmax_bits(x, n) >= 0x7f800000u);
-    uint32_t seen;
+    if (!is_int(r->kcode) || r->zp || r->tile < DIV_MIN_TILE)
+        return bf16 ? quantize_bf16_avx512(r, x, n, c0, codes)
+                    : quantize_avx512(r, x, n, c0, codes);
+    /* the non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
+    int bad = !r->checked &&
+              (bf16 ? bf16_absmax_bits(x, n) >= 0x7f80u : seg_absmax_bits(x, n) >= 0x7f800000u);
     if (r->kcode == QK_I8)
-        seen = fold_int_any(QK_I8, r, x, y, bf16, n, c0, acc, stream, codes);
+        div_int_any(QK_I8, r, x, bf16, n, c0, stream, codes);
     else if (r->kcode == QK_U8)
-        seen = fold_int_any(QK_U8, r, x, y, bf16, n, c0, acc, stream, codes);
+        div_int_any(QK_U8, r, x, bf16, n, c0, stream, codes);
     else
-        seen = fold_int_any(QK_I16, r, x, y, bf16, n, c0, acc, stream, codes);
-    return (bad ? QUANT_FOLD_BAD_X : 0) | (seen >= 0x7f800000u ? QUANT_FOLD_BAD_Y : 0);
+        div_int_any(QK_I16, r, x, bf16, n, c0, stream, codes);
+    return bad;
 }
 
 /* ---- packing -------------------------------------------------------------------------------- */
@@ -2009,5 +1918,5 @@ const quant_kernels quant_kernels_avx512 = {
     .quantize_absmax = quantize_absmax_avx512,
     .mse_int = mse_int_avx512,
     .quantize_onepass = quantize_onepass_avx512,
-    .quantize_fold = quantize_fold_avx512,
+    .quantize_stream = quantize_stream_avx512,
 };
