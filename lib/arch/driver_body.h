@@ -352,6 +352,7 @@ static int qd_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c
     }
 }
 
+#ifndef QD_QUANTIZE_ONLY
 /* ---- quantize_absmax_fn: one pass for symmetric absmax tiles 16/32/64 ------------------------ */
 
 /* QD_W groups at a time: max |x| reduced in registers, their scales as lin_scales computes them
@@ -457,5 +458,7 @@ static void qd_mse_int(const float *x, const float *w, int64_t n, int64_t c0, in
         j = end;
     }
 }
+
+#endif /* QD_QUANTIZE_ONLY */
 
 #endif /* QUANT_DRIVER_BODY_H */
