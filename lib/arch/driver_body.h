@@ -115,6 +115,47 @@ ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, flo
     }
 }
 
+#ifdef QD_NF4_RECIP
+/* NF4 (no zero point) by the reciprocal too. With q = x / s exactly, b = fl(x * r) and
+ * v = fl(x / s) differ by at most |q| (3 * 2^-24 + 2^-48) + 2^-149 < 2^-21 when |q| <= 2, and
+ * index(b) = index(v) unless a threshold lies between them, hence within 2^-21 of b. The
+ * including file's qd_nf4_cell gives b's code and the one threshold that may lie that close
+ * (every other is farther than QD_NF4_MARGIN = 2^-20 from b); b's code is kept when that one is
+ * farther than the margin too. When |q| > 2, b and v both lie beyond +-1, past every threshold.
+ * Lanes within the margin, and unordered ones (b NaN), take the division. */
+#define QD_NF4_MARGIN 0x1p-20f
+
+ALWAYS_INLINE qd_vi qd_nf4_recip(qd_vf x, qd_vf r, qd_vf margin, qd_vm *near)
+{
+    qd_vf b = qd_mul(x, r), thr;
+    qd_vi k = qd_nf4_cell(b, &thr);
+    *near = qd_note(*near, margin, qd_abs(qd_sub(b, thr)));
+    return k;
+}
+
+/* Blocks of NF4 codes through the reciprocal; a block with a lane near a threshold is redone
+ * with the division. */
+ALWAYS_INLINE void qd_nf4_blocks(const float *x, int64_t nb, float sc, uint8_t *out, const char *pf,
+                                 int64_t pf_elem)
+{
+    const qd_vf s = qd_set1(sc), r = qd_set1(1.0f / sc), margin = qd_set1(QD_NF4_MARGIN);
+    const qd_vf zero = qd_set1(0.0f);
+    for (int64_t j = 0; j < nb; j += QD_BLK) {
+        qd_prefetch(pf, pf_elem, j);
+        qd_vm near = qd_near_none();
+        const float *xj = x + j;
+        qd_vi k0 = qd_nf4_recip(qd_load(xj), r, margin, &near);
+        qd_vi k1 = qd_nf4_recip(qd_load(xj + QD_W), r, margin, &near);
+        qd_vi k2 = qd_nf4_recip(qd_load(xj + 2 * QD_W), r, margin, &near);
+        qd_vi k3 = qd_nf4_recip(qd_load(xj + 3 * QD_W), r, margin, &near);
+        if (__builtin_expect(!qd_any(near), 1))
+            qd_store_blk(QK_NF4, out + j, k0, k1, k2, k3);
+        else
+            qd_divide_blk(QK_NF4, xj, s, zero, false, zero, zero, out + j);
+    }
+}
+#endif
+
 /* Blocks of codes by the IEEE division (fp8, nf4, e2m1, and scales whose reciprocal is not a
  * normal float). */
 ALWAYS_INLINE void qd_div_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, qd_vf z,
@@ -139,6 +180,10 @@ ALWAYS_INLINE int64_t qd_quantize_seg(quant_kcode kc, const float *x, int64_t le
     int64_t nb = len & ~(int64_t)(QD_BLK - 1), j = nb;
     if (qk_is_int(kc) && qk_recip_usable(sc))
         qd_int_blocks(kc, x, nb, sc, z, qmin, qmax, out, pf, pf_elem, asym);
+#ifdef QD_NF4_RECIP
+    else if (kc == QK_NF4 && !asym && qk_recip_usable(sc))
+        qd_nf4_blocks(x, nb, sc, out, pf, pf_elem);
+#endif
     else
         qd_div_blocks(kc, x, nb, sc, z, asym, qmin, qmax, out, pf, pf_elem);
     const qd_vf s = qd_set1(sc);

@@ -7,6 +7,7 @@
  */
 #include <float.h>
 #include <immintrin.h>
+#include <math.h>
 
 #include "../recip_contract.h"
 #include "internal.h"
@@ -277,30 +278,43 @@ ALWAYS_INLINE __m512i fp8_codes(__m512 v, float max, int M, int bias)
     return _mm512_ternarylogic_epi32(code, sign, _mm512_set1_epi32(0x80), 0xf8);
 }
 
-/* NF4 index = number of thresholds below v, as the two-level search of kernels_avx2.c: two
- * compares pick the quarter q of the 16 levels (T7, then T3 or T11), three permutations give the
- * quarter's inner thresholds T[4q..4q+2] and three compares count them. NaN compares false
- * everywhere and gives 0, as the scalar path. */
-ALWAYS_INLINE __m512i nf4_codes(__m512 v)
+/* NF4 by a 32-cell grid over [-1, 1): cell floor(16 v), v clamped to [-1, 1), lives in lane
+ * cell & 31 of two-register tables (lanes 0..15: cells 0..15, lanes 16..31: cells -16..-1).
+ * The thresholds are more than 1/16 apart, so a cell holds at most one: index(v) = the count of
+ * thresholds in lower cells (NF4_BASE) + (v > the cell's threshold, +Inf when none). The tables
+ * are those floor(16 T[i]) gives (test_nf4_grid checks every threshold and its neighbours
+ * against the scalar index). *thr gets each lane's cell threshold; every other threshold is at
+ * least 0.00166 (T12 = 0x1.00da06p-1 to 1/2) from the cell's edges, so from v. */
+#define NF4_BASE                                                                                   \
+    7, 8, 9, 9, 10, 11, 11, 12, 12, 13, 13, 14, 14, 14, 15, 15, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3,   \
+        4, 4, 5, 6, 6
+ALWAYS_INLINE __m512i nf4_cell(__m512 v, __m512 *thr)
 {
     const float *t = qn_nf4_thresholds;
-    const __m512i one = _mm512_set1_epi32(1);
-    __mmask16 m1 = _mm512_cmp_ps_mask(v, _mm512_set1_ps(t[7]), _CMP_GT_OQ);
-    __m512 t2 = _mm512_mask_blend_ps(m1, _mm512_set1_ps(t[3]), _mm512_set1_ps(t[11]));
-    __mmask16 m2 = _mm512_cmp_ps_mask(v, t2, _CMP_GT_OQ);
-    __m512i q = _mm512_mask_add_epi32(_mm512_maskz_mov_epi32(m1, _mm512_set1_epi32(2)), m2,
-                                      _mm512_maskz_mov_epi32(m1, _mm512_set1_epi32(2)), one);
-    const __m512 tab0 = _mm512_setr_ps(t[0], t[4], t[8], t[12], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512 tab1 = _mm512_setr_ps(t[1], t[5], t[9], t[13], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512 tab2 =
-        _mm512_setr_ps(t[2], t[6], t[10], t[14], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m512i k = _mm512_slli_epi32(q, 2);
-    k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(v, _mm512_permutexvar_ps(q, tab0), _CMP_GT_OQ),
-                              k, one);
-    k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(v, _mm512_permutexvar_ps(q, tab1), _CMP_GT_OQ),
-                              k, one);
-    return _mm512_mask_add_epi32(
-        k, _mm512_cmp_ps_mask(v, _mm512_permutexvar_ps(q, tab2), _CMP_GT_OQ), k, one);
+    const __m512 thr_lo =
+        _mm512_setr_ps(t[7], t[8], INFINITY, t[9], t[10], INFINITY, t[11], INFINITY, t[12],
+                       INFINITY, t[13], INFINITY, INFINITY, t[14], INFINITY, INFINITY);
+    const __m512 thr_hi =
+        _mm512_setr_ps(INFINITY, INFINITY, t[0], INFINITY, INFINITY, INFINITY, t[1], INFINITY, t[2],
+                       INFINITY, t[3], INFINITY, t[4], t[5], INFINITY, t[6]);
+    static const int32_t base[32] = {NF4_BASE};
+    /* 16 v is exact; |16 v| clipped to 15.5 with its sign puts v >= 15/16 in cell 15 and
+     * v < -15/16 in cell -16, neither of which holds a threshold */
+    __m512 u = _mm512_range_ps(_mm512_mul_ps(v, _mm512_set1_ps(16.0f)), _mm512_set1_ps(15.5f),
+                               RANGE_ABSMIN_SIGN_A);
+    __m512i cell = _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    *thr = _mm512_permutex2var_ps(thr_lo, cell, thr_hi);
+    __m512i k =
+        _mm512_permutex2var_epi32(_mm512_loadu_si512(base), cell, _mm512_loadu_si512(base + 16));
+    __mmask16 above = _mm512_cmp_ps_mask(v, *thr, _CMP_GT_OQ);
+    return _mm512_mask_sub_epi32(k, above, k, _mm512_set1_epi32(-1));
+}
+#undef NF4_BASE
+
+ALWAYS_INLINE __m512i nf4_codes(__m512 v)
+{
+    __m512 thr;
+    return nf4_cell(v, &thr);
 }
 
 /* e2m1 codes as qn_quant_e2m1, by the rounding add of fp8_codes: e2m1 is the float format with
@@ -438,6 +452,13 @@ ALWAYS_INLINE void qd_store_vec(quant_kcode kc, void *dst, qd_vi a)
 ALWAYS_INLINE void qd_prefetch(const char *pf, int64_t pf_elem, int64_t j)
 {
     prefetch64(pf, pf_elem, j);
+}
+
+/* NF4 codes with the threshold that can flip them (nf4_cell). */
+#define QD_NF4_RECIP
+ALWAYS_INLINE qd_vi qd_nf4_cell(qd_vf v, qd_vf *thr)
+{
+    return nf4_cell(v, thr);
 }
 
 #include "../driver_body.h"
