@@ -1,11 +1,15 @@
 /* driver_body.h -- the quantize driver of the SIMD kernel files, written once and compiled once
  * per target (the pattern of zstd's HUF_DGEN): the reciprocal path with its exact-division tie
- * check (../recip_contract.h), blocks of four vectors, the redo list of near lanes, one column
- * group at a time (quantize_seg) or many small groups per sub-chunk (grouped, grouped_kc), the
- * one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the fused MSE search over
- * integer codes (mse_int). kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes) include it after
- * defining the vector primitives below; the algorithm, its tie logic and its order of operations
- * are the same on every target, so each is bit-identical to kernels_generic.c as the other is.
+ * check (../recip_contract.h) and NF4's threshold margin, blocks of four vectors, the redo list of
+ * near lanes, one column group at a time (quantize_seg) or many small groups per sub-chunk
+ * (grouped, grouped_kc), the one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the
+ * fused MSE search over integer codes (mse_int). The tie logic lives here only. What it serves:
+ *   kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes): quantize, quantize_absmax, mse_int;
+ *   kernels_avx512.c (16 lanes, QD_QUANTIZE_ONLY): quantize but for symmetric integer tiles of 64
+ *   and more (its division path), with NF4 by the reciprocal (QD_NF4_RECIP); its one-pass, MSE,
+ *   bf16 and streaming kernels are its own.
+ * The algorithm, its tie logic and its order of operations are the same on every target, so each
+ * is bit-identical to kernels_generic.c as the other is.
  *
  * What the including file defines first (inline functions, or macros naming an intrinsic):
  *   QD_W (macro)             lanes per vector (a power of two, 4 or more)
@@ -34,6 +38,10 @@
  *                            [j, end) for the QD_W candidate scales sv, added to the float64
  *                            sums av[0..QD_W) (see quant_mse_int_fn; `unit`: w not read)
  *   seg_absmax_bits(x, len)  max |x| bits over x[0..len)
+ *   QD_NF4_RECIP (optional macro) with qd_nf4_cell(v, &thr): NF4 codes of v and, per lane, the
+ *                            one threshold that may lie within QD_NF4_MARGIN of v (+Inf if none)
+ *   QD_QUANTIZE_ONLY (optional macro): only qd_quantize; qd_tiny_one, qd_bounded_codes and
+ *                            qd_abs_bits .. qd_mse_lanes are then not needed
  * It then has qd_quantize, qd_quantize_absmax and qd_mse_int for its kernel table.
  * SPDX-License-Identifier: Apache-2.0
  */

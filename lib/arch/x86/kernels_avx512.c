@@ -282,9 +282,10 @@ ALWAYS_INLINE __m512i fp8_codes(__m512 v, float max, int M, int bias)
  * cell & 31 of two-register tables (lanes 0..15: cells 0..15, lanes 16..31: cells -16..-1).
  * The thresholds are more than 1/16 apart, so a cell holds at most one: index(v) = the count of
  * thresholds in lower cells (NF4_BASE) + (v > the cell's threshold, +Inf when none). The tables
- * are those floor(16 T[i]) gives (test_nf4_grid checks every threshold and its neighbours
- * against the scalar index). *thr gets each lane's cell threshold; every other threshold is at
- * least 0.00166 (T12 = 0x1.00da06p-1 to 1/2) from the cell's edges, so from v. */
+ * are those floor(16 T[i]) gives (kernels_exact_at_code_boundaries checks every threshold and
+ * cell edge with its neighbours against the scalar index). *thr gets each lane's cell threshold;
+ * every other threshold is at least 0.00166 (T12 = 0x1.00da06p-1 to 1/2) from the cell's edges, so
+ * from v. */
 #define NF4_BASE                                                                                   \
     7, 8, 9, 9, 10, 11, 11, 12, 12, 13, 13, 14, 14, 14, 15, 15, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3,   \
         4, 4, 5, 6, 6
