@@ -102,12 +102,12 @@ ALWAYS_INLINE void qd_divide_blk(quant_kcode kc, const float *x, qd_vf s, qd_vf 
 
 /* Blocks of integer codes through the reciprocal path; a block with a value too close to a tie
  * is redone with the division. `asym` is a compile-time constant at each call. */
-ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, qd_vf z,
-                                 qd_vf qmin, qd_vf qmax, uint8_t *out, const char *pf,
+ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, float rc,
+                                 qd_vf z, qd_vf qmin, qd_vf qmax, uint8_t *out, const char *pf,
                                  int64_t pf_elem, const bool asym)
 {
     const size_t csize = qd_csize(kc);
-    const qd_vf s = qd_set1(sc), r = qd_set1(1.0f / sc), limit = qd_set1(qk_tie_limit(kc));
+    const qd_vf s = qd_set1(sc), r = qd_set1(rc), limit = qd_set1(qk_tie_limit(kc));
     for (int64_t j = 0; j < nb; j += QD_BLK) {
         qd_prefetch(pf, pf_elem, j);
         qd_vm near = qd_near_none();
@@ -143,10 +143,10 @@ ALWAYS_INLINE qd_vi qd_nf4_recip(qd_vf x, qd_vf r, qd_vf margin, qd_vm *near)
 
 /* Blocks of NF4 codes through the reciprocal; a block with a lane near a threshold is redone
  * with the division. */
-ALWAYS_INLINE void qd_nf4_blocks(const float *x, int64_t nb, float sc, uint8_t *out, const char *pf,
-                                 int64_t pf_elem)
+ALWAYS_INLINE void qd_nf4_blocks(const float *x, int64_t nb, float sc, float rc, uint8_t *out,
+                                 const char *pf, int64_t pf_elem)
 {
-    const qd_vf s = qd_set1(sc), r = qd_set1(1.0f / sc), margin = qd_set1(QD_NF4_MARGIN);
+    const qd_vf s = qd_set1(sc), r = qd_set1(rc), margin = qd_set1(QD_NF4_MARGIN);
     const qd_vf zero = qd_set1(0.0f);
     for (int64_t j = 0; j < nb; j += QD_BLK) {
         qd_prefetch(pf, pf_elem, j);
@@ -181,16 +181,16 @@ ALWAYS_INLINE void qd_div_blocks(quant_kcode kc, const float *x, int64_t nb, flo
 /* One column group with a shared scale `sc`: codes for x[0..len) in blocks, then vectors;
  * returns the count handled (the rest is left for a scalar tail). */
 ALWAYS_INLINE int64_t qd_quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc,
-                                      qd_vf z, const bool asym, qd_vf qmin, qd_vf qmax,
+                                      float rc, qd_vf z, const bool asym, qd_vf qmin, qd_vf qmax,
                                       uint8_t *out, const char *pf, int64_t pf_elem)
 {
     const size_t csize = qd_csize(kc);
     int64_t nb = len & ~(int64_t)(QD_BLK - 1), j = nb;
     if (qk_is_int(kc) && qk_recip_usable(sc))
-        qd_int_blocks(kc, x, nb, sc, z, qmin, qmax, out, pf, pf_elem, asym);
+        qd_int_blocks(kc, x, nb, sc, rc, z, qmin, qmax, out, pf, pf_elem, asym);
 #ifdef QD_NF4_RECIP
     else if (kc == QK_NF4 && !asym && qk_recip_usable(sc))
-        qd_nf4_blocks(x, nb, sc, out, pf, pf_elem);
+        qd_nf4_blocks(x, nb, sc, rc, out, pf, pf_elem);
 #endif
     else
         qd_div_blocks(kc, x, nb, sc, z, asym, qmin, qmax, out, pf, pf_elem);
@@ -366,17 +366,24 @@ ALWAYS_INLINE int qd_quantize_kc(quant_kcode kc, const quant_krow *r, const floa
         qd_grouped_kc(kc, r, x, n, c0, out);
         return bad;
     }
-    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0, glast = (c0 + n - 1) / r->tile;
+    float rb[QD_W]; /* 1 / scale of groups rb0.., QD_W at a time by one vector division */
+    int64_t rb0 = g - QD_W;
     for (int64_t j = 0; j < n; g++, end += r->tile) {
         if (end > n) end = n;
+        if (g - rb0 >= QD_W && g + QD_W - 1 <= glast) {
+            qd_store(rb, qd_div(qd_set1(1.0f), qd_load(r->scale + g)));
+            rb0 = g;
+        }
+        float sc = r->scale[g], rc = g - rb0 < QD_W ? rb[g - rb0] : 1.0f / sc;
         qd_vf z = qd_set1(r->zp ? (float)r->zp[g] : 0.0f);
         const char *pf = r->pf ? r->pf + j * r->pf_elem : NULL;
         if (r->zp)
-            j += qd_quantize_seg(kc, x + j, end - j, r->scale[g], z, true, qmin, qmax,
-                                 out + j * csize, pf, r->pf_elem);
+            j += qd_quantize_seg(kc, x + j, end - j, sc, rc, z, true, qmin, qmax, out + j * csize,
+                                 pf, r->pf_elem);
         else
-            j += qd_quantize_seg(kc, x + j, end - j, r->scale[g], z, false, qmin, qmax,
-                                 out + j * csize, pf, r->pf_elem);
+            j += qd_quantize_seg(kc, x + j, end - j, sc, rc, z, false, qmin, qmax, out + j * csize,
+                                 pf, r->pf_elem);
         if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
         j = end;
     }
