@@ -301,6 +301,22 @@ ALWAYS_INLINE void qd_grouped(quant_kcode kc, const quant_krow *r, const float *
     }
 }
 
+/* The grouped path's tables for groups g0..g1: 1/scale (NaN when the reciprocal may not be
+ * used: qk_recip_or_nan), the reciprocals QD_W at a time by one vector division, and the zero
+ * points as floats. */
+ALWAYS_INLINE void qd_group_tables(const quant_krow *r, int64_t g0, int64_t g1, float *recip,
+                                   float *zpf)
+{
+    int64_t g = g0;
+    for (; g + QD_W - 1 <= g1; g += QD_W)
+        qd_store(recip + (g - g0), qd_div(qd_set1(1.0f), qd_load(r->scale + g)));
+    for (; g <= g1; g++) recip[g - g0] = 1.0f / r->scale[g];
+    for (g = g0; g <= g1; g++) {
+        if (!qk_recip_usable(r->scale[g])) recip[g - g0] = __builtin_nanf("");
+        zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
+    }
+}
+
 ALWAYS_INLINE void qd_grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
                                  int64_t c0, uint8_t *out)
 {
@@ -310,10 +326,7 @@ ALWAYS_INLINE void qd_grouped_kc(quant_kcode kc, const quant_krow *r, const floa
     for (int64_t j0 = 0; j0 < n; j0 += QD_SUB) {
         int64_t m = n - j0 < QD_SUB ? n - j0 : QD_SUB, mv = m & ~(int64_t)(QD_W - 1), cj = c0 + j0;
         int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
-        for (int64_t g = g0; g <= g1; g++) {
-            recip[g - g0] = qk_recip_or_nan(r->scale[g]);
-            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
-        }
+        qd_group_tables(r, g0, g1, recip, zpf);
         const float *xj = x + j0;
         uint8_t *oj = out + j0 * csize;
         quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
