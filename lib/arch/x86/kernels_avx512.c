@@ -1,8 +1,9 @@
-/* kernels_avx512.c -- AVX-512 (F/BW/VL/DQ) kernels: absmax/minmax reductions, quantize to int /
- * fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening and nibble packing, 16 lanes
- * at a time with mask registers for tails. Bit-identical to kernels_generic.c: same IEEE
- * division (a reciprocal only where a margin proves it gives the division's code), same
- * round-half-even; rare shapes run the generic code.
+/* kernels_avx512.c -- AVX-512 (F/BW/VL/DQ) kernels: absmax/minmax reductions, the 16-lane
+ * primitives on which ../driver_body.h builds the general quantize (its reciprocal path and tie
+ * logic live there), the division path for symmetric integer tiles of 64 and more (also behind
+ * quantize_bf16 and quantize_stream), the one-pass and MSE kernels, dequantize of every code
+ * kind, bf16/f16 widening and nibble packing, with mask registers for tails. Bit-identical to
+ * kernels_generic.c: same IEEE division, same round-half-even; rare shapes run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <float.h>
@@ -22,7 +23,7 @@
 #define RANGE_ABSMIN_SIGN_A 0x02
 #define RANGE_ABSMIN_CLEAR  0x0a
 
-#define SUB 2048 /* elements per sub-chunk of the grouped quantize path: bounds its tables */
+#define SUB 2048 /* elements per block widened on the stack (bf16 sources of other shapes) */
 
 /* Lanes [0, len) (all 16 when len >= 16). */
 ALWAYS_INLINE __mmask16 lanes(int64_t len)
