@@ -66,6 +66,7 @@ static const kernel_case kernel_cases[] = {
     {"int4 tile 32 mse (n=20, 21 candidates)", QUANT_QTYPE_INT4, "mse", false, 32, false, false},
     {"int8 per-channel mse (n=20)", QUANT_QTYPE_INT8, "mse", false, 0, false, false},
     {"int8 minmax per-channel (zero point)", QUANT_QTYPE_INT8, "minmax", false, 0, false, false},
+    {"int4 minmax tile 32 (zero point)", QUANT_QTYPE_INT4, "minmax", false, 32, false, false},
     {"bf16 input -> int8 per-channel", QUANT_QTYPE_INT8, NULL, false, 0, true, false},
     {"bf16 input -> int8 tile 32", QUANT_QTYPE_INT8, NULL, false, 32, true, false},
     {"mxfp8 (tile 32)", QUANT_QTYPE_MXFP8, NULL, false, 32, false, false},

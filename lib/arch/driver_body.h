@@ -1,11 +1,15 @@
 /* driver_body.h -- the quantize driver of the SIMD kernel files, written once and compiled once
  * per target (the pattern of zstd's HUF_DGEN): the reciprocal path with its exact-division tie
- * check (../recip_contract.h), blocks of four vectors, the redo list of near lanes, one column
- * group at a time (quantize_seg) or many small groups per sub-chunk (grouped, grouped_kc), the
- * one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the fused MSE search over
- * integer codes (mse_int). kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes) include it after
- * defining the vector primitives below; the algorithm, its tie logic and its order of operations
- * are the same on every target, so each is bit-identical to kernels_generic.c as the other is.
+ * check (../recip_contract.h) and NF4's threshold margin, blocks of four vectors, the redo list of
+ * near lanes, one column group at a time (quantize_seg) or many small groups per sub-chunk
+ * (grouped, grouped_kc), the one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the
+ * fused MSE search over integer codes (mse_int). The tie logic lives here only. What it serves:
+ *   kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes): quantize, quantize_absmax, mse_int;
+ *   kernels_avx512.c (16 lanes, QD_QUANTIZE_ONLY): quantize but for symmetric integer tiles of 64
+ *   and more (its division path), with NF4 by the reciprocal (QD_NF4_RECIP); its one-pass, MSE,
+ *   bf16 and streaming kernels are its own.
+ * The algorithm, its tie logic and its order of operations are the same on every target, so each
+ * is bit-identical to kernels_generic.c as the other is.
  *
  * What the including file defines first (inline functions, or macros naming an intrinsic):
  *   QD_W (macro)             lanes per vector (a power of two, 4 or more)
@@ -34,6 +38,10 @@
  *                            [j, end) for the QD_W candidate scales sv, added to the float64
  *                            sums av[0..QD_W) (see quant_mse_int_fn; `unit`: w not read)
  *   seg_absmax_bits(x, len)  max |x| bits over x[0..len)
+ *   QD_NF4_RECIP (optional macro) with qd_nf4_cell(v, &thr): NF4 codes of v and, per lane, the
+ *                            one threshold that may lie within QD_NF4_MARGIN of v (+Inf if none)
+ *   QD_QUANTIZE_ONLY (optional macro): only qd_quantize; qd_tiny_one, qd_bounded_codes and
+ *                            qd_abs_bits .. qd_mse_lanes are then not needed
  * It then has qd_quantize, qd_quantize_absmax and qd_mse_int for its kernel table.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -94,12 +102,12 @@ ALWAYS_INLINE void qd_divide_blk(quant_kcode kc, const float *x, qd_vf s, qd_vf 
 
 /* Blocks of integer codes through the reciprocal path; a block with a value too close to a tie
  * is redone with the division. `asym` is a compile-time constant at each call. */
-ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, qd_vf z,
-                                 qd_vf qmin, qd_vf qmax, uint8_t *out, const char *pf,
+ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, float sc, float rc,
+                                 qd_vf z, qd_vf qmin, qd_vf qmax, uint8_t *out, const char *pf,
                                  int64_t pf_elem, const bool asym)
 {
     const size_t csize = qd_csize(kc);
-    const qd_vf s = qd_set1(sc), r = qd_set1(1.0f / sc), limit = qd_set1(qk_tie_limit(kc));
+    const qd_vf s = qd_set1(sc), r = qd_set1(rc), limit = qd_set1(qk_tie_limit(kc));
     for (int64_t j = 0; j < nb; j += QD_BLK) {
         qd_prefetch(pf, pf_elem, j);
         qd_vm near = qd_near_none();
@@ -114,6 +122,47 @@ ALWAYS_INLINE void qd_int_blocks(quant_kcode kc, const float *x, int64_t nb, flo
             qd_divide_blk(kc, xj, s, z, asym, qmin, qmax, out + j * csize);
     }
 }
+
+#ifdef QD_NF4_RECIP
+/* NF4 (no zero point) by the reciprocal too. With q = x / s exactly, b = fl(x * r) and
+ * v = fl(x / s) differ by at most |q| (3 * 2^-24 + 2^-48) + 2^-149 < 2^-21 when |q| <= 2, and
+ * index(b) = index(v) unless a threshold lies between them, hence within 2^-21 of b. The
+ * including file's qd_nf4_cell gives b's code and the one threshold that may lie that close
+ * (every other is farther than QD_NF4_MARGIN = 2^-20 from b); b's code is kept when that one is
+ * farther than the margin too. When |q| > 2, b and v both lie beyond +-1, past every threshold.
+ * Lanes within the margin, and unordered ones (b NaN), take the division. */
+#define QD_NF4_MARGIN 0x1p-20f
+
+ALWAYS_INLINE qd_vi qd_nf4_recip(qd_vf x, qd_vf r, qd_vf margin, qd_vm *near)
+{
+    qd_vf b = qd_mul(x, r), thr;
+    qd_vi k = qd_nf4_cell(b, &thr);
+    *near = qd_note(*near, margin, qd_abs(qd_sub(b, thr)));
+    return k;
+}
+
+/* Blocks of NF4 codes through the reciprocal; a block with a lane near a threshold is redone
+ * with the division. */
+ALWAYS_INLINE void qd_nf4_blocks(const float *x, int64_t nb, float sc, float rc, uint8_t *out,
+                                 const char *pf, int64_t pf_elem)
+{
+    const qd_vf s = qd_set1(sc), r = qd_set1(rc), margin = qd_set1(QD_NF4_MARGIN);
+    const qd_vf zero = qd_set1(0.0f);
+    for (int64_t j = 0; j < nb; j += QD_BLK) {
+        qd_prefetch(pf, pf_elem, j);
+        qd_vm near = qd_near_none();
+        const float *xj = x + j;
+        qd_vi k0 = qd_nf4_recip(qd_load(xj), r, margin, &near);
+        qd_vi k1 = qd_nf4_recip(qd_load(xj + QD_W), r, margin, &near);
+        qd_vi k2 = qd_nf4_recip(qd_load(xj + 2 * QD_W), r, margin, &near);
+        qd_vi k3 = qd_nf4_recip(qd_load(xj + 3 * QD_W), r, margin, &near);
+        if (__builtin_expect(!qd_any(near), 1))
+            qd_store_blk(QK_NF4, out + j, k0, k1, k2, k3);
+        else
+            qd_divide_blk(QK_NF4, xj, s, zero, false, zero, zero, out + j);
+    }
+}
+#endif
 
 /* Blocks of codes by the IEEE division (fp8, nf4, e2m1, and scales whose reciprocal is not a
  * normal float). */
@@ -132,13 +181,17 @@ ALWAYS_INLINE void qd_div_blocks(quant_kcode kc, const float *x, int64_t nb, flo
 /* One column group with a shared scale `sc`: codes for x[0..len) in blocks, then vectors;
  * returns the count handled (the rest is left for a scalar tail). */
 ALWAYS_INLINE int64_t qd_quantize_seg(quant_kcode kc, const float *x, int64_t len, float sc,
-                                      qd_vf z, const bool asym, qd_vf qmin, qd_vf qmax,
+                                      float rc, qd_vf z, const bool asym, qd_vf qmin, qd_vf qmax,
                                       uint8_t *out, const char *pf, int64_t pf_elem)
 {
     const size_t csize = qd_csize(kc);
     int64_t nb = len & ~(int64_t)(QD_BLK - 1), j = nb;
     if (qk_is_int(kc) && qk_recip_usable(sc))
-        qd_int_blocks(kc, x, nb, sc, z, qmin, qmax, out, pf, pf_elem, asym);
+        qd_int_blocks(kc, x, nb, sc, rc, z, qmin, qmax, out, pf, pf_elem, asym);
+#ifdef QD_NF4_RECIP
+    else if (kc == QK_NF4 && !asym && qk_recip_usable(sc))
+        qd_nf4_blocks(x, nb, sc, rc, out, pf, pf_elem);
+#endif
     else
         qd_div_blocks(kc, x, nb, sc, z, asym, qmin, qmax, out, pf, pf_elem);
     const qd_vf s = qd_set1(sc);
@@ -248,6 +301,22 @@ ALWAYS_INLINE void qd_grouped(quant_kcode kc, const quant_krow *r, const float *
     }
 }
 
+/* The grouped path's tables for groups g0..g1: 1/scale (NaN when the reciprocal may not be
+ * used: qk_recip_or_nan), the reciprocals QD_W at a time by one vector division, and the zero
+ * points as floats. */
+ALWAYS_INLINE void qd_group_tables(const quant_krow *r, int64_t g0, int64_t g1, float *recip,
+                                   float *zpf)
+{
+    int64_t g = g0;
+    for (; g + QD_W - 1 <= g1; g += QD_W)
+        qd_store(recip + (g - g0), qd_div(qd_set1(1.0f), qd_load(r->scale + g)));
+    for (; g <= g1; g++) recip[g - g0] = 1.0f / r->scale[g];
+    for (g = g0; g <= g1; g++) {
+        if (!qk_recip_usable(r->scale[g])) recip[g - g0] = __builtin_nanf("");
+        zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
+    }
+}
+
 ALWAYS_INLINE void qd_grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
                                  int64_t c0, uint8_t *out)
 {
@@ -257,10 +326,7 @@ ALWAYS_INLINE void qd_grouped_kc(quant_kcode kc, const quant_krow *r, const floa
     for (int64_t j0 = 0; j0 < n; j0 += QD_SUB) {
         int64_t m = n - j0 < QD_SUB ? n - j0 : QD_SUB, mv = m & ~(int64_t)(QD_W - 1), cj = c0 + j0;
         int64_t g0 = cj / r->tile, g1 = (cj + m - 1) / r->tile;
-        for (int64_t g = g0; g <= g1; g++) {
-            recip[g - g0] = qk_recip_or_nan(r->scale[g]);
-            zpf[g - g0] = r->zp ? (float)r->zp[g] : 0.0f;
-        }
+        qd_group_tables(r, g0, g1, recip, zpf);
         const float *xj = x + j0;
         uint8_t *oj = out + j0 * csize;
         quant_krow sub = *r; /* prefetch addresses follow the sub-chunk */
@@ -313,17 +379,24 @@ ALWAYS_INLINE int qd_quantize_kc(quant_kcode kc, const quant_krow *r, const floa
         qd_grouped_kc(kc, r, x, n, c0, out);
         return bad;
     }
-    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
+    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0, glast = (c0 + n - 1) / r->tile;
+    float rb[QD_W]; /* 1 / scale of groups rb0.., QD_W at a time by one vector division */
+    int64_t rb0 = g - QD_W;
     for (int64_t j = 0; j < n; g++, end += r->tile) {
         if (end > n) end = n;
+        if (g - rb0 >= QD_W && g + QD_W - 1 <= glast) {
+            qd_store(rb, qd_div(qd_set1(1.0f), qd_load(r->scale + g)));
+            rb0 = g;
+        }
+        float sc = r->scale[g], rc = g - rb0 < QD_W ? rb[g - rb0] : 1.0f / sc;
         qd_vf z = qd_set1(r->zp ? (float)r->zp[g] : 0.0f);
         const char *pf = r->pf ? r->pf + j * r->pf_elem : NULL;
         if (r->zp)
-            j += qd_quantize_seg(kc, x + j, end - j, r->scale[g], z, true, qmin, qmax,
-                                 out + j * csize, pf, r->pf_elem);
+            j += qd_quantize_seg(kc, x + j, end - j, sc, rc, z, true, qmin, qmax, out + j * csize,
+                                 pf, r->pf_elem);
         else
-            j += qd_quantize_seg(kc, x + j, end - j, r->scale[g], z, false, qmin, qmax,
-                                 out + j * csize, pf, r->pf_elem);
+            j += qd_quantize_seg(kc, x + j, end - j, sc, rc, z, false, qmin, qmax, out + j * csize,
+                                 pf, r->pf_elem);
         if (j < end) bad |= quant_generic_quantize(r, x + j, end - j, c0 + j, out + j * csize);
         j = end;
     }
@@ -352,6 +425,7 @@ static int qd_quantize(const quant_krow *r, const float *x, int64_t n, int64_t c
     }
 }
 
+#ifndef QD_QUANTIZE_ONLY
 /* ---- quantize_absmax_fn: one pass for symmetric absmax tiles 16/32/64 ------------------------ */
 
 /* QD_W groups at a time: max |x| reduced in registers, their scales as lin_scales computes them
@@ -457,5 +531,7 @@ static void qd_mse_int(const float *x, const float *w, int64_t n, int64_t c0, in
         j = end;
     }
 }
+
+#endif /* QD_QUANTIZE_ONLY */
 
 #endif /* QUANT_DRIVER_BODY_H */

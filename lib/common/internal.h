@@ -206,23 +206,16 @@ typedef struct quant_onepass {
  * scale. Optional (NULL: quantize_absmax for float32 linear rows, else the three-pass path). */
 typedef int (*quant_quantize_onepass_fn)(const quant_krow *r, const void *x, int64_t n, int64_t c0,
                                          const quant_onepass *op, float *scale, void *codes);
-/* The fused path's overlap: the codes of x[0..n) exactly as quantize (bf16: quantize_bf16) gives
- * them and, in the same pass, max |y| of y[0..n) folded into acc per column group as absmax
- * (absmax_bf16) does; y holds the same columns c0.. of another row, in x's dtype (float32 or
- * bf16, contiguous), or is NULL (acc not used: quantize alone). `stream`: the codes are not read
- * again soon (the call's data exceeds the cache), so the kernel may store them around the cache
- * (non-temporal stores), fenced (sfence) before it returns; a hint that never changes results.
- * quantize.c calls it only with y NULL and `stream` set, for the unpacked codes of large float32
- * calls (symmetric integer codes, no zero point, tiles of QUANT_FOLD_MIN_TILE and more): the
- * overlap with a next row lost 15-25% out of cache when it was routed (BENCHMARKS.md, fourth
- * session of 2026-11-25); y is kept for its kernel test and a retry. Other shapes are correct
- * too. Returns QUANT_FOLD_BAD_X when x held a non-finite value (as quantize), | QUANT_FOLD_BAD_Y
- * when y did (acc then unspecified). Optional (NULL: ordinary stores). */
-#define QUANT_FOLD_MIN_TILE 64
-#define QUANT_FOLD_BAD_X    1
-#define QUANT_FOLD_BAD_Y    2
-typedef int (*quant_quantize_fold_fn)(const quant_krow *r, const void *x, const void *y, bool bf16,
-                                      int64_t n, int64_t c0, float *acc, bool stream, void *codes);
+/* The codes of x[0..n) exactly as quantize (bf16: quantize_bf16) gives them, x being float32 or
+ * bf16 (contiguous). `stream`: the codes are not read again soon (the call's data exceeds the
+ * cache), so the kernel may store them around the cache (non-temporal stores), fenced (sfence)
+ * before it returns; a hint that never changes results. quantize.c calls it, with `stream` set,
+ * for the unpacked codes of large calls (symmetric integer codes, no zero point, tiles of
+ * QUANT_STREAM_MIN_TILE and more, rows read in place); other shapes are correct too. Returns
+ * nonzero when x held a non-finite value (as quantize). Optional (NULL: ordinary stores). */
+#define QUANT_STREAM_MIN_TILE 64
+typedef int (*quant_quantize_stream_fn)(const quant_krow *r, const void *x, bool bf16, int64_t n,
+                                        int64_t c0, bool stream, void *codes);
 /* The error sums errstats adds into acc for x[0..n) against the codes dequantized as dequantize
  * gives them with r (kcode, tile, scale, zp; r->scale and r->zp indexed by column group as
  * there), without the dequantized copy: the same f32 formula per element, the same lanes, order
@@ -253,7 +246,7 @@ typedef struct quant_kernels {
     quant_mse_int_fn mse_int;                 /* optional (NULL: quantize + dequantize) */
     /* optional (NULL: see its type); appended last (issue 12, branch mx) */
     quant_quantize_onepass_fn quantize_onepass;
-    quant_quantize_fold_fn quantize_fold; /* optional (NULL: reduce, then quantize) */
+    quant_quantize_stream_fn quantize_stream; /* optional (NULL: ordinary stores) */
     /* optional (NULL: dequantize + errstats); appended last (issue 11 item 5, branch errq) */
     quant_errstats_codes_fn errstats_codes;
 } quant_kernels;

@@ -41,8 +41,7 @@ typedef struct quant_run {
     float *deq;
     atomic_llong bad_scale; /* smallest scale index whose scale failed, INT64_MAX if none */
     bool onepass;           /* fused path: rows go through the kernel set's one-pass kernel */
-    bool stream; /* unpacked codes around the cache: quantize_fold without a next row (fold_shape,
-                    stream_wanted) */
+    bool stream; /* codes around the cache: quantize_stream (stream_shape, stream_wanted) */
 } quant_run;
 
 /* Columns c0.. of row `row` as contiguous bf16 the kernels read in registers (no widened copy
@@ -113,7 +112,7 @@ static quant_krow row_krow(const quant_run *run, const float *scale, const int32
                         .amax = amax};
 }
 
-/* quantize_fold's `stream`: the call is large (run->stream) and nothing reads the codes back at
+/* quantize_stream's `stream`: the call is large (run->stream) and nothing reads the codes back at
  * once (no error sums). */
 static bool codes_stream(const quant_run *run)
 {
@@ -150,8 +149,8 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
                 &kr, x, n, c0, run->how->sr_key,
                 run->how->sr_index_base + (uint64_t)(row * p->ncols + c0), out);
         else if (run->stream)
-            bad = run->rd.k->quantize_fold(&kr, h ? (const void *)h : (const void *)x, NULL, h, n,
-                                           c0, NULL, codes_stream(run), out);
+            bad = run->rd.k->quantize_stream(&kr, h ? (const void *)h : (const void *)x, h, n, c0,
+                                             codes_stream(run), out);
         else if (h)
             bad = run->rd.k->quantize_bf16(&kr, h, n, c0, out);
         else
@@ -302,15 +301,16 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
     return 0;
 }
 
-/* The kernel set has quantize_fold and the plan is a shape it is meant for: symmetric integer
- * codes, tiles of QUANT_FOLD_MIN_TILE and more, rows read in place (float32, or bf16 by
+/* The kernel set has quantize_stream and the plan is a shape it is meant for: symmetric integer
+ * codes, tiles of QUANT_STREAM_MIN_TILE and more, rows read in place (float32, or bf16 by
  * bf16_direct), no stochastic rounding. */
-static bool fold_shape(const quant_run *run, const quant_plan *p)
+static bool stream_shape(const quant_run *run, const quant_plan *p)
 {
     bool in_place = quant_rows_direct(run->rd.x) || bf16_direct(&run->rd, 0, 0);
-    return run->rd.k->quantize_fold && in_place && !p->method.asymmetric && !run->how->stochastic &&
+    return run->rd.k->quantize_stream && in_place && !p->method.asymmetric &&
+           !run->how->stochastic &&
            (p->kcode == QK_I8 || p->kcode == QK_U8 || p->kcode == QK_I16) &&
-           p->col_tile >= QUANT_FOLD_MIN_TILE;
+           p->col_tile >= QUANT_STREAM_MIN_TILE;
 }
 
 /* Fused: calibrate the row, derive its scales, quantize it while it is still in cache. */
@@ -430,7 +430,7 @@ static quant_status run_pass(quant_ctx *ctx, quant_run *run, const quant_plan *p
 }
 
 /* True when the call's input and code bytes reach ctx->stream_min_bytes: its codes may then go
- * around the cache (quantize_fold's `stream`). Packed codes are staged in scratch, so never; nor
+ * around the cache (quantize_stream's `stream`). Packed codes are staged in scratch, so never; nor
  * for bf16 input: out of cache it ran at 0.39-0.41 of the read-only pass against 0.49-0.57
  * without (BENCHMARKS.md, fourth session of 2026-11-25), where float32 gains 5-10%. */
 static bool stream_wanted(const quant_ctx *ctx, const quant_plan *p, const quant_tensor *x)
@@ -452,7 +452,7 @@ static quant_status quantize_given(quant_ctx *ctx, const quant_how *how, const q
     run.q = q;
     run.scale = scale;
     run.zp = zp;
-    run.stream = stream_wanted(ctx, p, x) && fold_shape(&run, p);
+    run.stream = stream_wanted(ctx, p, x) && stream_shape(&run, p);
     quant_status st = run_pass(ctx, &run, p, false, stats, err);
     run_free(&run);
     return st;
@@ -522,7 +522,7 @@ static quant_status quantize_fused(quant_ctx *ctx, const quant_how *how, const q
     run.scale_out = scale;
     run.zp_out = zp;
     run.onepass = onepass_allowed(&run, p);
-    run.stream = stream_wanted(ctx, p, x) && fold_shape(&run, p);
+    run.stream = stream_wanted(ctx, p, x) && stream_shape(&run, p);
     quant_status st = run_pass(ctx, &run, p, true, stats, err);
     long long bad_scale = atomic_load(&run.bad_scale);
     if (st == QUANT_OK && bad_scale != INT64_MAX) {

@@ -1,12 +1,14 @@
-/* kernels_avx512.c -- AVX-512 (F/BW/VL/DQ) kernels: absmax/minmax reductions, quantize to int /
- * fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening and nibble packing, 16 lanes
- * at a time with mask registers for tails. Bit-identical to kernels_generic.c: same IEEE
- * division (a reciprocal only where a margin proves it gives the division's code), same
- * round-half-even; rare shapes run the generic code.
+/* kernels_avx512.c -- AVX-512 (F/BW/VL/DQ) kernels: absmax/minmax reductions, the 16-lane
+ * primitives on which ../driver_body.h builds the general quantize (its reciprocal path and tie
+ * logic live there), the division path for symmetric integer tiles of 64 and more (also behind
+ * quantize_bf16 and quantize_stream), the one-pass and MSE kernels, dequantize of every code
+ * kind, bf16/f16 widening and nibble packing, with mask registers for tails. Bit-identical to
+ * kernels_generic.c: same IEEE division, same round-half-even; rare shapes run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <float.h>
 #include <immintrin.h>
+#include <math.h>
 
 #include "../recip_contract.h"
 #include "internal.h"
@@ -21,7 +23,7 @@
 #define RANGE_ABSMIN_SIGN_A 0x02
 #define RANGE_ABSMIN_CLEAR  0x0a
 
-#define SUB 2048 /* elements per sub-chunk of the grouped quantize path: bounds its tables */
+#define SUB 2048 /* elements per block widened on the stack (bf16 sources of other shapes) */
 
 /* Lanes [0, len) (all 16 when len >= 16). */
 ALWAYS_INLINE __mmask16 lanes(int64_t len)
@@ -280,43 +282,41 @@ ALWAYS_INLINE __m512i fp8_codes(__m512 v, float max, int M, int bias)
 /* NF4 by a 32-cell grid over [-1, 1): cell floor(16 v), v clamped to [-1, 1), lives in lane
  * cell & 31 of two-register tables (lanes 0..15: cells 0..15, lanes 16..31: cells -16..-1).
  * The thresholds are more than 1/16 apart, so a cell holds at most one: index(v) = the count of
- * thresholds in lower cells + (v > the cell's threshold, +inf when none). */
-typedef struct nf4_grid {
-    __m512 thr_lo, thr_hi;
-    __m512i base_lo, base_hi;
-} nf4_grid;
-
-static nf4_grid nf4_grid_make(void)
+ * thresholds in lower cells (NF4_BASE) + (v > the cell's threshold, +Inf when none). The tables
+ * are those floor(16 T[i]) gives (kernels_exact_at_code_boundaries checks every threshold and
+ * cell edge with its neighbours against the scalar index). *thr gets each lane's cell threshold;
+ * every other threshold is at least 0.00166 (T12 = 0x1.00da06p-1 to 1/2) from the cell's edges, so
+ * from v. */
+#define NF4_BASE                                                                                   \
+    7, 8, 9, 9, 10, 11, 11, 12, 12, 13, 13, 14, 14, 14, 15, 15, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3,   \
+        4, 4, 5, 6, 6
+ALWAYS_INLINE __m512i nf4_cell(__m512 v, __m512 *thr)
 {
-    float thr[32];
-    int32_t base[32];
-    int cell[15];
-    for (int i = 0; i < 32; i++) thr[i] = __builtin_inff();
-    for (int i = 0; i < 15; i++) {
-        cell[i] = (int)__builtin_floorf(qn_nf4_thresholds[i] * 16.0f); /* exact */
-        thr[cell[i] & 31] = qn_nf4_thresholds[i];
-    }
-    for (int c = -16, i = 0; c < 16; c++) { /* the thresholds ascend */
-        while (i < 15 && cell[i] < c) i++;
-        base[c & 31] = i;
-    }
-    nf4_grid g = {_mm512_loadu_ps(thr), _mm512_loadu_ps(thr + 16), _mm512_loadu_si512(base),
-                  _mm512_loadu_si512(base + 16)};
-    return g;
-}
-
-/* NF4 indices; *thr gets each lane's cell threshold (for the reciprocal path's margin). */
-ALWAYS_INLINE __m512i nf4_codes(__m512 v, const nf4_grid *t, __m512 *thr)
-{
+    const float *t = qn_nf4_thresholds;
+    const __m512 thr_lo =
+        _mm512_setr_ps(t[7], t[8], INFINITY, t[9], t[10], INFINITY, t[11], INFINITY, t[12],
+                       INFINITY, t[13], INFINITY, INFINITY, t[14], INFINITY, INFINITY);
+    const __m512 thr_hi =
+        _mm512_setr_ps(INFINITY, INFINITY, t[0], INFINITY, INFINITY, INFINITY, t[1], INFINITY, t[2],
+                       INFINITY, t[3], INFINITY, t[4], t[5], INFINITY, t[6]);
+    static const int32_t base[32] = {NF4_BASE};
     /* 16 v is exact; |16 v| clipped to 15.5 with its sign puts v >= 15/16 in cell 15 and
      * v < -15/16 in cell -16, neither of which holds a threshold */
     __m512 u = _mm512_range_ps(_mm512_mul_ps(v, _mm512_set1_ps(16.0f)), _mm512_set1_ps(15.5f),
                                RANGE_ABSMIN_SIGN_A);
     __m512i cell = _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    *thr = _mm512_permutex2var_ps(t->thr_lo, cell, t->thr_hi);
-    __m512i base = _mm512_permutex2var_epi32(t->base_lo, cell, t->base_hi);
+    *thr = _mm512_permutex2var_ps(thr_lo, cell, thr_hi);
+    __m512i k =
+        _mm512_permutex2var_epi32(_mm512_loadu_si512(base), cell, _mm512_loadu_si512(base + 16));
     __mmask16 above = _mm512_cmp_ps_mask(v, *thr, _CMP_GT_OQ);
-    return _mm512_mask_sub_epi32(base, above, base, _mm512_set1_epi32(-1));
+    return _mm512_mask_sub_epi32(k, above, k, _mm512_set1_epi32(-1));
+}
+#undef NF4_BASE
+
+ALWAYS_INLINE __m512i nf4_codes(__m512 v)
+{
+    __m512 thr;
+    return nf4_cell(v, &thr);
 }
 
 /* e2m1 codes as qn_quant_e2m1, by the rounding add of fp8_codes: e2m1 is the float format with
@@ -340,10 +340,8 @@ ALWAYS_INLINE __m512i e2m1_codes(__m512 v)
 }
 
 /* Codes of scaled values, as int32 lanes. */
-ALWAYS_INLINE __m512i codes16(quant_kcode kc, __m512 v, __m512 qmin, __m512 qmax,
-                              const nf4_grid *grid)
+ALWAYS_INLINE __m512i codes16(quant_kcode kc, __m512 v, __m512 qmin, __m512 qmax)
 {
-    __m512 thr;
     switch (kc) {
     case QK_E2M1:
         return e2m1_codes(v);
@@ -352,7 +350,7 @@ ALWAYS_INLINE __m512i codes16(quant_kcode kc, __m512 v, __m512 qmin, __m512 qmax
     case QK_E5M2:
         return fp8_codes(v, QN_E5M2_MAX, 2, 15);
     case QK_NF4:
-        return nf4_codes(v, grid, &thr);
+        return nf4_codes(v);
     default:
         return int_codes(v, qmin, qmax);
     }
@@ -385,416 +383,87 @@ ALWAYS_INLINE void store64(quant_kcode kc, uint8_t *dst, __m512i a, __m512i b, _
     _mm512_storeu_si512(dst, _mm512_permutexvar_epi32(p, bytes));
 }
 
-/* ---- quantize: the reciprocal path ---------------------------------------------------------- */
+/* ---- the shared driver (../driver_body.h) on 16 lanes --------------------------------------- */
 
-/* Integer codes without a divide per element: the contract of ../recip_contract.h, its tie
- * limit tested on d = b - rint(b) (vreduceps, exact). */
+#define QD_W             16
+#define QD_QUANTIZE_ONLY /* the one-pass and MSE kernels below are AVX-512's own */
+typedef __m512 qd_vf;
+typedef __m512i qd_vi;
+typedef __mmask16 qd_vm; /* near lanes: one bit each */
+#define qd_load  _mm512_loadu_ps
+#define qd_store _mm512_storeu_ps
+#define qd_set1  _mm512_set1_ps
+#define qd_add   _mm512_add_ps
+#define qd_sub   _mm512_sub_ps
+#define qd_mul   _mm512_mul_ps
+#define qd_div   _mm512_div_ps
+#define qd_abs   _mm512_abs_ps
+#define qd_cvt   _mm512_cvttps_epi32
 
-/* NF4 (no zero point) by the same scheme. With q = x / s exactly, b = fl(x * r) and
- * v = fl(x / s) differ by at most |q| (3 * 2^-24 + 2^-48) + 2^-149 < 2^-21 when |q| <= 2, and
- * index(b) = index(v) unless a threshold lies between them. The threshold of b's grid cell is
- * checked against NF4_MARGIN = 2^-20; every other threshold is at least 0.00166 (0x1.00da06p-1
- * to 1/2) from its own cell's edges, hence farther than that from b. When |q| > 2, b and v both
- * lie beyond +-15/16, in the edge cells, which hold no threshold. Lanes within the margin, and
- * unordered ones (b NaN or +Inf), are recomputed with the IEEE division. */
-#define NF4_MARGIN 0x1p-20f
-
-/* True when the kind (with or without a zero point) uses the reciprocal path. */
-ALWAYS_INLINE bool use_recip(quant_kcode kc, bool asym)
+ALWAYS_INLINE qd_vf qd_bcast(const float *p)
 {
-    return is_int(kc) || (kc == QK_NF4 && !asym);
+    return _mm512_set1_ps(*p);
 }
 
-/* Codes of b = x * r [+ z] as int32 lanes; *near gets the lanes the division must redo. For
- * integers b is rounded after the clip (NaN propagates through it, by operand order, and makes
- * d unordered); vreduceps gives d = b - rint(b) exactly. */
-ALWAYS_INLINE __m512i recip_codes(quant_kcode kc, __m512 x, __m512 r, __m512 z, bool asym,
-                                  __m512 qmin, __m512 qmax, const nf4_grid *grid, __mmask16 *near)
+/* maxps / minps return their second operand when either is NaN: v second keeps a NaN. */
+ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {
-    __m512 b = _mm512_mul_ps(x, r);
-    if (kc == QK_NF4) {
-        __m512 thr;
-        __m512i k = nf4_codes(b, grid, &thr);
-        *near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(b, thr)), _mm512_set1_ps(NF4_MARGIN),
-                                   _CMP_NGT_UQ);
-        return k;
-    }
-    if (asym) b = _mm512_add_ps(b, z);
-    b = _mm512_min_ps(qmax, _mm512_max_ps(qmin, b));
-    __m512 d = _mm512_reduce_ps(b, RNE);
-    *near = _mm512_cmp_ps_mask(_mm512_abs_ps(d), _mm512_set1_ps(qk_tie_limit(kc)), _CMP_NLT_UQ);
-    return _mm512_cvt_roundps_epi32(b, RNE);
+    return _mm512_min_ps(hi, _mm512_max_ps(lo, v));
 }
 
-/* ---- quantize: chunks whose 16-vectors each lie in one column group ------------------------ */
-
-/* Advances to the group of the next `step` elements (groups hold whole steps). */
-ALWAYS_INLINE int64_t next_group(int64_t *g, int64_t *left, int64_t tile, int64_t step)
+ALWAYS_INLINE qd_vf qd_rint(qd_vf v)
 {
-    if (*left == 0) {
-        (*g)++;
-        *left = tile;
-    }
-    *left -= step;
-    return *g;
+    return _mm512_roundscale_ps(v, RNE);
 }
 
-/* Per group from g0 (ng groups): 1/scale (NaN when the reciprocal is not a normal float, so that
- * every lane counts as near) and the zero point as a float. */
-ALWAYS_INLINE void group_tables(const quant_krow *r, int64_t g0, int64_t ng, float *recip,
-                                float *zpf, bool want_recip)
+ALWAYS_INLINE qd_vm qd_near_none(void)
 {
-    for (int64_t i = 0; i < ng; i += 16) {
-        __mmask16 m = lanes(ng - i);
-        if (want_recip) {
-            __m512 s = _mm512_maskz_loadu_ps(m, r->scale + g0 + i);
-            __mmask16 ok =
-                _mm512_mask_cmp_ps_mask(m, s, _mm512_set1_ps(QK_RECIP_SCALE_MIN), _CMP_GE_OQ) &
-                _mm512_cmp_ps_mask(s, _mm512_set1_ps(QK_RECIP_SCALE_MAX), _CMP_LE_OQ);
-            __m512 rc =
-                _mm512_mask_div_ps(_mm512_set1_ps(__builtin_nanf("")), ok, _mm512_set1_ps(1.0f), s);
-            _mm512_mask_storeu_ps(recip + i, m, rc);
-        }
-        if (r->zp) {
-            __m512i z = _mm512_maskz_loadu_epi32(m, r->zp + g0 + i);
-            _mm512_mask_storeu_ps(zpf + i, m, _mm512_cvtepi32_ps(z));
-        }
-    }
+    return 0;
 }
 
-/* With the groups' max |x| known (r->amax; integer codes, no zero point): per group from g0
- * (ng groups), the bits of -amax and its code by the IEEE division, as redo_flush would give it.
- * The lanes holding -amax are then resolved without a redo: they sit on a tie in every other
- * group when the bound is qmax + 0.5 (int8's 127.5), while other near lanes are rare (about
- * one value in 2^11), rare enough for a branch. */
-ALWAYS_INLINE void extreme_tables(const quant_krow *r, int64_t g0, int64_t ng, int32_t *nbits,
-                                  int32_t *ncode)
+ALWAYS_INLINE qd_vm qd_note(qd_vm acc, qd_vf d, qd_vf limit)
 {
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    for (int64_t i = 0; i < ng; i += 16) {
-        __mmask16 m = lanes(ng - i);
-        __m512i a = _mm512_or_si512(_mm512_maskz_loadu_epi32(m, r->amax + g0 + i),
-                                    _mm512_set1_epi32((int)0x80000000u));
-        __m512 s = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, r->scale + g0 + i);
-        __m512 v = _mm512_div_ps(_mm512_castsi512_ps(a), s);
-        _mm512_mask_storeu_epi32(nbits + i, m, a);
-        _mm512_mask_storeu_epi32(ncode + i, m, int_codes(v, qmin, qmax));
-    }
+    return acc | _mm512_cmp_ps_mask(d, limit, _CMP_NLT_UQ);
 }
 
-/* Per-group tables of the extreme lanes (extreme_tables), when used. */
-typedef struct extremes {
-    int32_t nbits[SUB / 16 + 2], ncode[SUB / 16 + 2];
-} extremes;
-
-/* Codes of the 16 values at x (lanes m) of group gi (tables from g0): the reciprocal path when
- * the kind has one (near lanes reported), else the division. With `ext`, near lanes equal to
- * the group's -amax take its code from the tables and are not reported. */
-ALWAYS_INLINE __m512i vec_codes(quant_kcode kc, const quant_krow *r, const float *x, __mmask16 m,
-                                int64_t gi, int64_t g0, const float *recip, const float *zpf,
-                                const nf4_grid *grid, __m512 qmin, __m512 qmax, __mmask16 *near,
-                                const bool asym, const extremes *ex)
+ALWAYS_INLINE bool qd_any(qd_vm acc)
 {
-    __m512 xv = m == 0xffff ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(m, x);
-    __m512 z = asym ? _mm512_set1_ps(zpf[gi - g0]) : _mm512_setzero_ps();
-    if (use_recip(kc, asym)) {
-        __m512i k =
-            recip_codes(kc, xv, _mm512_set1_ps(recip[gi - g0]), z, asym, qmin, qmax, grid, near);
-        *near &= m;
-        if (ex) {
-            __mmask16 e = _mm512_mask_cmpeq_epi32_mask(*near, _mm512_castps_si512(xv),
-                                                       _mm512_set1_epi32(ex->nbits[gi - g0]));
-            k = _mm512_mask_mov_epi32(k, e, _mm512_set1_epi32(ex->ncode[gi - g0]));
-            *near = _kandn_mask16(e, *near);
-        }
-        return k;
-    }
-    __m512 v = _mm512_maskz_div_ps(m, xv, _mm512_set1_ps(r->scale[gi]));
-    if (asym) v = _mm512_add_ps(v, z);
-    return codes16(kc, v, qmin, qmax, grid);
+    return acc != 0;
 }
 
-/* How grouped_sub() finds the group of each 16-vector, and notes near lanes (compile-time): */
-enum {
-    STEP_ANY,   /* tile % 16 == 0: a counter per vector */
-    STEP_16,    /* tile 16 from a group start: one group per vector */
-    STEP_32,    /* tile 32 from a group start: one group per two vectors */
-    STEP_BLOCK, /* tile % 64 == 0 from a 64-aligned start: one group per 64-block */
-    STEP_LONG,  /* as STEP_BLOCK, with near lanes rare enough for a branch: one group in the
-                   sub-chunk, or tiles of 1024 and more (about one near lane per 2 groups, where
-                   the group's absmax is negative: -B = qmin + 0.5 is a tie) */
-};
-
-/* Near lanes gathered for the division pass, REDO_MAX at most between passes: a division per
- * 16 of them rather than per 16-vector holding one, and no chain of dependent latencies. */
-#define REDO_MAX 256
-
-typedef struct redo_list {
-    float x[REDO_MAX + 16], s[REDO_MAX + 16], z[REDO_MAX + 16];
-    int32_t at[REDO_MAX + 16]; /* element index in the sub-chunk */
-} redo_list;
-
-/* Codes of the n gathered lanes through the IEEE division, stored where they belong. */
-ALWAYS_INLINE void redo_flush(quant_kcode kc, const redo_list *l, int n, __m512 qmin, __m512 qmax,
-                              const nf4_grid *grid, uint8_t *out, const bool asym)
+ALWAYS_INLINE qd_vf qd_zp(const int32_t *p)
 {
-    for (int k = 0; k < n; k += 16) {
-        __mmask16 m = lanes(n - k);
-        __m512 v = _mm512_maskz_div_ps(m, _mm512_loadu_ps(l->x + k), _mm512_loadu_ps(l->s + k));
-        if (asym) v = _mm512_add_ps(v, _mm512_loadu_ps(l->z + k));
-        int32_t c[16];
-        _mm512_storeu_si512(c, codes16(kc, v, qmin, qmax, grid));
-        for (int i = 0; i < 16 && k + i < n; i++) {
-            if (kc == QK_I16) {
-                int16_t h = (int16_t)c[i];
-                memcpy(out + 2 * (int64_t)l->at[k + i], &h, sizeof h);
-            } else {
-                out[l->at[k + i]] = (uint8_t)c[i];
-            }
-        }
-    }
+    return _mm512_cvtepi32_ps(_mm512_loadu_si512(p));
 }
 
-/* Near lanes, bit l for lane l of a 16-vector. For STEP_LONG, only blocks holding some are noted
- * (behind a branch): in block[], with their group's table index in group[] and their lanes per
- * vector in lanes[4 e + q]. Otherwise lanes[v] is stored for every vector v, without a branch
- * (near lanes are common with small tiles, and irregular), and the pass skips the empty slots
- * 32 at a time. */
-typedef struct near_list {
-    uint16_t lanes[SUB / 16 + 4]; /* STEP_LONG: 4 per noted block, SUB / 64 + 1 of them */
-    int32_t block[SUB / 64 + 1], group[SUB / 64 + 1];
-} near_list;
-
-/* Gathers the lanes m of the 16-vector v (group table index t) into l. */
-ALWAYS_INLINE void gather_near(redo_list *l, int *n, const quant_krow *r, const float *x, int64_t v,
-                               __mmask16 m, int64_t t, int64_t g0, const float *zpf,
-                               const bool asym)
+ALWAYS_INLINE qd_vi qd_codes(quant_kcode kc, qd_vf v, qd_vf qmin, qd_vf qmax)
 {
-    const int64_t j = v * 16;
-    __m512i at =
-        _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32((int)j));
-    _mm512_storeu_ps(l->x + *n, _mm512_maskz_compress_ps(m, _mm512_maskz_loadu_ps(m, x + j)));
-    _mm512_storeu_si512(l->at + *n, _mm512_maskz_compress_epi32(m, at));
-    _mm512_storeu_ps(l->s + *n, _mm512_set1_ps(r->scale[g0 + t]));
-    if (asym) _mm512_storeu_ps(l->z + *n, _mm512_set1_ps(zpf[t]));
-    *n += __builtin_popcount(m);
+    return codes16(kc, v, qmin, qmax);
 }
 
-/* The division pass over the near lanes: nb blocks noted for STEP_LONG, else nv vector slots.
- * vg[] holds the table index of each vector for STEP_ANY, per block for STEP_BLOCK. */
-ALWAYS_INLINE void redo_near(quant_kcode kc, const quant_krow *r, const float *x,
-                             const near_list *nl, int nb, int64_t nv, const int32_t *vg, int step,
-                             const float *zpf, int64_t g0, const nf4_grid *grid, uint8_t *out,
-                             const bool asym)
+ALWAYS_INLINE void qd_store_blk(quant_kcode kc, void *dst, qd_vi a, qd_vi b, qd_vi c, qd_vi d)
 {
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    redo_list l;
-    int n = 0;
-    if (step == STEP_LONG) {
-        for (int e = 0; e < nb; e++) {
-            for (int q = 0; q < 4; q++) {
-                __mmask16 m = nl->lanes[4 * e + q];
-                if (!m) continue;
-                if (n > REDO_MAX) { /* room for 16 more */
-                    redo_flush(kc, &l, n, qmin, qmax, grid, out, asym);
-                    n = 0;
-                }
-                gather_near(&l, &n, r, x, 4 * (int64_t)nl->block[e] + q, m, nl->group[e], g0, zpf,
-                            asym);
-            }
-        }
-    } else {
-        for (int64_t i = 0; i < nv; i += 32) {
-            __mmask32 valid = nv - i >= 32 ? 0xffffffffu : (1u << (nv - i)) - 1u;
-            __m512i w = _mm512_maskz_loadu_epi16(valid, nl->lanes + i);
-            for (uint32_t bits = _mm512_test_epi16_mask(w, w); bits; bits &= bits - 1) {
-                int64_t v = i + __builtin_ctz(bits);
-                int64_t t = step == STEP_16      ? v
-                            : step == STEP_32    ? v / 2
-                            : step == STEP_BLOCK ? vg[v / 4]
-                                                 : vg[v];
-                if (n > REDO_MAX) {
-                    redo_flush(kc, &l, n, qmin, qmax, grid, out, asym);
-                    n = 0;
-                }
-                gather_near(&l, &n, r, x, v, nl->lanes[v], t, g0, zpf, asym);
-            }
-        }
-    }
-    redo_flush(kc, &l, n, qmin, qmax, grid, out, asym);
+    store64(kc, dst, a, b, c, d);
 }
 
-/* Notes the near lanes of the 16-vectors v..v+3 (block v / 4, group table index t); *nb counts
- * the blocks noted for STEP_LONG. */
-ALWAYS_INLINE void note_near(near_list *nl, int *nb, int64_t v, int64_t t, __mmask16 n0,
-                             __mmask16 n1, __mmask16 n2, __mmask16 n3, int step)
+ALWAYS_INLINE void qd_store_vec(quant_kcode kc, void *dst, qd_vi a)
 {
-    int64_t at = v;
-    if (step == STEP_LONG) {
-        if (__builtin_expect(_kortestz_mask16_u8(_kor_mask16(n0, n1), _kor_mask16(n2, n3)), 1))
-            return;
-        nl->block[*nb] = (int32_t)(v / 4);
-        nl->group[*nb] = (int32_t)t;
-        at = 4 * (int64_t)(*nb)++;
-    }
-    _store_mask16((__mmask16 *)nl->lanes + at, n0);
-    _store_mask16((__mmask16 *)nl->lanes + at + 1, n1);
-    _store_mask16((__mmask16 *)nl->lanes + at + 2, n2);
-    _store_mask16((__mmask16 *)nl->lanes + at + 3, n3);
+    store16(kc, dst, 0xffff, a);
 }
 
-/* The 16-vector at x (lanes m) of group gi again, all by the IEEE division (the rare near lanes
- * of the `ext` path). */
-ALWAYS_INLINE void redo_vec(quant_kcode kc, const quant_krow *r, const float *x, __mmask16 m,
-                            int64_t gi, const nf4_grid *grid, uint8_t *out)
+ALWAYS_INLINE void qd_prefetch(const char *pf, int64_t pf_elem, int64_t j)
 {
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    __m512 v = _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, x), _mm512_set1_ps(r->scale[gi]));
-    store16(kc, out, m, codes16(kc, v, qmin, qmax, grid));
+    prefetch64(pf, pf_elem, j);
 }
 
-/* Codes for x[0..m) (m <= SUB) from column cj, every 16-vector inside one column group. */
-ALWAYS_INLINE void grouped_sub(quant_kcode kc, const quant_krow *r, const float *x, int64_t m,
-                               int64_t cj, const nf4_grid *grid, uint8_t *out, const char *pf,
-                               const bool asym, const int step, const bool ext)
+/* NF4 codes with the threshold that can flip them (nf4_cell). */
+#define QD_NF4_RECIP
+ALWAYS_INLINE qd_vi qd_nf4_cell(qd_vf v, qd_vf *thr)
 {
-    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    const bool rec = use_recip(kc, asym);
-    const bool per_block = step == STEP_BLOCK || step == STEP_LONG;
-    const int64_t g0 = cj / tile, ng = (cj + m - 1) / tile - g0 + 1;
-    float recip[SUB / 16 + 2], zpf[SUB / 16 + 2];
-    int32_t vg[SUB / 16];
-    near_list nl;
-    int nb = 0;
-    extremes extab;
-    const extremes *ex = ext ? &extab : NULL;
-    group_tables(r, g0, ng, recip, zpf, rec);
-    if (ext) extreme_tables(r, g0, ng, extab.nbits, extab.ncode);
-    int64_t g = g0, left = (g0 + 1) * tile - cj, j = 0, v = 0;
-    __mmask16 n0 = 0, n1 = 0, n2 = 0, n3 = 0;
-    for (; j + 64 <= m; j += 64, v += 4) {
-        prefetch64(pf, r->pf_elem, j);
-        int64_t ga, gb, gc, gd;
-        if (step == STEP_16) {
-            ga = g0 + v, gb = ga + 1, gc = ga + 2, gd = ga + 3;
-        } else if (step == STEP_32) {
-            ga = gb = g0 + v / 2, gc = gd = ga + 1;
-        } else if (per_block) {
-            ga = gb = gc = gd = next_group(&g, &left, tile, 64);
-            if (step == STEP_BLOCK) vg[v / 4] = (int32_t)(ga - g0);
-        } else {
-            ga = next_group(&g, &left, tile, 16), gb = next_group(&g, &left, tile, 16);
-            gc = next_group(&g, &left, tile, 16), gd = next_group(&g, &left, tile, 16);
-            vg[v] = (int32_t)(ga - g0), vg[v + 1] = (int32_t)(gb - g0);
-            vg[v + 2] = (int32_t)(gc - g0), vg[v + 3] = (int32_t)(gd - g0);
-        }
-        __m512i k0 =
-            vec_codes(kc, r, x + j, 0xffff, ga, g0, recip, zpf, grid, qmin, qmax, &n0, asym, ex);
-        __m512i k1 = vec_codes(kc, r, x + j + 16, 0xffff, gb, g0, recip, zpf, grid, qmin, qmax, &n1,
-                               asym, ex);
-        __m512i k2 = vec_codes(kc, r, x + j + 32, 0xffff, gc, g0, recip, zpf, grid, qmin, qmax, &n2,
-                               asym, ex);
-        __m512i k3 = vec_codes(kc, r, x + j + 48, 0xffff, gd, g0, recip, zpf, grid, qmin, qmax, &n3,
-                               asym, ex);
-        store64(kc, out + j * csize, k0, k1, k2, k3);
-        if (ext) {
-            if (__builtin_expect(!_kortestz_mask16_u8(_kor_mask16(n0, n1), _kor_mask16(n2, n3)),
-                                 0)) {
-                if (n0) redo_vec(kc, r, x + j, 0xffff, ga, grid, out + j * csize);
-                if (n1) redo_vec(kc, r, x + j + 16, 0xffff, gb, grid, out + (j + 16) * csize);
-                if (n2) redo_vec(kc, r, x + j + 32, 0xffff, gc, grid, out + (j + 32) * csize);
-                if (n3) redo_vec(kc, r, x + j + 48, 0xffff, gd, grid, out + (j + 48) * csize);
-            }
-        } else if (rec) {
-            note_near(&nl, &nb, v, ga - g0, n0, n1, n2, n3, step);
-        }
-    }
-    /* the last vectors (up to 3 full ones, and a partial one): a block of their own */
-    __mmask16 t[4] = {0, 0, 0, 0};
-    int64_t tg = 0, jt = j;
-    for (int q = 0; j < m; j += 16, v++, q++) {
-        __mmask16 lm = lanes(m - j);
-        int64_t gi = step == STEP_16   ? g0 + v
-                     : step == STEP_32 ? g0 + v / 2
-                                       : next_group(&g, &left, tile, 16);
-        if (step == STEP_ANY) vg[v] = (int32_t)(gi - g0);
-        if (q == 0) tg = gi - g0;
-        if (q == 0 && step == STEP_BLOCK) vg[v / 4] = (int32_t)tg;
-        __m512i k =
-            vec_codes(kc, r, x + j, lm, gi, g0, recip, zpf, grid, qmin, qmax, &t[q], asym, ex);
-        store16(kc, out + j * csize, lm, k);
-        if (ext && t[q]) redo_vec(kc, r, x + j, lm, gi, grid, out + j * csize);
-    }
-    if (rec && !ext) {
-        if (jt < m) note_near(&nl, &nb, jt / 16, tg, t[0], t[1], t[2], t[3], step);
-        redo_near(kc, r, x, &nl, nb, v, vg, step, zpf, g0, grid, out, asym);
-    }
+    return nf4_cell(v, thr);
 }
 
-/* Sub-chunks of SUB elements, each through the grouped_sub() variant its shape allows. A zero
- * point is only specialised for integer codes (fp8 and nf4 never take one but in tests). */
-ALWAYS_INLINE void grouped_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                              int64_t c0, const nf4_grid *grid, uint8_t *out)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
-    const bool asym = r->zp != NULL;
-    for (int64_t j0 = 0; j0 < n; j0 += SUB) {
-        int64_t m = n - j0 < SUB ? n - j0 : SUB, cj = c0 + j0;
-        const char *pf = r->pf ? r->pf + j0 * r->pf_elem : NULL;
-        const float *xj = x + j0;
-        uint8_t *oj = out + j0 * csize;
-        bool one = cj / tile == (cj + m - 1) / tile, blocks = tile % 64 == 0 && cj % 64 == 0;
-        int step = one || (blocks && tile >= 1024) ? STEP_LONG
-                   : blocks                        ? STEP_BLOCK
-                   : tile == 16                    ? STEP_16
-                   : tile == 32 && cj % 32 == 0    ? STEP_32
-                                                   : STEP_ANY;
-        if (asym && !is_int(kc)) step = -1;
-        /* small tiles only: with long ones the -amax lanes are already rare */
-        if (r->amax && is_int(kc) && !asym && tile <= 128) {
-            switch (step) {
-            case STEP_16:
-                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_16, true);
-                break;
-            case STEP_32:
-                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_32, true);
-                break;
-            case STEP_BLOCK:
-                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_BLOCK, true);
-                break;
-            case STEP_LONG:
-                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_LONG, true);
-                break;
-            default:
-                grouped_sub(kc, r, xj, m, cj, grid, oj, pf, false, STEP_ANY, true);
-                break;
-            }
-            continue;
-        }
-#define GROUPED(a, st)                                                                             \
-    case (st)*2 + (a):                                                                             \
-        grouped_sub(kc, r, xj, m, cj, grid, oj, pf, a, st, false);                                 \
-        break
-        switch (step * 2 + asym) {
-            GROUPED(false, STEP_ANY);
-            GROUPED(false, STEP_16);
-            GROUPED(false, STEP_32);
-            GROUPED(false, STEP_BLOCK);
-            GROUPED(false, STEP_LONG);
-            GROUPED(true, STEP_ANY);
-            GROUPED(true, STEP_16);
-            GROUPED(true, STEP_32);
-            GROUPED(true, STEP_BLOCK);
-            GROUPED(true, STEP_LONG);
-        default:
-            grouped_sub(kc, r, xj, m, cj, grid, oj, pf, true, STEP_ANY, false);
-            break;
-        }
-#undef GROUPED
-    }
-}
+#include "../driver_body.h"
 
 /* ---- quantize: the division path for long groups --------------------------------------------- */
 
@@ -823,7 +492,7 @@ ALWAYS_INLINE __m512 src_load(const void *x, bool bf16, int64_t j, __mmask16 m)
     return m == 0xffff ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(m, f);
 }
 
-/* Codes asked to bypass the cache (quantize_fold's `stream`) do so when every 64-code step of
+/* Codes asked to bypass the cache (quantize_stream's `stream`) do so when every 64-code step of
  * the chunk starts on a 64-byte boundary of `out`: out aligned, groups of whole steps (tile % 64
  * == 0) and a chunk starting on a step (c0 % 64 == 0). Other shapes store through the cache. */
 ALWAYS_INLINE bool stream_ok(const quant_krow *r, bool stream, const uint8_t *out, int64_t c0)
@@ -902,77 +571,18 @@ ALWAYS_INLINE void div_int_any(quant_kcode kc, const quant_krow *r, const void *
         div_int_kc(kc, r, x, bf16, n, c0, out, false);
 }
 
-/* ---- quantize: other shapes ------------------------------------------------------------------ */
+/* ---- quantize ------------------------------------------------------------------------------ */
 
-/* Any tile >= 8: each column group in 16-vectors, its last one masked; a vector with a near lane
- * is redone at once with the division (a branch: these shapes are rare). */
-ALWAYS_INLINE void segments_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                               int64_t c0, const nf4_grid *grid, uint8_t *out)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1;
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    const bool asym = r->zp != NULL;
-    int64_t g = c0 / r->tile, end = (g + 1) * r->tile - c0;
-    for (int64_t j = 0; j < n; g++, end += r->tile) {
-        if (end > n) end = n;
-        float sc = r->scale[g];
-        const __m512 s = _mm512_set1_ps(sc);
-        const __m512 z = _mm512_set1_ps(asym ? (float)r->zp[g] : 0.0f);
-        const bool rec = use_recip(kc, asym) && qk_recip_usable(sc);
-        const __m512 rc = _mm512_set1_ps(rec ? 1.0f / sc : 0.0f);
-        for (; j < end; j += 16) {
-            if (r->pf) _mm_prefetch(r->pf + j * r->pf_elem, _MM_HINT_T0);
-            __mmask16 m = lanes(end - j), near = 0;
-            __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
-            __m512i k = _mm512_setzero_si512();
-            if (rec) {
-                k = recip_codes(kc, xv, rc, z, asym, qmin, qmax, grid, &near);
-                near &= m;
-            }
-            if (!rec || near) {
-                __m512 v = _mm512_maskz_div_ps(m, xv, s);
-                if (asym) v = _mm512_add_ps(v, z);
-                k = codes16(kc, v, qmin, qmax, grid);
-            }
-            store16(kc, out + j * csize, m, k);
-        }
-        j = end; /* the masked step may have gone past it */
-    }
-}
-
-/* tile == 1: a scale (and zero point) per element, so always the division. */
-ALWAYS_INLINE void per_element_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
-                                  int64_t c0, const nf4_grid *grid, uint8_t *out)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1;
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    for (int64_t j = 0; j < n; j += 16) {
-        __mmask16 m = lanes(n - j);
-        __m512 v = _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, x + j),
-                                       _mm512_maskz_loadu_ps(m, r->scale + c0 + j));
-        if (r->zp)
-            v = _mm512_add_ps(v, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, r->zp + c0 + j)));
-        store16(kc, out + j * csize, m, codes16(kc, v, qmin, qmax, grid));
-    }
-}
-
+/* Symmetric integer codes in tiles of DIV_MIN_TILE and more take the division path; every other
+ * shape the shared driver (qd_quantize). */
 ALWAYS_INLINE int quantize_kc(quant_kcode kc, const quant_krow *r, const float *x, int64_t n,
                               int64_t c0, void *codes)
 {
     if (n <= 0) return 0;
-    if (r->tile > 1 && r->tile < 8) return quant_generic_quantize(r, x, n, c0, codes);
+    if (!is_int(kc) || r->zp || r->tile < DIV_MIN_TILE) return qd_quantize(r, x, n, c0, codes);
     /* the non-finite check is its own pass over the chunk, in cache, when it is needed at all */
     int bad = !r->checked && seg_absmax_bits(x, n) >= 0x7f800000u;
-    nf4_grid grid;
-    if (kc == QK_NF4) grid = nf4_grid_make();
-    if (r->tile == 1)
-        per_element_kc(kc, r, x, n, c0, &grid, codes);
-    else if (is_int(kc) && !r->zp && r->tile >= DIV_MIN_TILE)
-        div_int_any(kc, r, x, false, n, c0, false, codes);
-    else if ((r->tile % 16 == 0 && c0 % 16 == 0) || c0 / r->tile == (c0 + n - 1) / r->tile)
-        grouped_kc(kc, r, x, n, c0, &grid, codes);
-    else
-        segments_kc(kc, r, x, n, c0, &grid, codes);
+    div_int_any(kc, r, x, false, n, c0, false, codes);
     return bad;
 }
 
@@ -985,16 +595,8 @@ static int quantize_avx512(const quant_krow *r, const float *x, int64_t n, int64
         return quantize_kc(QK_U8, r, x, n, c0, codes);
     case QK_I16:
         return quantize_kc(QK_I16, r, x, n, c0, codes);
-    case QK_E4M3:
-        return quantize_kc(QK_E4M3, r, x, n, c0, codes);
-    case QK_E5M2:
-        return quantize_kc(QK_E5M2, r, x, n, c0, codes);
-    case QK_NF4:
-        return quantize_kc(QK_NF4, r, x, n, c0, codes);
-    case QK_E2M1:
-        return quantize_kc(QK_E2M1, r, x, n, c0, codes);
     default:
-        return quant_generic_quantize(r, x, n, c0, codes);
+        return qd_quantize(r, x, n, c0, codes);
     }
 }
 
@@ -1243,119 +845,28 @@ static int quantize_bf16_avx512(const quant_krow *r, const uint16_t *x, int64_t 
     return bad;
 }
 
-/* ---- quantize one row while reducing the next (the fused path's overlap) ------------------- */
+/* ---- quantize with the codes streamed around the cache --------------------------------------- */
 
-/* Prefetches the 64 source values at element j of the stream r->pf points into (f32: 256 bytes,
- * bf16: 128), into L1. */
-ALWAYS_INLINE void fold_prefetch(const char *pf, bool bf16, int64_t j)
-{
-    if (!pf) return;
-    const char *p = pf + j * (bf16 ? 2 : 4);
-    _mm_prefetch(p, _MM_HINT_T0);
-    _mm_prefetch(p + 64, _MM_HINT_T0);
-    if (bf16) return;
-    _mm_prefetch(p + 128, _MM_HINT_T0);
-    _mm_prefetch(p + 192, _MM_HINT_T0);
-}
-
-/* Folds max |y| over y[j..j + 64) into *m16 (bf16: 32 magnitudes of 16 bits per vector) or *m32
- * (f32: magnitudes as 32-bit patterns, which order like the floats). */
-ALWAYS_INLINE void fold_step64(const void *y, bool bf16, int64_t j, __m512i *m16, __m512i *m32)
-{
-    if (bf16) {
-        const uint16_t *h = (const uint16_t *)y + j;
-        const __m512i mag = _mm512_set1_epi16(0x7fff);
-        *m16 = _mm512_max_epu16(*m16, _mm512_and_si512(_mm512_loadu_si512(h), mag));
-        *m16 = _mm512_max_epu16(*m16, _mm512_and_si512(_mm512_loadu_si512(h + 32), mag));
-        return;
-    }
-    const float *f = (const float *)y + j;
-    __m512i a = _mm512_max_epu32(abs_bits(_mm512_loadu_ps(f)), abs_bits(_mm512_loadu_ps(f + 16)));
-    __m512i b =
-        _mm512_max_epu32(abs_bits(_mm512_loadu_ps(f + 32)), abs_bits(_mm512_loadu_ps(f + 48)));
-    *m32 = _mm512_max_epu32(*m32, _mm512_max_epu32(a, b));
-}
-
-/* The float32 bit pattern of max |y| from the two accumulators (bf16 magnitudes widen by 16). */
-ALWAYS_INLINE uint32_t fold_bits(__m512i m16, __m512i m32)
-{
-    __m512i w = _mm512_max_epu32(_mm512_and_si512(m16, _mm512_set1_epi32(0xffff)),
-                                 _mm512_srli_epi32(m16, 16));
-    return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_slli_epi32(w, 16), m32));
-}
-
-/* div_int_kc over x with, in the same loop, max |y| per column group folded into acc: y's loads
- * are the memory stream while x comes from cache. Returns the largest bit pattern folded. */
-ALWAYS_INLINE uint32_t fold_int_kc(quant_kcode kc, const quant_krow *r, const void *x,
-                                   const void *y, const bool bf16, int64_t n, int64_t c0,
-                                   float *acc, uint8_t *out, const bool nt)
-{
-    const int64_t csize = kc == QK_I16 ? 2 : 1, tile = r->tile;
-    const __m512 qmin = _mm512_set1_ps(r->qmin), qmax = _mm512_set1_ps(r->qmax);
-    uint32_t seen = 0;
-    int64_t g = c0 / tile, end = (g + 1) * tile - c0;
-    for (int64_t j = 0; j < n; g++, end += tile) {
-        if (end > n) end = n;
-        const __m512 s = _mm512_set1_ps(r->scale[g]);
-        __m512i m16 = _mm512_setzero_si512(), m32 = m16;
-        for (; j + 64 <= end; j += 64) {
-            fold_prefetch(r->pf, bf16, j);
-            fold_step64(y, bf16, j, &m16, &m32);
-            div_step64(kc, x, bf16, j, s, qmin, qmax, nt, out + j * csize);
-        }
-        for (; j < end; j += 16) {
-            __mmask16 m = lanes(end - j);
-            m32 = _mm512_max_epu32(m32, abs_bits(src_load(y, bf16, j, m)));
-            store16(kc, out + j * csize, m,
-                    int_codes(_mm512_maskz_div_ps(m, src_load(x, bf16, j, m), s), qmin, qmax));
-        }
-        j = end; /* the masked step may have gone past it */
-        uint32_t b = fold_bits(m16, m32), prev = qn_bits(acc[g]);
-        b = b > prev ? b : prev;
-        acc[g] = qn_float(b);
-        seen = b > seen ? b : seen;
-    }
-    if (nt) _mm_sfence();
-    return seen;
-}
-
-ALWAYS_INLINE uint32_t fold_int_any(quant_kcode kc, const quant_krow *r, const void *x,
-                                    const void *y, const bool bf16, int64_t n, int64_t c0,
-                                    float *acc, bool stream, uint8_t *out)
-{
-    if (!y) {
-        div_int_any(kc, r, x, bf16, n, c0, stream, out);
-        return 0;
-    }
-    if (stream_ok(r, stream, out, c0)) return fold_int_kc(kc, r, x, y, bf16, n, c0, acc, out, true);
-    return fold_int_kc(kc, r, x, y, bf16, n, c0, acc, out, false);
-}
-
-/* quant_quantize_fold_fn. Shapes outside the division path (other codes, a zero point, tiles
- * below DIV_MIN_TILE) run quantize and absmax one after the other: the same results. */
-static int quantize_fold_avx512(const quant_krow *r, const void *x, const void *y, bool bf16,
-                                int64_t n, int64_t c0, float *acc, bool stream, void *codes)
+/* quant_quantize_stream_fn: symmetric integer codes in tiles of DIV_MIN_TILE and more take the
+ * division path, whose whole steps may store around the cache (stream_ok); other shapes run
+ * quantize (bf16: quantize_bf16), the same results. */
+static int quantize_stream_avx512(const quant_krow *r, const void *x, bool bf16, int64_t n,
+                                  int64_t c0, bool stream, void *codes)
 {
     if (n <= 0) return 0;
-    if (!is_int(r->kcode) || r->zp || r->tile < DIV_MIN_TILE) {
-        int bad =
-            bf16 ? quantize_bf16_avx512(r, x, n, c0, codes) : quantize_avx512(r, x, n, c0, codes);
-        int bad_y = !y     ? 0
-                    : bf16 ? absmax_bf16_avx512(y, n, c0, r->tile, acc)
-                           : absmax_avx512(y, n, c0, r->tile, acc);
-        return (bad ? QUANT_FOLD_BAD_X : 0) | (bad_y ? QUANT_FOLD_BAD_Y : 0);
-    }
-    /* x's non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
-    bool bad = !r->checked &&
-               (bf16 ? bf16_absmax_bits(x, n) >= 0x7f80u : seg_absmax_bits(x, n) >= 0x7f800000u);
-    uint32_t seen;
+    if (!is_int(r->kcode) || r->zp || r->tile < DIV_MIN_TILE)
+        return bf16 ? quantize_bf16_avx512(r, x, n, c0, codes)
+                    : quantize_avx512(r, x, n, c0, codes);
+    /* the non-finite check, when needed, is its own pass over the chunk, as in quantize_kc */
+    int bad = !r->checked &&
+              (bf16 ? bf16_absmax_bits(x, n) >= 0x7f80u : seg_absmax_bits(x, n) >= 0x7f800000u);
     if (r->kcode == QK_I8)
-        seen = fold_int_any(QK_I8, r, x, y, bf16, n, c0, acc, stream, codes);
+        div_int_any(QK_I8, r, x, bf16, n, c0, stream, codes);
     else if (r->kcode == QK_U8)
-        seen = fold_int_any(QK_U8, r, x, y, bf16, n, c0, acc, stream, codes);
+        div_int_any(QK_U8, r, x, bf16, n, c0, stream, codes);
     else
-        seen = fold_int_any(QK_I16, r, x, y, bf16, n, c0, acc, stream, codes);
-    return (bad ? QUANT_FOLD_BAD_X : 0) | (seen >= 0x7f800000u ? QUANT_FOLD_BAD_Y : 0);
+        div_int_any(QK_I16, r, x, bf16, n, c0, stream, codes);
+    return bad;
 }
 
 /* ---- packing -------------------------------------------------------------------------------- */
@@ -2167,6 +1678,6 @@ const quant_kernels quant_kernels_avx512 = {
     .quantize_absmax = quantize_absmax_avx512,
     .mse_int = mse_int_avx512,
     .quantize_onepass = quantize_onepass_avx512,
-    .quantize_fold = quantize_fold_avx512,
+    .quantize_stream = quantize_stream_avx512,
     .errstats_codes = errstats_codes_avx512,
 };

@@ -1,5 +1,5 @@
-/* test_fold.c -- the fused path's overlap and non-temporal code stores (issue 12): the
- * quantize_fold kernels against the generic quantize + absmax on random chunks, and whole
+/* test_fold.c -- non-temporal code stores (issue 12): the quantize_stream kernels against the
+ * generic quantize on random chunks, and whole
  * per-channel / long-group quantize calls (rows across work items and threads, tails, single
  * and many rows, zero rows, non-finite values) on every ISA and thread count, with the codes
  * streamed around the cache and not, against the scalar one-thread run; and the context's
@@ -43,21 +43,19 @@ static bool fill(tu_rng *r, float *f, int64_t n, bool special)
     return true;
 }
 
-/* quantize_fold of every table that has one (every x86 table's AVX-512 set) against the generic
- * quantize of x and absmax of y: random lengths (tails of 1..63 values), column offsets inside a
- * group, tiles from 64 to beyond a chunk and not multiples of 16, float32 and bf16, every integer
- * code kind, y NULL, prior accumulator values, the streamed stores on aligned and unaligned
- * destinations, non-finite x (unchecked) and y. */
-START_TEST(kernels_fold_match_generic)
+/* quantize_stream of every table that has one (every x86 table's AVX-512 set) against the
+ * generic quantize: random lengths (tails of 1..63 values), column offsets inside a group, tiles
+ * from 64 to beyond a chunk and not multiples of 16, float32 and bf16, every integer code kind,
+ * the streamed stores on aligned and unaligned destinations, non-finite x (unchecked). */
+START_TEST(kernels_stream_match_generic)
 {
     quant_isa isas[QUANT_ISA_COUNT];
     int nisa = tu_isas(isas);
     tu_rng r = {9191};
     enum { MAXN = 9000, MAXG = 512 };
     static const int64_t tiles[] = {64, 100, 128, 192, 1000, 4096, 8200};
-    static float x[MAXN], y[MAXN], xw[MAXN], yw[MAXN], scale[MAXG], prior[MAXG], acc1[MAXG],
-        acc2[MAXG];
-    static uint16_t xb[MAXN], yb[MAXN];
+    static float x[MAXN], xw[MAXN], scale[MAXG], acc[MAXG];
+    static uint16_t xb[MAXN];
     static uint8_t q1[2 * MAXN], q2[2 * MAXN + 256];
     int tested = 0;
     for (int it = 0; it < tu_iters(800); it++) {
@@ -68,27 +66,20 @@ START_TEST(kernels_fold_match_generic)
         if (tu_below(&r, 3) == 0) c0 -= c0 % 64;
         int64_t g0 = c0 / tile, ng = (c0 + n - 1) / tile - g0 + 1;
         bool bf16 = tu_below(&r, 2), checked = tu_below(&r, 2), stream = tu_below(&r, 2);
-        bool x_odd = fill(&r, x, n, !checked), y_odd = fill(&r, y, n, true);
+        bool x_odd = fill(&r, x, n, !checked);
         if (bf16) {
-            for (int64_t j = 0; j < n; j++) {
-                xb[j] = quant_f32_to_bf16(x[j]);
-                yb[j] = quant_f32_to_bf16(y[j]);
-            }
+            for (int64_t j = 0; j < n; j++) xb[j] = quant_f32_to_bf16(x[j]);
             quant_kernels_generic.widen_bf16(xb, xw, n);
-            quant_kernels_generic.widen_bf16(yb, yw, n);
         } else {
             memcpy(xw, x, (size_t)n * 4);
-            memcpy(yw, y, (size_t)n * 4);
         }
         /* scales from x's groups (some clipping: a smaller scale now and then) */
-        memset(acc1, 0, sizeof acc1);
-        quant_generic_absmax(xw, n, c0, tile, acc1);
+        memset(acc, 0, sizeof acc);
+        quant_generic_absmax(xw, n, c0, tile, acc);
         for (int64_t g = 0; g < ng; g++) {
-            float a = isfinite(acc1[g0 + g]) ? acc1[g0 + g] : 1.0f;
+            float a = isfinite(acc[g0 + g]) ? acc[g0 + g] : 1.0f;
             scale[g0 + g] = a / kinds[ki].bound * (tu_below(&r, 5) ? 1.0f : 0.5f);
             if (!(scale[g0 + g] >= 0x1p-63f)) scale[g0 + g] = 1.0f;
-            prior[g0 + g] = tu_below(&r, 3) ? 0.0f : tu_normal(&r, 1.0f) * tu_normal(&r, 1.0f);
-            if (prior[g0 + g] < 0.0f) prior[g0 + g] = -prior[g0 + g];
         }
         quant_krow kr = {.kcode = kinds[ki].kc,
                          .tile = tile,
@@ -97,40 +88,26 @@ START_TEST(kernels_fold_match_generic)
                          .qmax = kinds[ki].qmax,
                          .checked = checked};
         int ref_x = quant_generic_quantize(&kr, xw, n, c0, q1);
-        memcpy(acc1 + g0, prior + g0, (size_t)ng * 4);
-        int ref_y = quant_generic_absmax(yw, n, c0, tile, acc1);
         ck_assert(!ref_x == !(x_odd && !checked));
-        ck_assert(!ref_y == !y_odd);
-        bool no_y = tu_below(&r, 5) == 0;
         size_t bytes = (size_t)n * (kinds[ki].kc == QK_I16 ? 2 : 1);
         int64_t off = tu_below(&r, 2) ? 0 : 1 + tu_below(&r, 63);
         for (int k = 0; k < nisa; k++) {
             const quant_kernels *kk = quant_kernels_for(isas[k]);
-            if (!kk->quantize_fold) continue;
+            if (!kk->quantize_stream) continue;
             tested++;
             /* 64-byte aligned (+ off), at least one byte into q2: out[-1] is checked below */
             uint8_t *out = (uint8_t *)(((uintptr_t)q2 + 64) & ~(uintptr_t)63) + off;
             memset(q2, 0xaa, sizeof q2);
-            memcpy(acc2 + g0, prior + g0, (size_t)ng * 4);
             const void *xs = bf16 ? (const void *)xb : (const void *)x;
-            const void *ys = no_y ? NULL : bf16 ? (const void *)yb : (const void *)y;
-            int got = kk->quantize_fold(&kr, xs, ys, bf16, n, c0, acc2, stream, out);
+            int got = kk->quantize_stream(&kr, xs, bf16, n, c0, stream, out);
             char desc[160];
             snprintf(desc, sizeof desc,
                      "%s: kind %d tile %lld n %lld c0 %lld %s stream %d off %lld",
                      quant_isa_name(isas[k]), ki, (long long)tile, (long long)n, (long long)c0,
                      bf16 ? "bf16" : "f32", stream, (long long)off);
-            ck_assert_msg(!(got & QUANT_FOLD_BAD_X) == !ref_x, "%s: x flag %d", desc, got);
-            ck_assert_msg(!(got & QUANT_FOLD_BAD_Y) == (no_y || !ref_y), "%s: y flag %d", desc,
-                          got);
+            ck_assert_msg(!got == !ref_x, "%s: flag %d", desc, got);
             if (!ref_x) ck_assert_msg(memcmp(q1, out, bytes) == 0, "%s: codes differ", desc);
             ck_assert_msg(out[bytes] == 0xaa && out[-1] == 0xaa, "%s: wrote outside", desc);
-            if (no_y)
-                ck_assert_msg(memcmp(acc2 + g0, prior + g0, (size_t)ng * 4) == 0,
-                              "%s: acc touched without y", desc);
-            else if (!ref_y)
-                ck_assert_msg(memcmp(acc1 + g0, acc2 + g0, (size_t)ng * 4) == 0,
-                              "%s: max |y| differs", desc);
         }
     }
 #if defined(__x86_64__) && defined(QUANT_BUILD_AVX512)
@@ -183,9 +160,9 @@ static void fold_free(fold_result *r)
     free(r->scale);
 }
 
-/* Whole calls through the fused path's overlap: per-channel and tiles of 64 and more, float32
+/* Whole calls through quantize_stream: per-channel and tiles of 64 and more, float32
  * and bf16, int2/int4 (packed or not)/int8/uint8/int16, row lengths not multiples of 16 or 64,
- * rows past a chunk (QUANT_CHUNK), one row, many rows across work items (so the overlap stops at
+ * rows past a chunk (QUANT_CHUNK), one row, many rows across work items (so streams stop at
  * item ends and threads take items), zero rows, a non-finite value anywhere (the same index is
  * reported), absmax with a factor; every ISA at 1-3 threads, codes streamed (stream_min_bytes
  * 1) and not (-1), equal to the scalar one-thread run. */
@@ -300,7 +277,7 @@ Suite *suite_fold(void)
     Suite *s = suite_create("fold");
     TCase *tc = tcase_create("fold");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, kernels_fold_match_generic);
+    tcase_add_test(tc, kernels_stream_match_generic);
     tcase_add_test(tc, fused_fold_equal_scalar);
     tcase_add_test(tc, ctx_stream_min_bytes);
     suite_add_tcase(s, tc);

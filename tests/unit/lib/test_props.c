@@ -1080,6 +1080,59 @@ START_TEST(kernels_exact_at_scaled_code_boundaries)
 }
 END_TEST
 
+/* NF4 through the reciprocal path of the shared driver (driver_body.h's QD_NF4_RECIP): values
+ * whose quotient by their group's scale lies up to 64 ulps either side of a threshold, so that
+ * both lanes inside the 2^-20 margin (redone by the division) and lanes just outside it (kept)
+ * occur; scales across the reciprocal's range and outside it, tiles of 64 and more that divide
+ * the row or not, column offsets off a group boundary, and now and then a NaN or an infinity
+ * (reported unless the chunk is marked checked, when the flag is unspecified; the codes are
+ * unspecified either way). Every ISA against
+ * the scalar kernel. */
+START_TEST(kernels_nf4_margin_edges)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {4242};
+    enum { N = 3000, MAXG = 2 * N / 64 + 2 }; /* c0 < tile <= N */
+    static float x[N], sc[MAXG];
+    static uint8_t q0[N + 1], q1[N + 1];
+    for (int it = 0; it < tu_iters(200); it++) {
+        int64_t tile = (int64_t[]){64, 100, 128, 1000, N}[tu_below(&r, 5)];
+        int64_t c0 = tu_below(&r, 2) ? 0 : tu_below(&r, tile), n = 1 + tu_below(&r, N);
+        int64_t g0 = c0 / tile, ng = (c0 + n - 1) / tile - g0 + 1;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t pick = tu_below(&r, 12);
+            sc[g0 + g] = pick == 0   ? 0x1p-127f /* reciprocal not a normal float */
+                         : pick == 1 ? 1.0f
+                                     : qn_float(0x3a000000u + (uint32_t)tu_below(&r, 0x08000000));
+        }
+        for (int64_t j = 0; j < n; j++) {
+            float t = qn_nf4_thresholds[tu_below(&r, 15)];
+            for (int64_t k = tu_below(&r, 129) - 64; k != 0; k += k < 0 ? 1 : -1)
+                t = nextafterf(t, k < 0 ? -INFINITY : INFINITY);
+            x[j] = t * sc[(c0 + j) / tile];
+        }
+        bool odd = tu_below(&r, 8) == 0; /* codes then unspecified: only the flag is compared */
+        if (odd) x[tu_below(&r, n)] = tu_below(&r, 2) ? NAN : -INFINITY;
+        quant_krow kr = {QK_NF4, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2), NULL};
+        memset(q0, 0xaa, sizeof q0);
+        int bad0 = quant_generic_quantize(&kr, x, n, c0, q0);
+        for (int k = 0; k < nisa; k++) {
+            memset(q1, 0xaa, sizeof q1);
+            int bad1 = quant_kernels_for(isas[k])->quantize(&kr, x, n, c0, q1);
+            ck_assert_msg(kr.checked || !bad0 == !bad1, "%s: flag %d, scalar %d",
+                          quant_isa_name(isas[k]), bad1, bad0);
+            if (odd) continue;
+            int64_t at = 0;
+            while (at <= n && q0[at] == q1[at]) at++;
+            ck_assert_msg(at > n, "%s tile %lld c0 %lld: x = %a gives %#x, scalar %#x",
+                          quant_isa_name(isas[k]), (long long)tile, (long long)c0,
+                          at < n ? (double)x[at] : 0.0, q1[at], q0[at]);
+        }
+    }
+}
+END_TEST
+
 /* Dequantize of all 256 byte codes (twice each; an int16 sweep for QK_I16) for every kind and
  * ISA, deterministic so that the quick (emulated) runs always reach the fp8 NaN and Inf codes:
  * per-column, small and shared scales, with and without zero points, offsets on and off a
@@ -1219,6 +1272,7 @@ Suite *suite_props(void)
     tcase_add_test(tc, kernels_match_generic_on_long_chunks);
     tcase_add_test(tc, kernels_dequantize_every_code);
     tcase_add_test(tc, kernels_exact_at_scaled_code_boundaries);
+    tcase_add_test(tc, kernels_nf4_margin_edges);
     tcase_add_test(tc, kernels_dequantize_all_byte_codes);
     tcase_add_test(tc, kernels_microscaling_scales_match_generic);
     tcase_add_test(tc, fused_small_tiles_equal_scalar);
