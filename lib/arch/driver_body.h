@@ -42,7 +42,8 @@
  *                            one threshold that may lie within QD_NF4_MARGIN of v (+Inf if none)
  *   QD_QUANTIZE_ONLY (optional macro): only qd_quantize; qd_tiny_one, qd_bounded_codes and
  *                            qd_abs_bits .. qd_mse_lanes are then not needed
- * It then has qd_quantize, qd_quantize_absmax and qd_mse_int for its kernel table.
+ * It then has qd_quantize, and unless QD_QUANTIZE_ONLY also qd_quantize_absmax and qd_mse_int, for
+ * its kernel table.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QUANT_DRIVER_BODY_H

@@ -1,8 +1,8 @@
 /* recip_contract.h -- the exact-division contract of the SIMD quantize kernels, once for every
- * ISA file (kernels_avx512.c; driver_body.h for kernels_avx2.c and kernels_neon.c): when a kernel
- * may multiply by a reciprocal instead of dividing, by how much a value must clear a rounding tie
- * for that to give the division's code, and what must be recomputed by the IEEE division.
- * SPDX-License-Identifier: Apache-2.0
+ * ISA file (driver_body.h, which kernels_avx512.c, kernels_avx2.c and kernels_neon.c compile): when
+ * a kernel may multiply by a reciprocal instead of dividing, by how much a value must clear a
+ * rounding tie for that to give the division's code, and what must be recomputed by the IEEE
+ * division. SPDX-License-Identifier: Apache-2.0
  *
  * Integer codes without a divide per element. With r = fl(1/s), b = fl(x * r) (+ zero point)
  * differs from fl(x / s) (+ zero point) by less than (|x * r| + |b|) * 2^-21. b is clipped to
@@ -13,8 +13,7 @@
  * qk_tie_limit()) are recomputed with the IEEE division. The reciprocal is only used when s is
  * in [QK_RECIP_SCALE_MIN, QK_RECIP_SCALE_MAX], so that r is a normal float; otherwise the tables
  * hold NaN for r (qk_recip_or_nan), which makes every lane near. A NaN b must count as near too:
- * each kernel orders its clip so that NaN propagates, and compares unordered. Lanes known to hold
- * -amax of their group (quant_krow.amax) may take the code of that one division instead.
+ * each kernel orders its clip so that NaN propagates, and compares unordered.
  */
 #ifndef QUANT_RECIP_CONTRACT_H
 #define QUANT_RECIP_CONTRACT_H

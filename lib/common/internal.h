@@ -97,12 +97,7 @@ typedef struct quant_krow {
                        element j of the chunk matching pf + j * pf_elem, or NULL; a hint that
                        never changes results */
     int64_t pf_elem;
-    bool checked;      /* x is known to be finite: kernels may skip the non-finite check */
-    const float *amax; /* per column group (indexed as scale), max |x| over the group's
-                          elements, when the caller knows it (the fused path), else NULL. A
-                          hint that never changes results: kernels may give the lanes equal
-                          to -amax (a tie in every other group when the bound is qmax + 0.5,
-                          as int8's 127.5) the code of one division per group */
+    bool checked; /* x is known to be finite: kernels may skip the non-finite check */
 } quant_krow;
 
 /* Reductions return nonzero when a non-finite value was seen. acc arrays are indexed by the
@@ -162,7 +157,7 @@ typedef void (*quant_mse_acc_fn)(const float *x, const float *d, int64_t ds, int
  * integer codes without a zero point: x[0..n) from column c0 (c0 and n multiples of r->tile, a
  * tile in QUANT_ONEPASS_TILE_OK) gets, per column group g = (c0 + j) / tile, scale[g] = its max
  * |x| / bound with SPEC 4's tiny rule (quant_generic_lin_scales) and the codes quantize gives
- * with those scales (r->scale, r->zp and r->amax are not read), bit for bit. Returns nonzero,
+ * with those scales (r->scale and r->zp are not read), bit for bit. Returns nonzero,
  * scales and codes then unspecified, when a value or a scale is not finite, or the tile, offset
  * or code kind is not one it serves: the caller redoes the row by the three-pass path (absmax,
  * lin_scales, quantize), which reports a non-finite value or scale. Optional (NULL: the
@@ -200,7 +195,7 @@ typedef struct quant_onepass {
  * 32 for the microscaling rules) gets, per column group, its scale by op's rule and the codes
  * quantize gives with those scales (one byte per code for 8-bit kinds, or packed: op->packed),
  * bit for bit;
- * r->scale, r->zp and r->amax are not read. Returns nonzero, scales and codes then unspecified,
+ * r->scale and r->zp are not read. Returns nonzero, scales and codes then unspecified,
  * when a value or a scale is not finite, or the shape, rule or code kind is not one it serves:
  * the caller then redoes the row by the three-pass path, which reports a non-finite value or
  * scale. Optional (NULL: quantize_absmax for float32 linear rows, else the three-pass path). */

@@ -97,7 +97,7 @@ static void measure_span(quant_run *run, int64_t row, int64_t c0, int64_t n, con
 
 /* The kernel arguments of a row with these scales (pf unset). */
 static quant_krow row_krow(const quant_run *run, const float *scale, const int32_t *zp,
-                           const float *amax, bool checked)
+                           bool checked)
 {
     const quant_plan *p = run->rd.plan;
     return (quant_krow){.kcode = p->kcode,
@@ -108,8 +108,7 @@ static quant_krow row_krow(const quant_run *run, const float *scale, const int32
                         .qmax = (float)p->traits->qmax,
                         .pf = NULL,
                         .pf_elem = (int64_t)quant_dtype_size(run->rd.x->dtype),
-                        .checked = checked,
-                        .amax = amax};
+                        .checked = checked};
 }
 
 /* quantize_stream's `stream`: the call is large (run->stream) and nothing reads the codes back at
@@ -122,13 +121,12 @@ static bool codes_stream(const quant_run *run)
 /* Quantizes one row with the scales of its scale row. `pre` is the row already widened into
  * scratch (when the row fits one chunk), or NULL. Returns nonzero on non-finite input. */
 static int quantize_row(quant_run *run, int64_t row, int worker, const float *scale,
-                        const int32_t *zp, const float *amax, const float *pre, bool prefetch,
-                        bool checked)
+                        const int32_t *zp, const float *pre, bool prefetch, bool checked)
 {
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
     bool contiguous = src->rank == 0 || src->strides[src->rank - 1] == 1;
-    quant_krow kr = row_krow(run, scale, zp, amax, checked);
+    quant_krow kr = row_krow(run, scale, zp, checked);
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
     uint8_t *codes = run->codes + (int64_t)worker * QUANT_CHUNK;
@@ -149,8 +147,8 @@ static int quantize_row(quant_run *run, int64_t row, int worker, const float *sc
                 &kr, x, n, c0, run->how->sr_key,
                 run->how->sr_index_base + (uint64_t)(row * p->ncols + c0), out);
         else if (run->stream)
-            bad = run->rd.k->quantize_stream(&kr, h ? (const void *)h : (const void *)x, h, n, c0,
-                                             codes_stream(run), out);
+            bad = run->rd.k->quantize_stream(&kr, h ? (const void *)h : (const void *)x, h != NULL,
+                                             n, c0, codes_stream(run), out);
         else if (h)
             bad = run->rd.k->quantize_bf16(&kr, h, n, c0, out);
         else
@@ -176,7 +174,7 @@ static void given_item(void *arg, int64_t item, int worker)
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * p->ncolgroups;
         if (quantize_row(run, row, worker, run->scale + off, run->zp ? run->zp + off : NULL, NULL,
-                         NULL, false, false))
+                         false, false))
             return;
     }
 }
@@ -347,10 +345,8 @@ static void fused_item(void *arg, int64_t item, int worker)
         /* while this row is quantized from cache, pull a later one in (the next item's rows
          * too: with one thread it comes next); the reduction above already proved the row
          * finite */
-        /* max |x| per group, as reduced (absmax calibrations only) */
-        const float *amax = p->method.kind == QUANT_CALIB_ABSMAX ? a : NULL;
-        if (quantize_row(run, row, worker, run->scale_out + off, zp, amax,
-                         one_chunk ? scratch : NULL, true, true))
+        if (quantize_row(run, row, worker, run->scale_out + off, zp, one_chunk ? scratch : NULL,
+                         true, true))
             return;
     }
 }

@@ -516,7 +516,7 @@ START_TEST(e2m1_kernels_match_scalar)
     for (int ti = 0; ti < 3; ti++)
         for (int sc = 0; sc < 2; sc++) {
             for (int g = 0; g < N; g++) scale[g] = sc ? 0.5f : 1.0f;
-            quant_krow kr = {QK_E2M1, tiles[ti], scale, NULL, 0.0f, 0.0f, NULL, 0, false, NULL};
+            quant_krow kr = {QK_E2M1, tiles[ti], scale, NULL, 0.0f, 0.0f, NULL, 0, false};
             for (int64_t c0 = 0; c0 < 48; c0 += 16)
                 for (int64_t len = N - 48; len <= N - 48 + 5; len++) {
                     ck_assert_int_eq(quant_generic_quantize(&kr, x, len, c0, q1), 0);

@@ -115,7 +115,7 @@ static int three_pass(const rule *ru, float g, const float *x, int64_t n, int64_
     }
     for (int64_t i = g0; i < g0 + groups; i++)
         if (qn_nonfinite(scale[i])) return 1;
-    quant_krow kr = {ru->kc, tile, scale, NULL, ru->qmin, ru->qmax, NULL, 0, false, NULL};
+    quant_krow kr = {ru->kc, tile, scale, NULL, ru->qmin, ru->qmax, NULL, 0, false};
     quant_generic_quantize(&kr, x, n, c0, q);
     return 0;
 }
@@ -155,7 +155,7 @@ START_TEST(kernels_onepass_match_three_pass)
         int bad = three_pass(ru, g, x, n, c0, tile, acc, s1, q1);
         bool packed = ru->kc == QK_E2M1 && tu_below(&r, 2);
         quant_onepass op = {bf16, ru->kind, ru->bound, ru->c, g, packed};
-        quant_krow kr = {ru->kc, tile, NULL, NULL, ru->qmin, ru->qmax, NULL, 0, false, NULL};
+        quant_krow kr = {ru->kc, tile, NULL, NULL, ru->qmin, ru->qmax, NULL, 0, false};
         size_t bytes = (size_t)n * (ru->kc == QK_I16 ? 2 : 1);
         if (packed && !bad) { /* the expected codes, two per byte */
             static uint8_t qp[MAXN / 2];

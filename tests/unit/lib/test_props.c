@@ -312,7 +312,7 @@ START_TEST(kernels_e2m1_sampled_floats)
     static uint8_t q0[N], q1[N];
     static const float marks[] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
     float one = 1.0f;
-    quant_krow kr = {QK_E2M1, 1 << 30, &one, NULL, 0.0f, 0.0f, NULL, 0, true, NULL};
+    quant_krow kr = {QK_E2M1, 1 << 30, &one, NULL, 0.0f, 0.0f, NULL, 0, true};
     uint64_t next = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t done = 0;;) {
@@ -502,8 +502,8 @@ START_TEST(kernels_quantize_absmax_match_three_pass)
         memset(acc, 0, sizeof acc);
         int bad = quant_generic_absmax(x, n, c0, tile, acc);
         bad = bad || quant_generic_lin_scales(acc + g0, groups, kinds[ki].bound, s1 + g0);
-        quant_krow kr = {kinds[ki].kc,   tile, s1, NULL,  kinds[ki].qmin,
-                         kinds[ki].qmax, NULL, 0,  false, NULL};
+        quant_krow kr = {kinds[ki].kc,   tile, s1, NULL, kinds[ki].qmin,
+                         kinds[ki].qmax, NULL, 0,  false};
         if (!bad) quant_generic_quantize(&kr, x, n, c0, q1);
         for (int k = 0; k < nisa; k++) {
             const quant_kernels *kk = quant_kernels_for(isas[k]);
@@ -584,8 +584,8 @@ START_TEST(kernels_match_generic_on_random_chunks)
                     ck_assert_float_eq(x1[g], x2[g]);
                 }
             for (int kc = 0; kc < QK_COUNT; kc++) {
-                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL,  -128.0f,
-                                 127.0f,          NULL, 0,     false, NULL};
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f,
+                                 127.0f,          NULL, 0,     false};
                 if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 15.0f;
                 if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
                 if (kc <= QK_I16 && tu_below(&r, 2)) kr.zp = zp;
@@ -660,13 +660,12 @@ START_TEST(kernels_bf16_match_widened)
                               "%s absmax_bf16 n %lld c0 %lld tile %lld", quant_isa_name(isas[k]),
                               (long long)n, (long long)c0, (long long)tile);
             for (int kc = 0; kc < QK_COUNT; kc++) {
-                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL,  -128.0f,
-                                 127.0f,          NULL, 0,     false, NULL};
+                quant_krow kr = {(quant_kcode)kc, tile, scale, NULL, -128.0f,
+                                 127.0f,          NULL, 0,     false};
                 if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
                 if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
                 if (kc <= QK_I16 && tu_below(&r, 4) == 0) kr.zp = zp;
                 if (!inf && tu_below(&r, 2)) kr.checked = true;
-                if (!inf && !kr.zp && tu_below(&r, 2)) kr.amax = amax;
                 if (tu_below(&r, 2)) kr.pf = (const char *)h, kr.pf_elem = 2;
                 memset(q0, 0xaa, sizeof q0);
                 memset(q1, 0xaa, sizeof q1);
@@ -710,7 +709,7 @@ START_TEST(kernels_exact_near_ties)
                 x[i++] = w;
             }
         }
-        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0, NULL};
+        quant_krow kr = {kc, N, &s, NULL, -128.0f, 127.0f, NULL, 0, tu_below(&r, 2) == 0};
         if (kc == QK_U8) kr.qmin = 0.0f, kr.qmax = 255.0f;
         if (kc == QK_I16) kr.qmin = -32768.0f, kr.qmax = 32767.0f;
         if (tu_below(&r, 2)) kr.zp = &zp;
@@ -773,7 +772,7 @@ START_TEST(kernels_exact_at_code_boundaries)
         }
         float one = 1.0f;
         quant_kcode kc = kind == 0 ? QK_E4M3 : kind == 1 ? QK_E5M2 : QK_NF4;
-        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false, NULL};
+        quant_krow kr = {kc, MAXV, &one, NULL, 0.0f, 0.0f, NULL, 0, false};
         quant_generic_quantize(&kr, x, n, 0, q1);
         for (int k = 0; k < nisa; k++) {
             quant_kernels_for(isas[k])->quantize(&kr, x, n, 0, q2);
@@ -835,7 +834,7 @@ START_TEST(kernels_grouped_near_ties)
                 v = nextafterf(v, k < 0 ? -INFINITY : INFINITY);
             x[j] = isfinite(v) ? v : h; /* (h - zp) * 1.5 * 2^126 may overflow */
         }
-        quant_krow kr = {kc, tile, sc, asym ? zp : NULL, qmin, qmax, NULL, 0, it % 2 == 0, NULL};
+        quant_krow kr = {kc, tile, sc, asym ? zp : NULL, qmin, qmax, NULL, 0, it % 2 == 0};
         quant_generic_quantize(&kr, x, n, c0, q1);
         size_t bytes = (size_t)n * (kc == QK_I16 ? 2 : 1);
         for (int k = 0; k < nisa; k++) {
@@ -862,7 +861,7 @@ START_TEST(kernels_match_generic_on_long_chunks)
     tu_rng r = {4242};
     enum { MAXN = QUANT_CHUNK, MAXG = QUANT_CHUNK + 2 };
     static float x[MAXN], scale[MAXG], a0[MAXG], a1[MAXG], m0[MAXG], m1[MAXG], h0[MAXG], h1[MAXG];
-    static float d0[MAXN], d1[MAXN], gmax[MAXG];
+    static float d0[MAXN], d1[MAXN];
     static int32_t zp[MAXG];
     static uint8_t q0[2 * MAXN + 64], q1[2 * MAXN + 64], pf[8 * MAXN];
     static const int64_t tiles[] = {8,   9,   16,  24,   32,   48,   64,     96,
@@ -902,7 +901,6 @@ START_TEST(kernels_match_generic_on_long_chunks)
             }
             scale[g0 + g] = s;
             zp[g0 + g] = qmax > qmin ? qn_convert_int(qmin - mn / s, qmin, qmax) : 0;
-            gmax[g0 + g] = amax;
         }
         /* a few values right at and around decision points of their group */
         for (int k = 0; k < 64 && n > 0; k++) {
@@ -923,16 +921,8 @@ START_TEST(kernels_match_generic_on_long_chunks)
         if (tu_below(&r, 12) == 0) x[tu_below(&r, n)] = tu_below(&r, 2) ? NAN : INFINITY;
         int bad = 0; /* a placed value may overflow too */
         for (int64_t j = 0; j < n; j++) bad |= qn_nonfinite(x[j]);
-        /* the max |x| hint (the fused path's): the groups' own, or now and then a placed value */
-        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,        qmin,
-                         qmax, NULL, 0,     !bad && tu_below(&r, 2), NULL};
-        if (tu_below(&r, 3)) {
-            for (int k = 0; k < 8 && n > 0; k++) {
-                int64_t j = tu_below(&r, n);
-                gmax[(c0 + j) / tile] = fabsf(x[j]);
-            }
-            kr.amax = gmax;
-        }
+        quant_krow kr = {kc,   tile, scale, asym ? zp : NULL,       qmin,
+                         qmax, NULL, 0,     !bad && tu_below(&r, 2)};
         if (tu_below(&r, 2))
             kr.pf = (const char *)pf, kr.pf_elem = (int64_t[]){2, 4, 8}[tu_below(&r, 3)];
         size_t csize = kc == QK_I16 ? 2 : 1;
@@ -1013,8 +1003,7 @@ START_TEST(kernels_dequantize_every_code)
             scale[g] = qn_float(0x30000000u + (uint32_t)tu_below(&r, 0x1e000000));
             zp[g] = (int32_t)tu_below(&r, 300) - 150;
         }
-        quant_krow kr = {kc, tile,  scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL,
-                         0,  false, NULL};
+        quant_krow kr = {kc, tile, scale, tu_below(&r, 2) ? zp : NULL, 0.0f, 0.0f, NULL, 0, false};
         quant_generic_dequantize(&kr, codes, n, c0, d0);
         for (int k = 0; k < nisa; k++) {
             memset(d1, 0x55, sizeof d1);
@@ -1066,7 +1055,7 @@ START_TEST(kernels_exact_at_scaled_code_boundaries)
         int64_t tile = (int64_t[]){N, 64, 48, 100}[tu_below(&r, 4)];
         float sc[N];
         for (int64_t g = 0; g < N; g++) sc[g] = s;
-        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0, NULL};
+        quant_krow kr = {kc, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2) == 0};
         quant_generic_quantize(&kr, x, N, 0, q0);
         for (int k = 0; k < nisa; k++) {
             quant_kernels_for(isas[k])->quantize(&kr, x, N, 0, q1);
@@ -1114,7 +1103,7 @@ START_TEST(kernels_nf4_margin_edges)
         }
         bool odd = tu_below(&r, 8) == 0; /* codes then unspecified: only the flag is compared */
         if (odd) x[tu_below(&r, n)] = tu_below(&r, 2) ? NAN : -INFINITY;
-        quant_krow kr = {QK_NF4, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2), NULL};
+        quant_krow kr = {QK_NF4, tile, sc, NULL, 0.0f, 0.0f, NULL, 0, tu_below(&r, 2)};
         memset(q0, 0xaa, sizeof q0);
         int bad0 = quant_generic_quantize(&kr, x, n, c0, q0);
         for (int k = 0; k < nisa; k++) {
