@@ -189,12 +189,20 @@ typedef struct quant_onepass {
     float bound; /* B of the qtype */
     float c;     /* QUANT_SCALE_MX: the OAS constant */
     float g;     /* QUANT_SCALE_NVFP4: the tensor's global scale */
-    bool packed; /* e2m1 codes written two per byte (quant_pack_nibbles' order), n / 2 bytes */
+    bool packed; /* e2m1 codes, or minmax's integer codes, written two per byte
+                  * (quant_pack_nibbles' order), n / 2 bytes */
+    /* QUANT_SCALE_LINEAR with minmax (asymmetric) calibration: per group lo = min(min x, 0) and
+     * hi = max(max x, 0) (canonical +0) times `factor` (1 without one), s = (hi - lo) /
+     * (qmax - qmin) with the tiny rule (< QN_TINY_SCALE: 1), zp = qn_convert_int(qmin - lo / s)
+     * into zp (indexed as scale), codes = clip(rint(x / s + zp)); integer codes only */
+    bool minmax;
+    float factor;
+    int32_t *zp;
 } quant_onepass;
 /* x[0..n) from column c0 (c0 and n multiples of r->tile, a tile in QUANT_ONEPASS_TILE_OK; 16 or
  * 32 for the microscaling rules) gets, per column group, its scale by op's rule and the codes
  * quantize gives with those scales (one byte per code for 8-bit kinds, or packed: op->packed),
- * bit for bit;
+ * bit for bit, and with op->minmax each group's zero point into op->zp;
  * r->scale and r->zp are not read. Returns nonzero, scales and codes then unspecified,
  * when a value or a scale is not finite, or the shape, rule or code kind is not one it serves:
  * the caller then redoes the row by the three-pass path, which reports a non-finite value or

@@ -186,17 +186,29 @@ static bool bf16_rows(const quant_tensor *x)
            (x->rank == 0 || x->strides[x->rank - 1] == 1 || x->shape[x->rank - 1] == 1);
 }
 
+/* The plan's calibration is minmax (asymmetric, with or without a factor): the one-pass
+ * kernel's op->minmax rule. */
+static bool onepass_minmax(const quant_plan *p)
+{
+    return p->method.kind == QUANT_CALIB_MINMAX && p->method.asymmetric;
+}
+
 /* The plan and kernel set allow a one-pass kernel (quant_quantize_absmax_fn's contract, or
- * quant_quantize_onepass_fn's for the microscaling rules and bf16 rows read in place), and the
- * input is not a bf16 row the division path reads in place (bf16_direct: tiles of 64 and
- * more). */
+ * quant_quantize_onepass_fn's for the microscaling rules, minmax integer rules and bf16 rows
+ * read in place), and a symmetric input is not a bf16 row the division path reads in place
+ * (bf16_direct: tiles of 64 and more). */
 static bool onepass_allowed(const quant_run *run, const quant_plan *p)
 {
     const quant_calib_method *m = &p->method;
     const quant_kernels *k = run->rd.k;
-    if (bf16_direct(&run->rd, 0, 0) || m->kind != QUANT_CALIB_ABSMAX || m->asymmetric ||
-        m->has_factor || run->how->scale_dtype != QUANT_DTYPE_F32 || run->how->stochastic ||
+    if (run->how->scale_dtype != QUANT_DTYPE_F32 || run->how->stochastic ||
         !QUANT_ONEPASS_TILE_OK(p->col_tile) || p->ncols % p->col_tile != 0)
+        return false;
+    if (onepass_minmax(p))
+        return k->quantize_onepass && p->traits->scale_kind == QUANT_SCALE_LINEAR &&
+               (p->kcode == QK_I8 || p->kcode == QK_U8);
+    if (bf16_direct(&run->rd, 0, 0) || m->kind != QUANT_CALIB_ABSMAX || m->asymmetric ||
+        m->has_factor)
         return false;
     switch (p->traits->scale_kind) {
     case QUANT_SCALE_LINEAR:
@@ -240,22 +252,27 @@ static const char *onepass_prefetch(const quant_tensor *x, const quant_plan *p, 
 }
 
 /* The one-pass kernel's arguments for the plan's scale rule; `bf16` when it reads bf16 rows in
- * place. */
-static quant_onepass onepass_args(const quant_plan *p, bool bf16)
+ * place; `zp` the row's zero points (minmax rules). */
+static quant_onepass onepass_args(const quant_plan *p, bool bf16, int32_t *zp)
 {
+    const quant_calib_method *m = &p->method;
     return (quant_onepass){.bf16 = bf16,
                            .kind = p->traits->scale_kind,
                            .bound = p->traits->symmetric_bound,
                            .c = p->traits->scale_constant,
                            .g = p->global_scale,
-                           .packed = false};
+                           .packed = false,
+                           .minmax = onepass_minmax(p),
+                           .factor = m->has_factor ? (float)m->factor : 1.0f,
+                           .zp = zp};
 }
 
 /* Row `row` by the one-pass kernel, chunk by chunk (chunks hold whole groups), its scales into
- * `scale`: a bf16 row read in place when the kernel set has quantize_onepass, other sources
- * converted into scratch. Returns nonzero when the kernel declined (a non-finite value or
- * scale): the caller then redoes the row by the three-pass path, which reports it. */
-static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
+ * `scale` (and zero points into `zp`, minmax rules): a bf16 row read in place when the kernel
+ * set has quantize_onepass, other sources converted into scratch. Returns nonzero when the
+ * kernel declined (a non-finite value or scale): the caller then redoes the row by the
+ * three-pass path, which reports it. */
+static int onepass_row(quant_run *run, int64_t row, int worker, float *scale, int32_t *zp)
 {
     const quant_plan *p = run->rd.plan;
     const quant_tensor *src = run->rd.x;
@@ -267,10 +284,11 @@ static int onepass_row(quant_run *run, int64_t row, int worker, float *scale)
                      .pf_elem = (int64_t)quant_dtype_size(src->dtype),
                      .checked = false};
     bool in_place = k->quantize_onepass && bf16_rows(src);
-    quant_onepass op = onepass_args(p, in_place);
+    quant_onepass op = onepass_args(p, in_place, zp);
     bool general = k->quantize_onepass != NULL; /* else quantize_absmax (linear float32) */
-    /* packed e2m1 codes straight into the output, unless the error sums need them unpacked */
-    op.packed = general && p->packed && p->kcode == QK_E2M1 && !run->err_partial;
+    /* packed e2m1 (or minmax int4 / uint4) codes straight into the output, unless the error
+     * sums need them unpacked */
+    op.packed = general && p->packed && (p->kcode == QK_E2M1 || op.minmax) && !run->err_partial;
     bool staged = p->packed && !op.packed;
     uint8_t *dst = run->q + row * p->qrow_bytes;
     float *scratch = run->scratch + (int64_t)worker * QUANT_CHUNK;
@@ -327,7 +345,8 @@ static void fused_item(void *arg, int64_t item, int worker)
     for (int64_t row = item * run->rows_per_item; row < end; row++) {
         if (quant_reader_skip(&run->rd, row)) return;
         int64_t off = quant_plan_srow(p, row) * ng;
-        if (run->onepass && !onepass_row(run, row, worker, run->scale_out + off)) continue;
+        int32_t *zp_row = p->method.asymmetric ? run->zp_out + off : NULL;
+        if (run->onepass && !onepass_row(run, row, worker, run->scale_out + off, zp_row)) continue;
         quant_reduce_init(p, ng, a, b, sums);
         if (reduce_row(&run->rd, row, scratch, a, b, sums)) return;
         quant_reduce_finish(p, ng, a, b, sums, &cal, 0);

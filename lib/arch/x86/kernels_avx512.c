@@ -1595,6 +1595,235 @@ ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *
     return bad;
 }
 
+/* ---- quantize: one pass, asymmetric (minmax calibration) ------------------------------------ */
+
+/* quant_quantize_onepass_fn with op->minmax: as op_kc, 16 groups per batch, their min and max
+ * reduced in registers (the transposing reduction of op_absmax16 on float min / max), the
+ * scales and zero points derived in registers with the scalar path's operations in its order
+ * (quant_reduce_finish, then quant_scale_range's asymmetric branch), then the codes from L1 by
+ * the IEEE division plus the zero point, clipped and rounded as int_codes (the scalar
+ * quant_generic_quantize's x / s + zp). The min and max of a group do not depend on the order
+ * of the reduction, but for the sign of a zero, which lo = min(min x, 0) and hi = max(max x, 0)
+ * make canonical (+0) as quant_reduce_finish does. A NaN is seen through the max |x| bits (the
+ * float min and max drop it), an infinity through its scale. */
+
+ALWAYS_INLINE __m512 mm_op(const bool hi, __m512 a, __m512 b)
+{
+    return hi ? _mm512_max_ps(a, b) : _mm512_min_ps(a, b);
+}
+
+ALWAYS_INLINE __m512 mm_halves(const bool hi, __m512 a, __m512 b)
+{
+    return mm_op(hi, _mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+}
+
+ALWAYS_INLINE __m512 mm_quarters(const bool hi, __m512 a, __m512 b)
+{
+    return mm_op(hi, _mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+}
+
+ALWAYS_INLINE __m512 mm_pairs(const bool hi, __m512 a, __m512 b)
+{
+    __m512d da = _mm512_castps_pd(a), db = _mm512_castps_pd(b);
+    return mm_op(hi, _mm512_castpd_ps(_mm512_unpacklo_pd(da, db)),
+                 _mm512_castpd_ps(_mm512_unpackhi_pd(da, db)));
+}
+
+ALWAYS_INLINE __m512 mm_singles(const bool hi, __m512 a, __m512 b)
+{
+    return mm_op(hi, _mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+}
+
+/* One group at element `at`: its 16 partial minima and maxima; its |x| bits into *seen. */
+ALWAYS_INLINE void mm_group(const void *x, const bool bf16, int64_t at, int64_t tile, __m512 *lo,
+                            __m512 *hi, __m512i *seen)
+{
+    __m512 v = op_load(x, bf16, at);
+    __m512 l = v, h = v;
+    __m512i m = abs_bits(v);
+    for (int64_t k = 16; k < tile; k += 16) {
+        v = op_load(x, bf16, at + k);
+        l = _mm512_min_ps(l, v);
+        h = _mm512_max_ps(h, v);
+        m = _mm512_max_epu32(m, abs_bits(v));
+    }
+    *lo = l;
+    *hi = h;
+    *seen = _mm512_max_epu32(*seen, m);
+}
+
+/* Groups 2i and 2i + 1 from `at`, merged by their halves (op_absmax16's first step). */
+ALWAYS_INLINE void mm_pair(const void *x, const bool bf16, int64_t at, int64_t tile, __m512 *lo,
+                           __m512 *hi, __m512i *seen)
+{
+    __m512 l0, h0, l1, h1;
+    mm_group(x, bf16, at, tile, &l0, &h0, seen);
+    mm_group(x, bf16, at + tile, tile, &l1, &h1, seen);
+    *lo = mm_halves(false, l0, l1);
+    *hi = mm_halves(true, h0, h1);
+}
+
+/* The min (lo) and max (hi) of the 16 whole groups from element `at`, lane i for group i. */
+ALWAYS_INLINE void mm_minmax16(const void *x, const bool bf16, int64_t at, int64_t tile, __m512 *lo,
+                               __m512 *hi, __m512i *seen)
+{
+    __m512 l[8], h[8];
+    for (int i = 0; i < 8; i++) mm_pair(x, bf16, at + 2 * i * tile, tile, &l[i], &h[i], seen);
+    __m512 ul0 = mm_quarters(false, l[0], l[1]), ul1 = mm_quarters(false, l[2], l[3]);
+    __m512 ul2 = mm_quarters(false, l[4], l[5]), ul3 = mm_quarters(false, l[6], l[7]);
+    __m512 uh0 = mm_quarters(true, h[0], h[1]), uh1 = mm_quarters(true, h[2], h[3]);
+    __m512 uh2 = mm_quarters(true, h[4], h[5]), uh3 = mm_quarters(true, h[6], h[7]);
+    __m512 yl = mm_singles(false, mm_pairs(false, ul0, ul1), mm_pairs(false, ul2, ul3));
+    __m512 yh = mm_singles(true, mm_pairs(true, uh0, uh1), mm_pairs(true, uh2, uh3));
+    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    *lo = _mm512_permutexvar_ps(p, yl);
+    *hi = _mm512_permutexvar_ps(p, yh);
+}
+
+/* Scales (*s) and zero points as float32 (*z) of 16 groups from their min and max; the lanes
+ * whose scale is not positive and finite (the kernel then declines). The zero points as int32
+ * into *zi. */
+ALWAYS_INLINE __mmask16 mm_scales16(__m512 lo, __m512 hi, const quant_onepass *op, __m512 qminf,
+                                    __m512 qmaxf, __m512 *s, __m512 *z, __m512i *zi)
+{
+    const __m512 zero = _mm512_setzero_ps(), f = _mm512_set1_ps(op->factor);
+    /* quant_reduce_finish: lo = a < 0 ? a : +0, hi = b > 0 ? b : +0, times the factor */
+    lo = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(lo, zero, _CMP_LT_OQ), lo);
+    hi = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi, zero, _CMP_GT_OQ), hi);
+    lo = _mm512_mul_ps(lo, f);
+    hi = _mm512_mul_ps(hi, f);
+    /* quant_scale_range: s = (max - min) / (qmax - qmin), the tiny rule; float32 scales */
+    __m512 v = _mm512_div_ps(_mm512_sub_ps(hi, lo), _mm512_sub_ps(qmaxf, qminf));
+    *s = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(QN_TINY_SCALE), _CMP_LT_OQ),
+                            _mm512_set1_ps(1.0f));
+    __mmask16 bad = _mm512_cmp_ps_mask(*s, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ) |
+                    _mm512_cmp_ps_mask(*s, zero, _CMP_NGT_UQ);
+    /* qn_convert_int(qmin - min / s): NaN -> 0, else clipped and rounded half to even */
+    __m512 w = _mm512_sub_ps(qminf, _mm512_div_ps(lo, *s));
+    w = _mm512_mask_mov_ps(w, _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), zero);
+    *zi = int_codes(w, qminf, qmaxf);
+    *z = _mm512_cvtepi32_ps(*zi);
+    return bad;
+}
+
+/* Codes of the 16 values xv of a group with scale s and zero point z (float32). */
+ALWAYS_INLINE __m512i mm_codes(__m512 xv, __m512 s, __m512 z, __m512 qminf, __m512 qmaxf)
+{
+    return int_codes(_mm512_add_ps(_mm512_div_ps(xv, s), z), qminf, qmaxf);
+}
+
+/* Stores 64 integer byte codes (store64), or with `pack` as 32 bytes of nibble pairs (pack64 on
+ * the codes narrowed with signed saturation: int4's negative codes keep their low nibble). */
+ALWAYS_INLINE void mm_store64(quant_kcode kc, const bool pack, uint8_t *dst, __m512i a, __m512i b,
+                              __m512i c, __m512i d)
+{
+    if (!pack) {
+        store64(kc, dst, a, b, c, d);
+        return;
+    }
+    __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm256_storeu_si256((__m256i *)dst, pack64(_mm512_permutexvar_epi32(p, bytes)));
+}
+
+/* The group at element j alone (the last groups of a chunk, fewer than 16): lanes all equal. */
+ALWAYS_INLINE __mmask16 mm_tail_group(const void *x, const bool bf16, int64_t j, int64_t tile,
+                                      const quant_onepass *op, __m512 qminf, __m512 qmaxf,
+                                      __m512 *s, __m512 *z, __m512i *zi, __m512i *seen)
+{
+    __m512 l, h;
+    mm_group(x, bf16, j, tile, &l, &h, seen);
+    __m512 lo = _mm512_set1_ps(_mm512_reduce_min_ps(l));
+    __m512 hi = _mm512_set1_ps(_mm512_reduce_max_ps(h));
+    return mm_scales16(lo, hi, op, qminf, qmaxf, s, z, zi);
+}
+
+ALWAYS_INLINE int mm_kc(quant_kcode kc, const bool bf16, const bool pack, const quant_krow *r,
+                        const void *x, int64_t n, int64_t c0, const quant_onepass *op, float *scale,
+                        uint8_t *out, const int64_t tile)
+{
+    const __m512 qminf = _mm512_set1_ps(r->qmin), qmaxf = _mm512_set1_ps(r->qmax);
+    float *sg = scale + c0 / tile;
+    int32_t *zg = op->zp + c0 / tile;
+    __mmask16 badv = 0;
+    __m512i seen = _mm512_setzero_si512();
+    int64_t j = 0, batch = 16 * tile;
+    /* software-pipelined as op_kc: the next batch's reduction and scales before these codes */
+    __m512 s = _mm512_set1_ps(1.0f), z = _mm512_setzero_ps(), lo, hi;
+    __m512i zi = _mm512_setzero_si512();
+    if (batch <= n) {
+        mm_minmax16(x, bf16, 0, tile, &lo, &hi, &seen);
+        badv |= mm_scales16(lo, hi, op, qminf, qmaxf, &s, &z, &zi);
+    }
+    for (; j + batch <= n; j += batch, sg += 16, zg += 16) {
+        __m512 s_next = s, z_next = z;
+        __m512i zi_next = zi;
+        if (j + 2 * batch <= n) {
+            mm_minmax16(x, bf16, j + batch, tile, &lo, &hi, &seen);
+            badv |= mm_scales16(lo, hi, op, qminf, qmaxf, &s_next, &z_next, &zi_next);
+        }
+        _mm512_storeu_ps(sg, s);
+        _mm512_storeu_si512(zg, zi);
+        for (int64_t k = 0; k < batch; k += 64) {
+            prefetch64(r->pf, r->pf_elem, j + k);
+            __m512i i0 = _mm512_set1_epi32((int)(k / tile)),
+                    i1 = _mm512_set1_epi32((int)((k + 16) / tile));
+            __m512i i2 = _mm512_set1_epi32((int)((k + 32) / tile)),
+                    i3 = _mm512_set1_epi32((int)((k + 48) / tile));
+            int64_t e = j + k;
+            mm_store64(kc, pack, out + (pack ? e / 2 : e),
+                       mm_codes(op_load(x, bf16, e), _mm512_permutexvar_ps(i0, s),
+                                _mm512_permutexvar_ps(i0, z), qminf, qmaxf),
+                       mm_codes(op_load(x, bf16, e + 16), _mm512_permutexvar_ps(i1, s),
+                                _mm512_permutexvar_ps(i1, z), qminf, qmaxf),
+                       mm_codes(op_load(x, bf16, e + 32), _mm512_permutexvar_ps(i2, s),
+                                _mm512_permutexvar_ps(i2, z), qminf, qmaxf),
+                       mm_codes(op_load(x, bf16, e + 48), _mm512_permutexvar_ps(i3, s),
+                                _mm512_permutexvar_ps(i3, z), qminf, qmaxf));
+        }
+        s = s_next;
+        z = z_next;
+        zi = zi_next;
+    }
+    for (; j < n; j += tile, sg++, zg++) { /* the last groups, fewer than 16: one at a time */
+        badv |= mm_tail_group(x, bf16, j, tile, op, qminf, qmaxf, &s, &z, &zi, &seen);
+        *sg = _mm512_cvtss_f32(s);
+        *zg = _mm_cvtsi128_si32(_mm512_castsi512_si128(zi));
+        uint8_t group[64];
+        for (int64_t k = 0; k < tile; k += 16)
+            store16(kc, pack ? group + k : out + j + k, 0xffff,
+                    mm_codes(op_load(x, bf16, j + k), s, z, qminf, qmaxf));
+        if (pack) pack_avx512(group, tile, out + j / 2);
+    }
+    return badv != 0 || _mm512_reduce_max_epu32(seen) >= 0x7f800000u;
+}
+
+#define MM_TILES(kc, bf, pk)                                                                       \
+    (r->tile == 16   ? mm_kc(kc, bf, pk, r, x, n, c0, op, scale, codes, 16)                        \
+     : r->tile == 32 ? mm_kc(kc, bf, pk, r, x, n, c0, op, scale, codes, 32)                        \
+                     : mm_kc(kc, bf, pk, r, x, n, c0, op, scale, codes, 64))
+#define MM_PACKED(kc, bf) (op->packed ? MM_TILES(kc, bf, true) : MM_TILES(kc, bf, false))
+#define MM_SOURCES(kc)    (op->bf16 ? MM_PACKED(kc, true) : MM_PACKED(kc, false))
+
+/* The minmax rule: int8 / uint8 codes (int4 / uint4 by their qmin and qmax, packed or not). */
+static int quantize_minmax_avx512(const quant_krow *r, const void *x, int64_t n, int64_t c0,
+                                  const quant_onepass *op, float *scale, void *codes)
+{
+    if (!op->zp) return 1;
+    if (op->packed && (r->qmin < -8.0f || r->qmax > 15.0f)) return 1; /* nibbles only */
+    switch (r->kcode) {
+    case QK_I8:
+        return MM_SOURCES(QK_I8);
+    case QK_U8:
+        return MM_SOURCES(QK_U8);
+    default:
+        return 1;
+    }
+}
+#undef MM_SOURCES
+#undef MM_PACKED
+#undef MM_TILES
+
 #define OP_TILES(kc, kind, bf, pk)                                                                 \
     (r->tile == 16   ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 16)                  \
      : r->tile == 32 ? op_kc(kc, kind, bf, pk, r, x, n, c0, op, scale, codes, 32)                  \
@@ -1608,12 +1837,16 @@ ALWAYS_INLINE int pairs_kc(quant_kcode kc, const quant_krow *r, const uint16_t *
 #define OP_E2M1(kind)                                                                              \
     (op->packed ? OP_SOURCES(QK_E2M1, kind, true) : OP_SOURCES(QK_E2M1, kind, false))
 
-/* The code kinds each rule serves: integers under linear scales, e4m3fn and e2m1 under MX
- * scales, e2m1 under nvfp4's. */
+/* The code kinds each rule serves: integers under linear scales (int8 / uint8, int4 / uint4
+ * packed or not, with minmax), e4m3fn and e2m1 under MX scales, e2m1 under nvfp4's. */
 static int quantize_onepass_avx512(const quant_krow *r, const void *x, int64_t n, int64_t c0,
                                    const quant_onepass *op, float *scale, void *codes)
 {
     if (!QUANT_ONEPASS_TILE_OK(r->tile) || c0 % r->tile || n % r->tile) return 1;
+    if (op->minmax)
+        return op->kind == QUANT_SCALE_LINEAR
+                   ? quantize_minmax_avx512(r, x, n, c0, op, scale, codes)
+                   : 1;
     if (op->packed && r->kcode != QK_E2M1) return 1;
     if (op->kind == QUANT_SCALE_LINEAR) {
         if (!op->bf16) { /* the pipelined kernel (onepass_kc stays quantize_absmax) */

@@ -1,5 +1,6 @@
 /* test_onepass.c -- the generalised one-pass kernel (quantize_onepass: MX and nvfp4 scales
- * derived in registers, bf16 rows read in place) against the three generic passes, bit for bit,
+ * derived in registers, minmax scales and zero points, bf16 rows read in place) against the
+ * three generic passes, bit for bit,
  * at the kernel and at the driver level (every ISA and thread count equal to the scalar run);
  * and the identity the MX path rests on: x * (1/s) == x / s for every power of two s.
  * SPDX-License-Identifier: Apache-2.0
@@ -154,7 +155,7 @@ START_TEST(kernels_onepass_match_three_pass)
         }
         int bad = three_pass(ru, g, x, n, c0, tile, acc, s1, q1);
         bool packed = ru->kc == QK_E2M1 && tu_below(&r, 2);
-        quant_onepass op = {bf16, ru->kind, ru->bound, ru->c, g, packed};
+        quant_onepass op = {bf16, ru->kind, ru->bound, ru->c, g, packed, false, 1.0f, NULL};
         quant_krow kr = {ru->kc, tile, NULL, NULL, ru->qmin, ru->qmax, NULL, 0, false};
         size_t bytes = (size_t)n * (ru->kc == QK_I16 ? 2 : 1);
         if (packed && !bad) { /* the expected codes, two per byte */
@@ -347,6 +348,214 @@ START_TEST(onepass_decline_refuses_like_scalar)
 }
 END_TEST
 
+/* One group for the minmax rules (range R = qmax - qmin): zeros of both signs, all positive,
+ * all negative, values at the ties of x / s + zp (lo = -L * 2^k, hi = (R - L) * 2^k, so
+ * s = 2^k, and x = (m + 1/2) * 2^k), huge magnitudes (hi - lo overflows: a refused scale),
+ * tiny ones (the tiny rule), or normal values around an offset. */
+static void minmax_group(tu_rng *r, float *f, int64_t tile, float qmin, float qmax)
+{
+    float range = qmax - qmin, v = 0.25f + (float)tu_below(r, 1000) / 64.0f;
+    switch (tu_below(r, 8)) {
+    case 0:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_below(r, 2) ? 0.0f : -0.0f;
+        break;
+    case 1:
+        for (int64_t j = 0; j < tile; j++) f[j] = v + fabsf(tu_normal(r, v));
+        break;
+    case 2:
+        for (int64_t j = 0; j < tile; j++) f[j] = -v - fabsf(tu_normal(r, v));
+        break;
+    case 3: {
+        float p2 = ldexpf(1.0f, (int)tu_below(r, 40) - 20);
+        float lo = -(float)(1 + tu_below(r, (uint64_t)range - 1));
+        f[0] = lo * p2;
+        f[1] = (range + lo) * p2;
+        for (int64_t j = 2; j < tile; j++)
+            f[j] = (lo + (float)tu_below(r, (uint64_t)range) + 0.5f) * p2;
+        break;
+    }
+    case 4:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, 1e37f);
+        if (tu_below(r, 4) == 0) f[tu_below(r, tile)] = tu_below(r, 2) ? 3.3e38f : -3.3e38f;
+        break;
+    case 5:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, 1e-20f) * 0x1p-63f;
+        break;
+    default:
+        for (int64_t j = 0; j < tile; j++) f[j] = tu_normal(r, v) + v * (float)tu_below(r, 3);
+        break;
+    }
+}
+
+/* One quant_quantize_measured call's outputs. */
+typedef struct mm_out {
+    quant_status st;
+    quant_error e;
+    quant_error_stats stats;
+} mm_out;
+
+static mm_out mm_run(quant_isa isa, int threads, const quant_how *how, const quant_tensor *t,
+                     bool measured, void *q, float *s, int32_t *zp)
+{
+    mm_out o;
+    quant_ctx *ctx = tu_ctx(isa, threads);
+    o.st = quant_quantize_measured(ctx, how, t, q, s, zp, measured ? &o.stats : NULL, &o.e);
+    quant_ctx_free(ctx);
+    if (!measured) o.stats = (quant_error_stats){0};
+    return o;
+}
+
+/* minmax and minmax,0.9 through quant_quantize_measured on every ISA and 1..3 threads against
+ * the scalar run: int8, uint8, int4, uint4 (packed or not), tiles 16/32/64, f32 and bf16 rows of
+ * 1..700 groups (rows longer than a chunk), minmax_group's groups, a NaN or Inf refused at the
+ * scalar run's index; codes, scales, zero points, status, message and error sums equal. */
+START_TEST(minmax_paths_equal_scalar)
+{
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    tu_rng r = {7117};
+    static const quant_qtype qts[] = {QUANT_QTYPE_INT8, QUANT_QTYPE_UINT8, QUANT_QTYPE_INT4,
+                                      QUANT_QTYPE_UINT4};
+    for (int it = 0; it < tu_iters(80); it++) {
+        quant_qtype qt = qts[tu_below(&r, 4)];
+        const quant_qtype_traits *tr = quant_qtype_traits_get(qt);
+        int64_t tile = (int64_t)16 << tu_below(&r, 3);
+        quant_how how;
+        quant_how_init(&how, qt);
+        how.calibration = tu_below(&r, 2) ? "minmax" : "minmax,0.9";
+        how.n_channel_axes = 1;
+        how.channel_axes[0] = 0;
+        how.n_tiles = 1;
+        how.tiles[0] = (quant_tile){.axis = 1, .size = tile};
+        how.pack = tu_below(&r, 3) != 0;
+        bool measured = tu_below(&r, 2);
+        quant_dtype dt = tu_below(&r, 2) ? QUANT_DTYPE_F32 : QUANT_DTYPE_BF16;
+        int64_t shape[2] = {1 + tu_below(&r, 3), tile * (1 + tu_below(&r, 700))};
+        int64_t n = shape[0] * shape[1];
+        float *f = malloc((size_t)n * sizeof *f);
+        ck_assert_ptr_nonnull(f);
+        bool huge_ok = tu_below(&r, 3) == 0; /* else no group overflows hi - lo */
+        for (int64_t k = 0; k < n / tile; k++) {
+            do minmax_group(&r, f + k * tile, tile, (float)tr->qmin, (float)tr->qmax);
+            while (!huge_ok && fabsf(f[k * tile]) > 1e30f);
+        }
+        int64_t nan_at = tu_below(&r, 6) == 0 ? tu_below(&r, n) : -1;
+        if (nan_at >= 0) f[nan_at] = tu_below(&r, 2) ? NAN : -INFINITY;
+        void *data = malloc((size_t)n * 4);
+        ck_assert_ptr_nonnull(data);
+        for (int64_t i = 0; i < n; i++) {
+            if (dt == QUANT_DTYPE_F32)
+                ((float *)data)[i] = f[i];
+            else
+                ((uint16_t *)data)[i] = quant_f32_to_bf16(f[i]);
+        }
+        quant_tensor t;
+        ck_assert_int_eq(quant_tensor_init(&t, dt, 2, shape, data, NULL), QUANT_OK);
+        int64_t ss[2];
+        ck_assert_int_eq(quant_scale_shape(&how, 2, shape, ss, NULL), QUANT_OK);
+        int64_t sn = ss[0] * ss[1], qb = quant_qvalue_bytes(&how, 2, shape);
+        uint8_t *q0 = calloc((size_t)qb, 1), *q1 = calloc((size_t)qb, 1);
+        float *s0 = calloc((size_t)sn, 4), *s1 = calloc((size_t)sn, 4);
+        int32_t *z0 = calloc((size_t)sn, 4), *z1 = calloc((size_t)sn, 4);
+        ck_assert(q0 && q1 && s0 && s1 && z0 && z1);
+        mm_out o0 = mm_run(QUANT_ISA_SCALAR, 1, &how, &t, measured, q0, s0, z0);
+        if (nan_at >= 0) {
+            ck_assert_int_eq(o0.st, QUANT_ERR_NONFINITE);
+            ck_assert_int_eq(o0.e.index, nan_at);
+        } else if (!huge_ok) {
+            ck_assert_msg(o0.st == QUANT_OK, "%s: %s", tr->name, o0.e.message);
+        }
+        for (int k = 0; k < nisa; k++) {
+            for (int threads = 1; threads <= 3; threads++) {
+                memset(q1, 0x5a, (size_t)qb);
+                mm_out o1 = mm_run(isas[k], threads, &how, &t, measured, q1, s1, z1);
+                const char *isa = quant_isa_name(isas[k]);
+                ck_assert_msg(o1.st == o0.st && strcmp(o1.e.message, o0.e.message) == 0,
+                              "%s %s %s/%d: status %d (%s) vs %d (%s)", tr->name, how.calibration,
+                              isa, threads, o1.st, o1.e.message, o0.st, o0.e.message);
+                if (o0.st != QUANT_OK) continue;
+                ck_assert_msg(memcmp(s0, s1, (size_t)sn * 4) == 0, "%s %s/%d: scales differ",
+                              tr->name, isa, threads);
+                int64_t zat = 0;
+                while (zat < sn && z0[zat] == z1[zat]) zat++;
+                ck_assert_msg(zat == sn, "%s %s %s/%d tile %lld: zero point %lld is %d, %d",
+                              tr->name, how.calibration, isa, threads, (long long)tile,
+                              (long long)zat, zat < sn ? z1[zat] : 0, zat < sn ? z0[zat] : 0);
+                int64_t at = 0;
+                while (at < qb && q0[at] == q1[at]) at++;
+                ck_assert_msg(at == qb, "%s %s/%d in %s tile %lld: byte %lld is %#x, %#x", tr->name,
+                              isa, threads, quant_dtype_name(dt), (long long)tile, (long long)at,
+                              at < qb ? q1[at] : 0, at < qb ? q0[at] : 0);
+                ck_assert_msg(memcmp(&o0.stats, &o1.stats, sizeof o0.stats) == 0,
+                              "%s %s/%d: error sums differ", tr->name, isa, threads);
+            }
+        }
+        free(q0);
+        free(q1);
+        free(s0);
+        free(s1);
+        free(z0);
+        free(z1);
+        free(data);
+        free(f);
+    }
+}
+END_TEST
+
+/* The kernel alone on hand-made groups (tile 16, int8, minmax): all +-0 (s 1 by the tiny rule,
+ * zp = qmin, codes qmin),
+ * all positive (lo +0: zp = qmin), all negative (hi +0: zp = qmax), and the ties 0.5 / 1.5 /
+ * -0.5 at s = 1 (zp = -64: x / s + zp = -63.5, -62.5, -64.5, rounded half to even to -64, -62,
+ * -64); a NaN and an Inf make it decline, as do a missing zp array and packed 8-bit codes. */
+START_TEST(minmax_kernel_hand_values)
+{
+    const quant_kernels *k = quant_kernels_for(QUANT_ISA_AVX512);
+    if (!k || !k->quantize_onepass) return; /* the AVX-512 set is the one that has it */
+    enum { T = 16, G = 4 };
+    float x[T * G];
+    for (int j = 0; j < T; j++) {
+        x[j] = j % 2 ? -0.0f : 0.0f;
+        x[T + j] = 1.0f + (float)j;
+        x[2 * T + j] = -2.0f - (float)j;
+    }
+    /* lo = -64, hi = 191: s = 255 / 255 = 1, zp = -128 + 64 = -64 */
+    x[3 * T] = -64.0f;
+    x[3 * T + 1] = 191.0f;
+    x[3 * T + 2] = 0.5f;
+    x[3 * T + 3] = 1.5f;
+    x[3 * T + 4] = -0.5f;
+    for (int j = 5; j < T; j++) x[3 * T + j] = 0.0f;
+    float s[G];
+    int32_t zp[G];
+    int8_t q[T * G];
+    quant_krow kr = {QK_I8, T, NULL, NULL, -128.0f, 127.0f, NULL, 0, false};
+    quant_onepass op = {false, QUANT_SCALE_LINEAR, 127.5f, 0.0f, 0.0f, false, true, 1.0f, zp};
+    ck_assert_int_eq(k->quantize_onepass(&kr, x, T * G, 0, &op, s, q), 0);
+    ck_assert(s[0] == 1.0f && zp[0] == -128 && q[0] == -128 && q[1] == -128);
+    ck_assert(s[1] == 16.0f / 255.0f && zp[1] == -128);
+    ck_assert(s[2] == 17.0f / 255.0f && zp[2] == 127);
+    ck_assert(s[3] == 1.0f && zp[3] == -64);
+    ck_assert_int_eq(q[3 * T], -128);
+    ck_assert_int_eq(q[3 * T + 1], 127);
+    ck_assert_int_eq(q[3 * T + 2], -64);
+    ck_assert_int_eq(q[3 * T + 3], -62);
+    ck_assert_int_eq(q[3 * T + 4], -64);
+    ck_assert_int_eq(q[3 * T + 5], -64);
+    x[T + 3] = NAN;
+    ck_assert_int_ne(k->quantize_onepass(&kr, x, T * G, 0, &op, s, q), 0);
+    x[T + 3] = INFINITY;
+    ck_assert_int_ne(k->quantize_onepass(&kr, x, T * G, 0, &op, s, q), 0);
+    x[T + 3] = 4.0f;
+    ck_assert_int_eq(k->quantize_onepass(&kr, x, T * G, 0, &op, s, q), 0);
+    quant_onepass bad = op;
+    bad.zp = NULL;
+    ck_assert_int_ne(k->quantize_onepass(&kr, x, T * G, 0, &bad, s, q), 0);
+    bad = op;
+    bad.packed = true; /* int8 codes do not fit a nibble */
+    ck_assert_int_ne(k->quantize_onepass(&kr, x, T * G, 0, &bad, s, q), 0);
+}
+END_TEST
+
 Suite *suite_onepass(void)
 {
     Suite *s = suite_create("onepass");
@@ -356,6 +565,8 @@ Suite *suite_onepass(void)
     tcase_add_test(tc, kernels_onepass_match_three_pass);
     tcase_add_test(tc, onepass_paths_equal_scalar);
     tcase_add_test(tc, onepass_decline_refuses_like_scalar);
+    tcase_add_test(tc, minmax_paths_equal_scalar);
+    tcase_add_test(tc, minmax_kernel_hand_values);
     suite_add_tcase(s, tc);
     return s;
 }
