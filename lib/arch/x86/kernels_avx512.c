@@ -1431,8 +1431,10 @@ ALWAYS_INLINE __m512i op_codes(quant_kcode kc, const quant_scale_kind kind, __m5
     return _mm512_min_epi32(_mm512_max_epi32(c, qmin), qmax);
 }
 
-/* Stores 64 byte-sized codes (store64's packing) at dst, or with `pack` (e2m1) as 32 bytes of
- * nibble pairs at dst (pack64: element 2i in the low nibble), without a staging pass. */
+/* Stores 64 byte-sized codes (store64's packing) at dst, or with `pack` (e2m1, or minmax's int4 /
+ * uint4) as 32 bytes of nibble pairs at dst (pack64: element 2i in the low nibble), without a
+ * staging pass. The codes are narrowed with signed saturation: int4's negative codes keep their
+ * low nibble, and e2m1's (0..15) and uint4's are unchanged. */
 ALWAYS_INLINE void op_store64(quant_kcode kc, const bool pack, uint8_t *dst, __m512i a, __m512i b,
                               __m512i c, __m512i d)
 {
@@ -1440,7 +1442,7 @@ ALWAYS_INLINE void op_store64(quant_kcode kc, const bool pack, uint8_t *dst, __m
         store64(kc, dst, a, b, c, d);
         return;
     }
-    __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+    __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
     const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm256_storeu_si256((__m256i *)dst, pack64(_mm512_permutexvar_epi32(p, bytes)));
 }
@@ -1712,20 +1714,6 @@ ALWAYS_INLINE __m512i mm_codes(__m512 xv, __m512 s, __m512 z, __m512 qminf, __m5
     return int_codes(_mm512_add_ps(_mm512_div_ps(xv, s), z), qminf, qmaxf);
 }
 
-/* Stores 64 integer byte codes (store64), or with `pack` as 32 bytes of nibble pairs (pack64 on
- * the codes narrowed with signed saturation: int4's negative codes keep their low nibble). */
-ALWAYS_INLINE void mm_store64(quant_kcode kc, const bool pack, uint8_t *dst, __m512i a, __m512i b,
-                              __m512i c, __m512i d)
-{
-    if (!pack) {
-        store64(kc, dst, a, b, c, d);
-        return;
-    }
-    __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
-    const __m512i p = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm256_storeu_si256((__m256i *)dst, pack64(_mm512_permutexvar_epi32(p, bytes)));
-}
-
 /* The group at element j alone (the last groups of a chunk, fewer than 16): lanes all equal. */
 ALWAYS_INLINE __mmask16 mm_tail_group(const void *x, const bool bf16, int64_t j, int64_t tile,
                                       const quant_onepass *op, __m512 qminf, __m512 qmaxf,
@@ -1771,7 +1759,7 @@ ALWAYS_INLINE int mm_kc(quant_kcode kc, const bool bf16, const bool pack, const 
             __m512i i2 = _mm512_set1_epi32((int)((k + 32) / tile)),
                     i3 = _mm512_set1_epi32((int)((k + 48) / tile));
             int64_t e = j + k;
-            mm_store64(kc, pack, out + (pack ? e / 2 : e),
+            op_store64(kc, pack, out + (pack ? e / 2 : e),
                        mm_codes(op_load(x, bf16, e), _mm512_permutexvar_ps(i0, s),
                                 _mm512_permutexvar_ps(i0, z), qminf, qmaxf),
                        mm_codes(op_load(x, bf16, e + 16), _mm512_permutexvar_ps(i1, s),
