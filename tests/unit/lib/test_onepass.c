@@ -16,6 +16,23 @@
 /* For every normal power of two s = 2^e (e in [-126, 127]; 1/2^127 is the subnormal 2^-127),
  * and float32 values x of every binade (subnormals, zeros of both signs, values near FLT_MAX),
  * the product by the reciprocal equals the quotient bit for bit. */
+/* f[0..shape[0] * shape[1]) as a rows x cols tensor of dtype dt (float32, or bf16 rounded to
+ * nearest even) in a buffer of its own (the caller frees it), viewed by *t. */
+static void *input_as(quant_dtype dt, const float *f, const int64_t shape[2], quant_tensor *t)
+{
+    int64_t n = shape[0] * shape[1];
+    void *data = malloc((size_t)n * 4);
+    ck_assert_ptr_nonnull(data);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == QUANT_DTYPE_F32)
+            ((float *)data)[i] = f[i];
+        else
+            ((uint16_t *)data)[i] = quant_f32_to_bf16(f[i]);
+    }
+    ck_assert_int_eq(quant_tensor_init(t, dt, 2, shape, data, NULL), QUANT_OK);
+    return data;
+}
+
 START_TEST(mx_reciprocal_equals_division)
 {
     tu_rng r = {99};
@@ -244,15 +261,8 @@ START_TEST(onepass_paths_equal_scalar)
             awkward_group(&r, f + k * tile, tile, tr->symmetric_bound);
         int64_t nan_at = tu_below(&r, 6) == 0 ? tu_below(&r, n) : -1;
         if (nan_at >= 0) f[nan_at] = tu_below(&r, 2) ? NAN : INFINITY;
-        void *data = malloc((size_t)n * 4);
-        for (int64_t i = 0; i < n; i++) {
-            if (dt == QUANT_DTYPE_F32)
-                ((float *)data)[i] = f[i];
-            else
-                ((uint16_t *)data)[i] = quant_f32_to_bf16(f[i]);
-        }
         quant_tensor t;
-        ck_assert_int_eq(quant_tensor_init(&t, dt, 2, shape, data, NULL), QUANT_OK);
+        void *data = input_as(dt, f, shape, &t);
         int64_t ss[2];
         ck_assert_int_eq(quant_scale_shape(&how, 2, shape, ss, NULL), QUANT_OK);
         int64_t sn = ss[0] * ss[1], qb = quant_qvalue_bytes(&how, 2, shape);
@@ -441,16 +451,8 @@ START_TEST(minmax_paths_equal_scalar)
         }
         int64_t nan_at = tu_below(&r, 6) == 0 ? tu_below(&r, n) : -1;
         if (nan_at >= 0) f[nan_at] = tu_below(&r, 2) ? NAN : -INFINITY;
-        void *data = malloc((size_t)n * 4);
-        ck_assert_ptr_nonnull(data);
-        for (int64_t i = 0; i < n; i++) {
-            if (dt == QUANT_DTYPE_F32)
-                ((float *)data)[i] = f[i];
-            else
-                ((uint16_t *)data)[i] = quant_f32_to_bf16(f[i]);
-        }
         quant_tensor t;
-        ck_assert_int_eq(quant_tensor_init(&t, dt, 2, shape, data, NULL), QUANT_OK);
+        void *data = input_as(dt, f, shape, &t);
         int64_t ss[2];
         ck_assert_int_eq(quant_scale_shape(&how, 2, shape, ss, NULL), QUANT_OK);
         int64_t sn = ss[0] * ss[1], qb = quant_qvalue_bytes(&how, 2, shape);
