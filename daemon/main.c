@@ -131,10 +131,11 @@ int main(int argc, char **argv)
     qd_app app = {.cfg = &cfg};
     qd_err err;
     int lock_fd = -1; /* held until exit */
+    const qd_db_tuning store_tuning = {.busy_timeout_ms = (int)(cfg.store_busy_timeout * 1000)};
     if (qd_mkdir(cfg.data_dir, 0700, &err) != QD_OK ||
         qd_data_lock(cfg.data_dir, &lock_fd, &err) != QD_OK) {
         rc = fail("refusing to start", &err);
-    } else if (qd_store_open(cfg.db_path, &app.store, &err) != QD_OK) {
+    } else if (qd_store_open_tuned(cfg.db_path, &store_tuning, &app.store, &err) != QD_OK) {
         rc = fail("cannot open the store", &err);
     } else if (cmd == QD_CMD_MIGRATE) {
         printf("%s: schema version %d\n", cfg.db_path, qd_store_schema_version(app.store));

@@ -64,7 +64,8 @@ static qd_status open_parts(qd_app *app, bool *insecure, const char **what, qd_e
         qd_tls_log(app->tls, "tls certificate loaded");
     }
     *what = "cannot open the tokens";
-    qd_status st = qd_tokens_open(cfg->db_path, &app->tokens, err);
+    const qd_db_tuning store_tuning = {.busy_timeout_ms = (int)(cfg->store_busy_timeout * 1000)};
+    qd_status st = qd_tokens_open_tuned(cfg->db_path, &store_tuning, &app->tokens, err);
     if (st != QD_OK) return st;
     *what = "refusing to start";
     if ((st = exposure(app, insecure, err)) != QD_OK) return st;

@@ -217,9 +217,10 @@ static int run(const token_args *a)
     qd_tokens *t = NULL;
     qd_err err;
     int rc = 1;
+    const qd_db_tuning tuning = {.busy_timeout_ms = (int)(cfg.store_busy_timeout * 1000)};
     if (qd_mkdir(cfg.data_dir, 0700, &err) != QD_OK ||
-        qd_store_open(cfg.db_path, &store, &err) != QD_OK ||
-        qd_tokens_open(cfg.db_path, &t, &err) != QD_OK)
+        qd_store_open_tuned(cfg.db_path, &tuning, &store, &err) != QD_OK ||
+        qd_tokens_open_tuned(cfg.db_path, &tuning, &t, &err) != QD_OK)
         fprintf(stderr, "quantd token: %s\n", err.message);
     else if (a->act == A_CREATE)
         rc = create(t, a);

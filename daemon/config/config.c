@@ -93,6 +93,11 @@ const cfg_setting cfg_settings[] = {
      "./var", NULL, "uploads, job outputs and (by default) the database", NULL},
     {"storage", "db", "QUANTD_DB", "--db", "FILE", CFG_PATH, 0, 0, F(db_path), NULL,
      "DATA_DIR/quantd.db", "the SQLite database", NULL},
+    {"storage", "busy_timeout", "QUANTD_BUSY_TIMEOUT", "--busy-timeout", "DURATION", CFG_DURATION,
+     1, 3600, F(store_busy_timeout), "5s", NULL,
+     "how long the job store's and the tokens' SQLite connections wait for another one's lock "
+     "before failing (1s..1h)",
+     NULL},
     {"jobs", "workers", "QUANTD_WORKERS", "--workers", "N", CFG_INT, 1, 256, F(workers), "1",
      NULL, "jobs run at the same time (1..256)", NULL},
     /* the pipeline's own limit (quant_pipeline_options.threads): refused here, at start, naming

@@ -60,6 +60,8 @@ typedef struct qd_config {
     int64_t stats_fold_bytes;    /* bytes of delta log that trigger a fold, default 64M */
     int64_t stats_busy_timeout;  /* seconds the statistics' SQLite connections wait for a lock,
                                     default 5 */
+    int64_t store_busy_timeout;  /* seconds the job store's and the tokens' SQLite connections
+                                    wait for a lock, default 5 */
     int64_t stats_page_cache;    /* bytes of the statistics writer's SQLite page cache, default
                                     16M */
     int max_attempts;      /* runs of a job interrupted by a crash before it fails, default 2 */

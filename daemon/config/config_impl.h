@@ -79,7 +79,7 @@ bool cfg_parse_bool(const char *s, bool *out, char *why, size_t whylen);
 /* "90", "90s", "15m", "24h", "7d" (seconds, minutes, hours, days) within [min, max] seconds. */
 bool cfg_parse_duration(const char *s, int64_t min, int64_t max, int64_t *out, char *why,
                         size_t whylen);
-/* The shortest exact form: "7d", "90m", "45", "0". */
+/* The shortest exact form: "7d", "90m", "45s", "0". */
 void cfg_format_duration(int64_t seconds, char *buf, size_t len);
 /* "HOST:PORT" or "[IPv6]:PORT"; *host is malloc'd (without brackets). */
 bool cfg_parse_listen(const char *s, char **host, int *port, char *why, size_t whylen);

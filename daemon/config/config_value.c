@@ -160,8 +160,7 @@ bool cfg_parse_duration(const char *s, int64_t min, int64_t max, int64_t *out, c
 
 void cfg_format_duration(int64_t seconds, char *buf, size_t len)
 {
-    for (size_t i = 0; seconds != 0 && i + 1 < sizeof duration_units / sizeof duration_units[0];
-         i++)
+    for (size_t i = 0; seconds != 0 && i < sizeof duration_units / sizeof duration_units[0]; i++)
         if (seconds % duration_units[i].seconds == 0) {
             snprintf(buf, len, "%" PRId64 "%c", seconds / duration_units[i].seconds,
                      duration_units[i].suffix);

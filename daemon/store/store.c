@@ -249,6 +249,12 @@ static qd_status prepare_all(qd_store *s, qd_err *err)
 
 qd_status qd_store_open(const char *path, qd_store **out, qd_err *err)
 {
+    return qd_store_open_tuned(path, NULL, out, err);
+}
+
+qd_status qd_store_open_tuned(const char *path, const qd_db_tuning *tuning, qd_store **out,
+                              qd_err *err)
+{
     *out = NULL;
     if (!path || !*path) return qd_fail(err, QD_INVALID, "no database path");
     qd_store *s = calloc(1, sizeof *s);
@@ -257,7 +263,7 @@ qd_status qd_store_open(const char *path, qd_store **out, qd_err *err)
         free(s);
         return qd_fail(err, QD_NOMEM, "cannot create the store's mutex");
     }
-    qd_status st = qd_db_open(path, QD_DB_OWNER, &s->db, err);
+    qd_status st = qd_db_open_tuned(path, QD_DB_OWNER, tuning, &s->db, err);
     if (st == QD_OK) st = migrate(s, path, err);
     if (st == QD_OK) st = enable_foreign_keys(s, err);
     if (st == QD_OK) st = prepare_all(s, err);

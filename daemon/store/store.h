@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "db.h"
 #include "status.h"
 
 /* Now as unix ms (CLOCK_REALTIME). */
@@ -66,6 +67,10 @@ void qd_outputs_free(qd_output *o, size_t n);
  * the pending migrations. A database newer than the binary (user_version above the last
  * migration) is refused. */
 qd_status qd_store_open(const char *path, qd_store **out, qd_err *err);
+/* qd_store_open with the connection's busy timeout from tuning (NULL: db.h's default; config
+ * [storage] busy_timeout). */
+qd_status qd_store_open_tuned(const char *path, const qd_db_tuning *tuning, qd_store **out,
+                              qd_err *err);
 void qd_store_close(qd_store *s);
 /* user_version after open, and the number of migrations the binary carries. */
 int qd_store_schema_version(qd_store *s);

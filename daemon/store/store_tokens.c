@@ -61,10 +61,16 @@ struct qd_tokens {
 
 qd_status qd_tokens_open(const char *db_path, qd_tokens **out, qd_err *err)
 {
+    return qd_tokens_open_tuned(db_path, NULL, out, err);
+}
+
+qd_status qd_tokens_open_tuned(const char *db_path, const qd_db_tuning *tuning, qd_tokens **out,
+                               qd_err *err)
+{
     *out = NULL;
     qd_tokens *t = calloc(1, sizeof *t);
     if (!t) return qd_fail(err, QD_NOMEM, "out of memory");
-    qd_status st = qd_db_open(db_path, QD_DB_TOKENS, &t->db, err);
+    qd_status st = qd_db_open_tuned(db_path, QD_DB_TOKENS, tuning, &t->db, err);
     if (st == QD_OK)
         st = qd_db_prepare(t->db, tok_sql, sizeof tok_sql / sizeof tok_sql[0], t->q, T_COUNT, err);
     if (st == QD_OK) st = qd_db_prepared_all(t->db, t->q, T_COUNT, err);

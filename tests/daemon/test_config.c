@@ -595,9 +595,18 @@ START_TEST(test_security_settings)
                   f.msg);
     ck_assert(f.cfg.stats_busy_timeout == 120 && f.cfg.stats_page_cache == (int64_t)256 << 20);
     done(&f);
-    EXPECT_ERROR("--stats-busy-timeout: must be 1..1h, got 0", "--stats-busy-timeout", "0");
-    EXPECT_ERROR("--stats-busy-timeout: must be 1..1h, got 61m", "--stats-busy-timeout", "61m");
+    EXPECT_ERROR("--stats-busy-timeout: must be 1s..1h, got 0", "--stats-busy-timeout", "0");
+    EXPECT_ERROR("--stats-busy-timeout: must be 1s..1h, got 61m", "--stats-busy-timeout", "61m");
     EXPECT_ERROR("--stats-page-cache: must be 1M..16G, got 512K", "--stats-page-cache", "512K");
+    /* the job store's and the tokens' SQLite connections: busy timeout */
+    ck_assert_msg(LOAD(&f, "--data-dir", "/d"), "%s", f.msg);
+    ck_assert(f.cfg.store_busy_timeout == 5);
+    done(&f);
+    ck_assert_msg(LOAD(&f, "--busy-timeout", "90s"), "%s", f.msg);
+    ck_assert(f.cfg.store_busy_timeout == 90);
+    done(&f);
+    EXPECT_ERROR("--busy-timeout: must be 1s..1h, got 0", "--busy-timeout", "0");
+    EXPECT_ERROR("--busy-timeout: must be 1s..1h, got 3601", "--busy-timeout", "3601");
     EXPECT_ERROR("--stats-page-cache: must be 1M..16G, got 17G", "--stats-page-cache", "17G");
     /* a bare --insecure takes no value from the next argument */
     loaded r;
@@ -943,6 +952,7 @@ static void round_trip(const char *const *args)
     ck_assert(a->stats_fold_interval == b->stats_fold_interval);
     ck_assert(a->stats_fold_bytes == b->stats_fold_bytes);
     ck_assert(a->stats_busy_timeout == b->stats_busy_timeout);
+    ck_assert(a->store_busy_timeout == b->store_busy_timeout);
     ck_assert(a->stats_page_cache == b->stats_page_cache);
     ck_assert_int_eq(a->header_timeout, b->header_timeout);
     ck_assert_int_eq(a->keep_outputs, b->keep_outputs);
@@ -1007,6 +1017,8 @@ START_TEST(test_round_trip)
                                 "9",
                                 "--db",
                                 "rel/q.db",
+                                "--busy-timeout",
+                                "2m",
                                 "--source-root",
                                 "/",
                                 "--source-root",
@@ -1054,6 +1066,7 @@ START_TEST(test_round_trip)
                                              "[storage]\n"
                                              "data_dir = ./var\n"
                                              "db = ./var/quantd.db\n"
+                                             "busy_timeout = 5s\n"
                                              "\n"
                                              "[jobs]\n"
                                              "workers = 1\n"
@@ -1068,9 +1081,9 @@ START_TEST(test_round_trip)
                                              "\n"
                                              "[stats]\n"
                                              "idempotency_window = 1d\n"
-                                             "fold_interval = 1\n"
+                                             "fold_interval = 1s\n"
                                              "fold_bytes = 64M\n"
-                                             "busy_timeout = 5\n"
+                                             "busy_timeout = 5s\n"
                                              "page_cache = 16M\n"
                                              "\n"
                                              "[log]\n"

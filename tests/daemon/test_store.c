@@ -3,6 +3,7 @@
  * foreign, a failing migration changes nothing), the connection's pragmas seen from outside; rule
  * sets; the job queue (FIFO claim, progress, finish with outputs and report, requeue, cancel,
  * delete with its cascade, recovery after a crash, counts) and concurrent claims from two
+ * connections; the busy timeout ([storage] busy_timeout) of the store's and the tokens'
  * connections. SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
@@ -16,6 +17,7 @@
 #include "migrations.h"
 #include "qdtest.h"
 #include "store.h"
+#include "tokens.h"
 #include "write_gate.h"
 
 #define APPLICATION_ID 0x514E5444 /* store.c's "QNTD" */
@@ -1167,6 +1169,53 @@ START_TEST(test_write_gate_fifo)
 }
 END_TEST
 
+static double mono_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* [storage] busy_timeout reaches the job store's and the tokens' connections: with another
+ * connection holding the write lock, a write waits about the configured second, not the built-in
+ * five, then fails naming the lock; without the lock the same writes succeed. */
+START_TEST(test_busy_timeout_tuned)
+{
+    qd_store_close(g_s); /* the fixture's connection (default timeout) stays out of the way */
+    g_s = NULL;
+    const qd_db_tuning one_second = {.busy_timeout_ms = 1000};
+    qd_err err = {{0}};
+    qd_store *s = NULL;
+    qd_tokens *t = NULL;
+    ck_assert_msg(qd_store_open_tuned(g_path, &one_second, &s, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_tokens_open_tuned(g_path, &one_second, &t, &err) == QD_OK, "%s", err.message);
+    sqlite3 *locker = raw_open(g_path);
+    ck_assert_int_eq(sqlite3_exec(locker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    bool created = false;
+    double t0 = mono_now();
+    ck_assert(qd_store_ruleset_put(s, "r", "[]", &created, &err) != QD_OK);
+    double waited_store = mono_now() - t0;
+    ck_assert_msg(strstr(err.message, "locked") != NULL, "%s", err.message);
+    char token[QD_TOKEN_LEN + 1];
+    qd_token_info info;
+    t0 = mono_now();
+    ck_assert(qd_tokens_create(t, "ops", QD_ROLE_READER, 0, token, &info, &err) != QD_OK);
+    double waited_tokens = mono_now() - t0;
+    ck_assert_msg(strstr(err.message, "locked") != NULL, "%s", err.message);
+    /* at least the timeout; well under the built-in 5 s */
+    ck_assert_msg(waited_store >= 0.9 && waited_store < 4.0, "store waited %.2f s", waited_store);
+    ck_assert_msg(waited_tokens >= 0.9 && waited_tokens < 4.0, "tokens waited %.2f s",
+                  waited_tokens);
+    ck_assert_int_eq(sqlite3_exec(locker, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(locker);
+    ck_assert_msg(qd_store_ruleset_put(s, "r", "[]", &created, &err) == QD_OK, "%s", err.message);
+    ck_assert_msg(qd_tokens_create(t, "ops", QD_ROLE_READER, 0, token, &info, &err) == QD_OK, "%s",
+                  err.message);
+    qd_tokens_close(t);
+    qd_store_close(s);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -1182,6 +1231,11 @@ Suite *suite_store(void)
     tcase_add_test(schema, test_busy_timeout);
     tcase_add_test(schema, test_open_errors);
     suite_add_tcase(s, schema);
+    TCase *busy = tcase_create("busy timeout");
+    tcase_add_checked_fixture(busy, setup, teardown);
+    tcase_set_timeout(busy, 30); /* two writes wait out a 1 s lock */
+    tcase_add_test(busy, test_busy_timeout_tuned);
+    suite_add_tcase(s, busy);
     TCase *rs = tcase_create("rulesets");
     tcase_add_checked_fixture(rs, setup, teardown);
     tcase_add_test(rs, test_ruleset_crud);
