@@ -2,7 +2,8 @@
  * per target (the pattern of zstd's HUF_DGEN): the reciprocal path with its exact-division tie
  * check (../recip_contract.h) and NF4's threshold margin, blocks of four vectors, the redo list of
  * near lanes, one column group at a time (quantize_seg) or many small groups per sub-chunk
- * (grouped, grouped_kc), the one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the
+ * (grouped, grouped_kc), tiles smaller than a vector (small_tiles: 2..8 lanes of a scale by the
+ * division), the one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the
  * fused MSE search over integer codes (mse_int). The tie logic lives here only. What it serves:
  *   kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes): quantize, quantize_absmax, mse_int;
  *   kernels_avx512.c (16 lanes, QD_QUANTIZE_ONLY): quantize but for symmetric integer tiles of 64
@@ -34,6 +35,8 @@
  *   qd_hmax_groups(m)        from m[QD_W], lane i = max of the lanes of m[i]
  *   qd_bits_f(b)             the float lanes of bits b
  *   qd_lane_of(s, i)         lane i of s in every lane
+ *   qd_spread(p, tile)       lane i = p[i / tile], reading p[0 .. QD_W / tile) only (tile a
+ *                            compile-time power of two below QD_W)
  *   qd_mse_lanes(x, w, unit, j, end, sv, av, lo, hi)   the MSE search's terms of elements
  *                            [j, end) for the QD_W candidate scales sv, added to the float64
  *                            sums av[0..QD_W) (see quant_mse_int_fn; `unit`: w not read)
@@ -345,6 +348,70 @@ ALWAYS_INLINE void qd_grouped_kc(quant_kcode kc, const quant_krow *r, const floa
     }
 }
 
+/* ---- tiles smaller than a vector (QD_W % tile == 0, c0 % QD_W == 0) ------------------------- */
+
+/* Codes for x[0..nv) (nv % QD_W == 0) whose column groups of `tile` (a compile-time power of two
+ * below QD_W) are QD_W / tile to a vector: each vector's scales (and zero points) spread over its
+ * lanes, the codes by the IEEE division (the scalar path's codes by construction, no tie to
+ * redo). Zero points go through a float table per sub-chunk of QD_SUB elements. */
+ALWAYS_INLINE void qd_small_tiles(quant_kcode kc, const quant_krow *r, const float *x, int64_t nv,
+                                  int64_t c0, uint8_t *out, const int64_t tile, const bool asym)
+{
+    const size_t csize = qd_csize(kc);
+    const qd_vf qmin = qd_set1(r->qmin), qmax = qd_set1(r->qmax), zero = qd_set1(0.0f);
+    float zpf[QD_SUB / 2];
+    for (int64_t j0 = 0; j0 < nv; j0 += QD_SUB) {
+        int64_t m = nv - j0 < QD_SUB ? nv - j0 : QD_SUB, g0 = (c0 + j0) / tile;
+        const float *s = r->scale + g0, *xj = x + j0;
+        uint8_t *oj = out + j0 * csize;
+        if (asym)
+            for (int64_t g = 0; g < m / tile; g++) zpf[g] = (float)r->zp[g0 + g];
+#define QD_SMALL(at) /* codes of the vector at element `at` of the sub-chunk */                    \
+    qd_divide(kc, xj + (at), qd_spread(s + (at) / tile, tile),                                     \
+              asym ? qd_spread(zpf + (at) / tile, tile) : zero, asym, qmin, qmax)
+        int64_t j = 0;
+        for (; j + QD_BLK <= m; j += QD_BLK) {
+            qd_prefetch(r->pf, r->pf_elem, j0 + j);
+            qd_store_blk(kc, oj + j * csize, QD_SMALL(j), QD_SMALL(j + QD_W),
+                         QD_SMALL(j + 2 * QD_W), QD_SMALL(j + 3 * QD_W));
+        }
+        for (; j < m; j += QD_W) qd_store_vec(kc, oj + j * csize, QD_SMALL(j));
+#undef QD_SMALL
+    }
+}
+
+ALWAYS_INLINE void qd_small_tiles_kc(quant_kcode kc, const quant_krow *r, const float *x,
+                                     int64_t nv, int64_t c0, uint8_t *out)
+{
+#define QD_SMALL_TILE(t)                                                                           \
+    (r->zp ? qd_small_tiles(kc, r, x, nv, c0, out, t, true)                                        \
+           : qd_small_tiles(kc, r, x, nv, c0, out, t, false))
+    switch (r->tile) {
+    case 2:
+        QD_SMALL_TILE(2);
+        break;
+#if QD_W > 4
+    case 4:
+        QD_SMALL_TILE(4);
+        break;
+#endif
+#if QD_W > 8
+    case 8:
+        QD_SMALL_TILE(8);
+        break;
+#endif
+    default:
+        break;
+    }
+#undef QD_SMALL_TILE
+}
+
+/* A tile qd_small_tiles serves: a power of two below the vector width. */
+ALWAYS_INLINE bool qd_small_tile_ok(int64_t tile)
+{
+    return tile == 2 || (QD_W > 4 && tile == 4) || (QD_W > 8 && tile == 8);
+}
+
 /* ---- quantize_fn ----------------------------------------------------------------------------- */
 
 /* One value per group (per-channel scales): the division, lane by lane. */
@@ -373,9 +440,15 @@ ALWAYS_INLINE int qd_quantize_kc(quant_kcode kc, const quant_krow *r, const floa
         int64_t j = qd_per_column(kc, r, x, n, c0, qmin, qmax, out);
         return bad | quant_generic_quantize(r, x + j, n - j, c0 + j, out + j * csize);
     }
-    /* tiny tiles, and zero points on fp8/nf4/e2m1 (never asked by the drivers), stay scalar */
-    if (r->tile < QD_W || (r->zp && !qk_is_int(kc)))
-        return quant_generic_quantize(r, x, n, c0, codes);
+    /* zero points on fp8/nf4/e2m1 (never asked by the drivers) stay scalar */
+    if (r->zp && !qk_is_int(kc)) return quant_generic_quantize(r, x, n, c0, codes);
+    if (qd_small_tile_ok(r->tile) && c0 % QD_W == 0) { /* several groups to a vector */
+        int64_t nv = n & ~(int64_t)(QD_W - 1);
+        qd_small_tiles_kc(kc, r, x, nv, c0, out);
+        return bad | quant_generic_quantize(r, x + nv, n - nv, c0 + nv, out + nv * csize);
+    }
+    /* other tiles below the vector width (odd ones, or off the vector grid) stay scalar */
+    if (r->tile < QD_W) return quant_generic_quantize(r, x, n, c0, codes);
     if (r->tile < 64 && r->tile % QD_W == 0 && c0 % QD_W == 0) { /* small tiles: many groups */
         qd_grouped_kc(kc, r, x, n, c0, out);
         return bad;

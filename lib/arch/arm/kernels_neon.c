@@ -303,6 +303,14 @@ typedef uint32x4_t qd_vm; /* lanes clear of a tie: all ones */
 #define qd_max_bits vmaxq_u32
 #define qd_bits_f   vreinterpretq_f32_u32
 
+/* Lane i = p[i / 2]: tile 2, the one power of two below 4 lanes (reads p[0], p[1] only). */
+ALWAYS_INLINE qd_vf qd_spread(const float *p, const int64_t tile)
+{
+    (void)tile;
+    float32x2_t v = vld1_f32(p);
+    return vcombine_f32(vdup_lane_f32(v, 0), vdup_lane_f32(v, 1));
+}
+
 /* NEON's fmax/fmin return NaN for a NaN operand. */
 ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {

@@ -327,6 +327,15 @@ ALWAYS_INLINE qd_vf qd_abs(qd_vf a)
     return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
 }
 
+/* Lane i = p[i / tile] (tile 2 or 4), reading the 8 / tile values only. */
+ALWAYS_INLINE qd_vf qd_spread(const float *p, const int64_t tile)
+{
+    __m128 v = tile == 2 ? _mm_loadu_ps(p) : _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p));
+    __m256i idx = _mm256_srlv_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                    _mm256_set1_epi32(tile == 2 ? 1 : 2));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), idx);
+}
+
 /* maxps / minps return their second operand when either is NaN: v second keeps a NaN. */
 ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {

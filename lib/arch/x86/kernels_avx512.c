@@ -405,6 +405,15 @@ ALWAYS_INLINE qd_vf qd_bcast(const float *p)
     return _mm512_set1_ps(*p);
 }
 
+/* Lane i = p[i / tile] (tile 2, 4 or 8): a masked load of the 16 / tile values, no read past. */
+ALWAYS_INLINE qd_vf qd_spread(const float *p, const int64_t tile)
+{
+    const int shift = tile == 2 ? 1 : tile == 4 ? 2 : 3;
+    __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (16 / tile)) - 1), p);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(iota, _mm512_set1_epi32(shift)), v);
+}
+
 /* maxps / minps return their second operand when either is NaN: v second keeps a NaN. */
 ALWAYS_INLINE qd_vf qd_clip_nan(qd_vf v, qd_vf lo, qd_vf hi)
 {

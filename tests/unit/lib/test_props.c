@@ -546,9 +546,9 @@ START_TEST(kernels_match_generic_on_random_chunks)
     static float x[MAXN], scale[MAXN], a1[MAXN], a2[MAXN], b1[MAXN], b2[MAXN], d1[MAXN], d2[MAXN];
     static int32_t zp[MAXN];
     static uint8_t q1[2 * MAXN], q2[2 * MAXN];
-    static const int64_t tiles[] = {1, 2, 3, 7, 8, 9, 16, 31, 32, 33, 64, 128, 700};
+    static const int64_t tiles[] = {1, 2, 3, 4, 7, 8, 9, 16, 31, 32, 33, 64, 128, 700};
     for (int it = 0; it < tu_iters(3000); it++) {
-        int64_t n = tu_below(&r, MAXN), tile = tiles[tu_below(&r, 13)];
+        int64_t n = tu_below(&r, MAXN), tile = tiles[tu_below(&r, 14)];
         int64_t c0 = tu_below(&r, 3) == 0 ? 0 : tu_below(&r, 40);
         int64_t groups = (c0 + n) / tile + 1;
         if (groups > MAXN) continue;
@@ -864,10 +864,10 @@ START_TEST(kernels_match_generic_on_long_chunks)
     static float d0[MAXN], d1[MAXN];
     static int32_t zp[MAXG];
     static uint8_t q0[2 * MAXN + 64], q1[2 * MAXN + 64], pf[8 * MAXN];
-    static const int64_t tiles[] = {8,   9,   16,  24,   32,   48,   64,     96,
-                                    128, 256, 512, 1000, 2048, 4096, 1 << 20};
+    static const int64_t tiles[] = {2,  4,   8,   9,   16,   24,   32,   48,     64,
+                                    96, 128, 256, 512, 1000, 2048, 4096, 1 << 20};
     for (int it = 0; it < tu_iters(400); it++) {
-        int64_t n = 1 + tu_below(&r, MAXN), tile = tiles[tu_below(&r, 15)];
+        int64_t n = 1 + tu_below(&r, MAXN), tile = tiles[tu_below(&r, 17)];
         int64_t c0 = (int64_t[]){0, 16 * tu_below(&r, 64), 64 * tu_below(&r, 16),
                                  tu_below(&r, 1000)}[tu_below(&r, 4)];
         quant_kcode kc = (quant_kcode)tu_below(&r, QK_COUNT);
