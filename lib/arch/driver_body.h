@@ -306,7 +306,7 @@ ALWAYS_INLINE void qd_grouped(quant_kcode kc, const quant_krow *r, const float *
 }
 
 /* The grouped path's tables for groups g0..g1: 1/scale (NaN when the reciprocal may not be
- * used: qk_recip_or_nan), the reciprocals QD_W at a time by one vector division, and the zero
+ * used: !qk_recip_usable), the reciprocals QD_W at a time by one vector division, and the zero
  * points as floats. */
 ALWAYS_INLINE void qd_group_tables(const quant_krow *r, int64_t g0, int64_t g1, float *recip,
                                    float *zpf)

@@ -11,8 +11,9 @@
  * lies within qk_int_margin() of a half-integer (2^-12 covers 8-bit values and zero points, 2^-11
  * uint8 with zero points up to 255, 2^-4 int16): such lanes ("near" lanes, |b - rint(b)| >=
  * qk_tie_limit()) are recomputed with the IEEE division. The reciprocal is only used when s is
- * in [QK_RECIP_SCALE_MIN, QK_RECIP_SCALE_MAX], so that r is a normal float; otherwise the tables
- * hold NaN for r (qk_recip_or_nan), which makes every lane near. A NaN b must count as near too:
+ * in [QK_RECIP_SCALE_MIN, QK_RECIP_SCALE_MAX] (qk_recip_usable), so that r is a normal float;
+ * otherwise a group's table holds NaN for r (driver_body.h's qd_group_tables), which makes every
+ * lane near. A NaN b must count as near too:
  * each kernel orders its clip so that NaN propagates, and compares unordered.
  */
 #ifndef QUANT_RECIP_CONTRACT_H
@@ -47,12 +48,6 @@ static inline float qk_tie_limit(quant_kcode kc)
 static inline bool qk_recip_usable(float s)
 {
     return s >= QK_RECIP_SCALE_MIN && s <= QK_RECIP_SCALE_MAX;
-}
-
-/* A group's table entry: 1/s, or NaN (every lane near) when the reciprocal may not be used. */
-static inline float qk_recip_or_nan(float s)
-{
-    return qk_recip_usable(s) ? 1.0f / s : __builtin_nanf("");
 }
 
 #endif /* QUANT_RECIP_CONTRACT_H */
