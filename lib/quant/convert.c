@@ -44,51 +44,64 @@ uint8_t quant_f32_to_e5m2(float f)
     return qn_f32_to_e5m2(f);
 }
 
-static float load_f32(quant_dtype dtype, const void *src, int64_t i)
+/* ---- quant_convert: one loop per (source, destination) pair, picked from a table ------------- */
+
+/* Each float dtype: its element type, its widening to float32 and its narrowing from it. Every
+ * conversion goes through float32 (f64 -> f64 too: the API converts by way of float32). */
+static inline float f32_in(float v)
 {
-    switch (dtype) {
-    case QUANT_DTYPE_F32:
-        return ((const float *)src)[i];
-    case QUANT_DTYPE_F16:
-        return qn_f16_to_f32(((const uint16_t *)src)[i]);
-    case QUANT_DTYPE_BF16:
-        return qn_bf16_to_f32(((const uint16_t *)src)[i]);
-    case QUANT_DTYPE_F64:
-        return (float)((const double *)src)[i];
-    case QUANT_DTYPE_F8_E4M3:
-        return quant_e4m3fn_to_f32(((const uint8_t *)src)[i]);
-    case QUANT_DTYPE_F8_E5M2:
-        return quant_e5m2_to_f32(((const uint8_t *)src)[i]);
-    default:
-        return 0.0f;
-    }
+    return v;
+}
+static inline float f64_in(double v)
+{
+    return (float)v;
+}
+static inline double f64_out(float v)
+{
+    return v;
+}
+static inline float e4m3_in(uint8_t c)
+{
+    return qn_fp8_to_f32(c, 3, 7, 0);
+}
+static inline float e5m2_in(uint8_t c)
+{
+    return qn_fp8_to_f32(c, 2, 15, 1);
 }
 
-static void store_f32(quant_dtype dtype, void *dst, int64_t i, float v)
-{
-    switch (dtype) {
-    case QUANT_DTYPE_F32:
-        ((float *)dst)[i] = v;
-        break;
-    case QUANT_DTYPE_F16:
-        ((uint16_t *)dst)[i] = qn_f32_to_f16(v);
-        break;
-    case QUANT_DTYPE_BF16:
-        ((uint16_t *)dst)[i] = qn_f32_to_bf16(v);
-        break;
-    case QUANT_DTYPE_F64:
-        ((double *)dst)[i] = v;
-        break;
-    case QUANT_DTYPE_F8_E4M3:
-        ((uint8_t *)dst)[i] = qn_f32_to_e4m3fn(v);
-        break;
-    case QUANT_DTYPE_F8_E5M2:
-        ((uint8_t *)dst)[i] = qn_f32_to_e5m2(v);
-        break;
-    default:
-        break;
+#define CONV_DTYPES(X, ...)                                                                        \
+    X(F32, float, f32_in, f32_in, __VA_ARGS__)                                                     \
+    X(F16, uint16_t, qn_f16_to_f32, qn_f32_to_f16, __VA_ARGS__)                                    \
+    X(BF16, uint16_t, qn_bf16_to_f32, qn_f32_to_bf16, __VA_ARGS__)                                 \
+    X(F64, double, f64_in, f64_out, __VA_ARGS__)                                                   \
+    X(F8_E4M3, uint8_t, e4m3_in, qn_f32_to_e4m3fn, __VA_ARGS__)                                    \
+    X(F8_E5M2, uint8_t, e5m2_in, qn_f32_to_e5m2, __VA_ARGS__)
+/* the same list, for the inner expansion (a macro does not expand inside itself) */
+#define CONV_DTYPES2(X, ...)                                                                       \
+    X(F32, float, f32_in, f32_in, __VA_ARGS__)                                                     \
+    X(F16, uint16_t, qn_f16_to_f32, qn_f32_to_f16, __VA_ARGS__)                                    \
+    X(BF16, uint16_t, qn_bf16_to_f32, qn_f32_to_bf16, __VA_ARGS__)                                 \
+    X(F64, double, f64_in, f64_out, __VA_ARGS__)                                                   \
+    X(F8_E4M3, uint8_t, e4m3_in, qn_f32_to_e4m3fn, __VA_ARGS__)                                    \
+    X(F8_E5M2, uint8_t, e5m2_in, qn_f32_to_e5m2, __VA_ARGS__)
+
+typedef void (*conv_loop)(const void *src, void *dst, int64_t n);
+
+/* conv_S_D: n elements of dtype S into dtype D (destination first in the inner list). */
+#define CONV_LOOP(D, DT, DIN, DOUT, S, ST, SIN, SOUT)                                              \
+    static void conv_##S##_##D(const void *src, void *dst, int64_t n)                              \
+    {                                                                                              \
+        const ST *a = src;                                                                         \
+        DT *b = dst;                                                                               \
+        for (int64_t i = 0; i < n; i++) b[i] = DOUT(SIN(a[i]));                                    \
     }
-}
+#define CONV_LOOPS_FROM(S, ST, SIN, SOUT, unused) CONV_DTYPES2(CONV_LOOP, S, ST, SIN, SOUT)
+CONV_DTYPES(CONV_LOOPS_FROM, 0)
+
+#define CONV_ENTRY(D, DT, DIN, DOUT, S)             [QUANT_DTYPE_##S][QUANT_DTYPE_##D] = conv_##S##_##D,
+#define CONV_ENTRIES_FROM(S, ST, SIN, SOUT, unused) CONV_DTYPES2(CONV_ENTRY, S)
+static const conv_loop conv_table[QUANT_DTYPE_COUNT][QUANT_DTYPE_COUNT] = {
+    CONV_DTYPES(CONV_ENTRIES_FROM, 0)};
 
 quant_status quant_convert(quant_dtype src_dtype, const void *src, quant_dtype dst_dtype, void *dst,
                            int64_t n, quant_error *err)
@@ -100,6 +113,6 @@ quant_status quant_convert(quant_dtype src_dtype, const void *src, quant_dtype d
                           quant_dtype_name(dst_dtype) ? quant_dtype_name(dst_dtype) : "?");
     if (n < 0 || (n > 0 && (!src || !dst)))
         return quant_fail(err, QUANT_ERR_ARG, "conversion: bad count or NULL buffer");
-    for (int64_t i = 0; i < n; i++) store_f32(dst_dtype, dst, i, load_f32(src_dtype, src, i));
+    conv_table[src_dtype][dst_dtype](src, dst, n);
     return QUANT_OK;
 }

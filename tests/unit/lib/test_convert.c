@@ -206,6 +206,82 @@ START_TEST(convert_api)
 }
 END_TEST
 
+/* One element of a float dtype at index i of buf, as float32 (the public scalar conversions). */
+static float widen_one(quant_dtype dt, const void *buf, int i)
+{
+    switch (dt) {
+    case QUANT_DTYPE_F32:
+        return ((const float *)buf)[i];
+    case QUANT_DTYPE_F16:
+        return quant_f16_to_f32(((const uint16_t *)buf)[i]);
+    case QUANT_DTYPE_BF16:
+        return quant_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case QUANT_DTYPE_F64:
+        return (float)((const double *)buf)[i];
+    case QUANT_DTYPE_F8_E4M3:
+        return quant_e4m3fn_to_f32(((const uint8_t *)buf)[i]);
+    default:
+        return quant_e5m2_to_f32(((const uint8_t *)buf)[i]);
+    }
+}
+
+/* v narrowed into element i of buf. */
+static void narrow_one(quant_dtype dt, void *buf, int i, float v)
+{
+    switch (dt) {
+    case QUANT_DTYPE_F32:
+        ((float *)buf)[i] = v;
+        break;
+    case QUANT_DTYPE_F16:
+        ((uint16_t *)buf)[i] = quant_f32_to_f16(v);
+        break;
+    case QUANT_DTYPE_BF16:
+        ((uint16_t *)buf)[i] = quant_f32_to_bf16(v);
+        break;
+    case QUANT_DTYPE_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case QUANT_DTYPE_F8_E4M3:
+        ((uint8_t *)buf)[i] = quant_f32_to_e4m3fn(v);
+        break;
+    default:
+        ((uint8_t *)buf)[i] = quant_f32_to_e5m2(v);
+        break;
+    }
+}
+
+/* quant_convert for every pair of float dtypes equals the element-wise narrow(widen(x)) of the
+ * public scalar conversions, bit for bit, on values across every range (zeros of both signs,
+ * subnormals, midpoints, overflow, infinities, NaN). */
+START_TEST(convert_every_pair_matches_scalar)
+{
+    enum { N = 64 };
+    float seed[N] = {0.0f,     -0.0f,    1.0f,  -1.0f,   0.5f,    448.0f,   464.0f,    -57344.0f,
+                     65504.0f, 65520.0f, 1e-8f, -1e-40f, 3.4e38f, INFINITY, -INFINITY, NAN};
+    for (int i = 16; i < N; i++) seed[i] = ldexpf((float)(i * 37 % 101) - 50.0f, i % 40 - 20) / 7;
+    for (int s = 0; s <= QUANT_DTYPE_F8_E5M2; s++) {
+        union {
+            double d[N];
+            float f[N];
+            uint16_t h[N];
+            uint8_t b[N];
+        } src, got, want;
+        for (int i = 0; i < N; i++) narrow_one((quant_dtype)s, &src, i, seed[i]);
+        for (int d = 0; d <= QUANT_DTYPE_F8_E5M2; d++) {
+            memset(&got, 0xa5, sizeof got);
+            memset(&want, 0xa5, sizeof want);
+            quant_error err;
+            ck_assert_int_eq(quant_convert((quant_dtype)s, &src, (quant_dtype)d, &got, N, &err),
+                             QUANT_OK);
+            for (int i = 0; i < N; i++)
+                narrow_one((quant_dtype)d, &want, i, widen_one((quant_dtype)s, &src, i));
+            ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "%s -> %s",
+                          quant_dtype_name((quant_dtype)s), quant_dtype_name((quant_dtype)d));
+        }
+    }
+}
+END_TEST
+
 Suite *suite_convert(void)
 {
     Suite *s = suite_create("convert");
@@ -219,6 +295,7 @@ Suite *suite_convert(void)
     tcase_add_test(tc2, f16_all_codes_and_rounding);
     tcase_add_test(tc2, widen_kernels_match_scalar);
     tcase_add_test(tc2, convert_api);
+    tcase_add_test(tc2, convert_every_pair_matches_scalar);
     suite_add_tcase(s, tc2);
     return s;
 }
