@@ -620,16 +620,14 @@ static void mse_acc_neon(const float *x, const float *d, int64_t ds, int nk, con
 /* ---- the error sums of ../driver_body.h: 8 double lanes as four float64x2_t ---------------- */
 
 typedef float64x2_t qd_vd;
-#define qd_d_store vst1q_f64
-#define qd_d_add   vaddq_f64
-#define qd_d_sub   vsubq_f64
-#define qd_d_mul   vmulq_f64
-#define qd_d_abs   vabsq_f64
-
-ALWAYS_INLINE qd_vd qd_d_zero(void)
-{
-    return vdupq_n_f64(0.0);
-}
+#define qd_d_store  vst1q_f64
+#define qd_d_add    vaddq_f64
+#define qd_d_sub    vsubq_f64
+#define qd_d_mul    vmulq_f64
+#define qd_d_abs    vabsq_f64
+#define qd_d_zero() vdupq_n_f64(0.0)
+#define qd_d_hi     vcvt_high_f64_f32
+#define qd_pick     vbslq_f32
 
 /* a > b ? a : b by a compare and select: vmaxq_f64 would return a NaN operand. */
 ALWAYS_INLINE qd_vd qd_d_max(qd_vd a, qd_vd b)
@@ -642,20 +640,10 @@ ALWAYS_INLINE qd_vd qd_d_lo(qd_vf v)
     return vcvt_f64_f32(vget_low_f32(v));
 }
 
-ALWAYS_INLINE qd_vd qd_d_hi(qd_vf v)
-{
-    return vcvt_high_f64_f32(v);
-}
-
 ALWAYS_INLINE qd_vm qd_lanes_below(int64_t k)
 {
     const uint32_t lane[4] = {0, 1, 2, 3};
     return vcltq_u32(vld1q_u32(lane), vdupq_n_u32((uint32_t)k));
-}
-
-ALWAYS_INLINE qd_vf qd_pick(qd_vm m, qd_vf a, qd_vf b)
-{
-    return vbslq_f32(m, a, b);
 }
 
 /* Levels of 4 integer codes, as dequantize_kc reads them (no table: integer kinds only). */
