@@ -3,9 +3,11 @@
  * check (../recip_contract.h) and NF4's threshold margin, blocks of four vectors, the redo list of
  * near lanes, one column group at a time (quantize_seg) or many small groups per sub-chunk
  * (grouped, grouped_kc), tiles smaller than a vector (small_tiles: 2..8 lanes of a scale by the
- * division), the one-pass absmax kernel for tiles 16/32/64 (quantize_absmax) and the
- * fused MSE search over integer codes (mse_int). The tie logic lives here only. What it serves:
- *   kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes): quantize, quantize_absmax, mse_int;
+ * division), the one-pass absmax kernel for tiles 16/32/64 (quantize_absmax), the fused MSE
+ * search over integer codes (mse_int), and the error sums of the quality measurement (errstats,
+ * and errstats_codes straight from integer codes). The tie logic lives here only. What it serves:
+ *   kernels_avx2.c (8 lanes) and kernels_neon.c (4 lanes): quantize, quantize_absmax, mse_int,
+ *   errstats, errstats_codes;
  *   kernels_avx512.c (16 lanes, QD_QUANTIZE_ONLY): quantize but for symmetric integer tiles of 64
  *   and more (its division path), with NF4 by the reciprocal (QD_NF4_RECIP); its one-pass, MSE,
  *   bf16 and streaming kernels are its own.
@@ -41,12 +43,22 @@
  *                            [j, end) for the QD_W candidate scales sv, added to the float64
  *                            sums av[0..QD_W) (see quant_mse_int_fn; `unit`: w not read)
  *   seg_absmax_bits(x, len)  max |x| bits over x[0..len)
+ * and for the error sums (QUANT_ERR_LANES double lanes as QUANT_ERR_LANES / QD_W * 2 vectors):
+ *   qd_vd                    a vector of QD_W / 2 doubles
+ *   qd_d_zero(), qd_d_store(p, v), qd_d_add, qd_d_sub, qd_d_mul (IEEE, never contracted), qd_d_abs
+ *   qd_d_max(a, b)           a > b ? a : b lane by lane (a NaN a gives b, a NaN b gives b)
+ *   qd_d_lo(v), qd_d_hi(v)   the doubles of lanes [0, QD_W / 2) and [QD_W / 2, QD_W) of float v
+ *   qd_lanes_below(k)        a qd_vm whose lanes i < k (0 <= k <= QD_W) are set, for qd_pick
+ *   qd_pick(m, a, b)         lanes of a where m is set, of b elsewhere
+ *   qd_int_levels(kc, c)     the float levels of the QD_W integer codes (kc I8, U8, I16) at c
+ *   qd_src(x, bf16, j)       float lanes of x[j..j + QD_W): float32, or bf16 widened exactly
  *   QD_NF4_RECIP (optional macro) with qd_nf4_cell(v, &thr): NF4 codes of v and, per lane, the
  *                            one threshold that may lie within QD_NF4_MARGIN of v (+Inf if none)
- *   QD_QUANTIZE_ONLY (optional macro): only qd_quantize; qd_tiny_one, qd_bounded_codes and
- *                            qd_abs_bits .. qd_mse_lanes are then not needed
- * It then has qd_quantize, and unless QD_QUANTIZE_ONLY also qd_quantize_absmax and qd_mse_int, for
- * its kernel table.
+ *   QD_QUANTIZE_ONLY (optional macro): only qd_quantize; qd_tiny_one, qd_bounded_codes,
+ *                            qd_abs_bits .. qd_mse_lanes and the error sums' primitives are then
+ *                            not needed (kernels_avx512.c keeps its own 8-double-lane errstats)
+ * It then has qd_quantize, and unless QD_QUANTIZE_ONLY also qd_quantize_absmax, qd_mse_int,
+ * qd_errstats and qd_errstats_codes, for its kernel table.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QUANT_DRIVER_BODY_H
@@ -605,6 +617,158 @@ static void qd_mse_int(const float *x, const float *w, int64_t n, int64_t c0, in
         j = end;
     }
 }
+
+/* ---- errstats_fn and errstats_codes_fn: the quality measurement's error sums ---------------- */
+
+/* quant_generic_errstats's QUANT_ERR_LANES lanes (element j of a lane group in lane j) as
+ * QD_ERR_DV vectors of QD_W / 2 doubles: float vector f of a group gives its low half to double
+ * vector 2f and its high half to 2f + 1, so double vector v holds lanes v * QD_W / 2 on. */
+#define QD_ERR_FV (QUANT_ERR_LANES / QD_W) /* float vectors per lane group */
+#define QD_ERR_DV (2 * QD_ERR_FV)          /* double vectors per sum */
+_Static_assert(QUANT_ERR_LANES % QD_W == 0, "a lane group is whole float vectors");
+
+typedef struct qd_errsums {
+    qd_vd sx[QD_ERR_DV], se[QD_ERR_DV], mx[QD_ERR_DV];
+} qd_errsums;
+
+ALWAYS_INLINE qd_errsums qd_err_zero(void)
+{
+    qd_errsums a;
+    for (int v = 0; v < QD_ERR_DV; v++) a.sx[v] = a.se[v] = a.mx[v] = qd_d_zero();
+    return a;
+}
+
+/* QD_W / 2 lanes in the generic order: e = x - d, sx += x * x, se += e * e, mx = |e| > mx ? |e| :
+ * mx (a NaN error leaves mx as it was). */
+ALWAYS_INLINE void qd_err_half(qd_errsums *a, int v, qd_vd xh, qd_vd dh)
+{
+    qd_vd e = qd_d_sub(xh, dh);
+    a->sx[v] = qd_d_add(a->sx[v], qd_d_mul(xh, xh));
+    a->se[v] = qd_d_add(a->se[v], qd_d_mul(e, e));
+    a->mx[v] = qd_d_max(qd_d_abs(e), a->mx[v]);
+}
+
+/* Float vector f of a lane group: x and its dequantized values d. */
+ALWAYS_INLINE void qd_err_vec(qd_errsums *a, int f, qd_vf x, qd_vf d)
+{
+    qd_err_half(a, 2 * f, qd_d_lo(x), qd_d_lo(d));
+    qd_err_half(a, 2 * f + 1, qd_d_hi(x), qd_d_hi(d));
+}
+
+/* The lanes to memory, then quant_errstats_finish: the tail x/d[0..n) (n < QUANT_ERR_LANES) from
+ * lane 0 and the lanes added into acc in order. */
+ALWAYS_INLINE void qd_err_finish(const qd_errsums *a, const float *x, const float *d, int64_t n,
+                                 double acc[3])
+{
+    double sx[QUANT_ERR_LANES], se[QUANT_ERR_LANES], mx[QUANT_ERR_LANES];
+    for (int v = 0; v < QD_ERR_DV; v++) {
+        qd_d_store(sx + v * (QD_W / 2), a->sx[v]);
+        qd_d_store(se + v * (QD_W / 2), a->se[v]);
+        qd_d_store(mx + v * (QD_W / 2), a->mx[v]);
+    }
+    quant_errstats_finish(x, d, n, sx, se, mx, acc);
+}
+
+/* quant_generic_errstats, a lane group at a time. */
+static void qd_errstats(const float *x, const float *d, int64_t n, double acc[3])
+{
+    qd_errsums a = qd_err_zero();
+    int64_t j = 0;
+    for (; j + QUANT_ERR_LANES <= n; j += QUANT_ERR_LANES)
+        for (int f = 0; f < QD_ERR_FV; f++)
+            qd_err_vec(&a, f, qd_load(x + j + f * QD_W), qd_load(d + j + f * QD_W));
+    qd_err_finish(&a, x + j, d + j, n - j, acc);
+}
+
+/* The column group the next vector of errstats_codes starts in: its index, where it ends (chunk
+ * offset) and its scale and zero point in every lane. */
+typedef struct qd_errq_group {
+    int64_t g, end;
+    qd_vf s, z;
+} qd_errq_group;
+
+ALWAYS_INLINE qd_errq_group qd_errq_first(const quant_krow *r, int64_t c0)
+{
+    qd_errq_group q = {0, 0, qd_set1(0.0f), qd_set1(0.0f)};
+    if (r->tile == 1) return q;
+    q.g = c0 / r->tile;
+    q.end = (q.g + 1) * r->tile - c0;
+    q.s = qd_set1(r->scale[q.g]);
+    q.z = qd_set1(r->zp ? (float)r->zp[q.g] : 0.0f);
+    return q;
+}
+
+/* Scale and zero point of the QD_W lanes at j: tile 1 loads them; tiles of QD_W and more have at
+ * most one group boundary in a vector (the lanes from end - j on take group g + 1, whose first
+ * element is then below n). */
+ALWAYS_INLINE void qd_errq_step(const quant_krow *r, int64_t j, int64_t c0, qd_errq_group *q,
+                                qd_vf *s, qd_vf *z)
+{
+    if (r->tile == 1) {
+        *s = qd_load(r->scale + c0 + j);
+        *z = r->zp ? qd_zp(r->zp + c0 + j) : qd_set1(0.0f);
+        return;
+    }
+    *s = q->s;
+    *z = q->z;
+    if (j + QD_W <= q->end) return;
+    qd_vm first = qd_lanes_below(q->end - j);
+    q->g++;
+    q->end += r->tile;
+    q->s = qd_set1(r->scale[q->g]);
+    q->z = qd_set1(r->zp ? (float)r->zp[q->g] : 0.0f);
+    *s = qd_pick(first, *s, q->s);
+    *z = qd_pick(first, *z, q->z);
+}
+
+/* errstats of x against the integer codes dequantized as quant_generic_dequantize does them,
+ * (level - zp) * scale or level * scale in float32, without the dequantized copy. Tiles of 1 and
+ * of QD_W and more (others: declined). The last partial lane group is dequantized and widened
+ * into the tail. `bf16` is a compile-time constant at each call. */
+ALWAYS_INLINE int qd_errstats_codes_kc(quant_kcode kc, const bool bf16, const quant_krow *r,
+                                       const void *x, const uint8_t *codes, int64_t n, int64_t c0,
+                                       double acc[3])
+{
+    if (r->tile != 1 && r->tile < QD_W) return 1;
+    const size_t csize = qd_csize(kc);
+    qd_errq_group q = qd_errq_first(r, c0);
+    qd_errsums a = qd_err_zero();
+    int64_t j = 0;
+    for (; j + QUANT_ERR_LANES <= n; j += QUANT_ERR_LANES)
+        for (int f = 0; f < QD_ERR_FV; f++) {
+            int64_t jf = j + f * QD_W;
+            qd_vf s, z, l = qd_int_levels(kc, codes + jf * csize);
+            qd_errq_step(r, jf, c0, &q, &s, &z);
+            if (r->zp) l = qd_sub(l, z);
+            qd_err_vec(&a, f, qd_src(x, bf16, jf), qd_mul(l, s));
+        }
+    float xt[QUANT_ERR_LANES], dt[QUANT_ERR_LANES];
+    quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, dt);
+    for (int64_t l = 0; l < n - j; l++)
+        xt[l] = bf16 ? qn_bf16_to_f32(((const uint16_t *)x)[j + l]) : ((const float *)x)[j + l];
+    qd_err_finish(&a, xt, dt, n - j, acc);
+    return 0;
+}
+
+#define QD_ERRQ_KIND(kc)                                                                           \
+    case kc * 2:                                                                                   \
+        return qd_errstats_codes_kc(kc, false, r, x, codes, n, c0, acc);                           \
+    case kc * 2 + 1:                                                                               \
+        return qd_errstats_codes_kc(kc, true, r, x, codes, n, c0, acc);
+
+/* errstats_codes_fn: integer codes (int8, uint8, int16), float32 or bf16 sources. */
+static int qd_errstats_codes(const quant_krow *r, const void *x, bool bf16, const void *codes,
+                             int64_t n, int64_t c0, double acc[3])
+{
+    switch (r->kcode * 2 + (int)bf16) {
+        QD_ERRQ_KIND(QK_I8)
+        QD_ERRQ_KIND(QK_U8)
+        QD_ERRQ_KIND(QK_I16)
+    default:
+        return 1;
+    }
+}
+#undef QD_ERRQ_KIND
 
 #endif /* QD_QUANTIZE_ONLY */
 

@@ -1,8 +1,9 @@
 /* kernels_neon.c -- AArch64 Advanced SIMD (NEON) kernels: absmax/minmax reductions, quantize to
- * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing, error
- * sums, and the microscaling and linear scales.
- * Quantize, the one-pass absmax kernel and the fused MSE search are ../driver_body.h compiled on
- * the 4-lane primitives defined here, the same body as kernels_avx2.c's. Bit-identical to
+ * int / fp8 / nf4 codes, dequantize of every code kind, bf16/f16 widening, nibble packing, and
+ * the microscaling and linear scales.
+ * Quantize, the one-pass absmax kernel, the fused MSE search and the error sums (errstats,
+ * errstats_codes) are ../driver_body.h compiled on the 4-lane float and 2-lane double primitives
+ * defined here, the same body as kernels_avx2.c's. Bit-identical to
  * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -391,8 +392,6 @@ ALWAYS_INLINE void qd_mse_lanes(const float *x, const float *w, const bool unit,
     vst1q_f64(av + 2, a1);
 }
 
-#include "../driver_body.h"
-
 /* ---- dequantize ------------------------------------------------------------------------------ */
 
 /* fp8 code -> float32 on 4 lanes, the bits of qn_fp8_to_f32: normal codes move their exponent
@@ -618,35 +617,51 @@ static void mse_acc_neon(const float *x, const float *d, int64_t ds, int nk, con
     quant_mse_acc_with(mse_terms_neon, x, d, ds, nk, w, n, c0, tile, err, es);
 }
 
-/* ---- error sums --------------------------------------------------------------------------------
- */
+/* ---- the error sums of ../driver_body.h: 8 double lanes as four float64x2_t ---------------- */
 
-/* quant_generic_errstats on NEON: the 8 lanes of QUANT_ERR_LANES as four float64x2 accumulators
- * per sum (element j in lane j % 8), the same double operations in the same order (the file is
- * built with -ffp-contract=off, so x * x + s stays two roundings). The running max keeps the
- * generic rule `ae > mx ? ae : mx` by a compare and select: vmaxq_f64 would let a NaN through. */
-static void errstats_neon(const float *x, const float *d, int64_t n, double acc[3])
+typedef float64x2_t qd_vd;
+#define qd_d_store  vst1q_f64
+#define qd_d_add    vaddq_f64
+#define qd_d_sub    vsubq_f64
+#define qd_d_mul    vmulq_f64
+#define qd_d_abs    vabsq_f64
+#define qd_d_zero() vdupq_n_f64(0.0)
+#define qd_d_hi     vcvt_high_f64_f32
+#define qd_pick     vbslq_f32
+
+/* a > b ? a : b by a compare and select: vmaxq_f64 would return a NaN operand. */
+ALWAYS_INLINE qd_vd qd_d_max(qd_vd a, qd_vd b)
 {
-    float64x2_t sx[4], se[4], mx[4];
-    for (int h = 0; h < 4; h++) sx[h] = se[h] = mx[h] = vdupq_n_f64(0.0);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int h = 0; h < 4; h++) {
-            float64x2_t xv = vcvt_f64_f32(vld1_f32(x + j + 2 * h));
-            float64x2_t e = vsubq_f64(xv, vcvt_f64_f32(vld1_f32(d + j + 2 * h)));
-            float64x2_t ae = vabsq_f64(e);
-            sx[h] = vaddq_f64(sx[h], vmulq_f64(xv, xv));
-            se[h] = vaddq_f64(se[h], vmulq_f64(e, e));
-            mx[h] = vbslq_f64(vcgtq_f64(ae, mx[h]), ae, mx[h]);
-        }
-    double lsx[8], lse[8], lmx[8];
-    for (int h = 0; h < 4; h++) {
-        vst1q_f64(lsx + 2 * h, sx[h]);
-        vst1q_f64(lse + 2 * h, se[h]);
-        vst1q_f64(lmx + 2 * h, mx[h]);
-    }
-    quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
+    return vbslq_f64(vcgtq_f64(a, b), a, b);
 }
+
+ALWAYS_INLINE qd_vd qd_d_lo(qd_vf v)
+{
+    return vcvt_f64_f32(vget_low_f32(v));
+}
+
+ALWAYS_INLINE qd_vm qd_lanes_below(int64_t k)
+{
+    const uint32_t lane[4] = {0, 1, 2, 3};
+    return vcltq_u32(vld1q_u32(lane), vdupq_n_u32((uint32_t)k));
+}
+
+/* Levels of 4 integer codes, as dequantize_kc reads them (no table: integer kinds only). */
+ALWAYS_INLINE qd_vf qd_int_levels(quant_kcode kc, const uint8_t *c)
+{
+    const uint8x16x4_t none = {{vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0)}};
+    return levels4(kc, load_codes4(kc, c), none);
+}
+
+/* The 4 source values at j as float32: bf16 widened as widen_bf16_neon does, or f32. */
+ALWAYS_INLINE qd_vf qd_src(const void *x, bool bf16, int64_t j)
+{
+    if (!bf16) return vld1q_f32((const float *)x + j);
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)x + j), 16));
+}
+
+/* The driver, compiled here: its error sums need levels4 and load_codes4 above. */
+#include "../driver_body.h"
 
 /* ---- scales ---------------------------------------------------------------------------------- */
 
@@ -733,11 +748,12 @@ const quant_kernels quant_kernels_neon = {
     .widen_bf16 = widen_bf16_neon,
     .widen_f16 = widen_f16_neon,
     .pack = pack_neon,
-    .errstats = errstats_neon,
+    .errstats = qd_errstats,
     .mx_scales = mx_scales_neon,
     .nvfp4_scales = nvfp4_scales_neon,
     .lin_scales = lin_scales_neon,
     .mse_acc = mse_acc_neon,
     .quantize_absmax = qd_quantize_absmax,
     .mse_int = qd_mse_int,
+    .errstats_codes = qd_errstats_codes,
 };

@@ -1,8 +1,9 @@
 /* kernels_avx2.c -- AVX2 + FMA + F16C kernels: absmax/minmax reductions, the code kinds (int,
- * fp8, nf4, e2m1) and the 8-lane primitives on which ../driver_body.h builds quantize, the
- * one-pass absmax kernel and the fused MSE search; dequantize of integer codes, bf16/f16
- * widening, packing, error sums, microscaling and linear scales. Bit-identical to
- * kernels_generic.c: same IEEE division, same round-half-even, tails run the generic code.
+ * fp8, nf4, e2m1) and the 8-lane primitives (float, and double for the error sums) on which
+ * ../driver_body.h builds quantize, the one-pass absmax kernel, the fused MSE search and the
+ * error sums (errstats, errstats_codes); dequantize of integer codes, bf16/f16 widening,
+ * packing, microscaling and linear scales. Bit-identical to kernels_generic.c: same IEEE
+ * division, same round-half-even, tails run the generic code.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <float.h>
@@ -392,8 +393,6 @@ ALWAYS_INLINE void qd_mse_lanes(const float *x, const float *w, const bool unit,
     _mm256_storeu_pd(av + 4, a1);
 }
 
-#include "../driver_body.h"
-
 /* ---- dequantize ------------------------------------------------------------------------------ */
 
 ALWAYS_INLINE __m256 int_levels(quant_kcode kc, const uint8_t *c)
@@ -494,134 +493,54 @@ static void pack_avx2(const uint8_t *codes, int64_t n, uint8_t *packed)
     quant_pack_nibbles(codes + i, 1, n - i, packed + i / 2);
 }
 
-/* quant_generic_errstats with lanes 0-3 and 4-7 in two vectors (max_pd(a, b) is a > b ? a : b). */
-static void errstats_avx2(const float *x, const float *d, int64_t n, double acc[3])
+/* ---- the error sums of ../driver_body.h: 8 double lanes as two __m256d --------------------- */
+
+typedef __m256d qd_vd;
+#define qd_d_zero  _mm256_setzero_pd
+#define qd_d_store _mm256_storeu_pd
+#define qd_d_add   _mm256_add_pd
+#define qd_d_sub   _mm256_sub_pd
+#define qd_d_mul   _mm256_mul_pd
+/* maxpd returns its second operand unless the first is greater: a > b ? a : b, NaN included. */
+#define qd_d_max      _mm256_max_pd
+#define qd_int_levels int_levels
+
+ALWAYS_INLINE qd_vd qd_d_abs(qd_vd a)
 {
-    __m256d sx[2], se[2], mx[2];
-    const __m256d sign = _mm256_set1_pd(-0.0);
-    for (int h = 0; h < 2; h++) sx[h] = se[h] = mx[h] = _mm256_setzero_pd();
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int h = 0; h < 2; h++) {
-            __m256d xv = _mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * h));
-            __m256d e = _mm256_sub_pd(xv, _mm256_cvtps_pd(_mm_loadu_ps(d + j + 4 * h)));
-            sx[h] = _mm256_add_pd(sx[h], _mm256_mul_pd(xv, xv));
-            se[h] = _mm256_add_pd(se[h], _mm256_mul_pd(e, e));
-            mx[h] = _mm256_max_pd(_mm256_andnot_pd(sign, e), mx[h]);
-        }
-    double lsx[8], lse[8], lmx[8];
-    for (int h = 0; h < 2; h++) {
-        _mm256_storeu_pd(lsx + 4 * h, sx[h]);
-        _mm256_storeu_pd(lse + 4 * h, se[h]);
-        _mm256_storeu_pd(lmx + 4 * h, mx[h]);
-    }
-    quant_errstats_finish(x + j, d + j, n - j, lsx, lse, lmx, acc);
+    return _mm256_andnot_pd(_mm256_set1_pd(-0.0), a);
 }
 
-/* ---- error sums straight from the codes ------------------------------------------------------ */
+ALWAYS_INLINE qd_vd qd_d_lo(qd_vf v)
+{
+    return _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+}
+
+ALWAYS_INLINE qd_vd qd_d_hi(qd_vf v)
+{
+    return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
+
+ALWAYS_INLINE qd_vm qd_lanes_below(int64_t k)
+{
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+ALWAYS_INLINE qd_vf qd_pick(qd_vm m, qd_vf a, qd_vf b)
+{
+    return _mm256_blendv_ps(b, a, m);
+}
 
 /* The 8 source values at j as float32: bf16 widened as widen_bf16_avx2 does, or f32. */
-ALWAYS_INLINE __m256 errq_src8(const void *x, bool bf16, int64_t j)
+ALWAYS_INLINE qd_vf qd_src(const void *x, bool bf16, int64_t j)
 {
     if (!bf16) return _mm256_loadu_ps((const float *)x + j);
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + j)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-/* Scale and zero point of the 8 lanes at j: tile 1 loads them; tiles of 8 and more have at most
- * one group boundary in a step (the lanes from end - j on take group g + 1). gs / gz hold group
- * g's in every lane. */
-ALWAYS_INLINE void errq_step8(const quant_krow *r, int64_t j, int64_t c0, int64_t *g, int64_t *end,
-                              __m256 *gs, __m256 *gz, __m256 *s, __m256 *z)
-{
-    if (r->tile == 1) {
-        *s = _mm256_loadu_ps(r->scale + c0 + j);
-        *z = r->zp ? _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(r->zp + c0 + j)))
-                   : _mm256_setzero_ps();
-        return;
-    }
-    *s = *gs;
-    *z = *gz;
-    if (j + 8 <= *end) return;
-    __m256 first = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
-        _mm256_set1_epi32((int)(*end - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-    ++*g;
-    *end += r->tile;
-    *gs = _mm256_set1_ps(r->scale[*g]);
-    *gz = _mm256_set1_ps(r->zp ? (float)r->zp[*g] : 0.0f);
-    *s = _mm256_blendv_ps(*gs, *s, first);
-    *z = _mm256_blendv_ps(*gz, *z, first);
-}
-
-ALWAYS_INLINE int errstats_codes_kc(quant_kcode kc, bool bf16, const quant_krow *r, const void *x,
-                                    const uint8_t *codes, int64_t n, int64_t c0, double acc[3])
-{
-    if (r->tile != 1 && r->tile < 8) return 1;
-    const size_t csize = kc == QK_I16 ? 2 : 1;
-    const __m256d sign = _mm256_set1_pd(-0.0);
-    int64_t g = 0, end = 0;
-    __m256 gs = _mm256_setzero_ps(), gz = gs;
-    if (r->tile != 1) {
-        g = c0 / r->tile;
-        end = (g + 1) * r->tile - c0;
-        gs = _mm256_set1_ps(r->scale[g]);
-        gz = _mm256_set1_ps(r->zp ? (float)r->zp[g] : 0.0f);
-    }
-    __m256d sx[2], se[2], mx[2];
-    for (int h = 0; h < 2; h++) sx[h] = se[h] = mx[h] = _mm256_setzero_pd();
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 s, z;
-        errq_step8(r, j, c0, &g, &end, &gs, &gz, &s, &z);
-        __m256 l = int_levels(kc, codes + j * csize);
-        if (r->zp) l = _mm256_sub_ps(l, z);
-        __m256 d = _mm256_mul_ps(l, s), xv = errq_src8(x, bf16, j);
-        for (int h = 0; h < 2; h++) {
-            __m256d xh =
-                _mm256_cvtps_pd(h ? _mm256_extractf128_ps(xv, 1) : _mm256_castps256_ps128(xv));
-            __m256d e = _mm256_sub_pd(
-                xh, _mm256_cvtps_pd(h ? _mm256_extractf128_ps(d, 1) : _mm256_castps256_ps128(d)));
-            sx[h] = _mm256_add_pd(sx[h], _mm256_mul_pd(xh, xh));
-            se[h] = _mm256_add_pd(se[h], _mm256_mul_pd(e, e));
-            mx[h] = _mm256_max_pd(_mm256_andnot_pd(sign, e), mx[h]);
-        }
-    }
-    float xt[8], dt[8];
-    quant_generic_dequantize(r, codes + j * csize, n - j, c0 + j, dt);
-    for (int64_t l = 0; l < n - j; l++)
-        xt[l] = bf16 ? qn_bf16_to_f32(((const uint16_t *)x)[j + l]) : ((const float *)x)[j + l];
-    double lsx[8], lse[8], lmx[8];
-    for (int h = 0; h < 2; h++) {
-        _mm256_storeu_pd(lsx + 4 * h, sx[h]);
-        _mm256_storeu_pd(lse + 4 * h, se[h]);
-        _mm256_storeu_pd(lmx + 4 * h, mx[h]);
-    }
-    quant_errstats_finish(xt, dt, n - j, lsx, lse, lmx, acc);
-    return 0;
-}
-
-/* errstats of x against dequantize's values, in registers: integer codes, tiles of 1 and of 8 and
- * more (others: dequantize + errstats). */
-static int errstats_codes_avx2(const quant_krow *r, const void *x, bool bf16, const void *codes,
-                               int64_t n, int64_t c0, double acc[3])
-{
-    switch (r->kcode * 2 + (int)bf16) {
-    case QK_I8 * 2:
-        return errstats_codes_kc(QK_I8, false, r, x, codes, n, c0, acc);
-    case QK_I8 * 2 + 1:
-        return errstats_codes_kc(QK_I8, true, r, x, codes, n, c0, acc);
-    case QK_U8 * 2:
-        return errstats_codes_kc(QK_U8, false, r, x, codes, n, c0, acc);
-    case QK_U8 * 2 + 1:
-        return errstats_codes_kc(QK_U8, true, r, x, codes, n, c0, acc);
-    case QK_I16 * 2:
-        return errstats_codes_kc(QK_I16, false, r, x, codes, n, c0, acc);
-    case QK_I16 * 2 + 1:
-        return errstats_codes_kc(QK_I16, true, r, x, codes, n, c0, acc);
-    default:
-        return 1;
-    }
-}
+/* The driver, compiled here: its error sums need int_levels above. */
+#include "../driver_body.h"
 
 /* ---- microscaling scales --------------------------------------------------------------------- */
 
@@ -726,12 +645,12 @@ const quant_kernels quant_kernels_avx2 = {
     .widen_bf16 = widen_bf16_avx2,
     .widen_f16 = widen_f16_avx2,
     .pack = pack_avx2,
-    .errstats = errstats_avx2,
+    .errstats = qd_errstats,
     .mx_scales = mx_scales_avx2,
     .nvfp4_scales = nvfp4_scales_avx2,
     .lin_scales = lin_scales_avx2,
     .mse_acc = mse_acc_avx2,
     .quantize_absmax = qd_quantize_absmax,
     .mse_int = qd_mse_int,
-    .errstats_codes = errstats_codes_avx2,
+    .errstats_codes = qd_errstats_codes,
 };

@@ -148,6 +148,98 @@ START_TEST(kernels_errstats_codes_equal_three_steps)
 }
 END_TEST
 
+/* The smallest tile other than 1 each kernel set's errstats_codes must serve: its float lanes
+ * (the scalar kernel serves every tile). */
+static int64_t errq_min_tile(quant_isa isa)
+{
+    static const int64_t t[QUANT_ISA_COUNT] = {[QUANT_ISA_SCALAR] = 1,
+                                               [QUANT_ISA_AVX2] = 8,
+                                               [QUANT_ISA_AVX512] = 16,
+                                               [QUANT_ISA_NEON] = 4};
+    return t[isa];
+}
+
+/* One chunk on every kernel set with errstats_codes against the three steps: served when the
+ * tile is 1 or at least errq_min_tile, and the same bits. With `nan` (x holds a NaN) the two sums
+ * are NaN on both sides and the max must still be the same bits: a NaN error never enters a
+ * lane's running max, so the larger error later in that lane counts. */
+static void errq_check_chunk(const quant_krow *kr, const void *src, bool bf16, const uint8_t *codes,
+                             int64_t n, int64_t c0, bool nan)
+{
+    double want[3] = {1.0, 2.0, 0.5};
+    three_steps(kr, src, bf16, codes, n, c0, want);
+    quant_isa isas[QUANT_ISA_COUNT];
+    int nisa = tu_isas(isas);
+    for (int k = 0; k < nisa; k++) {
+        const quant_kernels *kk = quant_kernels_for(isas[k]);
+        if (!kk->errstats_codes) continue;
+        double got[3] = {1.0, 2.0, 0.5};
+        bool must = kr->tile == 1 || kr->tile >= errq_min_tile(isas[k]);
+        int declined = kk->errstats_codes(kr, src, bf16, codes, n, c0, got);
+        ck_assert_msg(!declined || !must, "%s declined kc %d tile %lld", quant_isa_name(isas[k]),
+                      kr->kcode, (long long)kr->tile);
+        if (declined) continue;
+        bool same = nan ? isnan(got[0]) && isnan(got[1]) && isnan(want[0]) && isnan(want[1]) &&
+                              memcmp(got + 2, want + 2, sizeof got[2]) == 0
+                        : memcmp(got, want, sizeof got) == 0;
+        ck_assert_msg(same,
+                      "%s kc %d tile %lld c0 %lld n %lld bf16 %d zp %d nan %d: %a %a %a, three "
+                      "steps %a %a %a",
+                      quant_isa_name(isas[k]), kr->kcode, (long long)kr->tile, (long long)c0,
+                      (long long)n, bf16, kr->zp != NULL, nan, got[0], got[1], got[2], want[0],
+                      want[1], want[2]);
+    }
+}
+
+/* Every integer code kind x float32 / bf16 x zero point or not x tiles 1, 4 (NEON's smallest),
+ * 8 (AVX2's), 12, 16 (AVX-512's), 20, 32, 100 and 4096 x chunk starts at, inside and one before
+ * a group boundary x lengths of a tail only, a few groups and many, each also with a NaN in x
+ * followed by a larger error in its lane. Each lane has its own magnitude (lane l of x about
+ * 2^(3l - 10)), so a lane that took another's elements changes the order of the final sums, and
+ * each group its own scale, so a lane that took the wrong group changes its error. */
+START_TEST(errstats_codes_every_shape_and_nan)
+{
+    static const quant_kcode kinds[] = {QK_I8, QK_U8, QK_I16};
+    static const int64_t tiles[] = {1, 4, 8, 12, 16, 20, 32, 100, 4096};
+    static const int64_t lens[] = {5, 203, 1029};
+    enum { MAXN = 1029, MAXG = MAXN + 4096 };
+    static float x[MAXN], scale[MAXG];
+    static int32_t zp[MAXG];
+    static uint16_t xb[MAXN];
+    static uint8_t codes[2 * MAXN];
+    tu_rng r = {77};
+    for (int64_t g = 0; g < MAXG; g++) {
+        scale[g] = random_scale(&r);
+        zp[g] = (int32_t)tu_below(&r, 16) - 8;
+    }
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+        for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++)
+            for (int at = 0; at < 3; at++)
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                    for (int v = 0; v < 8; v++) { /* bit 0 bf16, bit 1 zero point, bit 2 NaN */
+                        int64_t tile = tiles[ti], n = lens[li];
+                        int64_t c0 = at == 0 ? 0 : at == 1 ? tile / 2 : tile - 1;
+                        bool bf16 = v & 1, nan = v & 4;
+                        if (nan && n < 64) continue;
+                        for (int64_t j = 0; j < n; j++) {
+                            random_code(&r, kinds[ki], 8, codes, j);
+                            x[j] = tu_normal(&r, ldexpf(1.0f, 3 * (int)(j % 8) - 10));
+                        }
+                        if (nan) { /* lane 5 of the fourth group: NaN, then a large error */
+                            x[29] = NAN;
+                            x[29 + 16] = 1e30f;
+                        }
+                        for (int64_t j = 0; j < n; j++) xb[j] = quant_f32_to_bf16(x[j]);
+                        quant_krow kr = {.kcode = kinds[ki],
+                                         .tile = tile,
+                                         .scale = scale,
+                                         .zp = v & 2 ? zp : NULL};
+                        errq_check_chunk(&kr, bf16 ? (const void *)xb : (const void *)x, bf16,
+                                         codes, n, c0, nan);
+                    }
+}
+END_TEST
+
 typedef struct ecase {
     quant_qtype qtype;
     const char *method;
@@ -273,6 +365,7 @@ Suite *suite_errq(void)
     TCase *tc = tcase_create("errstats_codes");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, kernels_errstats_codes_equal_three_steps);
+    tcase_add_test(tc, errstats_codes_every_shape_and_nan);
     tcase_add_test(tc, quantize_measured_equals_three_steps);
     suite_add_tcase(s, tc);
     return s;
