@@ -73,23 +73,27 @@ static char *read_line(char *str, int num, void *stream)
     return str;
 }
 
-static const char *other_section(const char *key)
+/* The sections that have `key`, as "[a]" or "[a] or [b]" into buf; false when none has it. */
+static bool other_sections(const char *key, char *buf, size_t len)
 {
-    for (size_t i = 0; i < cfg_n_settings; i++)
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < cfg_n_settings && at < len; i++)
         if (cfg_settings[i].section && strcmp(cfg_settings[i].key, key) == 0)
-            return cfg_settings[i].section;
-    return NULL;
+            at += (size_t)snprintf(buf + at, len - at, "%s[%s]", at ? " or " : "",
+                                   cfg_settings[i].section);
+    return at > 0;
 }
 
 static void unknown_key(file_state *fs, const char *section, const char *key)
 {
-    char detail[256];
-    const char *other = other_section(key);
+    char detail[256], other[96];
+    bool known = other_sections(key, other, sizeof other);
     if (!*section)
-        snprintf(detail, sizeof detail, "'%s' outside a section (it belongs in [%s])", key,
-                 other ? other : "server");
-    else if (other)
-        snprintf(detail, sizeof detail, "'%s' in [%s] (it belongs in [%s])", key, section, other);
+        snprintf(detail, sizeof detail, "'%s' outside a section (it belongs in %s)", key,
+                 known ? other : "[server]");
+    else if (known)
+        snprintf(detail, sizeof detail, "'%s' in [%s] (it belongs in %s)", key, section, other);
     else
         snprintf(detail, sizeof detail, "'%s' in [%s]", key, section);
     fail_line(fs, *section ? "unknown key " : "key ", detail);

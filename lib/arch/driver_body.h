@@ -730,6 +730,7 @@ ALWAYS_INLINE int qd_errstats_codes_kc(quant_kcode kc, const bool bf16, const qu
                                        double acc[3])
 {
     if (r->tile != 1 && r->tile < QD_W) return 1;
+    if (n <= 0) return 0; /* nothing to add, and no group's scale to read */
     const size_t csize = qd_csize(kc);
     qd_errq_group q = qd_errq_first(r, c0);
     qd_errsums a = qd_err_zero();

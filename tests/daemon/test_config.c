@@ -447,6 +447,9 @@ START_TEST(test_unknown_names)
                       "2: unknown key 'workers' in [server] (it belongs in [jobs])");
     expect_file_error("listen = 1.2.3.4:5\n",
                       "1: key 'listen' outside a section (it belongs in [server])");
+    /* a key two sections have: both named */
+    expect_file_error("[jobs]\nbusy_timeout = 5s\n", "2: unknown key 'busy_timeout' in [jobs] (it "
+                                                     "belongs in [storage] or [stats])");
     expect_file_error(
         "[server]\n[database]\npath = x\n",
         "2: unknown section [database] (known: server, tls, limits, storage, jobs, stats, log)");

@@ -994,6 +994,7 @@ ALWAYS_INLINE int errstats_codes_kc(quant_kcode kc, bool bf16, const quant_krow 
                                     const uint8_t *codes, int64_t n, int64_t c0, double acc[3])
 {
     if (r->tile != 1 && r->tile < 16) return 1;
+    if (n <= 0) return 0; /* nothing to add, and no group's scale to read */
     const int64_t csize = kc == QK_I16 ? 2 : 1;
     const __m512 lv = kc == QK_NF4    ? _mm512_loadu_ps(quant_nf4_levels)
                       : kc == QK_E2M1 ? _mm512_loadu_ps(quant_e2m1_levels)
