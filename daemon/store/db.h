@@ -31,15 +31,16 @@ const char *qd_db_role_name(qd_db_role role);
 typedef struct qd_db qd_db;
 
 /* Opens a connection to path in role: the role's open flags (only the owner creates the file),
- * extended result codes, defensive mode, an untrusted schema, a busy timeout (5 s), the
- * journal mode (the owner sets WAL; every other role refuses a file that is not WAL), the role's
- * pragmas, and the transaction statements. A failure names the role and the path (connections
- * are opened at start-up or by `quantd token`: the message is the operator's, never a client's)
- * and leaves *out NULL. */
+ * extended result codes, defensive mode, an untrusted schema, a busy timeout
+ * (QD_DB_BUSY_TIMEOUT_MS; qd_db_open_tuned takes another), the journal mode (the owner sets WAL;
+ * every other role refuses a file that is not WAL), the role's pragmas, and the transaction
+ * statements. A failure names the role and the path (connections are opened at start-up or by
+ * `quantd token`: the message is the operator's, never a client's) and leaves *out NULL. */
 qd_status qd_db_open(const char *path, qd_db_role role, qd_db **out, qd_err *err);
 
 /* The defaults a connection gets: the busy timeout of every role, and the statistics writer's
- * page cache (config [stats] busy_timeout and page_cache tune the statistics' connections). */
+ * page cache (config [storage] busy_timeout tunes the job store's and the tokens' connections,
+ * [stats] busy_timeout and page_cache the statistics' connections). */
 #define QD_DB_BUSY_TIMEOUT_MS      5000
 #define QD_DB_STATS_PAGE_CACHE_KIB 16384
 

@@ -63,8 +63,8 @@ typedef struct qd_output {
 void qd_job_clear(qd_job *j);
 void qd_outputs_free(qd_output *o, size_t n);
 
-/* Opens (creating) the database at path, sets WAL, busy_timeout (5 s), foreign_keys, and applies
- * the pending migrations. A database newer than the binary (user_version above the last
+/* Opens (creating) the database at path, sets WAL, db.h's default busy_timeout (5 s), foreign_keys,
+ * and applies the pending migrations. A database newer than the binary (user_version above the last
  * migration) is refused. */
 qd_status qd_store_open(const char *path, qd_store **out, qd_err *err);
 /* qd_store_open with the connection's busy timeout from tuning (NULL: db.h's default; config
