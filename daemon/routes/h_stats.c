@@ -7,10 +7,13 @@
  * quota's refusal (507); a model's statistics and calibrations read back; a reset.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "h_models.h"
+#include "req_limits.h"
 
 /* ---- POST -------------------------------------------------------------------------------------
  */
@@ -85,6 +88,32 @@ static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
     else if (st != QD_OK)
         qd_reply_store_error(r, st, &err);
     return st == QD_OK;
+}
+
+/* The parsed statistics take the body's place in max_body_memory while the post waits for its
+ * commit: a number of two bytes of JSON is eight as a double, a bf16 value four times its size,
+ * so counting only the body let posts held by the writer's queue pass the budget. The body goes
+ * (its fingerprint is taken; nothing reads it again) and gives its bytes back, then the post's
+ * bytes are taken. Replies 503 (Retry-After) when the budget has not that much left now, 413
+ * when it never could (the post alone is more than max_body_memory), and returns false. */
+static bool hold_parsed(qd_req *r, const qd_stat_post *post)
+{
+    uint64_t need = qd_stat_post_bytes(post);
+    qd_req_drop_body(r);
+    if (qd_budget_take(r, need)) return true;
+    uint64_t cap = (uint64_t)r->app->cfg->max_body_memory;
+    if (need <= cap) {
+        qd_reply_budget(r, need);
+        return false;
+    }
+    char text[32];
+    qd_config_size_text(r->app->cfg->max_body_memory, text, sizeof text);
+    qd_reply_ec_limit(r, QD_EC_TOO_LARGE, "max_body_memory", 0,
+                      "the statistics parsed from this body take %" PRIu64
+                      " bytes in memory, more than max_body_memory (%s) allows any request: "
+                      "post them in smaller parts",
+                      need, text);
+    return false;
 }
 
 /* The Idempotency-Key header: absent, or valid; replies 400 otherwise. */
@@ -231,6 +260,10 @@ enum MHD_Result qd_h_stats_post(qd_req *r)
     if (!(job->post.model = strdup(model)) || !set_key(&job->post, key, fp)) {
         post_job_free(job);
         return MHD_NO;
+    }
+    if (!hold_parsed(r, &job->post)) {
+        post_job_free(job);
+        return MHD_YES;
     }
     return qd_req_defer(r, commit_post, job, post_job_free);
 }

@@ -34,6 +34,18 @@ void qd_stat_post_clear(qd_stat_post *p)
     p->step = -1;
 }
 
+uint64_t qd_stat_post_bytes(const qd_stat_post *p)
+{
+    uint64_t bytes = (uint64_t)p->n * sizeof *p->e;
+    for (size_t i = 0; p->e && i < p->n; i++) {
+        const qd_stat_entry *e = &p->e[i];
+        uint64_t values = (e->a ? (uint64_t)e->n : 0) + (e->b ? (uint64_t)e->n : 0) +
+                          (e->sq ? (uint64_t)e->n_sq : 0);
+        bytes += values * sizeof(double) + (e->name ? strlen(e->name) + 1 : 0);
+    }
+    return bytes;
+}
+
 void qd_stat_avgs_free(qd_stat_avg *a, size_t n)
 {
     for (size_t i = 0; a && i < n; i++) {

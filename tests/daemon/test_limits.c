@@ -491,6 +491,60 @@ START_TEST(test_body_budget_chunked)
 }
 END_TEST
 
+/* A statistics post of `values` zeros as JSON ("0," each: two bytes of body, eight parsed). */
+static char *zeros_post(long values)
+{
+    const char head[] = "{\"stats\":{\"act\":{\"absmax\":[", tail[] = "]}}}";
+    size_t len = sizeof head - 1 + (size_t)values * 2 + sizeof tail;
+    char *body = malloc(len);
+    ck_assert_ptr_nonnull(body);
+    char *p = memcpy(body, head, sizeof head - 1);
+    p += sizeof head - 1;
+    for (long i = 0; i < values; i++, p += 2) memcpy(p, i + 1 < values ? "0," : "0 ", 2);
+    memcpy(p, tail, sizeof tail);
+    return body;
+}
+
+/* The parsed statistics count against max_body_memory in the body's place: 300,000 zeros are
+ * 600 KB of JSON but 2.4 MB of doubles, more than a 1M budget allows any request (413 naming
+ * max_body_memory, nothing stored); 50,000 zeros (100 KB, 400 KB parsed) fit a free budget but
+ * not the 200 KiB another request leaves of it (503 + Retry-After), and are stored once it ends.
+ * Counting only the body, both were stored. */
+START_TEST(test_parsed_stats_budget)
+{
+    qdp d;
+    qdp_start(&d, (const char *[]){"--max-body-memory", "1M", "--max-stats-body", "1M",
+                                   "--max-json-body", "1M", NULL});
+    char *big = zeros_post(300000);
+    qdp_resp r =
+        qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", big, strlen(big), NULL);
+    ck_assert_msg(r.status == 413 && strstr(r.body, "\"limit\":\"max_body_memory\"") &&
+                      strstr(r.body, "2400"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    r = qdp_req(&d, "GET", "/v1/models/m/stats", NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 404, "nothing stored: %ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    int hold = open_request(&d, "POST", "/v1/models/m/stats", "application/json", 824 * 1024);
+    char buf[512];
+    ck_assert_int_eq(read_within(hold, buf, sizeof buf, 300), -1); /* admitted, waiting */
+    char *mid = zeros_post(50000);
+    r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", mid, strlen(mid), NULL);
+    ck_assert_msg(r.status == 503 && strstr(r.body, "\"limit\":\"max_body_memory\"") &&
+                      strstr(r.body, "400"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    close(hold);
+    kit_sleep_ms(300); /* the held request ends: its share comes back */
+    r = qdp_req(&d, "POST", "/v1/models/m/stats", "application/json", mid, strlen(mid), NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    free(big);
+    free(mid);
+    qdp_stop(&d);
+}
+END_TEST
+
 /* ---- jobs -------------------------------------------------------------------------------------
  */
 
@@ -761,6 +815,7 @@ Suite *suite_limits(void)
     tcase_add_test(tc, test_aborted_connections);
     tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_body_budget_chunked);
+    tcase_add_test(tc, test_parsed_stats_budget);
     tcase_add_test(tc, test_upload_refused_early);
     tcase_add_test(tc, test_upload_header_budget);
     tcase_add_test(tc, test_disk_reserve);
