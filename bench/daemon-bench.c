@@ -321,16 +321,26 @@ static int64_t download(client *cl, json_int_t id, const char *what, const char 
 
 /* ---- the run --------------------------------------------------------------------------------- */
 
+/* One path's round: its three phases in seconds and the bytes its download received. */
+typedef struct path_result {
+    double upload, quantize, download;
+    int64_t down_bytes;
+    /* the single-shard path only: GET outputs.tar after GET output, not in the sum */
+    double tar;
+    int64_t tar_bytes;
+} path_result;
+
 typedef struct daemon_result {
-    double upload, quantize, download; /* seconds */
-    double tar;                        /* GET outputs.tar, not in the sum */
-    int64_t out_bytes, tar_bytes;
-    /* the checkpoint-job path: POST {"files"} + PUT (streamed), wait, GET outputs.tar */
-    double ck_upload, ck_quantize, ck_download;
-    int64_t ck_tar_bytes;
+    path_result single; /* POST ?ruleset= (streamed), wait, GET output */
+    path_result ck;     /* POST {"files"} + PUT (streamed), wait, GET outputs.tar */
     long rss_kib;
     int exit_status;
 } daemon_result;
+
+static double path_seconds(const path_result *p)
+{
+    return p->upload + p->quantize + p->download;
+}
 
 /* DELETE /v1/jobs/{id} of a finished job: its row and files go, so rounds do not fill the disk. */
 static void delete_job(client *cl, json_int_t id)
@@ -353,21 +363,21 @@ static void put_ruleset(client *cl)
 }
 
 static void end_to_end(client *cl, const char *in, int64_t in_bytes, const char *out,
-                       const char *tar, daemon_result *r)
+                       const char *tar, path_result *r)
 {
     double t0 = bench_now();
     json_int_t id = upload(cl, "bench", in, in_bytes);
     double t1 = bench_now();
     int64_t expect = wait_job(cl, id);
     double t2 = bench_now();
-    r->out_bytes = download(cl, id, "output", out);
+    r->down_bytes = download(cl, id, "output", out);
     double t3 = bench_now();
     r->tar_bytes = download(cl, id, "outputs.tar", tar);
     r->tar = bench_now() - t3;
-    if (r->tar_bytes < r->out_bytes)
+    if (r->tar_bytes < r->down_bytes)
         bench_fail("the tar (%lld bytes) is smaller than its output", (long long)r->tar_bytes);
-    if (r->out_bytes != expect)
-        bench_fail("downloaded %lld bytes, the job reports %lld", (long long)r->out_bytes,
+    if (r->down_bytes != expect)
+        bench_fail("downloaded %lld bytes, the job reports %lld", (long long)r->down_bytes,
                    (long long)expect);
     r->upload = t1 - t0;
     r->quantize = t2 - t1;
@@ -378,46 +388,26 @@ static void end_to_end(client *cl, const char *in, int64_t in_bytes, const char 
 /* The checkpoint-job path: create, PUT the shard (quantized while it arrives), wait for the
  * job, download the outputs as a tar (what examples/upload_checkpoint.sh does). */
 static void end_to_end_checkpoint(client *cl, const char *in, int64_t in_bytes, const char *tar,
-                                  daemon_result *r)
+                                  path_result *r)
 {
     double t0 = bench_now();
     json_int_t id = upload_put(cl, "bench", in, in_bytes);
     double t1 = bench_now();
     int64_t expect = wait_job(cl, id);
     double t2 = bench_now();
-    r->ck_tar_bytes = download(cl, id, "outputs.tar", tar);
-    r->ck_download = bench_now() - t2;
-    if (r->ck_tar_bytes < expect)
-        bench_fail("the tar (%lld bytes) is smaller than its output", (long long)r->ck_tar_bytes);
-    r->ck_upload = t1 - t0;
-    r->ck_quantize = t2 - t1;
+    r->down_bytes = download(cl, id, "outputs.tar", tar);
+    r->download = bench_now() - t2;
+    if (r->down_bytes < expect)
+        bench_fail("the tar (%lld bytes) is smaller than its output", (long long)r->down_bytes);
+    r->upload = t1 - t0;
+    r->quantize = t2 - t1;
     delete_job(cl, id);
 }
 
-/* r's single-shard figures from `from` when its end to end is faster (the first round always). */
-static void keep_faster_single(daemon_result *r, const daemon_result *from, bool first)
+/* *best becomes `round` when that was faster (or the first). */
+static void keep_faster(path_result *best, const path_result *round, bool first)
 {
-    double old = r->upload + r->quantize + r->download;
-    if (first || from->upload + from->quantize + from->download < old) {
-        r->out_bytes = from->out_bytes;
-        r->tar_bytes = from->tar_bytes;
-        r->upload = from->upload;
-        r->quantize = from->quantize;
-        r->download = from->download;
-        r->tar = from->tar;
-    }
-}
-
-/* The same for the checkpoint-job path. */
-static void keep_faster_checkpoint(daemon_result *r, const daemon_result *from, bool first)
-{
-    double old = r->ck_upload + r->ck_quantize + r->ck_download;
-    if (first || from->ck_upload + from->ck_quantize + from->ck_download < old) {
-        r->ck_tar_bytes = from->ck_tar_bytes;
-        r->ck_upload = from->ck_upload;
-        r->ck_quantize = from->ck_quantize;
-        r->ck_download = from->ck_download;
-    }
+    if (first || path_seconds(round) < path_seconds(best)) *best = *round;
 }
 
 static daemon_result run_daemon(const char *quantd, const char *threads, const char *in,
@@ -434,7 +424,7 @@ static daemon_result run_daemon(const char *quantd, const char *threads, const c
     daemon_result r = {0};
     put_ruleset(&cl);
     for (int round = 0; round < rounds; round++) {
-        daemon_result one = {0}, ck = {0};
+        path_result one = {0}, ck = {0};
         if (round % 2 == 0) {
             end_to_end(&cl, in, in_bytes, out, tar, &one);
             end_to_end_checkpoint(&cl, in, in_bytes, tar, &ck);
@@ -442,8 +432,8 @@ static daemon_result run_daemon(const char *quantd, const char *threads, const c
             end_to_end_checkpoint(&cl, in, in_bytes, tar, &ck);
             end_to_end(&cl, in, in_bytes, out, tar, &one);
         }
-        keep_faster_single(&r, &one, round == 0);
-        keep_faster_checkpoint(&r, &ck, round == 0);
+        keep_faster(&r.single, &one, round == 0);
+        keep_faster(&r.ck, &ck, round == 0);
     }
     curl_easy_cleanup(cl.c);
     r.rss_kib = bench_quantd_hwm_kib();
@@ -462,7 +452,8 @@ static void print_row(const char *run, double bytes, double seconds, const char 
 static void print_table(double mib, const char *threads, int rounds, int64_t in_bytes,
                         offline_result off, const daemon_result *d, const char *load_before)
 {
-    double e2e = d->upload + d->quantize + d->download;
+    const path_result *one = &d->single, *ckp = &d->ck;
+    double e2e = path_seconds(one);
     char ratio[32];
     snprintf(ratio, sizeof ratio, "%.2f", off.seconds / e2e);
     printf("## daemon: upload -> quantize -> download of a %.0f MiB bf16 shard over loopback "
@@ -473,21 +464,21 @@ static void print_table(double mib, const char *threads, int rounds, int64_t in_
     print_row("quant quantize, offline (baseline, best of 2)", (double)in_bytes, off.seconds,
               "1.00", off.rss_kib);
     print_row("quantd end to end", (double)in_bytes, e2e, ratio, d->rss_kib);
-    print_row("- upload (POST, streamed; quantizing meanwhile)", (double)in_bytes, d->upload, "-",
+    print_row("- upload (POST, streamed; quantizing meanwhile)", (double)in_bytes, one->upload, "-",
               0);
-    print_row("- quantize (202 to succeeded, 10 ms polls)", (double)in_bytes, d->quantize, "-", 0);
-    print_row("- download (GET output, to disk)", (double)d->out_bytes, d->download, "-", 0);
-    print_row("download as a tar (GET outputs.tar, to disk; not in the sum)", (double)d->tar_bytes,
-              d->tar, "-", 0);
-    double ck = d->ck_upload + d->ck_quantize + d->ck_download;
+    print_row("- quantize (202 to succeeded, 10 ms polls)", (double)in_bytes, one->quantize, "-",
+              0);
+    print_row("- download (GET output, to disk)", (double)one->down_bytes, one->download, "-", 0);
+    print_row("download as a tar (GET outputs.tar, to disk; not in the sum)",
+              (double)one->tar_bytes, one->tar, "-", 0);
+    double ck = path_seconds(ckp);
     snprintf(ratio, sizeof ratio, "%.2f", off.seconds / ck);
     print_row("quantd checkpoint job end to end (POST files, PUT, outputs.tar)", (double)in_bytes,
               ck, ratio, d->rss_kib);
-    print_row("- create + PUT (streamed; quantizing meanwhile)", (double)in_bytes, d->ck_upload,
-              "-", 0);
-    print_row("- PUT answered to succeeded (10 ms polls)", (double)in_bytes, d->ck_quantize, "-",
+    print_row("- create + PUT (streamed; quantizing meanwhile)", (double)in_bytes, ckp->upload, "-",
               0);
-    print_row("- GET outputs.tar (to disk)", (double)d->ck_tar_bytes, d->ck_download, "-", 0);
+    print_row("- PUT answered to succeeded (10 ms polls)", (double)in_bytes, ckp->quantize, "-", 0);
+    print_row("- GET outputs.tar (to disk)", (double)ckp->down_bytes, ckp->download, "-", 0);
     printf("\nGB/s: input bytes per second (downloads: bytes received); targets (issue 11): end to "
            "end >= 0.75x "
            "offline, quantd peak RSS < 300 MiB. Load average (1 min) before the run %s, after "
