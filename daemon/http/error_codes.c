@@ -23,7 +23,9 @@ static const qd_ec_info table[QD_EC_COUNT] = {
     [QD_EC_NOT_RECEIVING] = {"not_receiving", 409, "the job takes no more files"},
     [QD_EC_SEVERAL_OUTPUTS] = {"several_outputs", 409, "/output of a job with several shards"},
     [QD_EC_OUTPUTS_REMOVED] = {"outputs_removed", 410, "retention removed the job's outputs"},
-    [QD_EC_TOO_LARGE] = {"too_large", 413, "a body over the route's limit"},
+    [QD_EC_TOO_LARGE] = {"too_large", 413,
+                         "a body over the route's limit, or a statistics post whose parsed "
+                         "values pass max_body_memory"},
     [QD_EC_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415,
                                       "a Content-Type the route does not take"},
     [QD_EC_INVALID_RULES] = {"invalid_rules", 422, "a rule set the parser refuses"},

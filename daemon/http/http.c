@@ -70,13 +70,12 @@ static qd_req *req_new(qd_http *h, struct MHD_Connection *conn, const char *meth
     return r;
 }
 
-void qd_req_drop_body(qd_req *r)
+void qd_req_free_body(qd_req *r)
 {
     free(r->body);
     r->body = NULL;
     r->body_len = 0;
     r->body_cap = 0;
-    qd_budget_release(r);
 }
 
 static void req_free(qd_req *r)

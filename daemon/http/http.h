@@ -124,9 +124,10 @@ const char *qd_req_header(const qd_req *r, const char *name);
 const char *qd_req_query(const qd_req *r, const char *name);
 /* The body parsed as a JSON object; on failure replies 400 and returns NULL. */
 json_t *qd_req_json(qd_req *r);
-/* Frees the body gathered in memory and gives back every byte of max_body_memory r holds: for a
- * handler that has parsed the body into something it holds (and accounts for) instead. */
-void qd_req_drop_body(qd_req *r);
+/* Frees the body gathered in memory, for a handler that has parsed it into something it holds
+ * instead; the bytes r holds of max_body_memory stay until it changes them (qd_budget_resize)
+ * or the request ends. */
+void qd_req_free_body(qd_req *r);
 
 /* For a handler whose work blocks (a statistics post waiting for its commit): the connection
  * is suspended and fn(r, arg) runs on one of the server's waiter threads, so no HTTP thread

@@ -24,6 +24,19 @@ bool qd_budget_take(qd_req *r, uint64_t n)
     return true;
 }
 
+bool qd_budget_resize(qd_req *r, uint64_t n)
+{
+    qd_app *app = r->app;
+    uint64_t cap = (uint64_t)app->cfg->max_body_memory;
+    uint64_t used = atomic_load(&app->body_bytes);
+    do {
+        uint64_t others = used - r->budget;
+        if (n > cap || others > cap - n) return false;
+    } while (!atomic_compare_exchange_weak(&app->body_bytes, &used, used - r->budget + n));
+    r->budget = n;
+    return true;
+}
+
 void qd_budget_release(qd_req *r)
 {
     if (r->budget) atomic_fetch_sub(&r->app->body_bytes, r->budget);

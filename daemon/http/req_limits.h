@@ -14,6 +14,10 @@
 /* Takes n bytes of max_body_memory for r (r->budget grows by n); false when that would pass
  * the budget (nothing taken). */
 bool qd_budget_take(qd_req *r, uint64_t n);
+/* Makes what r holds of max_body_memory n bytes in one step (what it held counts as free for
+ * it, so no other request can take that in between); false when n would pass the budget
+ * (nothing changed). */
+bool qd_budget_resize(qd_req *r, uint64_t n);
 /* Gives back everything r holds (at the request's end). */
 void qd_budget_release(qd_req *r);
 /* Bytes of bodies held now, all requests together (tests, metrics). */

@@ -92,15 +92,18 @@ static bool parse_body(qd_req *r, bool merge, qd_stat_post *post)
 
 /* The parsed statistics take the body's place in max_body_memory while the post waits for its
  * commit: a number of two bytes of JSON is eight as a double, a bf16 value four times its size,
- * so counting only the body let posts held by the writer's queue pass the budget. The body goes
- * (its fingerprint is taken; nothing reads it again) and gives its bytes back, then the post's
- * bytes are taken. Replies 503 (Retry-After) when the budget has not that much left now, 413
- * when it never could (the post alone is more than max_body_memory), and returns false. */
+ * so counting only the body let posts held by the writer's queue pass the budget. What the
+ * request holds becomes the post's bytes in one step (no other request can take the body's share
+ * in between), then the body goes (its fingerprint is taken; nothing reads it again). Replies
+ * 503 (Retry-After) when the budget has not that much left now, 413 when it never could (the
+ * post alone is more than max_body_memory), and returns false. */
 static bool hold_parsed(qd_req *r, const qd_stat_post *post)
 {
     uint64_t need = qd_stat_post_bytes(post);
-    qd_req_drop_body(r);
-    if (qd_budget_take(r, need)) return true;
+    if (qd_budget_resize(r, need)) {
+        qd_req_free_body(r);
+        return true;
+    }
     uint64_t cap = (uint64_t)r->app->cfg->max_body_memory;
     if (need <= cap) {
         qd_reply_budget(r, need);

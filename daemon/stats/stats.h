@@ -68,8 +68,8 @@ typedef struct qd_stat_post {
 } qd_stat_post;
 
 void qd_stat_post_clear(qd_stat_post *p);
-/* The bytes p's parsed statistics hold in memory (entries, names and arrays): what a post takes
- * of max_body_memory while it waits for its commit. */
+/* The bytes p's parsed statistics hold in memory (entries, names, arrays, each heap block with
+ * its overhead): what a post takes of max_body_memory while it waits for its commit. */
 uint64_t qd_stat_post_bytes(const qd_stat_post *p);
 
 /* Is key a valid Idempotency-Key (QD_KEY_MAX)? */

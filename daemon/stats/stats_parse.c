@@ -202,7 +202,9 @@ qd_status sp_entries_finish(sp_entries *list, qd_stat_post *out, qd_err *err)
         sp_entries_free(list);
         return st;
     }
-    out->e = list->e;
+    /* the doubling's spare entries go: qd_stat_post_bytes counts n of them */
+    qd_stat_entry *fit = realloc(list->e, list->n * sizeof *list->e);
+    out->e = fit ? fit : list->e;
     out->n = list->n;
     *list = (sp_entries){0};
     return QD_OK;

@@ -34,14 +34,25 @@ void qd_stat_post_clear(qd_stat_post *p)
     p->step = -1;
 }
 
+/* What one heap block of n bytes costs beyond them (glibc's header and rounding, about). */
+#define BLOCK_OVERHEAD 32
+
+static uint64_t block(bool present, uint64_t bytes)
+{
+    return present ? bytes + BLOCK_OVERHEAD : 0;
+}
+
 uint64_t qd_stat_post_bytes(const qd_stat_post *p)
 {
-    uint64_t bytes = (uint64_t)p->n * sizeof *p->e;
+    uint64_t bytes = block(p->e != NULL, (uint64_t)p->n * sizeof *p->e) +
+                     block(p->model != NULL, p->model ? strlen(p->model) + 1 : 0) +
+                     block(p->key != NULL, p->key ? strlen(p->key) + 1 : 0);
     for (size_t i = 0; p->e && i < p->n; i++) {
         const qd_stat_entry *e = &p->e[i];
-        uint64_t values = (e->a ? (uint64_t)e->n : 0) + (e->b ? (uint64_t)e->n : 0) +
-                          (e->sq ? (uint64_t)e->n_sq : 0);
-        bytes += values * sizeof(double) + (e->name ? strlen(e->name) + 1 : 0);
+        bytes += block(e->name != NULL, e->name ? strlen(e->name) + 1 : 0) +
+                 block(e->a != NULL, (uint64_t)e->n * sizeof(double)) +
+                 block(e->b != NULL, (uint64_t)e->n * sizeof(double)) +
+                 block(e->sq != NULL, (uint64_t)e->n_sq * sizeof(double));
     }
     return bytes;
 }
