@@ -14,14 +14,7 @@
 
 bool qd_budget_take(qd_req *r, uint64_t n)
 {
-    qd_app *app = r->app;
-    uint64_t cap = (uint64_t)app->cfg->max_body_memory;
-    uint64_t used = atomic_load(&app->body_bytes);
-    do {
-        if (n > cap || used > cap - n) return false;
-    } while (!atomic_compare_exchange_weak(&app->body_bytes, &used, used + n));
-    r->budget += n;
-    return true;
+    return n <= UINT64_MAX - r->budget && qd_budget_resize(r, r->budget + n);
 }
 
 bool qd_budget_resize(qd_req *r, uint64_t n)

@@ -104,13 +104,13 @@ static bool hold_parsed(qd_req *r, const qd_stat_post *post)
         qd_req_free_body(r);
         return true;
     }
-    uint64_t cap = (uint64_t)r->app->cfg->max_body_memory;
-    if (need <= cap) {
+    int64_t cap = r->app->cfg->max_body_memory;
+    if (need <= (uint64_t)cap) {
         qd_reply_budget(r, need);
         return false;
     }
     char text[32];
-    qd_config_size_text(r->app->cfg->max_body_memory, text, sizeof text);
+    qd_config_size_text(cap, text, sizeof text);
     qd_reply_ec_limit(r, QD_EC_TOO_LARGE, "max_body_memory", 0,
                       "the statistics parsed from this body take %" PRIu64
                       " bytes in memory, more than max_body_memory (%s) allows any request: "
