@@ -123,6 +123,20 @@ typedef enum quant_qtype {
     QUANT_QTYPE_MXFP8_16 = 14, /* e4m3fn elements, tile 16, power-of-two scale */
     QUANT_QTYPE_MXFP4 = 15,    /* e2m1 elements, tile 32, power-of-two scale */
     QUANT_QTYPE_NVFP4 = 16,    /* e2m1 elements, tile 16, e4m3fn block scale under a global one */
+    /* ggml's block types (quant_ggml.h): scales packed with the codes in blocks of 32 or 256
+     * along a row; written by the gguf layout only (quant_quantize() refuses them). */
+    QUANT_QTYPE_Q8_0 = 17,
+    QUANT_QTYPE_Q4_0 = 18,
+    QUANT_QTYPE_Q4_1 = 19,
+    QUANT_QTYPE_Q5_0 = 20,
+    QUANT_QTYPE_Q5_1 = 21,
+    QUANT_QTYPE_Q2_K = 22,
+    QUANT_QTYPE_Q3_K = 23,
+    QUANT_QTYPE_Q4_K = 24,
+    QUANT_QTYPE_Q5_K = 25,
+    QUANT_QTYPE_Q6_K = 26,
+    QUANT_QTYPE_IQ4_NL = 27,
+    QUANT_QTYPE_IQ4_XS = 28,
     QUANT_QTYPE_COUNT
 } quant_qtype;
 
@@ -131,7 +145,8 @@ typedef enum quant_code_kind {
     QUANT_CODE_INT = 0,   /* round half to even, then saturate to [qmin, qmax] */
     QUANT_CODE_FP8 = 1,   /* clip to +-bound, then round to nearest even into the fp8 format */
     QUANT_CODE_TABLE = 2, /* index of the nearest table level; a tie goes to the lower index */
-    QUANT_CODE_FP4 = 3    /* e2m1: clip to +-6, nearest magnitude, a tie to the even code */
+    QUANT_CODE_FP4 = 3,   /* e2m1: clip to +-6, nearest magnitude, a tie to the even code */
+    QUANT_CODE_GGML = 4   /* a ggml block type: quant_ggml.h quantizes it, the gguf layout only */
 } quant_code_kind;
 
 /* How a qtype's scale comes from a calibration value (SPEC sections 4 and 2b). */
@@ -163,6 +178,10 @@ typedef struct quant_qtype_traits {
     int64_t fixed_tile;
     quant_scale_kind scale_kind;
     float scale_constant;
+    /* The ggml type (quant_ggml.h) the gguf layout writes this qtype as: the block type itself
+     * for QUANT_CODE_GGML rows (fixed_tile is its block), ggml's MXFP4 block for mxfp4; 0 (no
+     * qtype is ggml's F32) for qtypes GGUF cannot hold. */
+    int ggml_type;
 } quant_qtype_traits;
 
 /*! quant_qtype_traits_get() :

@@ -338,6 +338,10 @@ quant_status quant_plan_check_how(const quant_how *how, quant_plan *plan, quant_
     plan->traits = quant_qtype_traits_get(how->qtype);
     if (!plan->traits)
         return quant_fail(err, QUANT_ERR_QTYPE, "qtype %d is out of range", how->qtype);
+    if (plan->traits->kind == QUANT_CODE_GGML)
+        return quant_fail(err, QUANT_ERR_UNSUPPORTED,
+                          "%s is one of ggml's block types: only the gguf layout writes it",
+                          plan->traits->name);
     QUANT_RETURN_IF_ERR(quant_calib_parse(how->calibration, &plan->method, err));
     if (plan->traits->fixed_tile) QUANT_RETURN_IF_ERR(check_microscaling(how, plan, err));
     plan->global_scale = how->global_scale;

@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "numerics.h"
+#include "quant_ggml.h"
 
 const float quant_nf4_levels[16] = {
     -1.0f,
@@ -125,6 +126,18 @@ static float level_e5m2(int32_t code)
            .fixed_tile = tile,                                                                     \
            .scale_kind = skind,                                                                    \
            .scale_constant = c}
+/* ggml's block types: codes and scales in one block; quant_ggml.h quantizes them. */
+#define GGML_ROW(q, nm, b, block, gtype)                                                           \
+    [q] = {.name = nm,                                                                             \
+           .bits = b,                                                                              \
+           .kind = QUANT_CODE_GGML,                                                                \
+           .storage = QUANT_DTYPE_U8,                                                              \
+           .packable = false,                                                                      \
+           .symmetric_bound = 1.0f,                                                                \
+           .asymmetric_allowed = false,                                                            \
+           .zero_point_dtype = QUANT_DTYPE_I8,                                                     \
+           .fixed_tile = block,                                                                    \
+           .ggml_type = gtype}
 #define OAS_C_FP8 ((float)(60.0 / 31.0))
 #define OAS_C_FP4 ((float)(12.0 / 7.0))
 
@@ -188,10 +201,34 @@ static const quant_qtype_traits traits_table[QUANT_QTYPE_COUNT] = {
            QUANT_SCALE_MX, OAS_C_FP8, convert_e4m3, level_e4m3),
     MX_ROW(QUANT_QTYPE_MXFP8_16, "mxfp8_16", 8, QUANT_CODE_FP8, QUANT_DTYPE_F8_E4M3, QN_E4M3_MAX,
            16, QUANT_SCALE_MX, OAS_C_FP8, convert_e4m3, level_e4m3),
-    MX_ROW(QUANT_QTYPE_MXFP4, "mxfp4", 4, QUANT_CODE_FP4, QUANT_DTYPE_U8, 6.0f, 32, QUANT_SCALE_MX,
-           OAS_C_FP4, convert_e2m1, level_e2m1),
+    [QUANT_QTYPE_MXFP4] = {.name = "mxfp4",
+                           .bits = 4,
+                           .kind = QUANT_CODE_FP4,
+                           .storage = QUANT_DTYPE_U8,
+                           .packable = true,
+                           .symmetric_bound = 6.0f,
+                           .asymmetric_allowed = false,
+                           .zero_point_dtype = QUANT_DTYPE_I8,
+                           .convert = convert_e2m1,
+                           .level = level_e2m1,
+                           .fixed_tile = 32,
+                           .scale_kind = QUANT_SCALE_MX,
+                           .scale_constant = OAS_C_FP4,
+                           .ggml_type = QUANT_GGML_MXFP4},
     MX_ROW(QUANT_QTYPE_NVFP4, "nvfp4", 4, QUANT_CODE_FP4, QUANT_DTYPE_U8, 6.0f, 16,
            QUANT_SCALE_NVFP4, 0.0f, convert_e2m1, level_e2m1),
+    GGML_ROW(QUANT_QTYPE_Q8_0, "q8_0", 8, 32, QUANT_GGML_Q8_0),
+    GGML_ROW(QUANT_QTYPE_Q4_0, "q4_0", 4, 32, QUANT_GGML_Q4_0),
+    GGML_ROW(QUANT_QTYPE_Q4_1, "q4_1", 4, 32, QUANT_GGML_Q4_1),
+    GGML_ROW(QUANT_QTYPE_Q5_0, "q5_0", 5, 32, QUANT_GGML_Q5_0),
+    GGML_ROW(QUANT_QTYPE_Q5_1, "q5_1", 5, 32, QUANT_GGML_Q5_1),
+    GGML_ROW(QUANT_QTYPE_Q2_K, "q2_k", 2, 256, QUANT_GGML_Q2_K),
+    GGML_ROW(QUANT_QTYPE_Q3_K, "q3_k", 3, 256, QUANT_GGML_Q3_K),
+    GGML_ROW(QUANT_QTYPE_Q4_K, "q4_k", 4, 256, QUANT_GGML_Q4_K),
+    GGML_ROW(QUANT_QTYPE_Q5_K, "q5_k", 5, 256, QUANT_GGML_Q5_K),
+    GGML_ROW(QUANT_QTYPE_Q6_K, "q6_k", 6, 256, QUANT_GGML_Q6_K),
+    GGML_ROW(QUANT_QTYPE_IQ4_NL, "iq4_nl", 4, 32, QUANT_GGML_IQ4_NL),
+    GGML_ROW(QUANT_QTYPE_IQ4_XS, "iq4_xs", 4, 256, QUANT_GGML_IQ4_XS),
 };
 
 float quant_nvfp4_global_scale(float amax)
@@ -226,7 +263,8 @@ quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *
     }
     return quant_fail(err, QUANT_ERR_QTYPE,
                       "unknown qtype \"%.64s\" (expected int2..int8, int16, uint4, uint8, nf4, "
-                      "float8_e4m3fn, float8_e5m2, mxfp8, mxfp8_16, mxfp4, nvfp4)",
+                      "float8_e4m3fn, float8_e5m2, mxfp8, mxfp8_16, mxfp4, nvfp4; for the gguf "
+                      "layout also q8_0, q4_0, q4_1, q5_0, q5_1, q2_k..q6_k, iq4_nl, iq4_xs)",
                       name);
 }
 

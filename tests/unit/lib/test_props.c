@@ -63,7 +63,10 @@ static void make_case(tu_rng *r, pcase *c)
         for (int i = 0; i < c->rank; i++)
             c->shape[i] = dims[tu_below(r, sizeof dims / sizeof dims[0])];
     } while (quant_numel(c->rank, c->shape) > 60000);
-    quant_qtype q = (quant_qtype)tu_below(r, QUANT_QTYPE_COUNT);
+    quant_qtype q;
+    do /* ggml's block types go through quant_ggml.h, not quant_quantize() */
+        q = (quant_qtype)tu_below(r, QUANT_QTYPE_COUNT);
+    while (quant_qtype_traits_get(q)->kind == QUANT_CODE_GGML);
     quant_how_init(&c->how, q);
     const quant_qtype_traits *t = quant_qtype_traits_get(q);
     static const char *sym[] = {"absmax", "absmax,0.8", "rms,2.5", "fixed,1.5", "fixed,-40,40"};

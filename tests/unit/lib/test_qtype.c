@@ -129,6 +129,35 @@ START_TEST(parse_names_and_aliases)
 }
 END_TEST
 
+/* ggml's block types are qtypes a rule can name, written by the gguf layout only: libquant's
+ * own quantizer refuses them with a message that says where they belong. */
+START_TEST(ggml_block_qtypes_only_in_gguf)
+{
+    static const struct {
+        const char *name;
+        int ggml_type;
+        int64_t block;
+    } rows[] = {{"q8_0", 8, 32},   {"q4_0", 2, 32},   {"q4_1", 3, 32},    {"q5_0", 6, 32},
+                {"q5_1", 7, 32},   {"q2_k", 10, 256}, {"q3_k", 11, 256},  {"q4_k", 12, 256},
+                {"q5_k", 13, 256}, {"q6_k", 14, 256}, {"iq4_nl", 20, 32}, {"iq4_xs", 23, 256}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        quant_qtype q;
+        quant_error err;
+        ck_assert_int_eq(quant_qtype_parse(rows[i].name, &q, &err), QUANT_OK);
+        ck_assert_int_eq(T(q)->kind, QUANT_CODE_GGML);
+        ck_assert_int_eq(T(q)->ggml_type, rows[i].ggml_type);
+        ck_assert_int_eq(T(q)->fixed_tile, rows[i].block);
+        quant_how how;
+        quant_how_init(&how, q);
+        ck_assert_int_eq(quant_how_check(&how, &err), QUANT_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(err.message, "only the gguf layout"));
+        ck_assert_ptr_nonnull(strstr(err.message, rows[i].name));
+    }
+    ck_assert_int_eq(T(QUANT_QTYPE_MXFP4)->ggml_type, 39);
+    ck_assert_int_eq(T(QUANT_QTYPE_INT8)->ggml_type, 0);
+}
+END_TEST
+
 /* Qwix: argmin over float32 |level - v|, first index on ties. */
 static int nf4_argmin(float v)
 {
@@ -176,6 +205,7 @@ Suite *suite_qtype(void)
     tcase_add_test(tc, round_half_even_and_uint_clip);
     tcase_add_test(tc, table_rows);
     tcase_add_test(tc, parse_names_and_aliases);
+    tcase_add_test(tc, ggml_block_qtypes_only_in_gguf);
     tcase_add_test(tc, nf4_matches_argmin_around_every_threshold);
     suite_add_tcase(s, tc);
     return s;
