@@ -15,12 +15,14 @@
 #include <sys/stat.h>
 
 #include "ck_internal.h"
+#include "gguf_internal.h"
 
 #define CK_MIN_CHUNK (64u << 10)
 
 static const char *const layout_names[] = {
     [QUANT_LAYOUT_NATIVE] = "native",
     [QUANT_LAYOUT_CTENSORS] = "compressed-tensors",
+    [QUANT_LAYOUT_GGUF] = "gguf",
 };
 
 bool quant_layout_parse(const char *name, quant_layout *out)
@@ -414,6 +416,11 @@ static quant_ck_status check_run(const quant_ruleset *rules, const char *in,
         opts = &defaults;
     }
     if (!rules || !in) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    if (opts->layout == QUANT_LAYOUT_GGUF && !plan)
+        return ck_gguf_quantize(rules, in, NULL, opts, NULL, err);
+    if (opts->layout == QUANT_LAYOUT_GGUF)
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "%s: a plan of the gguf layout is quant_gguf_plan_json()'s", in);
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
@@ -452,6 +459,9 @@ quant_ck_status quant_plan_file(const quant_ruleset *rules, quant_st_file *f,
     }
     if (out) *out = NULL;
     if (!rules || !f || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    if (opts->layout == QUANT_LAYOUT_GGUF)
+        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
+                             "the gguf layout takes a GGUF file, not a safetensors one");
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
@@ -486,6 +496,8 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     }
     if (report) *report = NULL;
     if (!rules || !in || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    if (opts->layout == QUANT_LAYOUT_GGUF)
+        return ck_gguf_quantize(rules, in, out, opts, report, err);
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;

@@ -296,6 +296,9 @@ void ck_compute_destroy(ck_compute *c);
 quant_report *ck_report_new(quant_layout layout, bool static_acts);
 /* Appends an entry for `tp` (strings copied); returns it or NULL on OOM. */
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp);
+/* Appends a copy of `src` (its strings copied; `reason` must be static): for layouts whose
+ * tensors have no ck_tensor_plan (gguf). NULL on OOM or for a NULL report. */
+quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entry *src);
 /* Records the static activation scales a shard wrote (strings copied); false on OOM. */
 bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
 /* Records the activations skipped (quant_pipeline_options.skipped_acts, copied); false on OOM. */

@@ -212,6 +212,32 @@ const quant_report_entry *quant_report_entry_at(const quant_report *r, size_t i)
     return r && i < r->n ? &r->e[i] : NULL;
 }
 
+quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entry *src)
+{
+    if (!r) return NULL;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        quant_report_entry *e = realloc(r->e, cap * sizeof *e);
+        if (!e) return NULL;
+        r->e = e;
+        r->cap = cap;
+    }
+    quant_report_entry *e = &r->e[r->n];
+    *e = *src;
+    bool ok = true;
+    e->name = strdup_or_null(src->name, &ok);
+    e->shard = strdup_or_null(src->shard, &ok);
+    e->importance_act = strdup_or_null(src->importance_act, &ok);
+    if (!ok) {
+        free((char *)e->name);
+        free((char *)e->shard);
+        free((char *)e->importance_act);
+        return NULL;
+    }
+    r->n++;
+    return e;
+}
+
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp)
 {
     if (!r) return NULL;

@@ -1,4 +1,5 @@
-/* rules.c -- rule sets (SPEC section 6): the JSON top level (a list, or {"rules": [...]}), the
+/* rules.c -- rule sets (SPEC section 6): the JSON top level (a list, or {"rules": [...]} with an
+ * optional "gguf_mix"), the
  * compiled module_path regexes (PCRE2, full match), and the rule set object (load, free,
  * accessors). Each rule's fields are rules_parse.c's; matching is rules_match.c's.
  * SPDX-License-Identifier: Apache-2.0
@@ -10,6 +11,7 @@
 
 #include <pcre2.h>
 
+#include "quant_gguf_mix.h"
 #include "rules_internal.h"
 
 #define RULES_FILE_MAX (64u << 20) /* a rule set is a few KiB; refuse to slurp a wrong file */
@@ -17,6 +19,7 @@
 struct quant_ruleset {
     size_t n;
     quant_rule *rules;
+    char *gguf_mix;  /* the "gguf_mix" key: a llama-quantize mix name, or NULL */
     pcre2_code **re; /* re[i]: rules[i].module_path, compiled anchored at both ends */
 };
 
@@ -117,18 +120,37 @@ static quant_ck_status load_fail(const char *text, const char *source, const jso
     return ck_rules_fail(err, source, "line %d, column %d: %s", je->line, je->column, je->text);
 }
 
-/* The list of rules: the root itself, or root["rules"]. */
+/* The "gguf_mix" key of the object form: a mix name the gguf layout knows. */
+static quant_ck_status mix_key(const json_t *v, const char *source, const char **mix,
+                               quant_ck_error *err)
+{
+    if (!json_is_string(v) || !quant_gguf_mix_find(json_string_value(v)))
+        return ck_rules_fail(
+            err, source,
+            "top-level key \"gguf_mix\": must be the name of a llama-quantize "
+            "mix (Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q3_K_L, Q3_K_M, "
+            "Q3_K_S, Q2_K, IQ4_NL, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4_MOE, F16, "
+            "BF16, F32)");
+    *mix = json_string_value(v);
+    return QUANT_CK_OK;
+}
+
+/* The list of rules: the root itself, or root["rules"] (with an optional "gguf_mix"). */
 static quant_ck_status rules_list(const json_t *root, const char *source, const json_t **list,
-                                  quant_ck_error *err)
+                                  const char **mix, quant_ck_error *err)
 {
     if (json_is_object(root)) {
         const char *key;
         const json_t *v;
         json_object_foreach((json_t *)root, key, v)
         {
-            if (strcmp(key, "rules") != 0)
+            if (strcmp(key, "gguf_mix") == 0) {
+                quant_ck_status st = mix_key(v, source, mix, err);
+                if (st != QUANT_CK_OK) return st;
+            } else if (strcmp(key, "rules") != 0)
                 return ck_rules_fail(err, source,
-                                     "unknown top-level key \"%.64s\" (only \"rules\" is allowed)",
+                                     "unknown top-level key \"%.64s\" (only \"rules\" and "
+                                     "\"gguf_mix\" are allowed)",
                                      key);
         }
         root = json_object_get(root, "rules");
@@ -179,8 +201,14 @@ quant_ck_status quant_ruleset_parse(const char *json, size_t len, const char *so
     json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) return load_fail(json ? json : "", source, &je, err);
     const json_t *list = NULL;
-    quant_ck_status st = rules_list(root, source, &list, err);
+    const char *mix = NULL;
+    quant_ck_status st = rules_list(root, source, &list, &mix, err);
     if (st == QUANT_CK_OK) st = build(list, source, out, err);
+    if (st == QUANT_CK_OK && mix && !((*out)->gguf_mix = strdup(mix))) {
+        quant_ruleset_free(*out);
+        *out = NULL;
+        st = nomem(err);
+    }
     json_decref(root);
     return st;
 }
@@ -244,7 +272,13 @@ void quant_ruleset_free(quant_ruleset *rs)
     }
     free(rs->rules);
     free(rs->re);
+    free(rs->gguf_mix);
     free(rs);
+}
+
+const char *quant_ruleset_gguf_mix(const quant_ruleset *rs)
+{
+    return rs ? rs->gguf_mix : NULL;
 }
 
 size_t quant_ruleset_count(const quant_ruleset *rs)

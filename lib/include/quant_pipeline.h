@@ -25,11 +25,12 @@ extern "C" {
 
 /* Output layouts. */
 typedef enum quant_layout {
-    QUANT_LAYOUT_NATIVE = 0,  /* SPEC section 7: NAME.qvalue / NAME.scale / NAME.zero_point */
-    QUANT_LAYOUT_CTENSORS = 1 /* compressed-tensors (vLLM): P.weight[_packed] / P.weight_scale */
+    QUANT_LAYOUT_NATIVE = 0,   /* SPEC section 7: NAME.qvalue / NAME.scale / NAME.zero_point */
+    QUANT_LAYOUT_CTENSORS = 1, /* compressed-tensors (vLLM): P.weight[_packed] / P.weight_scale */
+    QUANT_LAYOUT_GGUF = 2      /* one GGUF file (llama.cpp) of ggml block types: gguf_run.c */
 } quant_layout;
 
-/*! quant_layout_parse() : "native" or "compressed-tensors"; false if unknown. */
+/*! quant_layout_parse() : "native", "compressed-tensors" or "gguf"; false if unknown. */
 QUANT_API bool quant_layout_parse(const char *name, quant_layout *out);
 /*! quant_layout_name() : the inverse; NULL if out of range. */
 QUANT_API const char *quant_layout_name(quant_layout layout);
@@ -181,6 +182,10 @@ typedef struct quant_pipeline_options {
      * Not with map_input (QUANT_CK_ERR_ARG). */
     quant_input_wait_fn input_wait;
     void *input_wait_user;
+    /* The gguf layout: a llama-quantize mix (quant_gguf_mix.h: "Q4_K_M", ...) choosing each
+     * tensor's type before the rules override it; NULL: the rule set's "gguf_mix", else none
+     * (only tensors a rule names are quantized). */
+    const char *gguf_mix;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */

@@ -46,7 +46,8 @@ typedef struct quant_rule {
 typedef struct quant_ruleset quant_ruleset;
 
 /*! quant_ruleset_parse() :
- * Parses a rule set from JSON text: either a list of rules or an object {"rules": [...]}.
+ * Parses a rule set from JSON text: either a list of rules or an object {"rules": [...]} (which
+ * may also name a llama-quantize mix for the gguf layout: {"gguf_mix": "Q4_K_M", "rules": []}).
  * Every field is checked (type, range, qtype and calibration names, regex syntax); unknown
  * fields are errors. `source` names the input in messages (a file name, or NULL).
  * @return : QUANT_CK_OK with `*out` to free with quant_ruleset_free(), or QUANT_CK_ERR_RULES
@@ -61,6 +62,12 @@ QUANT_API quant_ck_status quant_ruleset_load(const char *path, quant_ruleset **o
 
 /*! quant_ruleset_free() : NULL is a no-op. */
 QUANT_API void quant_ruleset_free(quant_ruleset *rs);
+
+/*! quant_ruleset_gguf_mix() :
+ * The object form's "gguf_mix" (a llama-quantize mix name, quant_gguf_mix.h, checked when the set
+ * was parsed): the mix the gguf layout starts from before the rules override it per tensor; NULL
+ * when the set has none. Owned by the set. */
+QUANT_API const char *quant_ruleset_gguf_mix(const quant_ruleset *rs);
 
 /*! quant_ruleset_count(), quant_ruleset_rule() : the rules in order (index < count). */
 QUANT_API size_t quant_ruleset_count(const quant_ruleset *rs);
