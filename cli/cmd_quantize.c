@@ -17,15 +17,23 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "quant_gguf_mix.h"
+#include "quant_imatrix.h"
 #include "quant_srq.h"
 
 #define CMD "quantize"
 
 static const char usage[] =
     "usage: quant quantize --rules RULES.json [--stats STATS.json] [options] IN OUT\n"
+    "       quant quantize --layout gguf [--mix NAME] [--rules RULES.json] [--imatrix FILE]\n"
+    "                      [--stats STATS.json] [options] IN.gguf OUT.gguf\n"
     "\n"
     "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
-    "(sharded or not) into the directory OUT, by the rules in RULES.json. OUT must not exist\n"
+    "(sharded or not) into the directory OUT, by the rules in RULES.json; with --layout gguf,\n"
+    "the GGUF file IN (llama.cpp's, e.g. the F16/BF16/F32 file its converter writes) into the\n"
+    "GGUF file OUT, each tensor's ggml type chosen by a llama-quantize mix (--mix) and the\n"
+    "rules (a rule's weight_qtype q8_0 ... q6_k, iq4_nl, iq4_xs overrides the mix for the\n"
+    "GGUF tensors whose module path, e.g. blk.0.attn_v, it matches). OUT must not exist\n"
     "(an empty directory is accepted; a symbolic link never is); nothing is left at OUT when\n"
     "the run fails. Temporaries that runs which died left in OUT's directory are removed first\n"
     "(each named on stderr).\n"
@@ -37,7 +45,16 @@ static const char usage[] =
     "                         quant_stats dump in JSON ({ACT: {\"count\": n, \"sum_of_absmax\":\n"
     "                         ...}}); each activation gets the act_qtype of the first rule\n"
     "                         matching its module path when that rule has act_static_scale\n"
-    "  -l, --layout NAME      native (default) or compressed-tensors\n"
+    "  -l, --layout NAME      native (default), compressed-tensors or gguf\n"
+    "  -m, --mix NAME         gguf: a llama-quantize mix (Q8_0, Q6_K, Q5_K_M, Q5_K_S,\n"
+    "                         Q4_K_M, Q4_K_S, Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, IQ4_NL, IQ4_XS,\n"
+    "                         Q4_0, Q4_1, Q5_0, Q5_1, MXFP4_MOE, F16, BF16, F32); chooses\n"
+    "                         each tensor's type as llama-quantize does (overrides the rule\n"
+    "                         set's gguf_mix); without it only tensors a rule names change\n"
+    "      --imatrix FILE     gguf: llama.cpp's importance matrix (GGUF or legacy .dat),\n"
+    "                         weighing each tensor's quantization as llama-quantize's\n"
+    "                         --imatrix does (--stats gives importance from quantd's\n"
+    "                         statistics instead)\n"
     "  -t, --threads N        worker threads, 0 = every CPU (default 0, at most 256)\n"
     "      --report FILE      where the per-tensor JSON report goes (default: "
     "OUT/quant-report.json\n"
@@ -49,12 +66,12 @@ static const char usage[] =
     "  -h, --help             this text\n";
 
 typedef struct quantize_args {
-    const char *rules, *stats, *report, *in, *out;
+    const char *rules, *stats, *report, *in, *out, *imatrix;
     quant_pipeline_options opts;
     bool quiet;
 } quantize_args;
 
-enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB };
+enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX };
 
 /* Parses argv into `a`; returns -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, quantize_args *a)
@@ -63,6 +80,8 @@ static int parse_args(int argc, char **argv, quantize_args *a)
         {"rules", required_argument, NULL, 'r'},
         {"stats", required_argument, NULL, 's'},
         {"layout", required_argument, NULL, 'l'},
+        {"mix", required_argument, NULL, 'm'},
+        {"imatrix", required_argument, NULL, OPT_IMATRIX},
         {"threads", required_argument, NULL, 't'},
         {"report", required_argument, NULL, OPT_REPORT},
         {"no-quality", no_argument, NULL, OPT_NO_QUALITY},
@@ -77,7 +96,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
     opterr = 0;
     int c;
     long v;
-    while ((c = getopt_long(argc, argv, ":r:s:l:t:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":r:s:l:m:t:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             a->rules = optarg;
@@ -87,8 +106,16 @@ static int parse_args(int argc, char **argv, quantize_args *a)
             break;
         case 'l':
             if (!quant_layout_parse(optarg, &a->opts.layout))
-                return cli_usage_error(CMD, "unknown layout '%s' (native or compressed-tensors)",
-                                       optarg);
+                return cli_usage_error(
+                    CMD, "unknown layout '%s' (native, compressed-tensors or gguf)", optarg);
+            break;
+        case 'm':
+            if (!quant_gguf_mix_find(optarg))
+                return cli_usage_error(CMD, "unknown mix '%s' (see quant quantize --help)", optarg);
+            a->opts.gguf_mix = optarg;
+            break;
+        case OPT_IMATRIX:
+            a->imatrix = optarg;
             break;
         case 't':
             if (!cli_parse_threads(CMD, optarg, &a->opts.threads)) return CLI_EXIT_USAGE;
@@ -115,7 +142,13 @@ static int parse_args(int argc, char **argv, quantize_args *a)
             return cli_getopt_error(CMD, c, argv);
         }
     }
-    if (!a->rules) return cli_usage_error(CMD, "--rules is required");
+    bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
+    if (!gguf && (a->opts.gguf_mix || a->imatrix))
+        return cli_usage_error(CMD, "--mix and --imatrix go with --layout gguf");
+    if (!a->rules && !a->opts.gguf_mix)
+        return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
+    if (a->imatrix && a->stats)
+        return cli_usage_error(CMD, "--imatrix and --stats both give importance: choose one");
     if (argc - optind != 2)
         return cli_usage_error(CMD, "expected IN and OUT, got %d operand%s", argc - optind,
                                argc - optind == 1 ? "" : "s");
@@ -350,6 +383,27 @@ static int static_scales(quantize_args *a, const quant_ruleset *rules, quant_srq
     return CLI_EXIT_OK;
 }
 
+/* --imatrix: llama.cpp's importance matrix as the run's importance statistics. */
+static int load_imatrix(quantize_args *a, quant_imatrix **m)
+{
+    *m = NULL;
+    if (!a->imatrix) return CLI_EXIT_OK;
+    quant_ck_error err;
+    if (quant_imatrix_load(a->imatrix, m, &err) != QUANT_CK_OK) return cli_ck_error(&err);
+    a->opts.importance_given = true;
+    a->opts.importance = quant_imatrix_entries(*m, &a->opts.n_importance);
+    return CLI_EXIT_OK;
+}
+
+/* The rule set: --rules, or none (an empty set) when a gguf mix alone decides. */
+static int load_rules(const quantize_args *a, quant_ruleset **rules)
+{
+    quant_ck_error err;
+    quant_ck_status st = a->rules ? quant_ruleset_load(a->rules, rules, &err)
+                                  : quant_ruleset_parse("[]", 2, "(no rules)", rules, &err);
+    return st == QUANT_CK_OK ? CLI_EXIT_OK : cli_ck_error(&err);
+}
+
 int cmd_quantize(int argc, char **argv)
 {
     quantize_args a;
@@ -357,11 +411,13 @@ int cmd_quantize(int argc, char **argv)
     if (rc >= 0) return rc;
     quant_ruleset *rules = NULL;
     quant_srq *srq = NULL;
-    quant_ck_error err;
-    if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
-    rc = static_scales(&a, rules, &srq);
+    quant_imatrix *imatrix = NULL;
+    rc = load_rules(&a, &rules);
+    if (rc == CLI_EXIT_OK) rc = static_scales(&a, rules, &srq);
+    if (rc == CLI_EXIT_OK) rc = load_imatrix(&a, &imatrix);
     if (rc == CLI_EXIT_OK) rc = prepare(&a);
     if (rc == CLI_EXIT_OK) rc = run(&a, rules);
+    quant_imatrix_free(imatrix);
     quant_srq_free(srq);
     quant_ruleset_free(rules);
     return rc;
