@@ -66,10 +66,31 @@ static void quantize_bf16(const float *x, void *dst, int64_t n, const float *imp
      .quantize_row = quantize_##fn,                                                                \
      .dequantize_row = dequantize_##fn}
 
+/* A block type whose row functions are qg_quantize_<fn> / qg_dequantize_<fn> (ggml_blocks.h). */
+#define PACKED_ROW(T, nm, gnm, blk, bytes, imp, fn)                                                \
+    {.type = T,                                                                                    \
+     .name = nm,                                                                                   \
+     .ggml_name = gnm,                                                                             \
+     .block = blk,                                                                                 \
+     .block_bytes = bytes,                                                                         \
+     .uses_importance = imp,                                                                       \
+     .quantized = true,                                                                            \
+     .quantize_row = qg_quantize_##fn,                                                             \
+     .dequantize_row = qg_dequantize_##fn}
+
 static const quant_ggml_traits ggml_rows[] = {
     FLOAT_ROW(QUANT_GGML_F32, "f32", "F32", 4, f32),
     FLOAT_ROW(QUANT_GGML_F16, "f16", "F16", 2, f16),
     FLOAT_ROW(QUANT_GGML_BF16, "bf16", "BF16", 2, bf16),
+    /* legacy, non-linear 4-bit and MXFP4 blocks (ggml_legacy.c, ggml_iq4.c, ggml_mxfp4.c) */
+    PACKED_ROW(QUANT_GGML_Q8_0, "q8_0", "Q8_0", 32, 34, false, q8_0),
+    PACKED_ROW(QUANT_GGML_Q4_0, "q4_0", "Q4_0", 32, 18, true, q4_0),
+    PACKED_ROW(QUANT_GGML_Q4_1, "q4_1", "Q4_1", 32, 20, true, q4_1),
+    PACKED_ROW(QUANT_GGML_Q5_0, "q5_0", "Q5_0", 32, 22, true, q5_0),
+    PACKED_ROW(QUANT_GGML_Q5_1, "q5_1", "Q5_1", 32, 24, true, q5_1),
+    PACKED_ROW(QUANT_GGML_IQ4_NL, "iq4_nl", "IQ4_NL", 32, 18, true, iq4_nl),
+    PACKED_ROW(QUANT_GGML_IQ4_XS, "iq4_xs", "IQ4_XS", 256, 136, true, iq4_xs),
+    PACKED_ROW(QUANT_GGML_MXFP4, "mxfp4", "MXFP4", 32, 17, false, mxfp4),
 };
 
 #define N_ROWS ((int)(sizeof ggml_rows / sizeof ggml_rows[0]))

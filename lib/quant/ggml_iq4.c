@@ -1,0 +1,188 @@
+/* ggml_iq4.c -- ggml's 4-bit non-linear types iq4_nl (32-value blocks) and iq4_xs (256-value
+ * super-blocks of eight 32-value sub-blocks with 6-bit scales): layouts, dequantization bit for
+ * bit as ggml's to_float, and the quantizer llama-quantize uses for them (ggml's
+ * quantize_row_iq4_nl_impl with 7 tries each side), with and without importance.
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ * Layouts (little-endian; nibble j of a 16-byte group holds value j low, value j + 16 high):
+ *   iq4_nl {fp16 d; qs[16]}                                  18 B   x = d * levels[q]
+ *   iq4_xs {fp16 d; u16 scales_h; scales_l[4]; qs[128]}     136 B   x = d * (ls - 32) * levels[q]
+ * where sub-block ib's 6-bit ls has its low 4 bits in nibble ib % 2 of scales_l[ib / 2] and its
+ * high 2 bits at bit 2 * ib of scales_h.
+ *
+ * The float operations are ggml's, in its order, so the bytes are ggml's.
+ */
+#include <math.h>
+
+#include "ggml_blocks.h"
+
+#define SUB  32  /* values per scale */
+#define XS   256 /* values per iq4_xs super-block */
+#define NTRY 7   /* scale tries each side of the first guess */
+
+/* ggml's non-linear levels (kvalues_iq4nl), ascending. */
+static const int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+/* The index of the level nearest v: ggml's binary search, ties to the upper index; NaN gives
+ * the top index. */
+static int nearest_level(float v)
+{
+    if (v <= levels[0]) return 0;
+    if (v >= levels[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (v < levels[mid])
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return v - levels[hi - 1] < levels[hi] - v ? hi - 1 : hi;
+}
+
+/* Level indices of n values at inverse scale id, and sum w q x, sum w q^2 over them. */
+static void index_pass(const float *x, const float *w, float id, uint8_t *L, float *sumqx,
+                       float *sumq2)
+{
+    *sumqx = *sumq2 = 0.0f;
+    for (int j = 0; j < SUB; j++) {
+        int l = nearest_level(id * x[j]);
+        if (L) L[j] = (uint8_t)l;
+        float q = levels[l];
+        *sumqx += w[j] * q * x[j];
+        *sumq2 += w[j] * q * q;
+    }
+}
+
+/* One 32-value sub-block's scale: the least-squares fit from max / 127, then from the inverse
+ * scales (t - 127) / max, t = -7..7, keeping the largest (sum w q x)^2 / sum w q^2. A sub-block
+ * whose largest |x| is below QG_GROUP_MAX_EPS gets 0. */
+static float sub_scale(const float *x, const float *w)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < SUB; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    if (amax < QG_GROUP_MAX_EPS) return 0.0f;
+    float d = -max / (float)levels[0];
+    float sumqx, sumq2;
+    index_pass(x, w, 1 / d, NULL, &sumqx, &sumq2);
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
+    float best = d * sumqx;
+    for (int t = -NTRY; t <= NTRY; t++) {
+        index_pass(x, w, (float)(t + levels[0]) / max, NULL, &sumqx, &sumq2);
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+/* ggml's weights for a sub-block: qw * sqrt(sigma2 + x^2) with importance, else x^2. */
+static void sub_weights(const float *x, const float *qw, float sigma2, float *w)
+{
+    for (int j = 0; j < SUB; j++) w[j] = qw ? qw[j] * sqrtf(sigma2 + x[j] * x[j]) : x[j] * x[j];
+}
+
+/* sigma2 of a (super-)block of n values: 2 * sum x^2 / n, summed as ggml does. */
+static float block_sigma2(const float *x, int n)
+{
+    float s = 0;
+    for (int j = 0; j < n; j++) s += x[j] * x[j];
+    return s * (2.0f / (float)n);
+}
+
+/* Indices of a sub-block at the stored scale s (its fp32 value), packed into 16 bytes. */
+static void pack_sub(const float *x, float s, uint8_t *qs)
+{
+    float id = s != 0.0f ? 1 / s : 0.0f;
+    uint8_t L[SUB];
+    for (int j = 0; j < SUB; j++) L[j] = (uint8_t)nearest_level(id * x[j]);
+    for (int j = 0; j < SUB / 2; j++) qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+}
+
+void qg_quantize_iq4_nl(const float *x, void *dst, int64_t n, const float *importance)
+{
+    uint8_t *b = dst;
+    for (int64_t ib = 0; ib < n / SUB; ib++, x += SUB, b += 18) {
+        float w[SUB];
+        sub_weights(x, importance ? importance + ib * SUB : NULL, block_sigma2(x, SUB), w);
+        float d = sub_scale(x, w);
+        qg_put_f16(b, d);
+        pack_sub(x, d, b + 2);
+    }
+}
+
+/* One iq4_xs super-block: sub-block scales as iq4_nl's, the super scale d = -(the signed
+ * largest)/32, each sub-block's l = clamp(nearest(s / d), -32, 31), indices at d * l. */
+static void quantize_xs_block(const float *x, const float *qw, uint8_t *b)
+{
+    float sigma2 = block_sigma2(x, XS), scales[XS / SUB];
+    float max_scale = 0.0f, amax_scale = 0.0f;
+    for (int ib = 0; ib < XS / SUB; ib++) {
+        float w[SUB];
+        sub_weights(x + ib * SUB, qw ? qw + ib * SUB : NULL, sigma2, w);
+        scales[ib] = sub_scale(x + ib * SUB, w);
+        if (fabsf(scales[ib]) > amax_scale) {
+            amax_scale = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
+    }
+    float d = -max_scale / 32;
+    float id = d != 0.0f ? 1 / d : 0.0f;
+    qg_put_f16(b, d);
+    uint16_t scales_h = 0;
+    memset(b + 4, 0, 4);
+    for (int ib = 0; ib < XS / SUB; ib++) {
+        int l = qg_nearest_int(id * scales[ib]);
+        l = l < -32 ? -32 : l > 31 ? 31 : l;
+        pack_sub(x + ib * SUB, d * (float)l, b + 8 + 16 * ib);
+        l += 32;
+        b[4 + ib / 2] |= (uint8_t)((l & 0xf) << (4 * (ib % 2)));
+        scales_h |= (uint16_t)((l >> 4) << (2 * ib));
+    }
+    b[2] = (uint8_t)(scales_h & 0xff);
+    b[3] = (uint8_t)(scales_h >> 8);
+}
+
+void qg_quantize_iq4_xs(const float *x, void *dst, int64_t n, const float *importance)
+{
+    uint8_t *b = dst;
+    for (int64_t ib = 0; ib < n / XS; ib++)
+        quantize_xs_block(x + ib * XS, importance ? importance + ib * XS : NULL, b + ib * 136);
+}
+
+void qg_dequantize_iq4_nl(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t ib = 0; ib < n / SUB; ib++, b += 18, x += SUB) {
+        float d = qg_get_f16(b);
+        for (int j = 0; j < SUB / 2; j++) {
+            x[j] = d * (float)levels[b[2 + j] & 0xf];
+            x[j + 16] = d * (float)levels[b[2 + j] >> 4];
+        }
+    }
+}
+
+void qg_dequantize_iq4_xs(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t ibl = 0; ibl < n / XS; ibl++, b += 136) {
+        float d = qg_get_f16(b);
+        unsigned scales_h = (unsigned)(b[2] | (b[3] << 8));
+        for (int ib = 0; ib < XS / SUB; ib++, x += SUB) {
+            int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) |
+                     (int)(((scales_h >> (2 * ib)) & 3u) << 4);
+            float dl = d * (float)(ls - 32);
+            const uint8_t *qs = b + 8 + 16 * ib;
+            for (int j = 0; j < SUB / 2; j++) {
+                x[j] = dl * (float)levels[qs[j] & 0xf];
+                x[j + 16] = dl * (float)levels[qs[j] >> 4];
+            }
+        }
+    }
+}

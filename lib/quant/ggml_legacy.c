@@ -1,0 +1,465 @@
+/* ggml_legacy.c -- ggml's legacy 32-value block types q8_0, q4_0, q4_1, q5_0 and q5_1: their
+ * byte layouts, dequantization bit for bit as ggml's to_float, ggml's reference quantizers
+ * (importance NULL) and its importance-weighted searches, each followed by one more search
+ * that minimizes the weighted error the quality contract measures.
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ * Layouts (little-endian fp16 d, m; nibble j of qs holds value j low, value j + 16 high):
+ *   q8_0 {d; int8 qs[32]}            34 B   x = qs * d
+ *   q4_0 {d; qs[16]}                 18 B   x = (q - 8) * d
+ *   q4_1 {d; m; qs[16]}              20 B   x = q * d + m
+ *   q5_0 {d; qh u32; qs[16]}         22 B   x = (q - 16) * d, bit 4 of value j in qh bit j
+ *   q5_1 {d; m; qh u32; qs[16]}      24 B   x = q * d + m
+ *
+ * Every float operation below is written in ggml's order and, as the whole library, compiled
+ * without contraction, so the same inputs give ggml's bytes. C leaves ggml's float to 8-bit
+ * conversions undefined when a block's scale has an infinite reciprocal (its largest |x| below
+ * about 2^-125, or 15 * 2^-128 between min and max for q4_1 / q5_1); there this file stores
+ * code 0, as an x86-64 build of ggml does. The fp16 scale of such a block is 0, so the codes
+ * do not change what it dequantizes to.
+ */
+#include <float.h>
+#include <math.h>
+
+#include "ggml_blocks.h"
+
+#define QK 32
+
+/* ---- conversions and packing ---------------------------------------------------------------- */
+
+/* The low byte of C's float -> integer conversion as x86-64 computes it: truncation toward
+ * zero, with 0x80000000 (low byte 0) for NaN and values outside int32. */
+static uint8_t trunc_low_byte(float v)
+{
+    if (!(v > -2147483904.0f && v < 2147483648.0f)) return 0;
+    return (uint8_t)((uint32_t)(int32_t)v & 0xffu);
+}
+
+/* ggml's `(int8_t)v`, signed, under the same rule. */
+static int trunc_i8(float v)
+{
+    int b = trunc_low_byte(v);
+    return b < 128 ? b : b - 256;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Codes L[0..31] (0..15) into 16 bytes: low nibble value j, high nibble value j + 16. */
+static void pack_nibbles(uint8_t *qs, const uint8_t *L)
+{
+    for (int j = 0; j < QK / 2; j++) qs[j] = (uint8_t)((L[j] & 0x0f) | ((L[j + 16] & 0x0f) << 4));
+}
+
+/* 5-bit codes: the low nibbles as pack_nibbles, bit 4 of value j at bit j of qh. */
+static void pack_5bit(uint8_t *qh, uint8_t *qs, const uint8_t *L)
+{
+    uint32_t h = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        h |= (uint32_t)((L[j] & 0x10u) >> 4) << j;
+        h |= (uint32_t)((L[j + 16] & 0x10u) >> 4) << (j + 16);
+    }
+    pack_nibbles(qs, L);
+    put_u32(qh, h);
+}
+
+static void unpack_5bit(const uint8_t *qh, const uint8_t *qs, int *q)
+{
+    uint32_t h = get_u32(qh);
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = (qs[j] & 0x0f) | (int)(((h >> j) << 4) & 0x10u);
+        q[j + 16] = (qs[j] >> 4) | (int)((h >> (j + 12)) & 0x10u);
+    }
+}
+
+/* ---- dequantization ------------------------------------------------------------------------- */
+
+void qg_dequantize_q8_0(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 34, x += QK) {
+        float d = qg_get_f16(b);
+        for (int j = 0; j < QK; j++) x[j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+
+void qg_dequantize_q4_0(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 18, x += QK) {
+        float d = qg_get_f16(b);
+        for (int j = 0; j < QK / 2; j++) {
+            x[j] = (float)((b[2 + j] & 0x0f) - 8) * d;
+            x[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void qg_dequantize_q4_1(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 20, x += QK) {
+        float d = qg_get_f16(b), m = qg_get_f16(b + 2);
+        for (int j = 0; j < QK / 2; j++) {
+            x[j] = (float)(b[4 + j] & 0x0f) * d + m;
+            x[j + 16] = (float)(b[4 + j] >> 4) * d + m;
+        }
+    }
+}
+
+void qg_dequantize_q5_0(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    int q[QK];
+    for (int64_t i = 0; i < n / QK; i++, b += 22, x += QK) {
+        float d = qg_get_f16(b);
+        unpack_5bit(b + 2, b + 6, q);
+        for (int j = 0; j < QK; j++) x[j] = (float)(q[j] - 16) * d;
+    }
+}
+
+void qg_dequantize_q5_1(const void *src, float *x, int64_t n)
+{
+    const uint8_t *b = src;
+    int q[QK];
+    for (int64_t i = 0; i < n / QK; i++, b += 24, x += QK) {
+        float d = qg_get_f16(b), m = qg_get_f16(b + 2);
+        unpack_5bit(b + 4, b + 8, q);
+        for (int j = 0; j < QK; j++) x[j] = (float)q[j] * d + m;
+    }
+}
+
+/* ---- ggml's reference quantizers (no importance) -------------------------------------------- */
+
+/* The signed value of largest magnitude (the first on ties), as q4_0 / q5_0 scale from. */
+static float signed_max(const float *x)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
+static void min_max(const float *x, float *mn, float *mx)
+{
+    *mn = FLT_MAX;
+    *mx = -FLT_MAX;
+    for (int j = 0; j < QK; j++) {
+        if (x[j] < *mn) *mn = x[j];
+        if (x[j] > *mx) *mx = x[j];
+    }
+}
+
+static void ref_q8_0(const float *x, uint8_t *b)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+    float d = amax / 127;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    qg_put_f16(b, d);
+    for (int j = 0; j < QK; j++) b[2 + j] = trunc_low_byte(roundf(x[j] * id));
+}
+
+/* q4_0 / q5_0: d = max / -(half), codes min(top, (int8)(x / d + half + 0.5)). */
+static void ref_symmetric(const float *x, int half, uint8_t *d16, uint8_t *L)
+{
+    float d = signed_max(x) / (float)-half;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    qg_put_f16(d16, d);
+    int top = 2 * half - 1;
+    for (int j = 0; j < QK; j++) {
+        int q = trunc_i8(x[j] * id + ((float)half + 0.5f));
+        L[j] = (uint8_t)(q < top ? q : top);
+    }
+}
+
+/* q4_1 / q5_1: d = (max - min) / top, m = min, codes (x - min) / d + 0.5 truncated (q4_1
+ * clamps to 15; ggml's q5_1 does not clamp, and pack_5bit keeps the low 5 bits). */
+static void ref_affine(const float *x, int top, uint8_t *dm, uint8_t *L)
+{
+    float mn, mx;
+    min_max(x, &mn, &mx);
+    float d = (mx - mn) / (float)top;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    qg_put_f16(dm, d);
+    qg_put_f16(dm + 2, mn);
+    for (int j = 0; j < QK; j++) {
+        float v = (x[j] - mn) * id + 0.5f;
+        if (top == 15) {
+            int q = trunc_i8(v);
+            L[j] = (uint8_t)(q < 15 ? q : 15);
+        } else {
+            L[j] = trunc_low_byte(v);
+        }
+    }
+}
+
+/* ---- ggml's importance-weighted searches ---------------------------------------------------- */
+
+/* One symmetric pass: codes l = clamp(nearest(iscale * x), -nmax, nmax - 1) into l, and the
+ * weighted sums sum w x l and sum w l^2 of ggml's least-squares scale. */
+static void symmetric_pass(int nmax, float iscale, const float *x, const float *w, int *l,
+                           float *sumlx, float *suml2)
+{
+    *sumlx = *suml2 = 0.0f;
+    for (int i = 0; i < QK; i++) {
+        int v = qg_nearest_int(iscale * x[i]);
+        l[i] = v < -nmax ? -nmax : v > nmax - 1 ? nmax - 1 : v;
+        *sumlx += w[i] * x[i] * (float)l[i];
+        *suml2 += w[i] * (float)l[i] * (float)l[i];
+    }
+}
+
+/* Symmetric search (ggml's make_qx_quants with explicit weights): the scale -max / nmax, then
+ * -max / (nmax + 0.1 t) for t = -9..9 but 0, keeping the best least-squares fit; codes
+ * L = l + nmax; returns the scale. */
+static float search_symmetric(int nmax, const float *x, const float *w, uint8_t *L)
+{
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < QK; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    if (amax < QG_GROUP_MAX_EPS) {
+        memset(L, 0, QK);
+        return 0.0f;
+    }
+    int l[QK];
+    float sumlx, suml2;
+    symmetric_pass(nmax, (float)-nmax / max, x, w, l, &sumlx, &suml2);
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int i = 0; i < QK; i++) L[i] = (uint8_t)(l[i] + nmax);
+    for (int t = -9; t <= 9; t++) {
+        if (t == 0) continue;
+        symmetric_pass(nmax, -((float)nmax + 0.1f * (float)t) / max, x, w, l, &sumlx, &suml2);
+        if (!(suml2 > 0 && sumlx * sumlx > best * suml2)) continue;
+        scale = sumlx / suml2;
+        best = scale * sumlx;
+        for (int i = 0; i < QK; i++) L[i] = (uint8_t)(l[i] + nmax);
+    }
+    return scale;
+}
+
+/* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9, rdelta 0.05,
+ * 36 steps, squared error): codes L in [0, nmax]; returns the scale and *neg_min = -min. */
+static float search_affine(int nmax, const float *x, const float *w, uint8_t *L, float *neg_min)
+{
+    float min = x[0], max = x[0];
+    float sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < QK; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max <= min) {
+        memset(L, 0, QK);
+        *neg_min = -min;
+        return 0.0f;
+    }
+    float iscale = (float)nmax / (max - min);
+    float scale = 1 / iscale, best = 0.0f;
+    for (int i = 0; i < QK; i++) {
+        int l = qg_nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
+        float diff = scale * (float)L[i] + min - x[i];
+        best += w[i] * (diff * diff);
+    }
+    for (int is = 0; is <= 36; is++) {
+        iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        uint8_t La[QK];
+        for (int i = 0; i < QK; i++) {
+            int l = qg_nearest_int(iscale * (x[i] - min));
+            l = l < 0 ? 0 : l > nmax ? nmax : l;
+            La[i] = (uint8_t)l;
+            sum_l += w[i] * (float)l;
+            sum_l2 += w[i] * (float)l * (float)l;
+            sum_xl += w[i] * (float)l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(D > 0)) continue;
+        float s = (sum_w * sum_xl - sum_x * sum_l) / D;
+        float m = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        if (m > 0) {
+            m = 0;
+            s = sum_xl / sum_l2;
+        }
+        float err = 0;
+        for (int i = 0; i < QK; i++) {
+            float diff = s * (float)La[i] + m - x[i];
+            err += w[i] * (diff * diff);
+        }
+        if (err < best) {
+            memcpy(L, La, QK);
+            best = err;
+            scale = s;
+            min = m;
+        }
+    }
+    *neg_min = -min;
+    return scale;
+}
+
+/* ---- the per-type block codecs -------------------------------------------------------------- */
+
+/* One legacy type: its block size, reference quantizer, ggml's search (with ggml's weights w)
+ * and the block dequantizer used to measure a candidate. */
+typedef struct legacy_type {
+    size_t bytes;
+    void (*ref)(const float *x, uint8_t *b);
+    void (*search)(const float *x, const float *w, uint8_t *b);
+    void (*dequantize)(const void *src, float *x, int64_t n);
+} legacy_type;
+
+static void ref_q4_0(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    ref_symmetric(x, 8, b, L);
+    pack_nibbles(b + 2, L);
+}
+
+static void ref_q5_0(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    ref_symmetric(x, 16, b, L);
+    pack_5bit(b + 2, b + 6, L);
+}
+
+static void ref_q4_1(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    ref_affine(x, 15, b, L);
+    pack_nibbles(b + 4, L);
+}
+
+static void ref_q5_1(const float *x, uint8_t *b)
+{
+    uint8_t L[QK];
+    ref_affine(x, 31, b, L);
+    pack_5bit(b + 4, b + 8, L);
+}
+
+static void search_q4_0(const float *x, const float *w, uint8_t *b)
+{
+    uint8_t L[QK];
+    qg_put_f16(b, search_symmetric(8, x, w, L));
+    pack_nibbles(b + 2, L);
+}
+
+static void search_q5_0(const float *x, const float *w, uint8_t *b)
+{
+    uint8_t L[QK];
+    qg_put_f16(b, search_symmetric(16, x, w, L));
+    pack_5bit(b + 2, b + 6, L);
+}
+
+static void search_q4_1(const float *x, const float *w, uint8_t *b)
+{
+    uint8_t L[QK];
+    float neg_min;
+    qg_put_f16(b, search_affine(15, x, w, L, &neg_min));
+    qg_put_f16(b + 2, -neg_min);
+    pack_nibbles(b + 4, L);
+}
+
+static void search_q5_1(const float *x, const float *w, uint8_t *b)
+{
+    uint8_t L[QK];
+    float neg_min;
+    qg_put_f16(b, search_affine(31, x, w, L, &neg_min));
+    qg_put_f16(b + 2, -neg_min);
+    pack_5bit(b + 4, b + 8, L);
+}
+
+static const legacy_type type_q4_0 = {18, ref_q4_0, search_q4_0, qg_dequantize_q4_0};
+static const legacy_type type_q4_1 = {20, ref_q4_1, search_q4_1, qg_dequantize_q4_1};
+static const legacy_type type_q5_0 = {22, ref_q5_0, search_q5_0, qg_dequantize_q5_0};
+static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q5_1};
+
+/* ---- rows ----------------------------------------------------------------------------------- */
+
+/* sum_j w_j (x_j - y_j)^2 of one block as stored in b, in float64 (the contract's measure). */
+static double block_error(const legacy_type *t, const uint8_t *b, const float *x, const float *qw)
+{
+    float y[QK];
+    t->dequantize(b, y, QK);
+    double e = 0;
+    for (int j = 0; j < QK; j++) {
+        double d = (double)x[j] - (double)y[j];
+        e += (double)qw[j] * d * d;
+    }
+    return e;
+}
+
+/* A row with importance: per block, ggml's search with its weights qw * sqrt(sigma2 + x^2)
+ * (sigma2 the row's mean square), then the same search weighted by qw alone, which is the
+ * contract's measure; the second is kept only when its error is lower by more than float64
+ * summation could blur, so a row's error never exceeds ggml's. */
+static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst, int64_t n,
+                              const float *qw)
+{
+    float sum_x2 = 0;
+    for (int64_t j = 0; j < n; j++) sum_x2 += x[j] * x[j];
+    float sigma2 = sum_x2 / (float)n;
+    for (int64_t ib = 0; ib < n / QK; ib++, x += QK, qw += QK, dst += t->bytes) {
+        float w[QK];
+        for (int j = 0; j < QK; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+        t->search(x, w, dst);
+        uint8_t alt[24];
+        t->search(x, qw, alt);
+        if (block_error(t, alt, x, qw) < block_error(t, dst, x, qw) * (1.0 - 1e-9))
+            memcpy(dst, alt, t->bytes);
+    }
+}
+
+static void quantize_rows(const legacy_type *t, const float *x, void *dst, int64_t n,
+                          const float *importance)
+{
+    uint8_t *b = dst;
+    if (importance) {
+        quantize_weighted(t, x, b, n, importance);
+        return;
+    }
+    for (int64_t ib = 0; ib < n / QK; ib++) t->ref(x + ib * QK, b + ib * (int64_t)t->bytes);
+}
+
+/* q8_0 is ggml's reference quantizer with or without importance (ggml ignores it). */
+void qg_quantize_q8_0(const float *x, void *dst, int64_t n, const float *importance)
+{
+    (void)importance;
+    uint8_t *b = dst;
+    for (int64_t ib = 0; ib < n / QK; ib++) ref_q8_0(x + ib * QK, b + ib * 34);
+}
+
+void qg_quantize_q4_0(const float *x, void *dst, int64_t n, const float *importance)
+{
+    quantize_rows(&type_q4_0, x, dst, n, importance);
+}
+
+void qg_quantize_q4_1(const float *x, void *dst, int64_t n, const float *importance)
+{
+    quantize_rows(&type_q4_1, x, dst, n, importance);
+}
+
+void qg_quantize_q5_0(const float *x, void *dst, int64_t n, const float *importance)
+{
+    quantize_rows(&type_q5_0, x, dst, n, importance);
+}
+
+void qg_quantize_q5_1(const float *x, void *dst, int64_t n, const float *importance)
+{
+    quantize_rows(&type_q5_1, x, dst, n, importance);
+}
