@@ -46,5 +46,6 @@ Suite *suite_mse(void);
 Suite *suite_onepass(void);
 Suite *suite_fold(void);
 Suite *suite_errq(void);
+Suite *suite_ggml_kquants(void);
 
 #endif
