@@ -21,6 +21,7 @@ int main(void)
     srunner_add_suite(sr, suite_fold());
     srunner_add_suite(sr, suite_errq());
     srunner_add_suite(sr, suite_ggml_legacy());
+    srunner_add_suite(sr, suite_ggml_kquants());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -47,5 +47,6 @@ Suite *suite_onepass(void);
 Suite *suite_fold(void);
 Suite *suite_errq(void);
 Suite *suite_ggml_legacy(void);
+Suite *suite_ggml_kquants(void);
 
 #endif
