@@ -22,6 +22,8 @@ int cmd_quantize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_dequantize(int argc, char **argv);
+/* `quant inspect` of a GGUF file (inspect_gguf.c): the text or JSON report; an exit status. */
+int cli_inspect_gguf(const char *path, bool as_json);
 
 /* ---- errors (util.c) ---------------------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
 /* cmd_dequantize.c -- `quant dequantize IN OUT [--dtype f32|bf16|f16]`: a quantized checkpoint
- * (file or directory; the native layout or compressed-tensors') back to float tensors with the
- * original names and shapes, for evaluation.
+ * (file or directory; the native layout or compressed-tensors') or a GGUF file back to float
+ * tensors with the original names and shapes, for evaluation.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -26,6 +26,9 @@ static const char usage[] =
     "                     P.weight; formats pack-quantized, int-quantized, naive-quantized,\n"
     "                     float-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized,\n"
     "                     mxfp8-quantized; OUT's config.json loses its quantization_config\n"
+    "  GGUF               a file with the GGUF magic (whatever its name): every tensor, of any\n"
+    "                     ggml type quantd reads, becomes a tensor of OUT, a safetensors file,\n"
+    "                     with its name and its shape in PyTorch order (GGUF's reversed)\n"
     "Anything else quantized (another format, activation ordering) is refused, naming the file,\n"
     "the tensor and what is not supported. OUT must not exist (nor be a symbolic link); nothing\n"
     "is left at OUT when the run fails. Temporaries that runs which died left in OUT's directory\n"

@@ -4,7 +4,8 @@
  * make one row with its original dtype and shape, its qtype and the range of its scale; in a
  * compressed-tensors file (quant_ct_read, with the config.json beside FILE when there is one)
  * the parts of a weight P.weight make one row with its shape, qtype, format and the range of its
- * effective scale; every other tensor is a row of its own. Metadata keys are listed too.
+ * effective scale; every other tensor is a row of its own. Metadata keys are listed too. A GGUF
+ * file (recognised by its magic) is reported by inspect_gguf.c.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -16,6 +17,7 @@
 
 #include "cli.h"
 #include "quant_ctensors.h"
+#include "quant_gguf.h"
 #include "quant_native.h"
 
 #define CMD            "inspect"
@@ -30,6 +32,10 @@ static const char usage[] =
     "are shown as one row NAME with their original dtype and shape; compressed-tensors weights\n"
     "(P.weight_packed or P.weight, P.weight_scale, ...; with the config.json beside FILE when\n"
     "there is one) as one row P.weight with its shape, qtype and effective scale range.\n"
+    "\n"
+    "A GGUF file (llama.cpp's format, recognised by its magic whatever its name) is listed\n"
+    "with its key-value pairs (long arrays by element type and length) and its tensors: name,\n"
+    "ggml type, shape (PyTorch order: GGUF's dimensions reversed) and size.\n"
     "\n"
     "options:\n"
     "  -j, --json             print a JSON document instead of the table\n"
@@ -382,6 +388,7 @@ int cmd_inspect(int argc, char **argv)
     }
     if (argc - optind != 1)
         return cli_usage_error(CMD, "expected one FILE, got %d operands", argc - optind);
+    if (quant_gguf_sniff(argv[optind])) return cli_inspect_gguf(argv[optind], as_json);
     inspection in;
     quant_ck_error err;
     int rc = CLI_EXIT_OK;

@@ -18,8 +18,9 @@ typedef struct command {
 static const command commands[] = {
     {"quantize", cmd_quantize, "quantize a safetensors file or checkpoint directory by rules"},
     {"plan", cmd_plan, "show what quantize would do, from the headers alone (no data read)"},
-    {"inspect", cmd_inspect, "list the tensors of a safetensors file, quantized or not"},
-    {"dequantize", cmd_dequantize, "turn a quantized checkpoint back into float tensors"},
+    {"inspect", cmd_inspect, "list the tensors of a safetensors or GGUF file"},
+    {"dequantize", cmd_dequantize,
+     "turn a quantized checkpoint or GGUF file back into float tensors"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -6,7 +6,8 @@
  * P.weight_packed or P.weight with P.weight_scale (+ zero point, global scale, weight_shape)
  * becomes P.weight); every other tensor is copied. A compressed-tensors directory's config.json
  * is written without its quantization_config. One tensor at a time (memory follows the largest
- * tensor, not the checkpoint); files and directories appear by rename only.
+ * tensor, not the checkpoint); files and directories appear by rename only. A GGUF file (found
+ * by its magic) goes to quant_gguf_dequantize_path().
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 
 #include "ck_internal.h"
 #include "quant_ctensors.h"
+#include "quant_gguf.h"
 #include "quant_native.h"
 
 typedef struct dq_shard {
@@ -259,6 +261,7 @@ quant_ck_status quant_dequantize_path(const char *in, const char *out, quant_st_
     if (!in || !out) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
     if (dtype != QUANT_ST_F32 && dtype != QUANT_ST_BF16 && dtype != QUANT_ST_F16)
         return quant_ck_fail(err, QUANT_CK_ERR_ARG, "output dtype must be F32, BF16 or F16");
+    if (quant_gguf_sniff(in)) return quant_gguf_dequantize_path(in, out, dtype, threads, err);
     quant_ctx_options co = {.threads = threads, .isa = QUANT_ISA_AUTO};
     quant_error qe;
     quant_ctx *ctx = quant_ctx_new(&co, &qe);

@@ -492,7 +492,9 @@ QUANT_API int quant_open_beneath(int dir_fd, const char *rel, int flags, quant_c
 /*! quant_dequantize_path() :
  * The inverse for the native layout: every NAME.qvalue (+ .scale, + .zero_point) in `in` becomes
  * a float tensor NAME of `dtype` (QUANT_ST_F32, QUANT_ST_BF16 or QUANT_ST_F16); other tensors
- * are copied. File -> file or directory -> directory, like quant_quantize_path().
+ * are copied. File -> file or directory -> directory, like quant_quantize_path(). A GGUF file
+ * (recognised by its magic, whatever its name) becomes one safetensors file of `dtype` tensors
+ * (quant_gguf_dequantize_path() of quant_gguf.h).
  * @return : QUANT_CK_OK or an error; nothing is left at `out` on failure. */
 QUANT_API quant_ck_status quant_dequantize_path(const char *in, const char *out,
                                                 quant_st_dtype dtype, int threads,
