@@ -108,9 +108,11 @@ static const char *nearest_of(quant_qtype q)
 /* A rule's fields that mean nothing for ggml's block types: refused rather than ignored. */
 static const char *rule_misfit(const quant_rule *r)
 {
-    if (r->n_tiles) return "tile_size (ggml's blocks are fixed: 32 or 256 values of a row)";
-    if (r->weight_calibration && strcmp(r->weight_calibration, "absmax"))
-        return "weight_calibration (each block type searches its own scales)";
+    /* tile_size: the parser allows a block type's own block only (its fixed tile) */
+    const char *c = r->weight_calibration;
+    if (c && strcmp(c, "absmax") && strncmp(c, "mse", 3) && strncmp(c, "minmax_mse", 10))
+        return "weight_calibration other than absmax or an mse search (each block type searches "
+               "its own scales, weighted by the importance when there is one)";
     if (r->has_act_qtype || r->act_static_scale)
         return "act_qtype / act_static_scale (llama.cpp quantizes activations itself)";
     if (r->scale_dtype != QUANT_DTYPE_F32) return "scale_dtype (ggml's blocks fix their scales)";

@@ -194,7 +194,7 @@ static quant_ck_status load_dat(quant_imatrix *m, const char *path, const unsign
 {
     cursor c = {buf, buf + len};
     int32_t n;
-    if (!take_i32(&c, &n) || n < 1)
+    if (!take_i32(&c, &n) || n < 1 || (uint64_t)n > len / 13) /* 13: the smallest entry */
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                              "%s: not an importance matrix (neither GGUF nor a legacy .dat with "
                              "entries)",

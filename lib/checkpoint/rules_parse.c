@@ -486,6 +486,17 @@ static quant_ck_status check_how(const ck_rule_ctx *c, const char *field, quant_
     how.calibration = calib;
     how.stochastic = stochastic;
     quant_error qe;
+    const quant_qtype_traits *t = quant_qtype_traits_get(q);
+    if (t && t->kind == QUANT_CODE_GGML) { /* the gguf layout checks the rest (gguf_plan.c) */
+        if (!strncmp(field, "act_", 4) || stochastic)
+            return ck_rule_fail(c, field,
+                                "%s is one of ggml's block types: weights only, rounded to "
+                                "nearest (llama.cpp quantizes activations itself)",
+                                t->name);
+        if (quant_calib_parse(calib, &(quant_calib_method){0}, &qe) != QUANT_OK)
+            return ck_rule_fail(c, field, "%s", qe.message);
+        return QUANT_CK_OK;
+    }
     if (quant_how_check(&how, &qe) != QUANT_OK) return ck_rule_fail(c, field, "%s", qe.message);
     return QUANT_CK_OK;
 }

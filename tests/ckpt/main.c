@@ -19,7 +19,8 @@ int main(void)
         suite_ctensors,          suite_cli,         suite_e2e,     suite_srq_ckpt,
         suite_srq_engine,        suite_confine,     suite_check,   suite_plan,
         suite_microscaling_ckpt, suite_native_read, suite_hash,    suite_kit,
-        suite_stream_in,         suite_mse_ckpt,    suite_ct_read, suite_gguf_mix};
+        suite_stream_in,         suite_mse_ckpt,    suite_ct_read, suite_gguf_mix,
+        suite_gguf_run};
     SRunner *sr = srunner_create(NULL);
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
         srunner_add_suite(sr, suites[i]());
