@@ -282,7 +282,7 @@ START_TEST(test_usage_errors)
         {"quantize", "--rules", rules, "--threads", "257", in, out, NULL},
         {"quantize", "--rules", rules, "--threads", "-1", in, out, NULL},
         {"quantize", "--rules", rules, "--threads", "4x", in, out, NULL},
-        {"quantize", "--rules", rules, "--layout", "gguf", in, out, NULL},
+        {"quantize", "--rules", rules, "--layout", "ggml", in, out, NULL},
         {"quantize", "--rules", rules, "--chunk-mib", "0", in, out, NULL},
         {"inspect", "--bogus", in, NULL},
         {"inspect", NULL},
@@ -1162,7 +1162,7 @@ START_TEST(test_plan_errors)
     ck_assert_int_eq(r.status, 2);
     ck_assert_msg(strstr(r.err, "--rules is required"), "%s", r.err);
     result_free(&r);
-    r = RUN(dir, "plan", "-r", rules, "--layout", "gguf", in);
+    r = RUN(dir, "plan", "-r", rules, "--layout", "ggml", in);
     ck_assert_int_eq(r.status, 2);
     result_free(&r);
     r = RUN(dir, "plan", "-r", rules, in, in);

@@ -475,6 +475,53 @@ START_TEST(deterministic_and_cancellable)
 }
 END_TEST
 
+/* `quant quantize --layout gguf`: --mix alone is enough; usage errors exit 2 naming the flag. */
+static int quant_cli(const char *dir, const char *const *args, char **err_text)
+{
+    const char *bin = getenv("QUANT_BIN");
+    ck_assert_msg(bin && *bin, "QUANT_BIN is not set");
+    char *errp = kit_join(dir, ".stderr");
+    int rc = kit_run(bin, "quant", args, NULL, errp);
+    size_t n = 0;
+    *err_text = kit_read_file(errp, &n);
+    ck_assert_ptr_nonnull(*err_text);
+    free(errp);
+    return rc;
+}
+
+START_TEST(cli_mix_and_usage_errors)
+{
+    fixture f;
+    fixture_new(&f);
+    char *err = NULL;
+    const char *ok[] = {"quantize", "-q", "--layout", "gguf", "--mix", "q4_k_m", f.in, f.out, NULL};
+    ck_assert_int_eq(quant_cli(f.dir, ok, &err), 0);
+    free(err);
+    quant_gguf_file *g;
+    quant_ck_error ce;
+    ck_assert_int_eq(quant_gguf_open(f.out, &g, &ce), QUANT_CK_OK);
+    ck_assert_int_eq(tensor(g, "output.weight")->type, QUANT_GGML_Q6_K);
+    quant_gguf_close(g);
+    static const struct {
+        const char *args[14], *want;
+    } bad[] = {
+        {{"quantize", "--mix", "Q4_K_M", "a", "b", NULL},
+         "--mix and --imatrix go with --layout gguf"},
+        {{"quantize", "--layout", "gguf", "a", "b", NULL}, "--mix or --rules is required"},
+        {{"quantize", "--layout", "gguf", "--mix", "Q9", "a", "b", NULL}, "unknown mix 'Q9'"},
+        {{"quantize", "--layout", "gguf", "--mix", "Q8_0", "--imatrix", "i", "--stats", "s", "a",
+          "b", NULL},
+         "choose one"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(quant_cli(f.dir, bad[i].args, &err), 2);
+        ck_assert_msg(strstr(err, bad[i].want), "case %zu: %s", i, err);
+        free(err);
+    }
+    fixture_free(&f);
+}
+END_TEST
+
 Suite *suite_gguf_run(void)
 {
     Suite *s = suite_create("gguf_run");
@@ -485,6 +532,7 @@ Suite *suite_gguf_run(void)
     tcase_add_test(tc, importance_from_statistics_lowers_weighted_error);
     tcase_add_test(tc, imatrix_files_gguf_and_dat);
     tcase_add_test(tc, deterministic_and_cancellable);
+    tcase_add_test(tc, cli_mix_and_usage_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -427,8 +427,11 @@ static const struct {
     {"\"rules\"", "expected a list of rules or an object {\"rules\": [...]}, not a string"},
     {"null", "expected a list of rules or an object {\"rules\": [...]}, not null"},
     {"{\"rules\": {}}", "expected a list of rules or an object {\"rules\": [...]}, not an object"},
-    {"{\"rules\": [], \"version\": 1}", "unknown top-level key \"version\" (only \"rules\" is "
-                                        "allowed)"},
+    {"{\"rules\": [], \"version\": 1}", "unknown top-level key \"version\" (only \"rules\" and "
+                                        "\"gguf_mix\" are allowed)"},
+    {"{\"rules\": [], \"gguf_mix\": \"Q4_K_X\"}", "\"gguf_mix\": must be the name of a "
+                                                 "llama-quantize mix (Q8_0,"},
+    {"{\"rules\": [], \"gguf_mix\": 15}", "\"gguf_mix\": must be the name"},
     {"{}", "missing top-level key \"rules\""},
     {"[1]", "rule 0: must be an object of fields, not an integer"},
     {"[{}, [\"int8\"]]", "rule 1: must be an object of fields, not a list"},
