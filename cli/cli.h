@@ -25,6 +25,14 @@ int cmd_dequantize(int argc, char **argv);
 /* `quant inspect` of a GGUF file (inspect_gguf.c): the text or JSON report; an exit status. */
 int cli_inspect_gguf(const char *path, bool as_json);
 
+/* The gguf layout's options (gguf_opts.c): the rule set at `path`, or an empty one when `path`
+ * is NULL (a mix alone decides); llama.cpp's importance matrix at `path` (NULL: none) as the
+ * importance statistics of `opts`, kept alive in `*m` (free with quant_imatrix_free). Both
+ * return CLI_EXIT_OK or the exit status of the error they printed. */
+typedef struct quant_imatrix quant_imatrix;
+int cli_load_rules(const char *path, quant_ruleset **rules);
+int cli_load_imatrix(const char *path, quant_pipeline_options *opts, quant_imatrix **m);
+
 /* ---- errors (util.c) ---------------------------------------------------------------------- */
 
 /* Prints "quant: <message>\n" on stderr. */

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "quant_gguf_mix.h"
+#include "quant_imatrix.h"
 
 #define CMD "plan"
 
@@ -25,12 +27,14 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  -r, --rules FILE       the rule set (required)\n"
-    "  -l, --layout NAME      native (default) or compressed-tensors\n"
+    "  -l, --layout NAME      native (default), compressed-tensors or gguf\n"
+    "  -m, --mix NAME         gguf: a llama-quantize mix (see quant quantize --help)\n"
+    "      --imatrix FILE     gguf: an importance matrix (some mixes choose otherwise with one)\n"
     "  -j, --json             print the plan as JSON (the document POST /v1/plans returns)\n"
     "  -h, --help             this text\n";
 
 typedef struct plan_args {
-    const char *rules, *in;
+    const char *rules, *in, *imatrix;
     quant_pipeline_options opts;
     bool json;
 } plan_args;
@@ -41,6 +45,8 @@ static int parse_args(int argc, char **argv, plan_args *a)
     static const struct option longopts[] = {
         {"rules", required_argument, NULL, 'r'},
         {"layout", required_argument, NULL, 'l'},
+        {"mix", required_argument, NULL, 'm'},
+        {"imatrix", required_argument, NULL, 'i'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -49,15 +55,23 @@ static int parse_args(int argc, char **argv, plan_args *a)
     quant_pipeline_options_init(&a->opts);
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":r:l:jh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":r:l:m:i:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             a->rules = optarg;
             break;
         case 'l':
             if (!quant_layout_parse(optarg, &a->opts.layout))
-                return cli_usage_error(CMD, "unknown layout '%s' (native or compressed-tensors)",
-                                       optarg);
+                return cli_usage_error(
+                    CMD, "unknown layout '%s' (native, compressed-tensors or gguf)", optarg);
+            break;
+        case 'm':
+            if (!quant_gguf_mix_find(optarg))
+                return cli_usage_error(CMD, "unknown mix '%s' (see quant quantize --help)", optarg);
+            a->opts.gguf_mix = optarg;
+            break;
+        case 'i':
+            a->imatrix = optarg;
             break;
         case 'j':
             a->json = true;
@@ -69,7 +83,11 @@ static int parse_args(int argc, char **argv, plan_args *a)
             return cli_getopt_error(CMD, c, argv);
         }
     }
-    if (!a->rules) return cli_usage_error(CMD, "--rules is required");
+    bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
+    if (!gguf && (a->opts.gguf_mix || a->imatrix))
+        return cli_usage_error(CMD, "--mix and --imatrix go with --layout gguf");
+    if (!a->rules && !a->opts.gguf_mix)
+        return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
     if (argc - optind != 1)
         return cli_usage_error(CMD, "expected IN, got %d operands", argc - optind);
     a->in = argv[optind];
@@ -87,7 +105,14 @@ typedef struct cells {
 
 static void entry_cells(const quant_plan_entry *e, cells *c)
 {
-    if (e->quantized) {
+    if (e->quantized && e->chosen_by) { /* gguf: blocks, no scale tensors */
+        if (e->rule >= 0)
+            snprintf(c->rule, sizeof c->rule, "rule %ld%s", e->rule,
+                     strcmp(e->chosen_by, "fallback") ? "" : " (fallback)");
+        else
+            snprintf(c->rule, sizeof c->rule, "%s", e->chosen_by);
+        snprintf(c->scale, sizeof c->scale, "-");
+    } else if (e->quantized) {
         snprintf(c->rule, sizeof c->rule, "rule %ld", e->rule);
         cli_fmt_shape(e->rank, e->scale_shape, c->scale, sizeof c->scale);
     } else {
@@ -154,8 +179,14 @@ int cmd_plan(int argc, char **argv)
     if (rc >= 0) return rc;
     quant_ruleset *rules = NULL;
     quant_plan *plan = NULL;
+    quant_imatrix *imatrix = NULL;
     quant_ck_error err;
-    if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
+    rc = cli_load_rules(a.rules, &rules);
+    if (rc == CLI_EXIT_OK) rc = cli_load_imatrix(a.imatrix, &a.opts, &imatrix);
+    if (rc != CLI_EXIT_OK) {
+        quant_ruleset_free(rules);
+        return rc;
+    }
     if (quant_plan_path(rules, a.in, &a.opts, &plan, &err) != QUANT_CK_OK) {
         rc = cli_ck_error(&err);
     } else if (a.json) {
@@ -166,6 +197,7 @@ int cmd_plan(int argc, char **argv)
         rc = CLI_EXIT_OK;
     }
     quant_plan_free(plan);
+    quant_imatrix_free(imatrix);
     quant_ruleset_free(rules);
     return rc;
 }

@@ -383,27 +383,6 @@ static int static_scales(quantize_args *a, const quant_ruleset *rules, quant_srq
     return CLI_EXIT_OK;
 }
 
-/* --imatrix: llama.cpp's importance matrix as the run's importance statistics. */
-static int load_imatrix(quantize_args *a, quant_imatrix **m)
-{
-    *m = NULL;
-    if (!a->imatrix) return CLI_EXIT_OK;
-    quant_ck_error err;
-    if (quant_imatrix_load(a->imatrix, m, &err) != QUANT_CK_OK) return cli_ck_error(&err);
-    a->opts.importance_given = true;
-    a->opts.importance = quant_imatrix_entries(*m, &a->opts.n_importance);
-    return CLI_EXIT_OK;
-}
-
-/* The rule set: --rules, or none (an empty set) when a gguf mix alone decides. */
-static int load_rules(const quantize_args *a, quant_ruleset **rules)
-{
-    quant_ck_error err;
-    quant_ck_status st = a->rules ? quant_ruleset_load(a->rules, rules, &err)
-                                  : quant_ruleset_parse("[]", 2, "(no rules)", rules, &err);
-    return st == QUANT_CK_OK ? CLI_EXIT_OK : cli_ck_error(&err);
-}
-
 int cmd_quantize(int argc, char **argv)
 {
     quantize_args a;
@@ -412,9 +391,9 @@ int cmd_quantize(int argc, char **argv)
     quant_ruleset *rules = NULL;
     quant_srq *srq = NULL;
     quant_imatrix *imatrix = NULL;
-    rc = load_rules(&a, &rules);
+    rc = cli_load_rules(a.rules, &rules);
     if (rc == CLI_EXIT_OK) rc = static_scales(&a, rules, &srq);
-    if (rc == CLI_EXIT_OK) rc = load_imatrix(&a, &imatrix);
+    if (rc == CLI_EXIT_OK) rc = cli_load_imatrix(a.imatrix, &a.opts, &imatrix);
     if (rc == CLI_EXIT_OK) rc = prepare(&a);
     if (rc == CLI_EXIT_OK) rc = run(&a, rules);
     quant_imatrix_free(imatrix);

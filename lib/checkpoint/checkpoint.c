@@ -416,11 +416,7 @@ static quant_ck_status check_run(const quant_ruleset *rules, const char *in,
         opts = &defaults;
     }
     if (!rules || !in) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
-    if (opts->layout == QUANT_LAYOUT_GGUF && !plan)
-        return ck_gguf_quantize(rules, in, NULL, opts, NULL, err);
-    if (opts->layout == QUANT_LAYOUT_GGUF)
-        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
-                             "%s: a plan of the gguf layout is quant_gguf_plan_json()'s", in);
+    if (opts->layout == QUANT_LAYOUT_GGUF) return ck_gguf_check(rules, in, opts, plan, err);
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;

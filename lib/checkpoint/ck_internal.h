@@ -230,6 +230,10 @@ char *ck_ct_config_apply(const ck_ct_config *cfg, const char *text, quant_ck_err
 quant_ck_status ck_unused_rules(const ck_shard_plan *plans, size_t n_plans, size_t n_rules,
                                 long **out, size_t *n, quant_ck_error *err);
 /* The public plan of the planned shards (their outputs, totals) with the unused rules (copied). */
+/* A plan from ready entries (layouts without shard plans: gguf); everything is copied. */
+quant_ck_status ck_plan_doc_from_entries(quant_layout layout, const quant_plan_entry *entries,
+                                         size_t n, const long *unused, size_t n_unused,
+                                         quant_plan **out, quant_ck_error *err);
 quant_ck_status ck_plan_doc_new(quant_layout layout, const ck_shard_plan *plans, size_t n_plans,
                                 const long *unused, size_t n_unused, quant_plan **out,
                                 quant_ck_error *err);
@@ -272,8 +276,8 @@ typedef struct ck_tensor_state {
     double *sumsq;             /* two-pass rms: sum of rms_chunk^2 * n_chunk */
     double sum_x2, sum_e2, max_err;
     int64_t calib_units;
-    bool mse;                             /* an MSE calibration: the search's errors, by unit */
-    double mse_before, mse_after;         /* summed in unit order */
+    bool mse;                     /* an MSE calibration: the search's errors, by unit */
+    double mse_before, mse_after; /* summed in unit order */
     int64_t mse_groups, mse_shrunk;
 } ck_tensor_state;
 

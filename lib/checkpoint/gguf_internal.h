@@ -34,11 +34,15 @@ typedef struct gguf_job {
 quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char *in,
                              const quant_pipeline_options *opts, quant_ck_error *err);
 
-/* quant_quantize_path() for the gguf layout (a GGUF input); with `out` NULL, the plan only
- * (quant_check_path()). */
+/* quant_quantize_path() for the gguf layout (a GGUF input). */
 quant_ck_status ck_gguf_quantize(const quant_ruleset *rules, const char *in, const char *out,
                                  const quant_pipeline_options *opts, quant_report **report,
                                  quant_ck_error *err);
+
+/* quant_check_path() (plan NULL) and quant_plan_path() for the gguf layout. */
+quant_ck_status ck_gguf_check(const quant_ruleset *rules, const char *in,
+                              const quant_pipeline_options *opts, quant_plan **plan,
+                              quant_ck_error *err);
 
 /* Frees what ck_gguf_plan() made (not the report). */
 void ck_gguf_job_free(gguf_job *j);

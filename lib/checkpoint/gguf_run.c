@@ -146,6 +146,15 @@ static quant_ck_status quantize_tensor(gguf_write *g, size_t i, quant_ck_error *
     return QUANT_CK_OK;
 }
 
+/* The dtype a GGUF input tensor reads as (a quantized one: its bytes). */
+static quant_st_dtype input_dtype(int type)
+{
+    return type == QUANT_GGML_F16    ? QUANT_ST_F16
+           : type == QUANT_GGML_BF16 ? QUANT_ST_BF16
+           : type == QUANT_GGML_F32  ? QUANT_ST_F32
+                                     : QUANT_ST_U8;
+}
+
 /* Why a tensor was written as it came (the report's reason). */
 static const char *kept_reason(const quant_gguf_tensor *t, const quant_gguf_choice *c)
 {
@@ -166,10 +175,7 @@ static quant_ck_status add_entry(gguf_write *g, size_t i, quant_ck_error *err)
                             .quantized = q >= 0 && c->type != t->type,
                             .rule = j->rule[i],
                             .qtype = q >= 0 ? (quant_qtype)q : QUANT_QTYPE_INT8,
-                            .dtype = t->type == QUANT_GGML_F16    ? QUANT_ST_F16
-                                     : t->type == QUANT_GGML_BF16 ? QUANT_ST_BF16
-                                     : t->type == QUANT_GGML_F32  ? QUANT_ST_F32
-                                                                  : QUANT_ST_U8,
+                            .dtype = input_dtype(t->type),
                             .bytes_in = t->nbytes,
                             .bytes_out = (uint64_t)quant_ggml_row_bytes(c->type, t->ne[0]) *
                                          (uint64_t)t->nrows,
@@ -230,6 +236,65 @@ static quant_ck_status run(gguf_job *j, const char *out, quant_ck_error *err)
     return st;
 }
 
+/* ---- the plan -------------------------------------------------------------------------------- */
+
+/* One plan entry: the tensor and its one output (the ggml type's bytes, rows x row bytes). */
+static void plan_entry(const gguf_job *j, size_t i, quant_plan_entry *e, quant_plan_output *o)
+{
+    const quant_gguf_tensor *t = &j->f->tensors[i];
+    const quant_gguf_choice *c = &j->choice[i];
+    int q = ck_gguf_qtype_of(c->type);
+    uint64_t out_bytes = (uint64_t)quant_ggml_row_bytes(c->type, t->ne[0]) * (uint64_t)t->nrows;
+    *o = (quant_plan_output){.name = t->name,
+                             .dtype = QUANT_ST_U8,
+                             .rank = 2,
+                             .shape = {t->nrows, (int64_t)(out_bytes / (t->nrows ? t->nrows : 1))},
+                             .bytes = out_bytes};
+    *e = (quant_plan_entry){.name = t->name,
+                            .shard = ck_basename(j->in),
+                            .quantized = q >= 0 && c->type != t->type,
+                            .rule = j->rule[i],
+                            .first_match = j->rule[i],
+                            .qtype = q >= 0 ? (quant_qtype)q : QUANT_QTYPE_INT8,
+                            .dtype = input_dtype(t->type),
+                            .bytes_in = t->nbytes,
+                            .bytes_out = out_bytes,
+                            .n_outputs = 1,
+                            .outputs = o};
+    e->rank = quant_gguf_shape(t, e->shape);
+    if (!e->quantized) e->reason = kept_reason(t, c);
+    static const char *const by[] = {[QUANT_GGUF_KEPT] = NULL,
+                                     [QUANT_GGUF_DEFAULT] = "mix",
+                                     [QUANT_GGUF_MIX_RULE] = "mix rule",
+                                     [QUANT_GGUF_MANUAL] = "rule",
+                                     [QUANT_GGUF_FALLBACK] = "fallback"};
+    e->chosen_by = by[c->why];
+}
+
+static quant_ck_status plan_doc(const gguf_job *j, quant_plan **out, quant_ck_error *err)
+{
+    quant_plan_entry *e = calloc(j->n ? j->n : 1, sizeof *e);
+    quant_plan_output *o = calloc(j->n ? j->n : 1, sizeof *o);
+    quant_ck_status st = e && o ? QUANT_CK_OK : nomem(err);
+    for (size_t i = 0; st == QUANT_CK_OK && i < j->n; i++) plan_entry(j, i, &e[i], &o[i]);
+    if (st == QUANT_CK_OK)
+        st = ck_plan_doc_from_entries(QUANT_LAYOUT_GGUF, e, j->n, j->unused, j->n_unused, out, err);
+    free(e);
+    free(o);
+    return st;
+}
+
+quant_ck_status ck_gguf_check(const quant_ruleset *rules, const char *in,
+                              const quant_pipeline_options *opts, quant_plan **plan,
+                              quant_ck_error *err)
+{
+    gguf_job j;
+    quant_ck_status st = ck_gguf_plan(&j, rules, in, opts, err);
+    if (st == QUANT_CK_OK && plan) st = plan_doc(&j, plan, err);
+    ck_gguf_job_free(&j);
+    return st;
+}
+
 quant_ck_status ck_gguf_quantize(const quant_ruleset *rules, const char *in, const char *out,
                                  const quant_pipeline_options *opts, quant_report **report,
                                  quant_ck_error *err)
@@ -241,7 +306,7 @@ quant_ck_status ck_gguf_quantize(const quant_ruleset *rules, const char *in, con
     j.report = r;
     if (r && j.unused && !ck_report_set_unused(r, j.unused, j.n_unused) && st == QUANT_CK_OK)
         st = nomem(err);
-    if (st == QUANT_CK_OK && out) st = run(&j, out, err);
+    if (st == QUANT_CK_OK) st = run(&j, out, err);
     if (st != QUANT_CK_OK) ck_report_drop_outputs(r); /* nothing was published */
     ck_gguf_job_free(&j);
     if (report)

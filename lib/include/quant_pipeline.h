@@ -408,6 +408,11 @@ typedef struct quant_plan_entry {
     uint64_t bytes_in, bytes_out;        /* data bytes read, data bytes written (all outputs) */
     size_t n_outputs;
     const quant_plan_output *outputs; /* the copy itself, or qvalue / scale / zero point ... */
+    /* gguf layout: what chose the ggml type (static text: "mix", "mix rule" for the mix's layer,
+     * output and embedding rules, "rule" for a rule's weight_qtype, "fallback" when the type
+     * chosen cannot hold the row length and llama-quantize's fallback replaced it); NULL in the
+     * other layouts */
+    const char *chosen_by;
 } quant_plan_entry;
 
 /* A static activation scale (quant_pipeline_options.static_acts) the run would write. */

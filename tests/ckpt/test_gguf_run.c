@@ -475,6 +475,55 @@ START_TEST(deterministic_and_cancellable)
 }
 END_TEST
 
+/* The plan says what the run does: per tensor the type, what chose it, the bytes. */
+START_TEST(plan_matches_the_run)
+{
+    fixture f;
+    fixture_new(&f);
+    quant_ruleset *rs = ck_rules("[{\"module_path\": \"blk\\\\.0\\\\.attn_k\", "
+                                 "\"weight_qtype\": \"q5_k\"}]");
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_GGUF;
+    o.gguf_mix = "Q4_K_S";
+    quant_plan *plan = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_plan_path(rs, f.in, &o, &plan, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_check_path(rs, f.in, &o, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_quantize_path(rs, f.in, f.out, &o, NULL, &err), QUANT_CK_OK);
+    quant_gguf_file *g;
+    ck_assert_int_eq(quant_gguf_open(f.out, &g, &err), QUANT_CK_OK);
+    uint64_t out_bytes = 0;
+    for (size_t i = 0; i < quant_plan_count(plan); i++) {
+        const quant_plan_entry *e = quant_plan_entry_at(plan, i);
+        const quant_gguf_tensor *t = tensor(g, e->name);
+        ck_assert_uint_eq(e->bytes_out, t->nbytes);
+        out_bytes += t->nbytes;
+        if (e->quantized)
+            ck_assert_int_eq(quant_qtype_traits_get(e->qtype)->ggml_type, t->type);
+        else
+            ck_assert_int_eq(t->type, QUANT_GGML_F32);
+        if (!strcmp(e->name, "blk.0.attn_k.weight")) {
+            ck_assert_str_eq(e->chosen_by, "rule");
+            ck_assert_int_eq(e->rule, 0);
+        } else if (!strcmp(e->name, "blk.0.attn_v.weight")) {
+            ck_assert_str_eq(e->chosen_by, "mix rule"); /* Q4_K_S: the first 4 attn_v q5_k */
+        } else if (!strcmp(e->name, "blk.0.attn_q.weight")) {
+            ck_assert_str_eq(e->chosen_by, "mix");
+        }
+    }
+    ck_assert_uint_eq(quant_plan_bytes_out(plan), out_bytes);
+    char *json = quant_plan_json(plan);
+    ck_assert_ptr_nonnull(strstr(json, "\"layout\": \"gguf\""));
+    ck_assert_ptr_nonnull(strstr(json, "\"chosen_by\": \"mix rule\""));
+    free(json);
+    quant_gguf_close(g);
+    quant_plan_free(plan);
+    quant_ruleset_free(rs);
+    fixture_free(&f);
+}
+END_TEST
+
 /* `quant quantize --layout gguf`: --mix alone is enough; usage errors exit 2 naming the flag. */
 static int quant_cli(const char *dir, const char *const *args, char **err_text)
 {
@@ -533,6 +582,7 @@ Suite *suite_gguf_run(void)
     tcase_add_test(tc, imatrix_files_gguf_and_dat);
     tcase_add_test(tc, deterministic_and_cancellable);
     tcase_add_test(tc, cli_mix_and_usage_errors);
+    tcase_add_test(tc, plan_matches_the_run);
     suite_add_tcase(s, tc);
     return s;
 }
