@@ -30,6 +30,7 @@ static const char usage[] =
     "  -l, --layout NAME      native (default), compressed-tensors or gguf\n"
     "  -m, --mix NAME         gguf: a llama-quantize mix (see quant quantize --help)\n"
     "      --imatrix FILE     gguf: an importance matrix (some mixes choose otherwise with one)\n"
+    "      --vocab-from FILE  gguf from a Hugging Face directory: the GGUF vocabulary source\n"
     "  -j, --json             print the plan as JSON (the document POST /v1/plans returns)\n"
     "  -h, --help             this text\n";
 
@@ -47,6 +48,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         {"layout", required_argument, NULL, 'l'},
         {"mix", required_argument, NULL, 'm'},
         {"imatrix", required_argument, NULL, 'i'},
+        {"vocab-from", required_argument, NULL, 'V'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -55,7 +57,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
     quant_pipeline_options_init(&a->opts);
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":r:l:m:i:jh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":r:l:m:i:V:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             a->rules = optarg;
@@ -73,6 +75,9 @@ static int parse_args(int argc, char **argv, plan_args *a)
         case 'i':
             a->imatrix = optarg;
             break;
+        case 'V':
+            a->opts.gguf_vocab = optarg;
+            break;
         case 'j':
             a->json = true;
             break;
@@ -84,8 +89,8 @@ static int parse_args(int argc, char **argv, plan_args *a)
         }
     }
     bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
-    if (!gguf && (a->opts.gguf_mix || a->imatrix))
-        return cli_usage_error(CMD, "--mix and --imatrix go with --layout gguf");
+    if (!gguf && (a->opts.gguf_mix || a->imatrix || a->opts.gguf_vocab))
+        return cli_usage_error(CMD, "--mix, --imatrix and --vocab-from go with --layout gguf");
     if (!a->rules && !a->opts.gguf_mix)
         return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
     if (argc - optind != 1)

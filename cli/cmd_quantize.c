@@ -30,8 +30,9 @@ static const char usage[] =
     "\n"
     "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
     "(sharded or not) into the directory OUT, by the rules in RULES.json; with --layout gguf,\n"
-    "the GGUF file IN (llama.cpp's, e.g. the F16/BF16/F32 file its converter writes) into the\n"
-    "GGUF file OUT, each tensor's ggml type chosen by a llama-quantize mix (--mix) and the\n"
+    "the GGUF file IN (llama.cpp's, e.g. the F16/BF16/F32 file its converter writes), or a\n"
+    "Hugging Face Llama checkpoint directory IN (with --vocab-from), into the GGUF file OUT, each "
+    "tensor's ggml type chosen by a llama-quantize mix (--mix) and the\n"
     "rules (a rule's weight_qtype q8_0 ... q6_k, iq4_nl, iq4_xs overrides the mix for the\n"
     "GGUF tensors whose module path, e.g. blk.0.attn_v, it matches). OUT must not exist\n"
     "(an empty directory is accepted; a symbolic link never is); nothing is left at OUT when\n"
@@ -51,6 +52,8 @@ static const char usage[] =
     "                         Q4_0, Q4_1, Q5_0, Q5_1, MXFP4_MOE, F16, BF16, F32); chooses\n"
     "                         each tensor's type as llama-quantize does (overrides the rule\n"
     "                         set's gguf_mix); without it only tensors a rule names change\n"
+    "      --vocab-from FILE  gguf from a Hugging Face Llama directory: the GGUF file whose\n"
+    "                         tokenizer the output takes (llama.cpp needs one to run it)\n"
     "      --imatrix FILE     gguf: llama.cpp's importance matrix (GGUF or legacy .dat),\n"
     "                         weighing each tensor's quantization as llama-quantize's\n"
     "                         --imatrix does (--stats gives importance from quantd's\n"
@@ -71,7 +74,7 @@ typedef struct quantize_args {
     bool quiet;
 } quantize_args;
 
-enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX };
+enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX, OPT_VOCAB };
 
 /* Parses argv into `a`; returns -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, quantize_args *a)
@@ -82,6 +85,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
         {"layout", required_argument, NULL, 'l'},
         {"mix", required_argument, NULL, 'm'},
         {"imatrix", required_argument, NULL, OPT_IMATRIX},
+        {"vocab-from", required_argument, NULL, OPT_VOCAB},
         {"threads", required_argument, NULL, 't'},
         {"report", required_argument, NULL, OPT_REPORT},
         {"no-quality", no_argument, NULL, OPT_NO_QUALITY},
@@ -117,6 +121,9 @@ static int parse_args(int argc, char **argv, quantize_args *a)
         case OPT_IMATRIX:
             a->imatrix = optarg;
             break;
+        case OPT_VOCAB:
+            a->opts.gguf_vocab = optarg;
+            break;
         case 't':
             if (!cli_parse_threads(CMD, optarg, &a->opts.threads)) return CLI_EXIT_USAGE;
             break;
@@ -143,8 +150,8 @@ static int parse_args(int argc, char **argv, quantize_args *a)
         }
     }
     bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
-    if (!gguf && (a->opts.gguf_mix || a->imatrix))
-        return cli_usage_error(CMD, "--mix and --imatrix go with --layout gguf");
+    if (!gguf && (a->opts.gguf_mix || a->imatrix || a->opts.gguf_vocab))
+        return cli_usage_error(CMD, "--mix, --imatrix and --vocab-from go with --layout gguf");
     if (!a->rules && !a->opts.gguf_mix)
         return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
     if (a->imatrix && a->stats)

@@ -186,6 +186,11 @@ typedef struct quant_pipeline_options {
      * tensor's type before the rules override it; NULL: the rule set's "gguf_mix", else none
      * (only tensors a rule names are quantized). */
     const char *gguf_mix;
+    /* The gguf layout over a Hugging Face checkpoint directory: the GGUF file whose tokenizer.*
+     * pairs the output takes (llama.cpp cannot run a model without its vocabulary; any GGUF of
+     * the same model family and vocabulary, e.g. llama.cpp's converter's F16 file). A path as
+     * given (the caller's, not under input_dir_fd); required for a checkpoint input. */
+    const char *gguf_vocab;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */
