@@ -3,6 +3,8 @@
  * two fp16 super-block scales. Dequantizing is ggml's to_float to the bit. Quantizing without
  * importance is ggml's reference quantizer (its bytes); with importance it is ggml's weighted
  * quantizer, which fits the sub-block scales by the importance of their values as well.
+ * As ggml's, a super-block whose largest |x| passes about 1e6 (q2_k), 4e6 (q4_k, q5_k), 7e6
+ * (q3_k) or 2.6e8 (q6_k) gets an Inf fp16 scale (ggml's row validation refuses such rows).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
