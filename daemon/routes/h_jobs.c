@@ -183,7 +183,8 @@ bool qd_layout_ok(qd_req *r, const char *layout)
     quant_layout l;
     if (quant_layout_parse(layout, &l)) return true;
     qd_reply_ec(r, QD_EC_INVALID, "layout",
-                "layout must be \"native\" or \"compressed-tensors\", not \"%s\"", layout);
+                "layout must be \"native\", \"compressed-tensors\" or \"gguf\", not \"%s\"",
+                layout);
     return false;
 }
 

@@ -128,8 +128,8 @@ static quant_ck_status open_vocab(gguf_job *j, const gguf_hf *h, quant_ck_error 
         return quant_ck_fail(err, QUANT_CK_ERR_ARG,
                              "%s: a Hugging Face checkpoint needs a vocabulary source: llama.cpp "
                              "cannot run a model without its tokenizer; give a GGUF file of the "
-                             "same model's vocabulary (e.g. llama.cpp's converter's F16 file) "
-                             "with --vocab-from FILE.gguf",
+                             "same model's vocabulary (e.g. llama.cpp's converter's F16 file): "
+                             "quant quantize --vocab-from FILE.gguf",
                              j->in);
     quant_ck_status st = quant_gguf_open(j->opts->gguf_vocab, &j->vocab, err);
     if (st != QUANT_CK_OK) return st;

@@ -364,9 +364,15 @@ START_TEST(test_bad_uploads)
     r = qdp_upload(&d, "/v1/jobs?ruleset=nope", SHARDED "/model-00002-of-00002.safetensors");
     ck_assert_int_eq(r.status, 422);
     qdp_resp_free(&r);
-    r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=gguf",
+    r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=ggml",
                    SHARDED "/model-00002-of-00002.safetensors");
     ck_assert_int_eq(r.status, 400);
+    qdp_resp_free(&r);
+    /* the gguf layout reads GGUF files (or checkpoint directories), not an uploaded shard */
+    r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=gguf",
+                   SHARDED "/model-00002-of-00002.safetensors");
+    ck_assert_msg(r.status == 422 && strstr(r.body, "the gguf layout takes a GGUF file"), "%ld %s",
+                  r.status, r.body);
     qdp_resp_free(&r);
     f = fopen(bad, "wb");
     fclose(f);
