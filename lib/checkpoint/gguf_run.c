@@ -213,6 +213,10 @@ static const char *kept_reason(const gguf_src *t, const quant_gguf_choice *c)
     if (c->why == QUANT_GGUF_KEPT) return t->n_dims < 2 ? "rank 1" : "llama.cpp never quantizes it";
     if (c->why == QUANT_GGUF_FALLBACK)
         return "no block type fits its row length: F16, as llama-quantize falls back";
+    if (c->type != t->type)
+        return c->type == QUANT_GGML_F16    ? "converted to F16"
+               : c->type == QUANT_GGML_BF16 ? "converted to BF16"
+                                            : "converted to F32";
     return "the mix and rules keep its type";
 }
 
