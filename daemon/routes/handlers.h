@@ -39,6 +39,7 @@ enum MHD_Result qd_h_stats_post(qd_req *r);
 enum MHD_Result qd_h_stats_get(qd_req *r);
 enum MHD_Result qd_h_stats_delete(qd_req *r);
 enum MHD_Result qd_h_scales_get(qd_req *r);
+enum MHD_Result qd_h_imatrix_get(qd_req *r);
 
 enum MHD_Result qd_h_token_list(qd_req *r);
 enum MHD_Result qd_h_token_create(qd_req *r);

@@ -436,6 +436,29 @@ START_TEST(imatrix_files_gguf_and_dat)
     ck_write_file(dat, "junk", 4);
     ck_assert_int_eq(quant_imatrix_load(dat, &m, &err), QUANT_CK_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.message, "not an importance matrix"));
+
+    /* written back: Hugging Face module paths become GGUF weights; values exact */
+    float wq[3] = {0.1f, 2.5f, 1e-7f}, wd[2] = {3, 4};
+    quant_importance in[] = {
+        {.act = "model/layers/0/self_attn/q_proj/x",
+         .module_path = "model.layers.0.self_attn.q_proj",
+         .w = wq,
+         .n = 3},
+        {.act = "d", .module_path = "blk.1.ffn_down", .w = wd, .n = 2},
+    };
+    char *out = kit_join(dir, "export.gguf");
+    ck_assert_int_eq(quant_imatrix_write(out, in, 2, "run 7", &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_imatrix_load(out, &m, &err), QUANT_CK_OK);
+    e = quant_imatrix_entries(m, &n);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(e[0].act, "blk.0.attn_q.weight"); /* sorted by name */
+    ck_assert(e[0].n == 3 && e[0].w[1] == 2.5f && e[0].w[2] == 1e-7f);
+    ck_assert_str_eq(e[1].act, "blk.1.ffn_down.weight");
+    quant_imatrix_free(m);
+    in[1].module_path = "blk.0.attn_q"; /* the same weight twice */
+    ck_assert_int_eq(quant_imatrix_write(out, in, 2, NULL, &err), QUANT_CK_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "both are weight blk.0.attn_q.weight"));
+    free(out);
     kit_rmtree(dir);
     free(dir);
     free(gg);

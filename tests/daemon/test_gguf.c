@@ -13,6 +13,7 @@
 #include "qdproc.h"
 #include "qdtest.h"
 #include "quant_gguf.h"
+#include "quant_imatrix.h"
 
 #define ROW 256
 
@@ -110,12 +111,64 @@ START_TEST(test_gguf_path_job)
 }
 END_TEST
 
+/* GET /v1/models/{m}/imatrix: the posted mean_sq as a llama.cpp imatrix, GGUF names, the
+ * averages exact; a model without mean_sq and an unknown model answer 404. */
+START_TEST(test_imatrix_export)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    const char *post =
+        "{\"stats\": {\"model/layers/0/self_attn/q_proj/dot_general0_lhs\": "
+        "{\"mean_sq\": [1.5, 0.25, 4]}, \"blk/1/ffn_down/x\": {\"mean_sq\": [2, 6]}}}";
+    qdp_resp r = post_json(&d, "/v1/models/m/stats", post);
+    ck_assert_int_eq(r.status, 200);
+    qdp_resp_free(&r);
+    r = post_json(&d, "/v1/models/m/stats",
+                  "{\"stats\": {\"model/layers/0/self_attn/q_proj/"
+                  "dot_general0_lhs\": {\"mean_sq\": [0.5, 0.75, 2]}}}");
+    ck_assert_int_eq(r.status, 200);
+    qdp_resp_free(&r);
+    r = qdp_req(&d, "GET", "/v1/models/m/imatrix", NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    char *cd = qdp_header(&r, "content-disposition");
+    ck_assert_ptr_nonnull(strstr(cd, "m-imatrix.gguf"));
+    free(cd);
+    char *file = kit_join(d.root, "m-imatrix.gguf");
+    FILE *f = fopen(file, "wb");
+    ck_assert_uint_eq(fwrite(r.body, 1, r.len, f), r.len);
+    fclose(f);
+    qdp_resp_free(&r);
+    quant_imatrix *m;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_imatrix_load(file, &m, &err), QUANT_CK_OK);
+    size_t n;
+    const quant_importance *e = quant_imatrix_entries(m, &n);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(e[0].act, "blk.0.attn_q.weight");
+    ck_assert(e[0].n == 3 && e[0].w[0] == 1.0f && e[0].w[1] == 0.5f && e[0].w[2] == 3.0f);
+    ck_assert_str_eq(e[1].act, "blk.1.ffn_down.weight");
+    quant_imatrix_free(m);
+    free(file);
+    r = post_json(&d, "/v1/models/plain/stats", "{\"stats\": {\"a/b\": {\"absmax\": 1}}}");
+    ck_assert_int_eq(r.status, 200);
+    qdp_resp_free(&r);
+    r = qdp_req(&d, "GET", "/v1/models/plain/imatrix", NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 404 && strstr(r.body, "no mean_sq"), "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    r = qdp_req(&d, "GET", "/v1/models/nope/imatrix", NULL, NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 404);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+}
+END_TEST
+
 Suite *suite_gguf(void)
 {
     Suite *s = suite_create("gguf");
     TCase *tc = tcase_create("gguf");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_gguf_path_job);
+    tcase_add_test(tc, test_imatrix_export);
     suite_add_tcase(s, tc);
     return s;
 }
