@@ -81,18 +81,20 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
-# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson, libarchive) -------------
-QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8 libarchive
+# ---- quantd: the daemon (libmicrohttpd, SQLite, libpq, inih, nettle, GnuTLS, jansson, libarchive) -----
+QD_PKGS    := libmicrohttpd sqlite3 libpq inih nettle gnutls jansson libpcre2-8 libarchive
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
 QD_DIRS    := app config http routes jobs store stats
 QD_INC     := -Idaemon $(QD_DIRS:%=-Idaemon/%)
 QD_SRCS    := $(wildcard $(QD_DIRS:%=daemon/%/*.c))
-QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
+QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o \
+    $(BUILD)/obj/gen/migrations_pg.o
 QD_A       := $(BUILD)/lib/libquantd.a
 QUANTD_BIN := $(BUILD)/bin/quantd
 QD_VERSION := 0.3.0
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
+PG_MIGRATIONS := $(sort $(wildcard migrations/postgresql/*.sql))
 
 # ---- tests, bench, demo ----------------------------------------------------------------------
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
@@ -180,7 +182,13 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-migrations
 	@$(if $(Q),echo "  GEN     $@")
 	$(Q)scripts/embed-migrations $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
+# The PostgreSQL engine's own migrations, embedded the same way (daemon/store/store_pg.c).
+$(BUILD)/gen/migrations_pg.c: $(PG_MIGRATIONS) scripts/embed-migrations
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)scripts/embed-migrations --array qd_pg_migrations $(PG_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(QD_INC) $(ALL_CFLAGS) -c $< -o $@
