@@ -260,11 +260,14 @@ fuzz_replay = for t in $(FUZZ_TARGETS); do d=tests/fuzz/corpus/$$t; [ -d $$d ] |
     $(1)/tests/fuzz/replay-$$t $$d || exit 1; done
 
 # Installs what is missing (only when pkg-config cannot find it, or when neither python3 nor
-# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c).
+# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c;
+# or when there is no PostgreSQL server for tests/daemon/pgtest.c's cluster).
 deps:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
 	    $(QD_PKGS) || scripts/install-deps
 	@{ python3 -c 'import numpy' || /usr/bin/python3 -c 'import numpy'; } >/dev/null 2>&1 || \
+	    scripts/install-deps
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$QUANT_TEST_PG_BINDIR" ] || \
 	    scripts/install-deps
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
