@@ -222,7 +222,16 @@ void qdt_pg_start(void)
     }
     if (!wanted()) return;
     double t0 = kit_now();
-    if (!find_bindir()) {
+    char initdb[600];
+    bool found = find_bindir();
+    snprintf(initdb, sizeof initdb, "%s/initdb", g_pg.bindir);
+    if (found && access(initdb, X_OK) != 0) {
+        problem("PostgreSQL: %s cannot be run (QUANT_TEST_PG_BINDIR names the directory of "
+                "initdb and pg_ctl)",
+                initdb);
+        return;
+    }
+    if (!found) {
         problem("PostgreSQL is not installed: no /usr/lib/postgresql/VERSION/bin/initdb (run "
                 "scripts/install-deps, set QUANT_TEST_PG_BINDIR, or QUANT_TEST_NO_POSTGRES=1 to "
                 "leave these cases out)");
