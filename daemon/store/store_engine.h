@@ -2,9 +2,9 @@
  * exchange's database plugin is the model): the job store (rule sets, jobs, their outputs and
  * reports) and the tokens, each operation on the engine's own handle (`cls`). store.c and
  * store_tokens.c are the front that store.h and tokens.h promise: they validate arguments once for
- * every engine and call through this table. Two engines: SQLite (store_sqlite*.c, store_jobs.c,
- * store_rulesets.c; the default, a file in the data directory) and PostgreSQL (store_pg*.c, libpq;
- * several instances on one database).
+ * every engine and call through this table. Two engines: SQLite (store_sqlite*.c; the default, a
+ * file in the data directory) and PostgreSQL (store_pg*.c, libpq; several instances on one
+ * database).
  *
  * Every operation is one short transaction of its own and follows store.h's contract for the
  * function of the same name: the same statuses (QD_NOT_FOUND, QD_CONFLICT, ...) and the same

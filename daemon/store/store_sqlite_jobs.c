@@ -1,6 +1,6 @@
-/* store_jobs.c -- jobs in the store: the FIFO queue (insert, atomic claim), progress, the one
- * transaction that ends a job with its outputs and report, cancel and delete guarded by state,
- * requeue after a graceful stop, recovery of jobs a dead process left running, and the reads
+/* store_sqlite_jobs.c -- the SQLite engine's jobs: the FIFO queue (insert, atomic claim), progress,
+ * the one transaction that ends a job with its outputs and report, cancel and delete guarded by
+ * state, requeue after a graceful stop, recovery of jobs a dead process left running, and the reads
  * behind GET /v1/jobs.
  * SPDX-License-Identifier: Apache-2.0
  */

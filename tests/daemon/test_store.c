@@ -24,7 +24,7 @@
 #include "tokens.h"
 #include "write_gate.h"
 
-#define APPLICATION_ID 0x514E5444 /* store.c's "QNTD" */
+#define APPLICATION_ID 0x514E5444 /* store_sqlite.c's "QNTD" */
 
 /* ---- fixture and helpers ----------------------------------------------------------------------
  */
