@@ -425,7 +425,7 @@ SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
-	    $(DESTDIR)$(PREFIX)/share/quantd/migrations $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
+	    $(DESTDIR)$(PREFIX)/share/quantd/migrations/postgresql $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/quantd
 	install -m 644 $(LIB_A) $(CK_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
@@ -434,6 +434,7 @@ install: all
 	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/quantd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 644 $(MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/
+	install -m 644 $(PG_MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/postgresql/
 	sed -e '/^#/!s|@BINDIR@|$(PREFIX)/bin|g' -e '/^#/!s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/quantd.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
 	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
