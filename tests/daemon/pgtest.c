@@ -163,7 +163,7 @@ static bool init_and_start(void)
     char opts[700];
     snprintf(opts, sizeof opts,
              "-c listen_addresses='' -k %s -c fsync=off -c synchronous_commit=off "
-             "-c full_page_writes=off",
+             "-c full_page_writes=off -c wal_level=minimal -c max_wal_senders=0",
              g_pg.dir);
     const char *start[] = {"-D", g_pg.data, "-l", serverlog, "-w", "-t",
                            "60", "-o",      opts, "start",   NULL};
@@ -311,8 +311,14 @@ char *qdt_pg_new_db(void)
     char name[64], sql[128];
     snprintf(name, sizeof name, "qdt_%ld_%d", (long)getpid(), ++counter);
     char *admin = qdt_pg_conninfo("postgres", NULL, NULL);
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
-    qdt_pg_exec(admin, sql);
+    PGconn *c = connect_ok(admin);
+    /* From 15 on, copying the template's files is about twice as fast as logging them. */
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s%s", name,
+             PQserverVersion(c) >= 150000 ? " STRATEGY = FILE_COPY" : "");
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
     free(admin);
     return qdt_pg_conninfo(name, NULL, NULL);
 }
