@@ -315,8 +315,10 @@ check-asan: deps
 # and exits 0 at SIGTERM whatever TSan saw, so every process writes its reports under
 # build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
 # halt_on_error and exitcode=66 also end a racing process at once (the test then sees quantd
-# gone, or exit 66 instead of 0). No suppressions: none were needed.
-TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns
+# gone, or exit 66 instead of 0). No suppressions: none were needed. The store suites add the
+# job store's concurrent claims and the PostgreSQL engine's racing openers (libpq itself is not
+# instrumented; the engine's own locking is).
+TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns store store_pg
 TSAN_LOGS    := build-tsan/tsan-logs
 TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
 check-tsan: deps
