@@ -127,7 +127,10 @@ static bool make_dir(void)
         g_pg.uid = pw->pw_uid;
         g_pg.gid = pw->pw_gid;
     }
-    g_pg.dir = kit_tmpdir("quantd-pg");
+    /* Under /tmp whatever $TMPDIR says: the postgres user must reach it (a TMPDIR below a
+     * private home would not do) and the socket's path must stay short (107 bytes at most). */
+    char tmpl[] = "/tmp/quantd-pg-XXXXXX";
+    g_pg.dir = mkdtemp(tmpl) ? strdup(tmpl) : NULL;
     if (!g_pg.dir) {
         problem("cannot make a temporary directory: %s", strerror(errno));
         return false;

@@ -1,5 +1,5 @@
 /* pgtest.h -- a throwaway PostgreSQL for the daemon tests: one cluster per run of the test
- * binary (initdb and pg_ctl from Debian's postgresql package on a temporary directory, its Unix
+ * binary (initdb and pg_ctl from Debian's postgresql package on a directory under /tmp, its Unix
  * socket in that directory and no TCP listener, run as the postgres user when the tests run as
  * root, since PostgreSQL refuses root), a fresh database per test case, libpq connection strings
  * for the tests, and the cluster stopped and removed at the end, also when the runner dies (a
