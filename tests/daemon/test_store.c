@@ -1253,6 +1253,61 @@ START_TEST(test_busy_timeout_tuned)
 }
 END_TEST
 
+/* Retention's choice, the same on both engines: by age (ended before), by count (older than the
+ * `keep` newest succeeded jobs), both, neither; a job whose outputs are gone is not chosen again.
+ * And a job's unused rules are set once. */
+static void expect_expiring(int64_t before_ms, int keep, const int64_t *want, size_t n_want)
+{
+    int64_t *ids = NULL;
+    size_t n = 99;
+    qd_err err;
+    ck_assert_msg(qd_store_jobs_expiring(g_s, before_ms, keep, &ids, &n, &err) == QD_OK, "%s",
+                  err.message);
+    ck_assert_msg(n == n_want, "before %lld keep %d: %zu ids, want %zu", (long long)before_ms, keep,
+                  n, n_want);
+    for (size_t i = 0; i < n; i++) ck_assert_int_eq(ids[i], want[i]);
+    free(ids);
+}
+
+START_TEST(test_jobs_expiring)
+{
+    qd_err err;
+    int64_t id[5];
+    for (int i = 0; i < 5; i++) id[i] = add_job(g_s, "r");
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(claim_ok(g_s), id[i]);
+        ck_assert_int_eq(qd_store_job_finish(g_s, id[i], i == 4 ? QD_JOB_FAILED : QD_JOB_SUCCEEDED,
+                                             NULL, NULL, 0, NULL, &err),
+                         QD_OK);
+        char sql[96];
+        snprintf(sql, sizeof sql, "UPDATE jobs SET finished_ms = %d WHERE id = %lld",
+                 (i + 1) * 1000, (long long)id[i]);
+        eng_exec(sql);
+    }
+    expect_expiring(2500, 0, id, 2);
+    expect_expiring(0, 2, id, 2);
+    expect_expiring(0, 3, id, 1);
+    expect_expiring(0, 0, NULL, 0);
+    expect_expiring(3500, 1, id, 3);
+    expect_expiring(0, 9, NULL, 0);
+    ck_assert_int_eq(qd_store_job_outputs_removed(g_s, id[0], &err), QD_OK);
+    expect_status(qd_store_job_outputs_removed(g_s, id[0], &err), QD_CONFLICT, &err);
+    expect_status(qd_store_job_outputs_removed(g_s, id[4], &err), QD_CONFLICT, &err);
+    expect_status(qd_store_job_outputs_removed(g_s, 999, &err), QD_NOT_FOUND, &err);
+    expect_expiring(2500, 0, id + 1, 1);
+    qd_job j;
+    ck_assert_int_eq(qd_store_job_get(g_s, id[0], &j, &err), QD_OK);
+    ck_assert_int_gt(j.outputs_removed_ms, 0);
+    qd_job_clear(&j);
+    /* unused rules: set when the job has none, kept after */
+    ck_assert_int_eq(qd_store_job_set_unused(g_s, id[1], "[2]", &err), QD_OK);
+    ck_assert_int_eq(qd_store_job_set_unused(g_s, id[1], "[3]", &err), QD_OK);
+    ck_assert_int_eq(qd_store_job_get(g_s, id[1], &j, &err), QD_OK);
+    ck_assert_str_eq(j.unused_rules, "[2]");
+    qd_job_clear(&j);
+}
+END_TEST
+
 /* ---- tokens -----------------------------------------------------------------------------------
  */
 
@@ -1363,6 +1418,7 @@ static void add_engine_cases(Suite *s, const engine_cases *e)
     tcase_add_test(jobs, test_job_recover);
     tcase_add_test(jobs, test_job_owners);
     tcase_add_test(jobs, test_job_counts);
+    tcase_add_test(jobs, test_jobs_expiring);
     tcase_add_test(jobs, test_concurrent_claims);
     suite_add_tcase(s, jobs);
     TCase *tok = tcase_create(e->tokens);
