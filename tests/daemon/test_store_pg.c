@@ -3,9 +3,9 @@
  * openers race on a fresh database; a database newer than the binary, and another program's,
  * refused; passwords only through libpq's mechanisms and never in an error (a failed login, an
  * unknown database, a connection string libpq cannot parse); an unreachable server named
- * clearly; a connection the server dropped is reset by the next call; the masking of connection
- * strings. The cases both engines share are test_store.c's.
- * SPDX-License-Identifier: Apache-2.0
+ * clearly; a connection the server dropped is reset by the next call; tokens shared by two
+ * connections at once; the masking of connection strings. The cases both engines share are
+ * test_store.c's. SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -157,6 +157,31 @@ START_TEST(test_pg_foreign_refused)
     ck_assert_int_eq(qd_tokens_open_engine(QD_STORE_POSTGRESQL, empty, NULL, &t, &err), QD_DB);
     ck_assert_msg(strstr(err.message, "open the store first") != NULL, "%s", err.message);
     free(empty);
+}
+END_TEST
+
+/* Two instances' tokens connections on one database: a token issued through one is valid at the
+ * other at once, and revoked through the other it is refused by the first at once (each check is
+ * a query: nothing is cached). */
+START_TEST(test_pg_tokens_shared)
+{
+    qd_store_close(open_ok(g_db));
+    qd_tokens *a = NULL, *b = NULL;
+    qd_err err;
+    ck_assert_int_eq(qd_tokens_open_engine(QD_STORE_POSTGRESQL, g_db, NULL, &a, &err), QD_OK);
+    ck_assert_int_eq(qd_tokens_open_engine(QD_STORE_POSTGRESQL, g_db, NULL, &b, &err), QD_OK);
+    char token[QD_TOKEN_LEN + 1];
+    qd_token_info info, who;
+    ck_assert_int_eq(qd_tokens_create(a, "ci", QD_ROLE_TRAINER, 0, token, &info, &err), QD_OK);
+    qd_token_check r = QD_TOKEN_UNKNOWN;
+    ck_assert_int_eq(qd_tokens_check(b, token, &r, &who, &err), QD_OK);
+    ck_assert_int_eq(r, QD_TOKEN_VALID);
+    ck_assert_str_eq(who.name, "ci");
+    ck_assert_int_eq(qd_tokens_revoke(b, "ci", &err), QD_OK);
+    ck_assert_int_eq(qd_tokens_check(a, token, &r, &who, &err), QD_OK);
+    ck_assert_int_eq(r, QD_TOKEN_UNKNOWN);
+    qd_tokens_close(a);
+    qd_tokens_close(b);
 }
 END_TEST
 
@@ -333,6 +358,7 @@ Suite *suite_store_pg(void)
     tcase_add_test(schema, test_pg_migrations_race);
     tcase_add_test(schema, test_pg_newer_refused);
     tcase_add_test(schema, test_pg_foreign_refused);
+    tcase_add_test(schema, test_pg_tokens_shared);
     suite_add_tcase(s, schema);
     TCase *conn = tcase_create("postgresql connections");
     tcase_add_checked_fixture(conn, setup, teardown);
