@@ -81,18 +81,20 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
-# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson, libarchive) -------------
-QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8 libarchive
+# ---- quantd: the daemon (libmicrohttpd, SQLite, libpq, inih, nettle, GnuTLS, jansson, libarchive) -----
+QD_PKGS    := libmicrohttpd sqlite3 libpq inih nettle gnutls jansson libpcre2-8 libarchive
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
 QD_DIRS    := app config http routes jobs store stats
 QD_INC     := -Idaemon $(QD_DIRS:%=-Idaemon/%)
 QD_SRCS    := $(wildcard $(QD_DIRS:%=daemon/%/*.c))
-QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
+QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o \
+    $(BUILD)/obj/gen/migrations_pg.o
 QD_A       := $(BUILD)/lib/libquantd.a
 QUANTD_BIN := $(BUILD)/bin/quantd
 QD_VERSION := 0.3.0
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
+PG_MIGRATIONS := $(sort $(wildcard migrations/postgresql/*.sql))
 
 # ---- tests, bench, demo ----------------------------------------------------------------------
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
@@ -180,7 +182,13 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-migrations
 	@$(if $(Q),echo "  GEN     $@")
 	$(Q)scripts/embed-migrations $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
+# The PostgreSQL engine's own migrations, embedded the same way (daemon/store/store_pg.c).
+$(BUILD)/gen/migrations_pg.c: $(PG_MIGRATIONS) scripts/embed-migrations
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)scripts/embed-migrations --array qd_pg_migrations $(PG_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(QD_INC) $(ALL_CFLAGS) -c $< -o $@
@@ -252,11 +260,14 @@ fuzz_replay = for t in $(FUZZ_TARGETS); do d=tests/fuzz/corpus/$$t; [ -d $$d ] |
     $(1)/tests/fuzz/replay-$$t $$d || exit 1; done
 
 # Installs what is missing (only when pkg-config cannot find it, or when neither python3 nor
-# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c).
+# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c;
+# or when there is no PostgreSQL server for tests/daemon/pgtest.c's cluster).
 deps:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
 	    $(QD_PKGS) || scripts/install-deps
 	@{ python3 -c 'import numpy' || /usr/bin/python3 -c 'import numpy'; } >/dev/null 2>&1 || \
+	    scripts/install-deps
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$QUANT_TEST_PG_BINDIR" ] || \
 	    scripts/install-deps
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
@@ -304,8 +315,10 @@ check-asan: deps
 # and exits 0 at SIGTERM whatever TSan saw, so every process writes its reports under
 # build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
 # halt_on_error and exitcode=66 also end a racing process at once (the test then sees quantd
-# gone, or exit 66 instead of 0). No suppressions: none were needed.
-TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns
+# gone, or exit 66 instead of 0). No suppressions: none were needed. The store suites add the
+# job store's concurrent claims and the PostgreSQL engine's racing openers (libpq itself is not
+# instrumented; the engine's own locking is).
+TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns store store_pg
 TSAN_LOGS    := build-tsan/tsan-logs
 TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
 check-tsan: deps
@@ -414,7 +427,7 @@ SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
-	    $(DESTDIR)$(PREFIX)/share/quantd/migrations $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
+	    $(DESTDIR)$(PREFIX)/share/quantd/migrations/postgresql $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/quantd
 	install -m 644 $(LIB_A) $(CK_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
@@ -423,6 +436,7 @@ install: all
 	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/quantd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 644 $(MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/
+	install -m 644 $(PG_MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/postgresql/
 	sed -e '/^#/!s|@BINDIR@|$(PREFIX)/bin|g' -e '/^#/!s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/quantd.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
 	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service

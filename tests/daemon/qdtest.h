@@ -12,6 +12,7 @@
 #include "kit.h"
 
 Suite *suite_store(void);
+Suite *suite_store_pg(void);
 Suite *suite_db(void);
 Suite *suite_config(void);
 Suite *suite_log(void);
