@@ -62,5 +62,6 @@ Suite *suite_kit(void);
 Suite *suite_stream_in(void);
 Suite *suite_mse_ckpt(void);
 Suite *suite_ct_read(void);
+Suite *suite_gguf(void);
 
 #endif
