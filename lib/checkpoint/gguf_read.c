@@ -399,7 +399,11 @@ static quant_ck_status read_dims(gg_cur *c, quant_gguf_tensor *t, quant_ck_error
         return bad(err, at, c->what,
                    "%" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64 " elements overflow int64",
                    t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
-    t->nrows = t->ne[1] * t->ne[2] * t->ne[3];
+    /* with ne[0] = 0 ggml checks nothing more; the row count must still fit */
+    if (__builtin_mul_overflow(t->ne[1], t->ne[2], &t->nrows) ||
+        __builtin_mul_overflow(t->nrows, t->ne[3], &t->nrows))
+        return bad(err, at, c->what, "%" PRId64 " x %" PRId64 " x %" PRId64 " rows overflow int64",
+                   t->ne[1], t->ne[2], t->ne[3]);
     return QUANT_CK_OK;
 }
 
@@ -482,7 +486,8 @@ static quant_ck_status lay_out(gg_file *gf, uint64_t infos_end, quant_ck_error *
                        " (data is contiguous in tensor-info order, each tensor padded to %" PRIu32
                        " bytes)",
                        t->name, t->offset, pos, f->alignment);
-        if (t->nbytes > f->file_size - f->data_start - t->offset)
+        uint64_t room = f->file_size - f->data_start; /* data_start <= file_size: checked */
+        if (t->offset > room || t->nbytes > room - t->offset)
             return bad(err, f->data_start + t->offset, NULL,
                        "tensor '%s': truncated: its %" PRIu64 " bytes end past the end of the "
                        "file (%" PRIu64 " bytes)",

@@ -446,6 +446,8 @@ START_TEST(test_bad_tensor_info)
     expect_bad(&b, "elements overflow int64");
     one_tensor(&b, "t", 2, (int64_t[]){(int64_t)1 << 61, 1}, QUANT_GGML_F32, 0);
     expect_bad(&b, "its byte size overflows int64");
+    one_tensor(&b, "t", 3, (int64_t[]){0, (int64_t)1 << 40, (int64_t)1 << 40}, QUANT_GGML_F32, 0);
+    expect_bad(&b, "rows overflow int64"); /* no elements, but a row count that overflows */
     static const int32_t gone[] = {4, 5, 31, 36, 43, 1000, -1};
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
         char want[64];
@@ -518,6 +520,12 @@ START_TEST(test_bad_layout)
     gb_valid(&b);
     b.n -= 16 + 1; /* b's last byte is gone (with the tail padding) */
     expect_bad(&b, "tensor 'b': truncated: its 16 bytes end past the end of the file");
+    gb_hdr(&b, 3, 2, 0); /* the file ends in a's padding, before b starts */
+    gb_ti(&b, "a", 1, (int64_t[]){2}, QUANT_GGML_F32, 0);
+    gb_ti(&b, "b", 1, (int64_t[]){2}, QUANT_GGML_F32, 32);
+    gb_pad(&b, 32);
+    gb_data(&b, 16);
+    expect_bad(&b, "tensor 'b': truncated: its 8 bytes end past the end of the file");
     gb_valid(&b);
     b.n = 150; /* the infos end at byte 143; the data would start at 160 */
     expect_bad(&b, "truncated: the data section would start at byte");
