@@ -4,7 +4,8 @@
  * malformed file (each must fail as a format error naming the file, the byte offset and the
  * rule); the writer (pairs copied raw or set and replaced, tensors streamed in pieces or written
  * by pwrite, read back equal; its refusals; nothing left on disk after a failure; its SHA-256
- * against sha256sum); quant_gguf_dequantize_path; and, when the file is there, the real
+ * against sha256sum); quant_gguf_dequantize_path; `quant inspect` / `quant dequantize` on a
+ * GGUF file; and, when the file is there, the real
  * stories15M GGUF read and rewritten byte for byte.
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -15,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "ckutil.h"
 #include "quant_gguf.h"
@@ -570,6 +573,17 @@ static void ok(quant_ck_status st, const quant_ck_error *err)
     ck_assert_msg(st == QUANT_CK_OK, "%s", err->message);
 }
 
+/* What sha256sum prints for `path`. */
+static void sha256sum(const char *path, char hex[65])
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    ck_assert(fscanf(p, "%64s", hex) == 1);
+    pclose(p);
+}
+
 /* Every pair of a file with pairs of every type copied raw, file_type set in place and
  * quantization_version added; three tensors (F32, F16, BF16) streamed in pieces. */
 START_TEST(test_write_round_trip)
@@ -604,6 +618,7 @@ START_TEST(test_write_round_trip)
         ck_assert_uint_eq(idx, (size_t)i);
     }
     ok(quant_gguf_writer_begin(w, &err), &err);
+    ok(quant_gguf_writer_hash(w, &err), &err); /* after begin, before the data */
     ck_assert_int_eq(quant_gguf_writer_set_u32(w, "late", 1, &err), QUANT_CK_ERR_ARG);
     unsigned char data[512];
     for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 13 + 5);
@@ -615,7 +630,11 @@ START_TEST(test_write_round_trip)
     ck_assert_int_eq(quant_gguf_writer_write(w, data, 1, &err), QUANT_CK_ERR_ARG);
     ck_assert_int_eq(quant_gguf_writer_pwrite(w, 0, 0, data, 1, &err), QUANT_CK_ERR_ARG);
     ok(quant_gguf_writer_commit(w, &err), &err);
+    char hex[65], want[65];
+    ck_assert(quant_gguf_writer_sha256(w, hex, NULL));
     quant_gguf_writer_free(w);
+    sha256sum(x.path, want);
+    ck_assert_str_eq(hex, want);
 
     quant_gguf_file *f = open_path(x.path);
     ck_assert_int_eq(f->version, 3);
@@ -697,12 +716,7 @@ START_TEST(test_write_pwrite_hash)
     uint64_t bytes = 0;
     ck_assert(quant_gguf_writer_sha256(w, hex, &bytes));
     quant_gguf_writer_free(w);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "sha256sum '%s'", x.path);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    ck_assert(fscanf(p, "%64s", want) == 1);
-    pclose(p);
+    sha256sum(x.path, want);
     ck_assert_str_eq(hex, want);
     quant_gguf_file *f = open_path(x.path);
     ck_assert_uint_eq(bytes, f->file_size);
@@ -817,6 +831,90 @@ START_TEST(test_dequantize)
 }
 END_TEST
 
+/* The whole file as a NUL-terminated string (malloc'd). */
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    char *text = calloc(1, 1 << 20);
+    ck_assert_ptr_nonnull(text);
+    size_t n = fread(text, 1, (1 << 20) - 1, fp);
+    text[n] = '\0';
+    fclose(fp);
+    return text;
+}
+
+/* `quant inspect` (text and --json) and `quant dequantize` on a GGUF file named without .gguf;
+ * a malformed one fails with one line naming it. */
+START_TEST(test_cli)
+{
+    const char *bin = getenv("QUANT_BIN");
+    ck_assert_msg(bin && access(bin, X_OK) == 0, "QUANT_BIN must name the quant binary");
+    gb b = {0};
+    gb_hdr(&b, 3, 1, 3);
+    gb_kv_str(&b, "general.architecture", "llama");
+    gb_kv_u32(&b, "llama.block_count", 2);
+    gb_str(&b, "tokenizer.ggml.tokens");
+    gb_le(&b, QUANT_GGUF_ARRAY, 4);
+    gb_le(&b, QUANT_GGUF_STRING, 4);
+    gb_le(&b, 100, 8);
+    for (int i = 0; i < 100; i++) gb_str(&b, "tok");
+    gb_ti(&b, "blk.0.w", 2, (int64_t[]){4, 3}, QUANT_GGML_BF16, 0);
+    gb_pad(&b, 32);
+    for (int i = 0; i < 12; i++) gb_le(&b, 0x3f80 + (uint64_t)i, 2); /* bf16 1, 1.0078125, ... */
+    gb_pad(&b, 32);
+    wfix x = wfix_new();
+    char *in = kit_join(x.dir, "model.bin"), *out = kit_join(x.dir, "out.txt");
+    char *errp = kit_join(x.dir, "err.txt"), *st = kit_join(x.dir, "dq.safetensors");
+    ck_write_file(in, b.p, b.n);
+    ck_assert_int_eq(kit_run(bin, "quant", (const char *[]){"inspect", in, NULL}, out, errp), 0);
+    char *text = slurp(out);
+    ck_assert_msg(strstr(text, "GGUF version 3, alignment 32, 1 tensors"), "%s", text);
+    ck_assert_msg(strstr(text, "llama.block_count: u32 2"), "%s", text);
+    ck_assert_msg(strstr(text, "tokenizer.ggml.tokens: array of 100 string\n"), "%s", text);
+    ck_assert_msg(strstr(text, "blk.0.w  BF16  [3, 4]"), "%s", text);
+    free(text);
+    ck_assert_int_eq(
+        kit_run(bin, "quant", (const char *[]){"inspect", "--json", in, NULL}, out, errp), 0);
+    text = slurp(out);
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je);
+    ck_assert_msg(root, "%s: %s", je.text, text);
+    json_t *toks = json_object_get(json_object_get(root, "metadata"), "tokenizer.ggml.tokens");
+    ck_assert_str_eq(json_string_value(json_object_get(toks, "element_type")), "string");
+    ck_assert_int_eq(json_integer_value(json_object_get(toks, "length")), 100);
+    ck_assert_ptr_null(json_object_get(toks, "values"));
+    json_t *t0 = json_array_get(json_object_get(root, "tensors"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(t0, "ggml_type")), "BF16");
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(t0, "shape"), 0)), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(t0, "bytes")), 24);
+    json_decref(root);
+    free(text);
+    ck_assert_int_eq(
+        kit_run(bin, "quant", (const char *[]){"dequantize", "-q", in, st, NULL}, out, errp), 0);
+    quant_st_file *sf = NULL;
+    quant_ck_error err;
+    ok(quant_st_open(st, &sf, &err), &err);
+    float v[12];
+    ok(quant_st_read(sf, &sf->tensors[0], 0, v, sizeof v, &err), &err);
+    ck_assert(v[0] == 1.0f && v[11] == 1.0f + 11.0f / 128);
+    quant_st_close(sf);
+    b.p[4] = 4; /* version 4 */
+    ck_write_file(in, b.p, b.n);
+    ck_assert_int_eq(kit_run(bin, "quant", (const char *[]){"inspect", in, NULL}, out, errp), 1);
+    text = slurp(errp);
+    ck_assert_msg(strstr(text, "model.bin: byte 4: version 4 is not supported"), "%s", text);
+    ck_assert_msg(strchr(text, '\n') == text + strlen(text) - 1, "%s", text);
+    free(text);
+    free(b.p);
+    free(in);
+    free(out);
+    free(errp);
+    free(st);
+    wfix_free(&x);
+}
+END_TEST
+
 /* The stories15M GGUF (llama.cpp's converter's output), when the file is on this machine: its
  * pairs and tensors, and copied through the writer it comes out byte for byte the same. */
 START_TEST(test_stories15m)
@@ -887,6 +985,7 @@ Suite *suite_gguf(void)
     tcase_add_test(tc, test_write_pwrite_hash);
     tcase_add_test(tc, test_write_refusals);
     tcase_add_test(tc, test_dequantize);
+    tcase_add_test(tc, test_cli);
     tcase_add_test(tc, test_stories15m);
     suite_add_tcase(s, tc);
     return s;
