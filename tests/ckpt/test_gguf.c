@@ -5,8 +5,8 @@
  * rule); the writer (pairs copied raw or set and replaced, tensors streamed in pieces or written
  * by pwrite, read back equal; its refusals; nothing left on disk after a failure; its SHA-256
  * against sha256sum); quant_gguf_dequantize_path; `quant inspect` / `quant dequantize` on a
- * GGUF file; and, when the file is there, the real
- * stories15M GGUF read and rewritten byte for byte.
+ * GGUF file; and, when the file is there ($QUANT_STORIES_GGUF), a real model's GGUF (llama.cpp's
+ * stories15M, F32) read and rewritten byte for byte.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _XOPEN_SOURCE 700
@@ -22,8 +22,10 @@
 #include "ckutil.h"
 #include "quant_gguf.h"
 
-#define STORIES "/work/shared/data/stories15M/stories15M-f32.gguf"
-#define NAME    "t.gguf"
+/* A real GGUF file (llama.cpp's converter's output for the stories15M model, all F32), used
+ * only when present: $QUANT_STORIES_GGUF, else this path beside the checkout. */
+#define STORIES_DEFAULT "../shared/data/stories15M/stories15M-f32.gguf"
+#define NAME            "t.gguf"
 
 /* ---- a byte builder ---------------------------------------------------------------------------
  */
@@ -919,8 +921,10 @@ END_TEST
  * pairs and tensors, and copied through the writer it comes out byte for byte the same. */
 START_TEST(test_stories15m)
 {
-    if (access(STORIES, R_OK) != 0) return; /* not on this machine: nothing to check */
-    quant_gguf_file *f = open_path(STORIES);
+    const char *path = getenv("QUANT_STORIES_GGUF");
+    if (!path || !*path) path = STORIES_DEFAULT;
+    if (access(path, R_OK) != 0) return; /* not on this machine: nothing to check */
+    quant_gguf_file *f = open_path(path);
     quant_ck_error err;
     ck_assert_uint_eq(f->n_tensors, 56);
     const char *arch;
@@ -961,8 +965,8 @@ START_TEST(test_stories15m)
     quant_gguf_writer_free(w);
     free(buf);
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", STORIES, x.path);
-    ck_assert_msg(system(cmd) == 0, "the copy differs from %s", STORIES);
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path, x.path);
+    ck_assert_msg(system(cmd) == 0, "the copy differs from %s", path);
     quant_gguf_close(f);
     wfix_free(&x);
 }
