@@ -125,9 +125,11 @@ FUZZ_REPLAYS := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/replay-%)
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-# -max_len per target (bytes; 4096 when not listed): whole files for the safetensors readers.
+# -max_len per target (bytes; 4096 when not listed): whole files for the safetensors and GGUF
+# readers.
 FUZZ_MAX_LEN_st_read     := 65536
 FUZZ_MAX_LEN_ct_read     := 65536
+FUZZ_MAX_LEN_gguf_read   := 65536
 FUZZ_MAX_LEN_stats_st    := 65536
 FUZZ_MAX_LEN_stats_json  := 16384
 FUZZ_MAX_LEN_router      := 1024
