@@ -1,7 +1,9 @@
 /* ggml_iq4.c -- ggml's 4-bit non-linear types iq4_nl (32-value blocks) and iq4_xs (256-value
  * super-blocks of eight 32-value sub-blocks with 6-bit scales): layouts, dequantization bit for
  * bit as ggml's to_float, and the quantizer llama-quantize uses for them (ggml's
- * quantize_row_iq4_nl_impl with 7 tries each side), with and without importance.
+ * quantize_row_iq4_nl_impl with 7 tries each side), with and without importance; with
+ * importance a second search weighted by the importance alone replaces ggml's block when its
+ * weighted error is lower.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Layouts (little-endian; nibble j of a 16-byte group holds value j low, value j + 16 high):
@@ -56,9 +58,9 @@ static void index_pass(const float *x, const float *w, float id, uint8_t *L, flo
 }
 
 /* One 32-value sub-block's scale: the least-squares fit from max / 127, then from the inverse
- * scales (t - 127) / max, t = -7..7, keeping the largest (sum w q x)^2 / sum w q^2. A sub-block
- * whose largest |x| is below QG_GROUP_MAX_EPS gets 0. */
-static float sub_scale(const float *x, const float *w)
+ * scales (t - 127) / max, t = -ntry..ntry, keeping the largest (sum w q x)^2 / sum w q^2. A
+ * sub-block whose largest |x| is below QG_GROUP_MAX_EPS gets 0. */
+static float sub_scale(const float *x, const float *w, int ntry)
 {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < SUB; j++)
@@ -72,7 +74,7 @@ static float sub_scale(const float *x, const float *w)
     index_pass(x, w, 1 / d, NULL, &sumqx, &sumq2);
     d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
     float best = d * sumqx;
-    for (int t = -NTRY; t <= NTRY; t++) {
+    for (int t = -ntry; t <= ntry; t++) {
         index_pass(x, w, (float)(t + levels[0]) / max, NULL, &sumqx, &sumq2);
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
             d = sumqx / sumq2;
@@ -82,10 +84,38 @@ static float sub_scale(const float *x, const float *w)
     return d;
 }
 
-/* ggml's weights for a sub-block: qw * sqrt(sigma2 + x^2) with importance, else x^2. */
-static void sub_weights(const float *x, const float *qw, float sigma2, float *w)
+/* How a search weighs the values: ggml's way, or by the importance alone (the contract's). */
+typedef enum weighting { GGML_WEIGHTS, IMPORTANCE_WEIGHTS } weighting;
+
+/* The weights of a sub-block: ggml's are qw * sqrt(sigma2 + x^2) with importance, else x^2. */
+static void sub_weights(const float *x, const float *qw, float sigma2, weighting how, float *w)
 {
-    for (int j = 0; j < SUB; j++) w[j] = qw ? qw[j] * sqrtf(sigma2 + x[j] * x[j]) : x[j] * x[j];
+    for (int j = 0; j < SUB; j++) {
+        if (how == IMPORTANCE_WEIGHTS)
+            w[j] = qw[j];
+        else
+            w[j] = qw ? qw[j] * sqrtf(sigma2 + x[j] * x[j]) : x[j] * x[j];
+    }
+}
+
+/* Tries of a search: ggml's 7 each side, or 15 for the search by importance alone. */
+static int tries(weighting how)
+{
+    return how == GGML_WEIGHTS ? NTRY : 2 * NTRY + 1;
+}
+
+/* sum_j qw_j (x_j - y_j)^2 in float64 for n values decoded by `dequantize` from b. */
+static double block_error(void (*dequantize)(const void *, float *, int64_t), const uint8_t *b,
+                          const float *x, const float *qw, int n)
+{
+    float y[XS];
+    dequantize(b, y, n);
+    double e = 0;
+    for (int j = 0; j < n; j++) {
+        double d = (double)x[j] - (double)y[j];
+        e += (double)qw[j] * d * d;
+    }
+    return e;
 }
 
 /* sigma2 of a (super-)block of n values: 2 * sum x^2 / n, summed as ggml does. */
@@ -105,28 +135,66 @@ static void pack_sub(const float *x, float s, uint8_t *qs)
     for (int j = 0; j < SUB / 2; j++) qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
 }
 
+static void quantize_nl_block(const float *x, const float *qw, weighting how, uint8_t *b)
+{
+    float w[SUB];
+    sub_weights(x, qw, block_sigma2(x, SUB), how, w);
+    float d = sub_scale(x, w, tries(how));
+    qg_put_f16(b, d);
+    pack_sub(x, d, b + 2);
+}
+
+/* Re-chooses the level of each of the n values at qs (packed as pack_sub) for its stored
+ * sub-block scale dl: the level whose decoded float dl * level is nearest, keeping the old one
+ * on ties, so no value's error grows. */
+static void polish_sub(const float *x, float dl, uint8_t *qs)
+{
+    for (int j = 0; j < SUB; j++) {
+        int shift = j < SUB / 2 ? 0 : 4;
+        uint8_t *p = qs + j % (SUB / 2);
+        int l = (*p >> shift) & 0xf;
+        double best = fabs((double)x[j] - (double)(dl * (float)levels[l]));
+        for (int k = 0; k < 16; k++) {
+            double e = fabs((double)x[j] - (double)(dl * (float)levels[k]));
+            if (e < best) {
+                best = e;
+                l = k;
+            }
+        }
+        *p = (uint8_t)((*p & (0xf0 >> shift)) | (l << shift));
+    }
+}
+
+/* With importance, each block is ggml's unless the search by importance alone has a weighted
+ * error lower by more than float64 summation could blur (so a row's error is never above
+ * ggml's). */
 void qg_quantize_iq4_nl(const float *x, void *dst, int64_t n, const float *importance)
 {
     uint8_t *b = dst;
     for (int64_t ib = 0; ib < n / SUB; ib++, x += SUB, b += 18) {
-        float w[SUB];
-        sub_weights(x, importance ? importance + ib * SUB : NULL, block_sigma2(x, SUB), w);
-        float d = sub_scale(x, w);
-        qg_put_f16(b, d);
-        pack_sub(x, d, b + 2);
+        const float *qw = importance ? importance + ib * SUB : NULL;
+        quantize_nl_block(x, qw, GGML_WEIGHTS, b);
+        if (!qw) continue;
+        polish_sub(x, qg_get_f16(b), b + 2);
+        uint8_t alt[18];
+        quantize_nl_block(x, qw, IMPORTANCE_WEIGHTS, alt);
+        polish_sub(x, qg_get_f16(alt), alt + 2);
+        if (block_error(qg_dequantize_iq4_nl, alt, x, qw, SUB) <
+            block_error(qg_dequantize_iq4_nl, b, x, qw, SUB) * (1.0 - 1e-9))
+            memcpy(b, alt, 18);
     }
 }
 
 /* One iq4_xs super-block: sub-block scales as iq4_nl's, the super scale d = -(the signed
  * largest)/32, each sub-block's l = clamp(nearest(s / d), -32, 31), indices at d * l. */
-static void quantize_xs_block(const float *x, const float *qw, uint8_t *b)
+static void quantize_xs_block(const float *x, const float *qw, weighting how, uint8_t *b)
 {
     float sigma2 = block_sigma2(x, XS), scales[XS / SUB];
     float max_scale = 0.0f, amax_scale = 0.0f;
     for (int ib = 0; ib < XS / SUB; ib++) {
         float w[SUB];
-        sub_weights(x + ib * SUB, qw ? qw + ib * SUB : NULL, sigma2, w);
-        scales[ib] = sub_scale(x + ib * SUB, w);
+        sub_weights(x + ib * SUB, qw ? qw + ib * SUB : NULL, sigma2, how, w);
+        scales[ib] = sub_scale(x + ib * SUB, w, tries(how));
         if (fabsf(scales[ib]) > amax_scale) {
             amax_scale = fabsf(scales[ib]);
             max_scale = scales[ib];
@@ -149,11 +217,34 @@ static void quantize_xs_block(const float *x, const float *qw, uint8_t *b)
     b[3] = (uint8_t)(scales_h >> 8);
 }
 
+/* polish_sub over the eight sub-blocks of an iq4_xs super-block at their stored scales. */
+static void polish_xs(const float *x, uint8_t *b)
+{
+    float d = qg_get_f16(b);
+    unsigned scales_h = (unsigned)(b[2] | (b[3] << 8));
+    for (int ib = 0; ib < XS / SUB; ib++) {
+        int ls =
+            ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (int)(((scales_h >> (2 * ib)) & 3u) << 4);
+        polish_sub(x + ib * SUB, d * (float)(ls - 32), b + 8 + 16 * ib);
+    }
+}
+
+/* With importance, as iq4_nl's blocks, per super-block. */
 void qg_quantize_iq4_xs(const float *x, void *dst, int64_t n, const float *importance)
 {
     uint8_t *b = dst;
-    for (int64_t ib = 0; ib < n / XS; ib++)
-        quantize_xs_block(x + ib * XS, importance ? importance + ib * XS : NULL, b + ib * 136);
+    for (int64_t ib = 0; ib < n / XS; ib++, x += XS, b += 136) {
+        const float *qw = importance ? importance + ib * XS : NULL;
+        quantize_xs_block(x, qw, GGML_WEIGHTS, b);
+        if (!qw) continue;
+        polish_xs(x, b);
+        uint8_t alt[136];
+        quantize_xs_block(x, qw, IMPORTANCE_WEIGHTS, alt);
+        polish_xs(x, alt);
+        if (block_error(qg_dequantize_iq4_xs, alt, x, qw, XS) <
+            block_error(qg_dequantize_iq4_xs, b, x, qw, XS) * (1.0 - 1e-9))
+            memcpy(b, alt, 136);
+    }
 }
 
 void qg_dequantize_iq4_nl(const void *src, float *x, int64_t n)

@@ -223,7 +223,7 @@ static void symmetric_pass(int nmax, float iscale, const float *x, const float *
 /* Symmetric search (ggml's make_qx_quants with explicit weights): the scale -max / nmax, then
  * -max / (nmax + 0.1 t) for t = -9..9 but 0, keeping the best least-squares fit; codes
  * L = l + nmax; returns the scale. */
-static float search_symmetric(int nmax, const float *x, const float *w, uint8_t *L)
+static float search_symmetric(int nmax, const float *x, const float *w, int ntry, uint8_t *L)
 {
     float max = 0.0f, amax = 0.0f;
     for (int i = 0; i < QK; i++)
@@ -240,7 +240,7 @@ static float search_symmetric(int nmax, const float *x, const float *w, uint8_t 
     symmetric_pass(nmax, (float)-nmax / max, x, w, l, &sumlx, &suml2);
     float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
     for (int i = 0; i < QK; i++) L[i] = (uint8_t)(l[i] + nmax);
-    for (int t = -9; t <= 9; t++) {
+    for (int t = -ntry; t <= ntry; t++) {
         if (t == 0) continue;
         symmetric_pass(nmax, -((float)nmax + 0.1f * (float)t) / max, x, w, l, &sumlx, &suml2);
         if (!(suml2 > 0 && sumlx * sumlx > best * suml2)) continue;
@@ -253,7 +253,8 @@ static float search_symmetric(int nmax, const float *x, const float *w, uint8_t 
 
 /* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9, rdelta 0.05,
  * 36 steps, squared error): codes L in [0, nmax]; returns the scale and *neg_min = -min. */
-static float search_affine(int nmax, const float *x, const float *w, uint8_t *L, float *neg_min)
+static float search_affine(int nmax, const float *x, const float *w, int nstep, float rdelta,
+                           uint8_t *L, float *neg_min)
 {
     float min = x[0], max = x[0];
     float sum_w = w[0], sum_x = sum_w * x[0];
@@ -277,8 +278,8 @@ static float search_affine(int nmax, const float *x, const float *w, uint8_t *L,
         float diff = scale * (float)L[i] + min - x[i];
         best += w[i] * (diff * diff);
     }
-    for (int is = 0; is <= 36; is++) {
-        iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (-0.9f + rdelta * (float)is + (float)nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         uint8_t La[QK];
         for (int i = 0; i < QK; i++) {
@@ -316,12 +317,15 @@ static float search_affine(int nmax, const float *x, const float *w, uint8_t *L,
 /* ---- the per-type block codecs -------------------------------------------------------------- */
 
 /* One legacy type: its block size, reference quantizer, ggml's search (with ggml's weights w)
- * and the block dequantizer used to measure a candidate. */
+ * and the block dequantizer used to measure a candidate; its codes 0..ncodes-1 decode as
+ * (code - zero) * d, or code * d + m with a min, 5-bit codes with qh before qs. */
 typedef struct legacy_type {
     size_t bytes;
     void (*ref)(const float *x, uint8_t *b);
-    void (*search)(const float *x, const float *w, uint8_t *b);
+    void (*search)(const float *x, const float *w, bool wide, uint8_t *b);
     void (*dequantize)(const void *src, float *x, int64_t n);
+    int ncodes, zero;
+    bool has_min;
 } legacy_type;
 
 static void ref_q4_0(const float *x, uint8_t *b)
@@ -352,42 +356,78 @@ static void ref_q5_1(const float *x, uint8_t *b)
     pack_5bit(b + 4, b + 8, L);
 }
 
-static void search_q4_0(const float *x, const float *w, uint8_t *b)
+static void search_q4_0(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
-    qg_put_f16(b, search_symmetric(8, x, w, L));
+    qg_put_f16(b, search_symmetric(8, x, w, wide ? 20 : 9, L));
     pack_nibbles(b + 2, L);
 }
 
-static void search_q5_0(const float *x, const float *w, uint8_t *b)
+static void search_q5_0(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
-    qg_put_f16(b, search_symmetric(16, x, w, L));
+    qg_put_f16(b, search_symmetric(16, x, w, wide ? 20 : 9, L));
     pack_5bit(b + 2, b + 6, L);
 }
 
-static void search_q4_1(const float *x, const float *w, uint8_t *b)
+static void search_q4_1(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
     float neg_min;
-    qg_put_f16(b, search_affine(15, x, w, L, &neg_min));
+    qg_put_f16(b, wide ? search_affine(15, x, w, 72, 0.025f, L, &neg_min)
+                       : search_affine(15, x, w, 36, 0.05f, L, &neg_min));
     qg_put_f16(b + 2, -neg_min);
     pack_nibbles(b + 4, L);
 }
 
-static void search_q5_1(const float *x, const float *w, uint8_t *b)
+static void search_q5_1(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
     float neg_min;
-    qg_put_f16(b, search_affine(31, x, w, L, &neg_min));
+    qg_put_f16(b, wide ? search_affine(31, x, w, 72, 0.025f, L, &neg_min)
+                       : search_affine(31, x, w, 36, 0.05f, L, &neg_min));
     qg_put_f16(b + 2, -neg_min);
     pack_5bit(b + 4, b + 8, L);
 }
 
-static const legacy_type type_q4_0 = {18, ref_q4_0, search_q4_0, qg_dequantize_q4_0};
-static const legacy_type type_q4_1 = {20, ref_q4_1, search_q4_1, qg_dequantize_q4_1};
-static const legacy_type type_q5_0 = {22, ref_q5_0, search_q5_0, qg_dequantize_q5_0};
-static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q5_1};
+static const legacy_type type_q4_0 = {18, ref_q4_0, search_q4_0, qg_dequantize_q4_0, 16, 8, false};
+static const legacy_type type_q4_1 = {20, ref_q4_1, search_q4_1, qg_dequantize_q4_1, 16, 0, true};
+static const legacy_type type_q5_0 = {22, ref_q5_0, search_q5_0, qg_dequantize_q5_0, 32, 16, false};
+static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q5_1, 32, 0, true};
+
+/* Re-chooses every code of block b for its stored scale (and min): each value takes the code
+ * whose decoded float is nearest, keeping its code on ties, so no value's error grows. */
+static void polish(const legacy_type *t, const float *x, uint8_t *b)
+{
+    float d = qg_get_f16(b), m = t->has_min ? qg_get_f16(b + 2) : 0.0f, y[QK];
+    uint8_t *codes = b + (t->has_min ? 4 : 2);
+    uint8_t L[QK];
+    t->dequantize(b, y, QK);
+    int q[QK];
+    if (t->ncodes == 32)
+        unpack_5bit(codes, codes + 4, q);
+    else
+        for (int j = 0; j < QK / 2; j++) {
+            q[j] = codes[j] & 0x0f;
+            q[j + 16] = codes[j] >> 4;
+        }
+    for (int j = 0; j < QK; j++) {
+        double best = fabs((double)x[j] - (double)y[j]);
+        L[j] = (uint8_t)q[j];
+        for (int c = 0; c < t->ncodes; c++) {
+            float v = t->has_min ? (float)c * d + m : (float)(c - t->zero) * d;
+            double e = fabs((double)x[j] - (double)v);
+            if (e < best) {
+                best = e;
+                L[j] = (uint8_t)c;
+            }
+        }
+    }
+    if (t->ncodes == 32)
+        pack_5bit(codes, codes + 4, L);
+    else
+        pack_nibbles(codes, L);
+}
 
 /* ---- rows ----------------------------------------------------------------------------------- */
 
@@ -405,9 +445,11 @@ static double block_error(const legacy_type *t, const uint8_t *b, const float *x
 }
 
 /* A row with importance: per block, ggml's search with its weights qw * sqrt(sigma2 + x^2)
- * (sigma2 the row's mean square), then the same search weighted by qw alone, which is the
- * contract's measure; the second is kept only when its error is lower by more than float64
- * summation could blur, so a row's error never exceeds ggml's. */
+ * (sigma2 the row's mean square), then the same search, wider (scales nmax +- 2 in 41 steps,
+ * or 73 steps for the affine types), weighted by qw alone, which is the contract's measure.
+ * Both are polished (each code re-chosen for the stored fp16 scale, which ggml's search does
+ * not see), and the second is kept only when its error is lower by more than float64 summation
+ * could blur, so a row's error never exceeds ggml's. */
 static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst, int64_t n,
                               const float *qw)
 {
@@ -417,9 +459,11 @@ static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst
     for (int64_t ib = 0; ib < n / QK; ib++, x += QK, qw += QK, dst += t->bytes) {
         float w[QK];
         for (int j = 0; j < QK; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
-        t->search(x, w, dst);
+        t->search(x, w, false, dst);
+        polish(t, x, dst);
         uint8_t alt[24];
-        t->search(x, qw, alt);
+        t->search(x, qw, true, alt);
+        polish(t, x, alt);
         if (block_error(t, alt, x, qw) < block_error(t, dst, x, qw) * (1.0 - 1e-9))
             memcpy(dst, alt, t->bytes);
     }
