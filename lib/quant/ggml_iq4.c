@@ -2,8 +2,9 @@
  * super-blocks of eight 32-value sub-blocks with 6-bit scales): layouts, dequantization bit for
  * bit as ggml's to_float, and the quantizer llama-quantize uses for them (ggml's
  * quantize_row_iq4_nl_impl with 7 tries each side), with and without importance; with
- * importance a second search weighted by the importance alone replaces ggml's block when its
- * weighted error is lower.
+ * importance ggml's block is improved where that lowers the importance-weighted error: codes
+ * re-chosen for the stored fp16 scale, a second search weighted by the importance alone, and
+ * (iq4_nl) the scale refitted to the codes.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Layouts (little-endian; nibble j of a 16-byte group holds value j low, value j + 16 high):
@@ -165,9 +166,34 @@ static void polish_sub(const float *x, float dl, uint8_t *qs)
     }
 }
 
-/* With importance, each block is ggml's unless the search by importance alone has a weighted
- * error lower by more than float64 summation could blur (so a row's error is never above
- * ggml's). */
+/* Alternates the weighted least-squares scale for the block's levels (as fp16) with
+ * polish_sub while the weighted error drops (at most 4 rounds). */
+static void refine_nl(const float *x, const float *qw, uint8_t *b)
+{
+    double err = block_error(qg_dequantize_iq4_nl, b, x, qw, SUB);
+    for (int round = 0; round < 4; round++) {
+        double sqx = 0, sq2 = 0;
+        for (int j = 0; j < SUB; j++) {
+            double q = levels[(b[2 + j % 16] >> (j < 16 ? 0 : 4)) & 0xf];
+            sqx += (double)qw[j] * q * x[j];
+            sq2 += (double)qw[j] * q * q;
+        }
+        if (!(sq2 > 0)) return;
+        uint8_t c[18];
+        memcpy(c, b, 18);
+        qg_put_f16(c, (float)(sqx / sq2));
+        polish_sub(x, qg_get_f16(c), c + 2);
+        double e = block_error(qg_dequantize_iq4_nl, c, x, qw, SUB);
+        if (!(e < err * (1.0 - 1e-9))) return;
+        memcpy(b, c, 18);
+        err = e;
+    }
+}
+
+/* With importance, each block is ggml's (its codes polished for the stored scale) unless the
+ * search by importance alone has a weighted error lower by more than float64 summation could
+ * blur; then refine_nl. Each step is kept only when it lowers the error, so a row's error is
+ * never above ggml's. */
 void qg_quantize_iq4_nl(const float *x, void *dst, int64_t n, const float *importance)
 {
     uint8_t *b = dst;
@@ -182,6 +208,7 @@ void qg_quantize_iq4_nl(const float *x, void *dst, int64_t n, const float *impor
         if (block_error(qg_dequantize_iq4_nl, alt, x, qw, SUB) <
             block_error(qg_dequantize_iq4_nl, b, x, qw, SUB) * (1.0 - 1e-9))
             memcpy(b, alt, 18);
+        refine_nl(x, qw, b);
     }
 }
 

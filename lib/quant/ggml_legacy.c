@@ -397,6 +397,20 @@ static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q
 
 /* Re-chooses every code of block b for its stored scale (and min): each value takes the code
  * whose decoded float is nearest, keeping its code on ties, so no value's error grows. */
+/* The codes of block b. */
+static void block_codes(const legacy_type *t, const uint8_t *b, int *q)
+{
+    const uint8_t *codes = b + (t->has_min ? 4 : 2);
+    if (t->ncodes == 32) {
+        unpack_5bit(codes, codes + 4, q);
+        return;
+    }
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = codes[j] & 0x0f;
+        q[j + 16] = codes[j] >> 4;
+    }
+}
+
 static void polish(const legacy_type *t, const float *x, uint8_t *b)
 {
     float d = qg_get_f16(b), m = t->has_min ? qg_get_f16(b + 2) : 0.0f, y[QK];
@@ -404,13 +418,7 @@ static void polish(const legacy_type *t, const float *x, uint8_t *b)
     uint8_t L[QK];
     t->dequantize(b, y, QK);
     int q[QK];
-    if (t->ncodes == 32)
-        unpack_5bit(codes, codes + 4, q);
-    else
-        for (int j = 0; j < QK / 2; j++) {
-            q[j] = codes[j] & 0x0f;
-            q[j + 16] = codes[j] >> 4;
-        }
+    block_codes(t, b, q);
     for (int j = 0; j < QK; j++) {
         double best = fabs((double)x[j] - (double)y[j]);
         L[j] = (uint8_t)q[j];
@@ -444,12 +452,56 @@ static double block_error(const legacy_type *t, const uint8_t *b, const float *x
     return e;
 }
 
+/* Into b: the weighted least-squares scale (and min) for b's codes, as fp16. Returns false
+ * when the codes leave it undetermined. */
+static bool refit(const legacy_type *t, const float *x, const float *qw, uint8_t *b)
+{
+    int q[QK];
+    block_codes(t, b, q);
+    double sw = 0, sl = 0, sl2 = 0, sx = 0, slx = 0;
+    for (int j = 0; j < QK; j++) {
+        double l = q[j] - t->zero, w = qw[j];
+        sw += w;
+        sl += w * l;
+        sl2 += w * l * l;
+        sx += w * x[j];
+        slx += w * l * x[j];
+    }
+    if (!t->has_min) {
+        if (!(sl2 > 0)) return false;
+        qg_put_f16(b, (float)(slx / sl2));
+        return true;
+    }
+    double det = sw * sl2 - sl * sl;
+    if (!(det > 0)) return false;
+    qg_put_f16(b, (float)((sw * slx - sx * sl) / det));
+    qg_put_f16(b + 2, (float)((sl2 * sx - sl * slx) / det));
+    return true;
+}
+
+/* Alternates refit and polish on block b while its weighted error drops (at most 4 rounds). */
+static void refine(const legacy_type *t, const float *x, const float *qw, uint8_t *b)
+{
+    double err = block_error(t, b, x, qw);
+    for (int round = 0; round < 4; round++) {
+        uint8_t c[24];
+        memcpy(c, b, t->bytes);
+        if (!refit(t, x, qw, c)) return;
+        polish(t, x, c);
+        double e = block_error(t, c, x, qw);
+        if (!(e < err * (1.0 - 1e-9))) return;
+        memcpy(b, c, t->bytes);
+        err = e;
+    }
+}
+
 /* A row with importance: per block, ggml's search with its weights qw * sqrt(sigma2 + x^2)
  * (sigma2 the row's mean square), then the same search, wider (scales nmax +- 2 in 41 steps,
  * or 73 steps for the affine types), weighted by qw alone, which is the contract's measure.
  * Both are polished (each code re-chosen for the stored fp16 scale, which ggml's search does
  * not see), and the second is kept only when its error is lower by more than float64 summation
- * could blur, so a row's error never exceeds ggml's. */
+ * could blur; then refine() fits the scale to the codes while that lowers the error. Every step
+ * is kept only when it lowers the error, so a row's error never exceeds ggml's. */
 static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst, int64_t n,
                               const float *qw)
 {
@@ -466,6 +518,7 @@ static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst
         polish(t, x, alt);
         if (block_error(t, alt, x, qw) < block_error(t, dst, x, qw) * (1.0 - 1e-9))
             memcpy(dst, alt, t->bytes);
+        refine(t, x, qw, dst);
     }
 }
 
