@@ -48,14 +48,16 @@ static int nearest_level(float v)
 static void index_pass(const float *x, const float *w, float id, uint8_t *L, float *sumqx,
                        float *sumq2)
 {
-    *sumqx = *sumq2 = 0.0f;
+    float sqx = 0.0f, sq2 = 0.0f; /* locals: the pointers may alias x and w */
     for (int j = 0; j < SUB; j++) {
         int l = nearest_level(id * x[j]);
         if (L) L[j] = (uint8_t)l;
         float q = levels[l];
-        *sumqx += w[j] * q * x[j];
-        *sumq2 += w[j] * q * q;
+        sqx += w[j] * q * x[j];
+        sq2 += w[j] * q * q;
     }
+    *sumqx = sqx;
+    *sumq2 = sq2;
 }
 
 /* One 32-value sub-block's scale: the least-squares fit from max / 127, then from the inverse
@@ -150,12 +152,14 @@ static void quantize_nl_block(const float *x, const float *qw, weighting how, ui
  * on ties, so no value's error grows. */
 static void polish_sub(const float *x, float dl, uint8_t *qs)
 {
+    if (dl == 0.0f || !isfinite(dl)) return; /* nothing to choose between */
     for (int j = 0; j < SUB; j++) {
         int shift = j < SUB / 2 ? 0 : 4;
         uint8_t *p = qs + j % (SUB / 2);
         int l = (*p >> shift) & 0xf;
         double best = fabs((double)x[j] - (double)(dl * (float)levels[l]));
-        for (int k = 0; k < 16; k++) {
+        int k0 = nearest_level(x[j] / dl); /* the nearest is this one or a neighbour */
+        for (int k = k0 > 0 ? k0 - 1 : 0; k <= k0 + 1 && k < 16; k++) {
             double e = fabs((double)x[j] - (double)(dl * (float)levels[k]));
             if (e < best) {
                 best = e;

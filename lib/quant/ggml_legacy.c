@@ -14,9 +14,11 @@
  * Every float operation below is written in ggml's order and, as the whole library, compiled
  * without contraction, so the same inputs give ggml's bytes. C leaves ggml's float to 8-bit
  * conversions undefined when a block's scale has an infinite reciprocal (its largest |x| below
- * about 2^-125, or 15 * 2^-128 between min and max for q4_1 / q5_1); there this file stores
- * code 0, as an x86-64 build of ggml does. The fp16 scale of such a block is 0, so the codes
- * do not change what it dequantizes to.
+ * about 2^-125, or 15 * 2^-128 between min and max for q4_1 / q5_1: the codes are then
+ * computed from +-Inf and NaN) or, for q4_1 / q5_1, when max - min overflows; there this file
+ * stores code 0, as an x86-64 build of ggml does. The fp16 scale of such a block is 0 (or Inf
+ * beyond fp16's range, which no fp16 block can hold), so the codes do not change what it
+ * dequantizes to.
  */
 #include <float.h>
 #include <math.h>
@@ -27,19 +29,11 @@
 
 /* ---- conversions and packing ---------------------------------------------------------------- */
 
-/* The low byte of C's float -> integer conversion as x86-64 computes it: truncation toward
- * zero, with 0x80000000 (low byte 0) for NaN and values outside int32. */
-static uint8_t trunc_low_byte(float v)
+/* ggml's float -> 8-bit code conversion, defined for every float: truncation toward zero for
+ * the values its quantizers produce (|v| < 128), 0 for NaN and +-Inf (see the file comment). */
+static int to_code(float v)
 {
-    if (!(v > -2147483904.0f && v < 2147483648.0f)) return 0;
-    return (uint8_t)((uint32_t)(int32_t)v & 0xffu);
-}
-
-/* ggml's `(int8_t)v`, signed, under the same rule. */
-static int trunc_i8(float v)
-{
-    int b = trunc_low_byte(v);
-    return b < 128 ? b : b - 256;
+    return v >= -128.0f && v < 128.0f ? (int)v : 0;
 }
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -167,7 +161,7 @@ static void ref_q8_0(const float *x, uint8_t *b)
     float d = amax / 127;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     qg_put_f16(b, d);
-    for (int j = 0; j < QK; j++) b[2 + j] = trunc_low_byte(roundf(x[j] * id));
+    for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)to_code(roundf(x[j] * id));
 }
 
 /* q4_0 / q5_0: d = max / -(half), codes min(top, (int8)(x / d + half + 0.5)). */
@@ -178,7 +172,7 @@ static void ref_symmetric(const float *x, int half, uint8_t *d16, uint8_t *L)
     qg_put_f16(d16, d);
     int top = 2 * half - 1;
     for (int j = 0; j < QK; j++) {
-        int q = trunc_i8(x[j] * id + ((float)half + 0.5f));
+        int q = to_code(x[j] * id + ((float)half + 0.5f));
         L[j] = (uint8_t)(q < top ? q : top);
     }
 }
@@ -195,12 +189,8 @@ static void ref_affine(const float *x, int top, uint8_t *dm, uint8_t *L)
     qg_put_f16(dm + 2, mn);
     for (int j = 0; j < QK; j++) {
         float v = (x[j] - mn) * id + 0.5f;
-        if (top == 15) {
-            int q = trunc_i8(v);
-            L[j] = (uint8_t)(q < 15 ? q : 15);
-        } else {
-            L[j] = trunc_low_byte(v);
-        }
+        int q = to_code(v);
+        L[j] = (uint8_t)(top == 15 && q > 15 ? 15 : q);
     }
 }
 
@@ -211,13 +201,15 @@ static void ref_affine(const float *x, int top, uint8_t *dm, uint8_t *L)
 static void symmetric_pass(int nmax, float iscale, const float *x, const float *w, int *l,
                            float *sumlx, float *suml2)
 {
-    *sumlx = *suml2 = 0.0f;
+    float slx = 0.0f, sl2 = 0.0f; /* locals: the pointers may alias x and w */
     for (int i = 0; i < QK; i++) {
         int v = qg_nearest_int(iscale * x[i]);
         l[i] = v < -nmax ? -nmax : v > nmax - 1 ? nmax - 1 : v;
-        *sumlx += w[i] * x[i] * (float)l[i];
-        *suml2 += w[i] * (float)l[i] * (float)l[i];
+        slx += w[i] * x[i] * (float)l[i];
+        sl2 += w[i] * (float)l[i] * (float)l[i];
     }
+    *sumlx = slx;
+    *suml2 = sl2;
 }
 
 /* Symmetric search (ggml's make_qx_quants with explicit weights): the scale -max / nmax, then
@@ -414,6 +406,7 @@ static void block_codes(const legacy_type *t, const uint8_t *b, int *q)
 static void polish(const legacy_type *t, const float *x, uint8_t *b)
 {
     float d = qg_get_f16(b), m = t->has_min ? qg_get_f16(b + 2) : 0.0f, y[QK];
+    if (d == 0.0f || !isfinite(d) || !isfinite(m)) return; /* nothing to choose between */
     uint8_t *codes = b + (t->has_min ? 4 : 2);
     uint8_t L[QK];
     t->dequantize(b, y, QK);
@@ -422,7 +415,12 @@ static void polish(const legacy_type *t, const float *x, uint8_t *b)
     for (int j = 0; j < QK; j++) {
         double best = fabs((double)x[j] - (double)y[j]);
         L[j] = (uint8_t)q[j];
-        for (int c = 0; c < t->ncodes; c++) {
+        /* the nearest code is within 2 of u's floor, or the end past which u lies */
+        float u = (x[j] - m) / d + (float)t->zero;
+        if (u != u) continue;
+        int c0 = u < 0.0f ? 0 : u >= (float)t->ncodes ? t->ncodes - 1 : (int)u;
+        for (int c = c0 - 1; c <= c0 + 2; c++) {
+            if (c < 0 || c >= t->ncodes) continue;
             float v = t->has_min ? (float)c * d + m : (float)(c - t->zero) * d;
             double e = fabs((double)x[j] - (double)v);
             if (e < best) {
