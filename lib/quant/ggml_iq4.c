@@ -4,7 +4,7 @@
  * quantize_row_iq4_nl_impl with 7 tries each side), with and without importance; with
  * importance ggml's block is improved where that lowers the importance-weighted error: codes
  * re-chosen for the stored fp16 scale, a second search weighted by the importance alone, and
- * (iq4_nl) the scale refitted to the codes.
+ * the scales refitted to the codes.
  * SPDX-License-Identifier: Apache-2.0
  *
  * Layouts (little-endian; nibble j of a 16-byte group holds value j low, value j + 16 high):
@@ -13,7 +13,8 @@
  * where sub-block ib's 6-bit ls has its low 4 bits in nibble ib % 2 of scales_l[ib / 2] and its
  * high 2 bits at bit 2 * ib of scales_h.
  *
- * The float operations are ggml's, in its order, so the bytes are ggml's.
+ * The float operations of ggml's quantizer are written in its order, so without importance the
+ * bytes are ggml's.
  */
 #include <math.h>
 
@@ -44,15 +45,12 @@ static int nearest_level(float v)
     return v - levels[hi - 1] < levels[hi] - v ? hi - 1 : hi;
 }
 
-/* Level indices of n values at inverse scale id, and sum w q x, sum w q^2 over them. */
-static void index_pass(const float *x, const float *w, float id, uint8_t *L, float *sumqx,
-                       float *sumq2)
+/* The levels q of a sub-block's values at inverse scale id: sum w q x and sum w q^2. */
+static void index_pass(const float *x, const float *w, float id, float *sumqx, float *sumq2)
 {
     float sqx = 0.0f, sq2 = 0.0f; /* locals: the pointers may alias x and w */
     for (int j = 0; j < SUB; j++) {
-        int l = nearest_level(id * x[j]);
-        if (L) L[j] = (uint8_t)l;
-        float q = levels[l];
+        float q = levels[nearest_level(id * x[j])];
         sqx += w[j] * q * x[j];
         sq2 += w[j] * q * q;
     }
@@ -74,11 +72,11 @@ static float sub_scale(const float *x, const float *w, int ntry)
     if (amax < QG_GROUP_MAX_EPS) return 0.0f;
     float d = -max / (float)levels[0];
     float sumqx, sumq2;
-    index_pass(x, w, 1 / d, NULL, &sumqx, &sumq2);
+    index_pass(x, w, 1 / d, &sumqx, &sumq2);
     d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
     float best = d * sumqx;
     for (int t = -ntry; t <= ntry; t++) {
-        index_pass(x, w, (float)(t + levels[0]) / max, NULL, &sumqx, &sumq2);
+        index_pass(x, w, (float)(t + levels[0]) / max, &sumqx, &sumq2);
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
             d = sumqx / sumq2;
             best = d * sumqx;
@@ -170,6 +168,18 @@ static void polish_sub(const float *x, float dl, uint8_t *qs)
     }
 }
 
+/* sum_j qw_j (x_j - dl * level_j)^2 in float64 over one sub-block packed at qs. */
+static double sub_error(const float *x, const float *qw, float dl, const uint8_t *qs)
+{
+    double e = 0;
+    for (int j = 0; j < SUB; j++) {
+        float y = dl * (float)levels[(qs[j % 16] >> (j < 16 ? 0 : 4)) & 0xf];
+        double diff = (double)x[j] - (double)y;
+        e += (double)qw[j] * diff * diff;
+    }
+    return e;
+}
+
 /* Alternates the weighted least-squares scale for the block's levels (as fp16) with
  * polish_sub while the weighted error drops (at most 4 rounds). */
 static void refine_nl(const float *x, const float *qw, uint8_t *b)
@@ -216,6 +226,23 @@ void qg_quantize_iq4_nl(const float *x, void *dst, int64_t n, const float *impor
     }
 }
 
+/* Sub-block ib's 6-bit scale code ls of an iq4_xs block, and setting it. */
+static int xs_scale_code(const uint8_t *b, int ib)
+{
+    unsigned scales_h = (unsigned)(b[2] | (b[3] << 8));
+    return ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (int)(((scales_h >> (2 * ib)) & 3u) << 4);
+}
+
+static void xs_set_scale_code(uint8_t *b, int ib, int ls)
+{
+    unsigned scales_h = (unsigned)(b[2] | (b[3] << 8));
+    scales_h = (scales_h & ~(3u << (2 * ib))) | (unsigned)(ls >> 4) << (2 * ib);
+    b[2] = (uint8_t)(scales_h & 0xff);
+    b[3] = (uint8_t)(scales_h >> 8);
+    int shift = 4 * (ib % 2);
+    b[4 + ib / 2] = (uint8_t)((b[4 + ib / 2] & (0xf0 >> shift)) | (ls & 0xf) << shift);
+}
+
 /* One iq4_xs super-block: sub-block scales as iq4_nl's, the super scale d = -(the signed
  * largest)/32, each sub-block's l = clamp(nearest(s / d), -32, 31), indices at d * l. */
 static void quantize_xs_block(const float *x, const float *qw, weighting how, uint8_t *b)
@@ -252,15 +279,69 @@ static void quantize_xs_block(const float *x, const float *qw, weighting how, ui
 static void polish_xs(const float *x, uint8_t *b)
 {
     float d = qg_get_f16(b);
-    unsigned scales_h = (unsigned)(b[2] | (b[3] << 8));
+    for (int ib = 0; ib < XS / SUB; ib++)
+        polish_sub(x + ib * SUB, d * (float)(xs_scale_code(b, ib) - 32), b + 8 + 16 * ib);
+}
+
+/* The weighted least-squares super scale for the block's scale codes and levels, as fp16,
+ * then per sub-block the scale code among its own and its two neighbours (each with
+ * polish_sub) of the lowest weighted error. Returns false when the fit is undetermined. */
+static bool refit_xs(const float *x, const float *qw, uint8_t *b)
+{
+    double sax = 0, sa2 = 0;
     for (int ib = 0; ib < XS / SUB; ib++) {
-        int ls =
-            ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (int)(((scales_h >> (2 * ib)) & 3u) << 4);
-        polish_sub(x + ib * SUB, d * (float)(ls - 32), b + 8 + 16 * ib);
+        int l = xs_scale_code(b, ib) - 32;
+        for (int j = 0; j < SUB; j++) {
+            double a = (double)l * levels[(b[8 + 16 * ib + j % 16] >> (j < 16 ? 0 : 4)) & 0xf];
+            sax += (double)qw[ib * SUB + j] * a * x[ib * SUB + j];
+            sa2 += (double)qw[ib * SUB + j] * a * a;
+        }
+    }
+    if (!(sa2 > 0)) return false;
+    qg_put_f16(b, (float)(sax / sa2));
+    float d = qg_get_f16(b);
+    for (int ib = 0; ib < XS / SUB; ib++) {
+        const float *xb = x + ib * SUB, *wb = qw + ib * SUB;
+        uint8_t *qs = b + 8 + 16 * ib;
+        int ls = xs_scale_code(b, ib), best_ls = ls;
+        uint8_t best_qs[SUB / 2];
+        polish_sub(xb, d * (float)(ls - 32), qs);
+        memcpy(best_qs, qs, sizeof best_qs);
+        double best = sub_error(xb, wb, d * (float)(ls - 32), qs);
+        for (int c = ls - 1; c <= ls + 1; c += 2) {
+            if (c < 0 || c > 63) continue;
+            uint8_t cq[SUB / 2];
+            memcpy(cq, best_qs, sizeof cq);
+            polish_sub(xb, d * (float)(c - 32), cq);
+            double e = sub_error(xb, wb, d * (float)(c - 32), cq);
+            if (e < best) {
+                best = e;
+                best_ls = c;
+                memcpy(best_qs, cq, sizeof cq);
+            }
+        }
+        xs_set_scale_code(b, ib, best_ls);
+        memcpy(qs, best_qs, sizeof best_qs);
+    }
+    return true;
+}
+
+/* Alternates refit_xs while the weighted error drops (at most 4 rounds). */
+static void refine_xs(const float *x, const float *qw, uint8_t *b)
+{
+    double err = block_error(qg_dequantize_iq4_xs, b, x, qw, XS);
+    for (int round = 0; round < 4; round++) {
+        uint8_t c[136];
+        memcpy(c, b, sizeof c);
+        if (!refit_xs(x, qw, c)) return;
+        double e = block_error(qg_dequantize_iq4_xs, c, x, qw, XS);
+        if (!(e < err * (1.0 - 1e-9))) return;
+        memcpy(b, c, sizeof c);
+        err = e;
     }
 }
 
-/* With importance, as iq4_nl's blocks, per super-block. */
+/* With importance, as iq4_nl's blocks, per super-block, refined by refine_xs. */
 void qg_quantize_iq4_xs(const float *x, void *dst, int64_t n, const float *importance)
 {
     uint8_t *b = dst;
@@ -275,6 +356,7 @@ void qg_quantize_iq4_xs(const float *x, void *dst, int64_t n, const float *impor
         if (block_error(qg_dequantize_iq4_xs, alt, x, qw, XS) <
             block_error(qg_dequantize_iq4_xs, b, x, qw, XS) * (1.0 - 1e-9))
             memcpy(b, alt, 136);
+        refine_xs(x, qw, b);
     }
 }
 
@@ -295,11 +377,8 @@ void qg_dequantize_iq4_xs(const void *src, float *x, int64_t n)
     const uint8_t *b = src;
     for (int64_t ibl = 0; ibl < n / XS; ibl++, b += 136) {
         float d = qg_get_f16(b);
-        unsigned scales_h = (unsigned)(b[2] | (b[3] << 8));
         for (int ib = 0; ib < XS / SUB; ib++, x += SUB) {
-            int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) |
-                     (int)(((scales_h >> (2 * ib)) & 3u) << 4);
-            float dl = d * (float)(ls - 32);
+            float dl = d * (float)(xs_scale_code(b, ib) - 32);
             const uint8_t *qs = b + 8 + 16 * ib;
             for (int j = 0; j < SUB / 2; j++) {
                 x[j] = dl * (float)levels[qs[j] & 0xf];

@@ -1,7 +1,8 @@
 /* ggml_legacy.c -- ggml's legacy 32-value block types q8_0, q4_0, q4_1, q5_0 and q5_1: their
  * byte layouts, dequantization bit for bit as ggml's to_float, ggml's reference quantizers
- * (importance NULL) and its importance-weighted searches, each followed by one more search
- * that minimizes the weighted error the quality contract measures.
+ * (importance NULL; always for q8_0, whose ggml quantizer ignores importance) and, with
+ * importance, ggml's weighted searches improved where that lowers the importance-weighted error
+ * the quality contract measures (quantize_weighted below).
  * SPDX-License-Identifier: Apache-2.0
  *
  * Layouts (little-endian fp16 d, m; nibble j of qs holds value j low, value j + 16 high):
@@ -212,9 +213,9 @@ static void symmetric_pass(int nmax, float iscale, const float *x, const float *
     *suml2 = sl2;
 }
 
-/* Symmetric search (ggml's make_qx_quants with explicit weights): the scale -max / nmax, then
- * -max / (nmax + 0.1 t) for t = -9..9 but 0, keeping the best least-squares fit; codes
- * L = l + nmax; returns the scale. */
+/* Symmetric search (ggml's make_qx_quants with explicit weights when ntry is 9): the scale
+ * -max / nmax, then -max / (nmax + 0.1 t) for t = -ntry..ntry but 0, keeping the best
+ * least-squares fit; codes L = l + nmax; returns the scale. */
 static float search_symmetric(int nmax, const float *x, const float *w, int ntry, uint8_t *L)
 {
     float max = 0.0f, amax = 0.0f;
@@ -243,8 +244,10 @@ static float search_symmetric(int nmax, const float *x, const float *w, int ntry
     return scale;
 }
 
-/* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9, rdelta 0.05,
- * 36 steps, squared error): codes L in [0, nmax]; returns the scale and *neg_min = -min. */
+/* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9 and squared
+ * error, when nstep is 36 and rdelta 0.05): inverse scales (nmax - 0.9 + rdelta * is) / range
+ * for is = 0..nstep, each with its weighted least-squares scale and min (the min kept <= 0);
+ * codes L in [0, nmax]; returns the scale and *neg_min = -min. */
 static float search_affine(int nmax, const float *x, const float *w, int nstep, float rdelta,
                            uint8_t *L, float *neg_min)
 {
@@ -387,8 +390,6 @@ static const legacy_type type_q4_1 = {20, ref_q4_1, search_q4_1, qg_dequantize_q
 static const legacy_type type_q5_0 = {22, ref_q5_0, search_q5_0, qg_dequantize_q5_0, 32, 16, false};
 static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q5_1, 32, 0, true};
 
-/* Re-chooses every code of block b for its stored scale (and min): each value takes the code
- * whose decoded float is nearest, keeping its code on ties, so no value's error grows. */
 /* The codes of block b. */
 static void block_codes(const legacy_type *t, const uint8_t *b, int *q)
 {
@@ -403,6 +404,8 @@ static void block_codes(const legacy_type *t, const uint8_t *b, int *q)
     }
 }
 
+/* Re-chooses every code of block b for its stored scale (and min): each value takes the code
+ * whose decoded float is nearest, keeping its code on ties, so no value's error grows. */
 static void polish(const legacy_type *t, const float *x, uint8_t *b)
 {
     float d = qg_get_f16(b), m = t->has_min ? qg_get_f16(b + 2) : 0.0f, y[QK];
