@@ -244,12 +244,11 @@ static float search_symmetric(int nmax, const float *x, const float *w, int ntry
     return scale;
 }
 
-/* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9 and squared
- * error, when nstep is 36 and rdelta 0.05): inverse scales (nmax - 0.9 + rdelta * is) / range
- * for is = 0..nstep, each with its weighted least-squares scale and min (the min kept <= 0);
- * codes L in [0, nmax]; returns the scale and *neg_min = -min. */
-static float search_affine(int nmax, const float *x, const float *w, int nstep, float rdelta,
-                           uint8_t *L, float *neg_min)
+/* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9, rdelta 0.05,
+ * 36 steps, squared error): inverse scales (nmax - 0.9 + 0.05 is) / range for is = 0..36, each
+ * with its weighted least-squares scale and min (the min kept <= 0); codes L in [0, nmax];
+ * returns the scale and *neg_min = -min. */
+static float search_affine(int nmax, const float *x, const float *w, uint8_t *L, float *neg_min)
 {
     float min = x[0], max = x[0];
     float sum_w = w[0], sum_x = sum_w * x[0];
@@ -273,8 +272,8 @@ static float search_affine(int nmax, const float *x, const float *w, int nstep, 
         float diff = scale * (float)L[i] + min - x[i];
         best += w[i] * (diff * diff);
     }
-    for (int is = 0; is <= nstep; is++) {
-        iscale = (-0.9f + rdelta * (float)is + (float)nmax) / (max - min);
+    for (int is = 0; is <= 36; is++) {
+        iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         uint8_t La[QK];
         for (int i = 0; i < QK; i++) {
@@ -369,8 +368,8 @@ static void search_q4_1(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
     float neg_min;
-    qg_put_f16(b, wide ? search_affine(15, x, w, 72, 0.025f, L, &neg_min)
-                       : search_affine(15, x, w, 36, 0.05f, L, &neg_min));
+    (void)wide; /* a wider affine search finds no lower errors */
+    qg_put_f16(b, search_affine(15, x, w, L, &neg_min));
     qg_put_f16(b + 2, -neg_min);
     pack_nibbles(b + 4, L);
 }
@@ -379,8 +378,8 @@ static void search_q5_1(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
     float neg_min;
-    qg_put_f16(b, wide ? search_affine(31, x, w, 72, 0.025f, L, &neg_min)
-                       : search_affine(31, x, w, 36, 0.05f, L, &neg_min));
+    (void)wide;
+    qg_put_f16(b, search_affine(31, x, w, L, &neg_min));
     qg_put_f16(b + 2, -neg_min);
     pack_5bit(b + 4, b + 8, L);
 }
@@ -497,8 +496,8 @@ static void refine(const legacy_type *t, const float *x, const float *qw, uint8_
 }
 
 /* A row with importance: per block, ggml's search with its weights qw * sqrt(sigma2 + x^2)
- * (sigma2 the row's mean square), then the same search, wider (scales nmax +- 2 in 41 steps,
- * or 73 steps for the affine types), weighted by qw alone, which is the contract's measure.
+ * (sigma2 the row's mean square), then the same search weighted by qw alone, which is the
+ * contract's measure (for q4_0 / q5_0 wider: scales nmax +- 2 in 41 steps).
  * Both are polished (each code re-chosen for the stored fp16 scale, which ggml's search does
  * not see), and the second is kept only when its error is lower by more than float64 summation
  * could blur; then refine() fits the scale to the codes while that lowers the error. Every step
