@@ -389,6 +389,13 @@ $(DAEMON_BENCH): $(BUILD)/obj/bench/daemon-bench.o $(BENCH_UTIL) $(CK_A) $(LIB_A
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
 
+GGUF_BENCH := $(BUILD)/bin/gguf-bench
+$(BUILD)/obj/bench/gguf-bench.o: ALL_CFLAGS += $(CK_CFLAGS)
+$(GGUF_BENCH): $(BUILD)/obj/bench/gguf-bench.o $(BENCH_UTIL) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+
 STATS_BENCH := $(BUILD)/bin/stats-bench
 $(STATS_BENCH): $(BUILD)/obj/bench/stats-bench.o $(BENCH_UTIL)
 	@mkdir -p $(dir $@)
@@ -409,9 +416,11 @@ soak: deps $(SOAK_BIN) $(QUANTD_BIN)
 # QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048),
 # QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024), QUANT_BENCH_STATS_SECONDS the
 # stats bench's run per load (default 30).
-bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN) $(STATS_BENCH)
+bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN) $(STATS_BENCH) \
+    $(GGUF_BENCH)
 	$(Q)$(BENCH_BIN)
 	$(Q)$(PIPE_BENCH) $(QUANT_BIN)
+	$(Q)$(GGUF_BENCH) $(QUANT_BIN)
 	$(Q)$(DAEMON_BENCH) $(QUANTD_BIN) $(QUANT_BIN)
 	$(Q)$(STATS_BENCH) $(QUANTD_BIN)
 
