@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ck_internal.h"
 
@@ -236,7 +237,7 @@ typedef struct ck_job {
     ck_shards shards;
     ck_shard_plan *plans;
     ck_ct_config *ct;
-    char *config; /* compressed-tensors, a directory: the output's config.json */
+    char *config; /* compressed-tensors: the output's config.json (a file run: beside it) */
     ck_outdir dir;
     quant_rule_matcher *matcher;       /* the run's: one budget for all its regex matching */
     size_t *act_shard;                 /* the shard of each static activation */
@@ -340,6 +341,17 @@ static quant_ck_status run_dir(ck_job *j, const char *out, quant_ck_error *err)
     return st;
 }
 
+/* One file: the shard, then (compressed-tensors) config.json beside it; the shard is taken back
+ * when config.json cannot be written, so no output is left that vLLM would load unquantized. */
+static quant_ck_status run_file(ck_job *j, const char *out, quant_ck_error *err)
+{
+    quant_ck_status st = ck_run_shard(&j->run, &j->plans[0], out, err);
+    if (st != QUANT_CK_OK || !j->config) return st;
+    st = ck_ct_file_config_write(out, j->config, j->run.report, j->run.opts->sha256, err);
+    if (st != QUANT_CK_OK) unlink(out);
+    return st;
+}
+
 static void job_free(ck_job *j)
 {
     for (size_t s = 0; j->plans && s < j->shards.n; s++) ck_plan_free(&j->plans[s]);
@@ -375,6 +387,8 @@ static quant_ck_status job_start(ck_job *j, const quant_ruleset *rules, const ch
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (st == QUANT_CK_OK) st = plan_all(j, rules, err);
     if (st == QUANT_CK_OK && j->shards.is_dir && j->ct) st = ct_config_text(j, err);
+    if (st == QUANT_CK_OK && !j->shards.is_dir && j->ct && out)
+        st = ck_ct_file_config_text(&base, in, out, j->ct, &j->config, err);
     if (st == QUANT_CK_OK && j->shards.is_dir)
         st = ck_outdir_check_others(&j->shards, j->config != NULL, err);
     if (st != QUANT_CK_OK || !out) return st;
@@ -491,8 +505,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     if (st != QUANT_CK_OK) return st;
     st = job_start(&j, rules, in, out, err);
     if (st == QUANT_CK_OK) st = ck_global_scales(&j.run, j.plans, j.shards.n, err);
-    if (st == QUANT_CK_OK)
-        st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);
+    if (st == QUANT_CK_OK) st = j.shards.is_dir ? run_dir(&j, out, err) : run_file(&j, out, err);
     job_free(&j);
     if (st != QUANT_CK_OK) ck_report_drop_outputs(j.run.report); /* none was published */
     ck_buf_trim(); /* an idle process (a daemon between jobs) keeps no chunk buffers */

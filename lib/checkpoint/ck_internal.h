@@ -505,4 +505,19 @@ quant_ck_status ck_outdir_finish(ck_outdir *d, const ck_shards *s, const char *c
 /* Removes the temporary directory (after a failure) and frees `d`. */
 void ck_outdir_free(ck_outdir *d);
 
+/* ---- compressed-tensors config.json of a one-file run (ct_file_config.c) ----------------------
+ */
+
+/* The config.json text for a one-file run: the run's quantization_config (`ct`) merged into the
+ * config.json beside the input file `in` (read under `base`; a new object when there is none, or
+ * when the input is still arriving). With `out` (a run, not a plan), config.json beside `out` must
+ * not exist yet: QUANT_CK_ERR_ARG naming it and what to do, or ck_check_target's refusal.
+ * @return : QUANT_CK_OK with *text malloc'd; an error naming the file otherwise. */
+quant_ck_status ck_ct_file_config_text(const ck_dir *base, const char *in, const char *out,
+                                       const ck_ct_config *ct, char **text, quant_ck_error *err);
+/* Writes `text` as config.json beside the output file `out` (atomically, never over an existing
+ * file) and records it in `report` (with its SHA-256 when `sha256`). */
+quant_ck_status ck_ct_file_config_write(const char *out, const char *text, quant_report *report,
+                                        bool sha256, quant_ck_error *err);
+
 #endif /* QUANT_CK_INTERNAL_H */

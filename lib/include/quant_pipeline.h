@@ -245,7 +245,8 @@ QUANT_API const quant_skipped_act *quant_report_skipped_at(const quant_report *r
 
 /* An output file a successful run published. */
 typedef struct quant_report_output {
-    const char *name;   /* its name in the output directory; a file run: the output's base name */
+    const char *name;   /* its name in the output directory; a file run: the output's base name
+                         * (and config.json beside it, compressed-tensors) */
     uint64_t bytes;     /* its size */
     const char *sha256; /* 64 lowercase hex digits, as sha256sum prints; NULL without opts.sha256 */
 } quant_report_output;

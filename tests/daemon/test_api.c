@@ -429,6 +429,32 @@ static long long post_path_job(qdp *d, const char *body, long status)
     return id;
 }
 
+/* A one-file compressed-tensors job's outputs: the shard and config.json beside it, whose
+ * quantization_config names compressed-tensors (and whose model_type, when `model_type` is not
+ * NULL, is kept from the source's config.json). */
+static void ct_file_config(qdp *d, json_t *job, const char *model_type)
+{
+    json_t *outs = json_object_get(job, "outputs");
+    ck_assert_msg(json_array_size(outs) == 2, "%s", json_dumps(outs, 0));
+    bool seen = false;
+    for (size_t i = 0; i < json_array_size(outs); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(outs, i), "name"));
+        seen |= name && strcmp(name, "config.json") == 0;
+    }
+    ck_assert(seen);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/outputs/config.json", id_of(job));
+    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    json_t *cfg = qdp_json(&r);
+    json_t *qc = json_object_get(cfg, "quantization_config");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "quant_method")), "compressed-tensors");
+    if (model_type)
+        ck_assert_str_eq(json_string_value(json_object_get(cfg, "model_type")), model_type);
+    json_decref(cfg);
+    qdp_resp_free(&r);
+}
+
 START_TEST(test_path_jobs)
 {
     char *src = qdt_tmpdir(), cmd[4096], body[4096];
@@ -457,7 +483,19 @@ START_TEST(test_path_jobs)
              src);
     j = qdp_wait_job(&d, post_path_job(&d, body, 202), 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    ct_file_config(&d, j, "llama"); /* the source's config.json, quantization_config added */
     json_decref(j);
+    /* the same file uploaded: config.json made anew beside model.safetensors */
+    qdp_resp r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=compressed-tensors",
+                            SHARDED "/model-00002-of-00002.safetensors");
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    j = qdp_json(&r);
+    qdp_resp_free(&r);
+    json_t *up = qdp_wait_job(&d, id_of(j), 60);
+    json_decref(j);
+    ck_assert_str_eq(json_string_value(json_object_get(up, "state")), "succeeded");
+    ct_file_config(&d, up, NULL);
+    json_decref(up);
     /* refusals */
     post_path_job(&d, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"" SHARDED "\"}}", 403);
     post_path_job(&d, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"/etc/passwd\"}}", 403);
