@@ -27,6 +27,9 @@ static const char usage[] =
     "  -r, --rules FILE       the rule set (required)\n"
     "  -l, --layout NAME      native (default) or compressed-tensors\n"
     "  -j, --json             print the plan as JSON (the document POST /v1/plans returns)\n"
+    "      --allow-nothing-quantized\n"
+    "                         plan a run that quantizes no tensor (refused otherwise, as\n"
+    "                         'quant quantize' refuses it)\n"
     "  -h, --help             this text\n";
 
 typedef struct plan_args {
@@ -42,6 +45,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         {"rules", required_argument, NULL, 'r'},
         {"layout", required_argument, NULL, 'l'},
         {"json", no_argument, NULL, 'j'},
+        {"allow-nothing-quantized", no_argument, NULL, 256},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -61,6 +65,9 @@ static int parse_args(int argc, char **argv, plan_args *a)
             break;
         case 'j':
             a->json = true;
+            break;
+        case 256:
+            a->opts.allow_nothing_quantized = true;
             break;
         case 'h':
             fputs(usage, stdout);

@@ -492,8 +492,9 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     return head_begin(r) ? MHD_YES : r->replied ? MHD_YES : MHD_NO;
 }
 
-static const char *const job_fields[] = {"ruleset",     "rules", "source", "layout",
-                                         "stats_model", "files", NULL};
+static const char *const job_fields[] = {
+    "ruleset", "rules", "source", "layout", "stats_model", "files", "allow_nothing_quantized",
+    NULL};
 
 static bool known_field(const char *key)
 {
@@ -539,6 +540,20 @@ static char *source_path(qd_req *r, json_t *source)
     return norm;
 }
 
+/* The job's "allow_nothing_quantized": true, set in its rule text (*rules replaced); false when
+ * out of memory (*rules freed). */
+static bool allow_nothing(char **rules)
+{
+    json_t *doc = json_loads(*rules, 0, NULL);
+    char *text = doc && json_object_set_new(doc, "allow_nothing_quantized", json_true()) == 0
+                     ? json_dumps(doc, JSON_COMPACT)
+                     : NULL;
+    json_decref(doc);
+    free(*rules);
+    *rules = text;
+    return text != NULL;
+}
+
 bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j)
 {
     *j = (qd_job){.source_kind = "path"};
@@ -560,11 +575,18 @@ bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j)
         qd_reply_ec(r, QD_EC_INVALID, not_string, "must be a string");
         return false;
     }
+    json_t *allow = json_object_get(doc, "allow_nothing_quantized");
+    if (allow && !json_is_boolean(allow)) {
+        qd_reply_ec(r, QD_EC_INVALID, "allow_nothing_quantized", "must be true or false");
+        return false;
+    }
     j->ruleset = (char *)json_string_value(name);
     j->layout = (char *)(layout ? json_string_value(layout) : "native");
     j->stats_model = (char *)json_string_value(stats_model);
     if (!qd_layout_ok(r, j->layout) || !qd_stats_model_ok(r, j->stats_model)) return false;
-    return (j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules"))) != NULL;
+    j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules"));
+    if (j->rules && json_is_true(allow) && !allow_nothing(&j->rules)) return false;
+    return j->rules != NULL;
 }
 
 bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)

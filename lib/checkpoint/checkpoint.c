@@ -274,13 +274,22 @@ static size_t acts_of_shard(ck_job *j, size_t s)
     return n;
 }
 
-/* The rules that are the first match of no tensor of the run, into j->unused and the report. */
+/* The rules that are the first match of no tensor of the run, into j->unused and the report
+ * (with what each probably meant); then a run that would quantize nothing is refused unless the
+ * options or the rule set allow it. */
 static quant_ck_status note_unused(ck_job *j, const quant_ruleset *rules, quant_ck_error *err)
 {
     quant_ck_status st = ck_unused_rules(j->plans, j->shards.n, quant_ruleset_count(rules),
                                          &j->unused, &j->n_unused, err);
-    if (st == QUANT_CK_OK && !ck_report_set_unused(j->run.report, j->unused, j->n_unused))
-        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (st != QUANT_CK_OK) return st;
+    char **hints = j->n_unused ? calloc(j->n_unused, sizeof *hints) : NULL;
+    if (j->n_unused && !hints) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < j->n_unused; i++)
+        hints[i] = ck_rule_hint(rules, (size_t)j->unused[i], j->plans, j->shards.n);
+    if (!j->run.opts->allow_nothing_quantized && !quant_ruleset_allow_nothing_quantized(rules))
+        st = ck_check_quantizes(j->plans, j->shards.n, rules, j->unused, hints, j->n_unused, err);
+    if (!ck_report_set_unused(j->run.report, j->unused, hints, j->n_unused)) /* takes hints */
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     return st;
 }
 

@@ -229,6 +229,16 @@ char *ck_ct_config_apply(const ck_ct_config *cfg, const char *text, quant_ck_err
  * ascending, NULL when *n is 0). */
 quant_ck_status ck_unused_rules(const ck_shard_plan *plans, size_t n_plans, size_t n_rules,
                                 long **out, size_t *n, quant_ck_error *err);
+/* For unused rule `rule`: the regex it probably meant (its module_path with ".*" before it, when
+ * that matches the module path of a tensor of the planned shards), malloc'd; NULL otherwise. */
+char *ck_rule_hint(const quant_ruleset *rules, size_t rule, const ck_shard_plan *plans,
+                   size_t n_plans);
+/* QUANT_CK_ERR_RULES "nothing to quantize: ..." when the planned shards hold tensors and the
+ * rules quantize none of them (naming the first unused rules, with their hints, and an example
+ * module path); QUANT_CK_OK otherwise. The caller decides whether that is allowed. */
+quant_ck_status ck_check_quantizes(const ck_shard_plan *plans, size_t n_plans,
+                                   const quant_ruleset *rules, const long *unused,
+                                   char *const *hints, size_t n_unused, quant_ck_error *err);
 /* The public plan of the planned shards (their outputs, totals) with the unused rules (copied). */
 quant_ck_status ck_plan_doc_new(quant_layout layout, const ck_shard_plan *plans, size_t n_plans,
                                 const long *unused, size_t n_unused, quant_plan **out,
@@ -272,8 +282,8 @@ typedef struct ck_tensor_state {
     double *sumsq;             /* two-pass rms: sum of rms_chunk^2 * n_chunk */
     double sum_x2, sum_e2, max_err;
     int64_t calib_units;
-    bool mse;                             /* an MSE calibration: the search's errors, by unit */
-    double mse_before, mse_after;         /* summed in unit order */
+    bool mse;                     /* an MSE calibration: the search's errors, by unit */
+    double mse_before, mse_after; /* summed in unit order */
     int64_t mse_groups, mse_shrunk;
 } ck_tensor_state;
 
@@ -300,8 +310,9 @@ quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_t
 bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
 /* Records the activations skipped (quant_pipeline_options.skipped_acts, copied); false on OOM. */
 bool ck_report_set_skipped(quant_report *r, const quant_skipped_act *s, size_t n);
-/* Records the run's unused rules (copied); false on OOM. */
-bool ck_report_set_unused(quant_report *r, const long *unused, size_t n);
+/* Records the run's unused rules (copied) and their hints (`hints`: n strings or NULLs, or NULL
+ * for none; taken over, freed also on failure); false on OOM. */
+bool ck_report_set_unused(quant_report *r, const long *unused, char **hints, size_t n);
 /* Records an output file the run wrote (strings copied; sha256 may be NULL); false on OOM. A
  * NULL report records nothing. */
 bool ck_report_add_output(quant_report *r, const char *name, uint64_t bytes, const char *sha256);

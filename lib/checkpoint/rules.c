@@ -17,7 +17,8 @@
 struct quant_ruleset {
     size_t n;
     quant_rule *rules;
-    pcre2_code **re; /* re[i]: rules[i].module_path, compiled anchored at both ends */
+    pcre2_code **re;              /* re[i]: rules[i].module_path, compiled anchored at both ends */
+    bool allow_nothing_quantized; /* the top-level key of that name */
 };
 
 static quant_ck_status nomem(quant_ck_error *err)
@@ -117,18 +118,28 @@ static quant_ck_status load_fail(const char *text, const char *source, const jso
     return ck_rules_fail(err, source, "line %d, column %d: %s", je->line, je->column, je->text);
 }
 
-/* The list of rules: the root itself, or root["rules"]. */
+/* The list of rules: the root itself, or root["rules"] (beside which "allow_nothing_quantized"
+ * may stand: a boolean, into *allow). */
 static quant_ck_status rules_list(const json_t *root, const char *source, const json_t **list,
-                                  quant_ck_error *err)
+                                  bool *allow, quant_ck_error *err)
 {
+    *allow = false;
     if (json_is_object(root)) {
         const char *key;
         const json_t *v;
         json_object_foreach((json_t *)root, key, v)
         {
-            if (strcmp(key, "rules") != 0)
+            if (strcmp(key, "allow_nothing_quantized") == 0 && !json_is_boolean(v))
                 return ck_rules_fail(err, source,
-                                     "unknown top-level key \"%.64s\" (only \"rules\" is allowed)",
+                                     "top-level key \"allow_nothing_quantized\": must be true or "
+                                     "false, not %s",
+                                     ck_json_type_name(v));
+            if (strcmp(key, "allow_nothing_quantized") == 0)
+                *allow = json_is_true(v);
+            else if (strcmp(key, "rules") != 0)
+                return ck_rules_fail(err, source,
+                                     "unknown top-level key \"%.64s\" (only \"rules\" and "
+                                     "\"allow_nothing_quantized\" are allowed)",
                                      key);
         }
         root = json_object_get(root, "rules");
@@ -179,8 +190,10 @@ quant_ck_status quant_ruleset_parse(const char *json, size_t len, const char *so
     json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) return load_fail(json ? json : "", source, &je, err);
     const json_t *list = NULL;
-    quant_ck_status st = rules_list(root, source, &list, err);
+    bool allow = false;
+    quant_ck_status st = rules_list(root, source, &list, &allow, err);
     if (st == QUANT_CK_OK) st = build(list, source, out, err);
+    if (st == QUANT_CK_OK) (*out)->allow_nothing_quantized = allow;
     json_decref(root);
     return st;
 }
@@ -250,6 +263,11 @@ void quant_ruleset_free(quant_ruleset *rs)
 size_t quant_ruleset_count(const quant_ruleset *rs)
 {
     return rs ? rs->n : 0;
+}
+
+bool quant_ruleset_allow_nothing_quantized(const quant_ruleset *rs)
+{
+    return rs && rs->allow_nothing_quantized;
 }
 
 const quant_rule *quant_ruleset_rule(const quant_ruleset *rs, size_t index)

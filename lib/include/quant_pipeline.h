@@ -177,6 +177,11 @@ typedef struct quant_pipeline_options {
      * bytes as they are written. The report's outputs (quant_report_output_at) then carry it,
      * so a front end that needs the hashes (quantd's ETags) never reads the outputs again. */
     bool sha256;
+    /* A run (or plan, or check) in which no tensor would be quantized fails before any data is
+     * read (QUANT_CK_ERR_RULES, naming the unused rules and what they probably meant) unless
+     * this, or the rule set's "allow_nothing_quantized" (quant_rules.h), allows it (default
+     * false): the output would be the input copied, which vLLM loads unquantized. */
+    bool allow_nothing_quantized;
     /* Inputs still arriving (see quant_input_wait_fn; default NULL: every input is complete).
      * Not with map_input (QUANT_CK_ERR_ARG). */
     quant_input_wait_fn input_wait;
@@ -264,6 +269,13 @@ QUANT_API const quant_report_output *quant_report_output_at(const quant_report *
  * is planned, so a failed run's report has them too. NULL when there are none.
  * Owned by the report. */
 QUANT_API const long *quant_report_unused_rules(const quant_report *r, size_t *n);
+
+/*! quant_report_unused_hint() :
+ * For the i-th unused rule (i < the count quant_report_unused_rules() gives): the regex it
+ * probably meant, when its module_path with ".*" put before it matches a module path of the run
+ * (module_path "q_proj" -> ".*q_proj": module paths are matched whole), else NULL. Owned by the
+ * report. */
+QUANT_API const char *quant_report_unused_hint(const quant_report *r, size_t i);
 
 /*! quant_report_json() :
  * The report as JSON text (`{"format":"quantd.report/1","layout":..,"tensors":[..],

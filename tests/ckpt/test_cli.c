@@ -1076,16 +1076,51 @@ START_TEST(test_unused_rules_warned)
     ck_assert_int_eq(json_integer_value(json_array_get(u, 0)), 0);
     ck_assert_int_eq(json_integer_value(json_array_get(u, 1)), 2);
     json_decref(rep);
-    /* nothing quantized: both warnings, even with --quiet, and still exit 0 */
+    /* nothing quantized: refused before any work, naming the rule and a module path */
     const char none[] = "[{\"module_path\":\"zzz\",\"weight_qtype\":\"int8\"}]";
     ck_write_file(rules, none, strlen(none));
     unlink(out);
     r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "quant: nothing to quantize: ") &&
+                      strstr(r.err, "rule 0 (module_path \"zzz\") matches no tensor;") &&
+                      strstr(r.err, "--allow-nothing-quantized") && !strstr(r.err, "did you mean"),
+                  "exit %d: %s", r.status, r.err);
+    ck_assert(!exists(out));
+    result_free(&r);
+    /* a regex that matches with ".*" before it: "did you mean '.*w'?", in the refusal and, when
+     * something else is quantized, in the unused rule's warning */
+    const char part[] = "[{\"module_path\":\"w\",\"weight_qtype\":\"int8\"}]";
+    ck_write_file(rules, part, strlen(part));
+    r = RUN(dir, "plan", "-r", rules, in);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "matches no tensor: did you mean '.*w'?"),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    const char part2[] = "[{\"module_path\":\"w\",\"weight_qtype\":\"int8\"},"
+                         "{\"module_path\":\"emb\",\"weight_qtype\":\"int8\"}]";
+    ck_write_file(rules, part2, strlen(part2));
+    r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "rule 0 (module_path \"w\") is unused") &&
+                      strstr(r.err, "did you mean '.*w'?"),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    unlink(out);
+    /* allowed (the flag, or the rule set's allow_nothing_quantized): both warnings, even with
+     * --quiet, and exit 0 */
+    ck_write_file(rules, none, strlen(none));
+    r = RUN(dir, "quantize", "-q", "--allow-nothing-quantized", "-r", rules, in, out);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.err, "quant: warning: rule 0 (module_path \"zzz\") is unused"), "%s",
                   r.err);
     ck_assert_msg(strstr(r.err, "quant: warning: no tensor was quantized"), "%s", r.err);
     ck_assert(exists(out));
+    result_free(&r);
+    unlink(out);
+    const char allowed[] = "{\"allow_nothing_quantized\":true,\"rules\":[{\"module_path\":"
+                           "\"zzz\",\"weight_qtype\":\"int8\"}]}";
+    ck_write_file(rules, allowed, strlen(allowed));
+    r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "quant: warning: no tensor was quantized"),
+                  "exit %d: %s", r.status, r.err);
     result_free(&r);
     free(in);
     free(rules);

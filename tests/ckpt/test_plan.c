@@ -125,7 +125,16 @@ START_TEST(test_all_unused)
                                  "{\"module_path\":\"y\",\"weight_qtype\":\"int8\"}]");
     quant_plan *p = NULL;
     quant_ck_error err;
-    ck_assert_int_eq(quant_plan_path(rs, in, NULL, &p, &err), QUANT_CK_OK);
+    /* a plan that quantizes nothing fails as the run would, unless allowed */
+    ck_assert_int_eq(quant_plan_path(rs, in, NULL, &p, &err), QUANT_CK_ERR_RULES);
+    ck_assert_msg(strstr(err.message, "nothing to quantize: the rules quantize none of the") &&
+                      strstr(err.message, "rule 0 (module_path \"x\") matches no tensor; rule 1"),
+                  "%s", err.message);
+    ck_assert_ptr_null(p);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.allow_nothing_quantized = true;
+    ck_assert_int_eq(quant_plan_path(rs, in, &o, &p, &err), QUANT_CK_OK);
     size_t n;
     const long *u = quant_plan_unused_rules(p, &n);
     expect_unused(u, n, (const long[]){0, 1}, 2);

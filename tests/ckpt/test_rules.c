@@ -427,8 +427,10 @@ static const struct {
     {"\"rules\"", "expected a list of rules or an object {\"rules\": [...]}, not a string"},
     {"null", "expected a list of rules or an object {\"rules\": [...]}, not null"},
     {"{\"rules\": {}}", "expected a list of rules or an object {\"rules\": [...]}, not an object"},
-    {"{\"rules\": [], \"version\": 1}", "unknown top-level key \"version\" (only \"rules\" is "
-                                        "allowed)"},
+    {"{\"rules\": [], \"version\": 1}", "unknown top-level key \"version\" (only \"rules\" and "
+                                        "\"allow_nothing_quantized\" are allowed)"},
+    {"{\"rules\": [], \"allow_nothing_quantized\": 1}",
+     "top-level key \"allow_nothing_quantized\": must be true or false, not an integer"},
     {"{}", "missing top-level key \"rules\""},
     {"[1]", "rule 0: must be an object of fields, not an integer"},
     {"[{}, [\"int8\"]]", "rule 1: must be an object of fields, not a list"},

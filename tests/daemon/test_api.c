@@ -762,6 +762,62 @@ START_TEST(test_commands_and_signals)
 }
 END_TEST
 
+/* A job whose rules quantize nothing is refused at creation (422 invalid_job, naming the rule
+ * and what it probably meant), an upload and a path job alike, unless the rule set or the job
+ * allows it; GET of a rule set shows the flag. */
+START_TEST(test_nothing_quantized)
+{
+    char *src = qdt_tmpdir(), cmd[4096], body[4096];
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/stories", SHARDED, src);
+    ck_assert_int_eq(system(cmd), 0);
+    const char *extra[] = {"--source-root", src, NULL};
+    qdp d;
+    qdp_start(&d, extra);
+    put_rules(&d, "bare", "{\"rules\":[{\"module_path\":\"q_proj\",\"weight_qtype\":\"int8\"}]}");
+    qdp_resp r = qdp_upload(&d, "/v1/jobs?ruleset=bare", SHARD1);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "\"invalid_job\"") &&
+                      strstr(r.body, "nothing to quantize") &&
+                      strstr(r.body, "rule 0 (module_path \\\"q_proj\\\") matches no tensor: did "
+                                     "you mean '.*q_proj'?"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    snprintf(body, sizeof body, "{\"ruleset\":\"bare\",\"source\":{\"path\":\"%s/stories\"}}", src);
+    r = qdp_req(&d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "did you mean '.*q_proj'?"), "%ld %s", r.status,
+                  r.body);
+    qdp_resp_free(&r);
+    /* the job allows it: accepted, and it copies */
+    snprintf(body, sizeof body,
+             "{\"ruleset\":\"bare\",\"allow_nothing_quantized\":true,\"source\":{\"path\":"
+             "\"%s/stories\"}}",
+             src);
+    r = qdp_req(&d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    json_t *j = qdp_json(&r);
+    qdp_resp_free(&r);
+    json_t *done = qdp_wait_job(&d, id_of(j), 60);
+    ck_assert_str_eq(json_string_value(json_object_get(done, "state")), "succeeded");
+    json_decref(done);
+    json_decref(j);
+    expect(&d, "POST", "/v1/jobs",
+           "{\"ruleset\":\"bare\",\"allow_nothing_quantized\":1,\"source\":{\"path\":\"/x\"}}", 400,
+           "invalid");
+    /* the rule set allows it: an upload is accepted; GET shows the flag */
+    put_rules(&d, "bare",
+              "{\"allow_nothing_quantized\":true,\"rules\":[{\"module_path\":\"q_proj\","
+              "\"weight_qtype\":\"int8\"}]}");
+    r = qdp_req(&d, "GET", "/v1/rulesets/bare", NULL, NULL, 0, NULL);
+    ck_assert_msg(strstr(r.body, "\"allow_nothing_quantized\":true"), "%s", r.body);
+    qdp_resp_free(&r);
+    r = qdp_upload(&d, "/v1/jobs?ruleset=bare", SHARD1);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+    kit_rmtree(src);
+    free(src);
+}
+END_TEST
+
 Suite *suite_api(void)
 {
     Suite *s = suite_create("api");
@@ -773,6 +829,7 @@ Suite *suite_api(void)
     tcase_add_test(tc, test_upload_round_trip);
     tcase_add_test(tc, test_bad_uploads);
     tcase_add_test(tc, test_path_jobs);
+    tcase_add_test(tc, test_nothing_quantized);
     tcase_add_test(tc, test_cancel_running);
     tcase_add_test(tc, test_restarts);
     tcase_add_test(tc, test_concurrent_uploads);
