@@ -146,7 +146,8 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
     if (tp->r->act_static_scale && !sp->static_ok)
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s': rule %ld sets act_static_scale, which needs calibration "
-                             "statistics (a quantd job with stats_model); this run has none",
+                             "statistics: give them with --stats STATS.json (quant quantize) or "
+                             "stats_model (a quantd job); this run has none",
                              t->name, tp->rule);
     quant_ck_status st = quant_rule_how(tp->r, t->name, t->rank, t->shape, &tp->how, err);
     if (st != QUANT_CK_OK) {

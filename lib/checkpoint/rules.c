@@ -115,7 +115,10 @@ static quant_ck_status load_fail(const char *text, const char *source, const jso
 {
     if (json_error_code(je) == json_error_duplicate_key && duplicate_fail(text, source, je, err))
         return QUANT_CK_ERR_RULES;
-    return ck_rules_fail(err, source, "line %d, column %d: %s", je->line, je->column, je->text);
+    char why[256];
+    return ck_rules_fail(
+        err, source, "line %d, column %d: %s", je->line, je->column,
+        quant_json_error_text(text, strlen(text), je->position, je->text, why, sizeof why));
 }
 
 /* The list of rules: the root itself, or root["rules"] (beside which "allow_nothing_quantized"

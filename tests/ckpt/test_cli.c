@@ -1131,6 +1131,29 @@ START_TEST(test_unused_rules_warned)
 }
 END_TEST
 
+/* quantize with act_static_scale rules and no statistics: the error says how to give them */
+START_TEST(test_srq_needs_stats)
+{
+    char *dir = setup(NULL);
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "srq.json");
+    char *out = kit_join(dir, "out.safetensors");
+    const char srq[] = "[{\"module_path\":\"m\\\\.w\",\"weight_qtype\":\"int8\",\"act_qtype\":"
+                       "\"int8\",\"act_static_scale\":true}]";
+    ck_write_file(rules, srq, strlen(srq));
+    run_result r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "sets act_static_scale") &&
+                      strstr(r.err, "--stats STATS.json"),
+                  "exit %d: %s", r.status, r.err);
+    ck_assert(!exists(out));
+    result_free(&r);
+    free(in);
+    free(rules);
+    free(out);
+    kit_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* quant plan: the table (rule or "copied: why", qtype, scale shape, output bytes), the totals and
  * the unused rules; --json is the library's document byte for byte; nothing is written. */
 START_TEST(test_plan_command)
@@ -1233,6 +1256,7 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_not_safetensors);
     tcase_add_test(tc, test_rules_forms_and_hints);
     tcase_add_test(tc, test_unused_rules_warned);
+    tcase_add_test(tc, test_srq_needs_stats);
     tcase_add_test(tc, test_mse_importance_stats);
     tcase_add_test(tc, test_plan_command);
     tcase_add_test(tc, test_plan_errors);

@@ -159,6 +159,17 @@ START_TEST(test_rulesets)
     /* every bad input: a clear error and nothing stored */
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rules\":[", 400, "bad_json");
     expect(&d, "PUT", "/v1/rulesets/x", "[1]", 400, "bad_json");
+    /* an integer beyond 64 bits: the field and the limit named, not jansson's words */
+    const char *huge =
+        "{\"rules\":[{\"weight_qtype\":\"int8\",\"tile_size\":99999999999999999999}]}";
+    r = qdp_req(&d, "PUT", "/v1/rulesets/x", "application/json", huge, strlen(huge), NULL);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "\"bad_json\"") &&
+                      strstr(r.body, "field 'tile_size': integer 99999999999999999999 is out of "
+                                     "range: integers must lie in -9223372036854775808.."
+                                     "9223372036854775807") &&
+                      !strstr(r.body, "too big"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rulez\":[]}", 400, "invalid");
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rules\":{}}", 400, "invalid");
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rules\":[{\"weight_qtype\":\"int9\"}]}", 422,
