@@ -300,17 +300,20 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
     j->matcher = quant_rule_matcher_new(rules);
     if (!j->plans || !j->matcher) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_ck_status st = place_acts(j, err);
+    ck_plan_errors pe = {0}; /* every tensor that cannot be planned, over every shard */
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
-        size_t n_acts = acts_of_shard(j, s);
+        size_t n_acts = acts_of_shard(j, s), failed = pe.n;
         bool later = j->plan_only && o->allow_static_acts && o->n_static_acts == 0;
-        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, later, err);
-        for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
+        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, later, &pe,
+                           err);
+        for (size_t i = 0; st == QUANT_CK_OK && pe.n == failed && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
         j->run.tensors_total += f->n_tensors;
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
+    if (st == QUANT_CK_OK) st = ck_plan_errors_finish(&pe, err);
     if (st == QUANT_CK_OK && j->ct)
         st = ck_ct_fuse_groups(j->plans, j->shards.n, j->shards.is_dir, err);
     if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);

@@ -15,13 +15,17 @@
 
 /* ---- messages (ck_error.c) ------------------------------------------------------------------- */
 
-#define CK_SHORT_KEEP 80  /* bytes of a long name a message keeps */
+#define CK_SHORT_KEEP 60  /* bytes of a long name a message keeps */
 #define CK_SHORT_MAX  128 /* room ck_short_text needs */
 
 /* `s` as is when short, else its first CK_SHORT_KEEP bytes (whole UTF-8 characters) then
  * "...[N bytes]" in `buf` (capacity at least CK_SHORT_MAX): a 10k-character tensor name must not
  * push the rest of a message out of its 1 KiB. */
 const char *ck_short_text(const char *s, char *buf, size_t cap);
+/* vsnprintf into buf (capacity cap, always NUL-terminated) with every string argument passed
+ * through ck_short_text: quant_ck_fail and quant_ck_prefix format with it, so a long name never
+ * pushes the reason out of a message. */
+void ck_vformat(char *buf, size_t cap, const char *fmt, va_list ap);
 
 /* ---- big buffers and the bounded queue (buffers.c) ------------------------------------------ */
 
@@ -144,15 +148,47 @@ typedef struct ck_shard_plan {
     ck_act_plan *acts; /* the static activation scales this shard holds */
 } ck_shard_plan;
 
+/* Planning errors gathered over the tensors of a shard or a run (plan_errors.c): the first whole,
+ * the others grouped by their reason (the end of their message), a few names each. */
+#define CK_PLAN_GROUPS 6 /* reasons told apart; tensors for further ones are only counted */
+#define CK_PLAN_NAMES  8 /* names shown per reason */
+typedef struct ck_plan_group {
+    char reason[256];
+    char names[640]; /* "'a', 'b'" */
+    size_t count;
+} ck_plan_group;
+
+typedef struct ck_plan_errors {
+    size_t n;                 /* tensors that cannot be planned */
+    quant_ck_error first;     /* the first one's error, whole */
+    const char *first_reason; /* into first.message */
+    ck_plan_group same;       /* the others failing for the first one's reason */
+    ck_plan_group groups[CK_PLAN_GROUPS];
+    size_t n_groups;
+    size_t left_out; /* tensors whose reason found no group */
+} ck_plan_errors;
+
+/* Whether `st` is about one tensor (planning goes on to report the others) rather than the run
+ * (out of memory, cancelled, a bad file: planning stops). */
+bool ck_plan_error_is_tensors(quant_ck_status st);
+/* Records that tensor `tensor` cannot be planned, with its error. */
+void ck_plan_errors_add(ck_plan_errors *pe, const char *tensor, const quant_ck_error *err);
+/* QUANT_CK_OK when nothing was recorded; else the first error's status with every tensor in
+ * `err` ("3 tensors cannot be planned: FIRST MESSAGE; the same for 'b', 'c'; tensor 'd': WHY"). */
+quant_ck_status ck_plan_errors_finish(const ck_plan_errors *pe, quant_ck_error *err);
+
 /* Plans every tensor of `in` by the rules (matched through the run's matcher `m`) for the
  * options' layout and chunk size, then the static activation scales `acts` (n_acts, borrowed)
  * placed in this shard. acts_later: a plan only, whose scales the statistics will give at run
  * time; compressed-tensors' "every act_static_scale weight has its input_scale" is then left to
- * the run. */
+ * the run. A tensor that cannot be planned (ck_plan_error_is_tensors) is recorded in `pe` (its
+ * message prefixed with the shard's path) and the next one planned; the shard's plan is then
+ * incomplete (no static activations, no metadata) and only good for ck_plan_free. Any other
+ * error is returned at once. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
                               quant_rule_matcher *m, const quant_pipeline_options *o,
                               const quant_static_act *const *acts, size_t n_acts, bool acts_later,
-                              quant_ck_error *err);
+                              ck_plan_errors *pe, quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
 long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,

@@ -42,7 +42,7 @@ static quant_ck_status bad(quant_ck_error *err, const char *fmt, ...)
         err->status = QUANT_CK_ERR_FORMAT;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        ck_vformat(err->message, sizeof err->message, fmt, ap);
         va_end(ap);
     }
     return QUANT_CK_ERR_FORMAT;

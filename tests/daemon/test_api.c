@@ -399,10 +399,11 @@ START_TEST(test_bad_uploads)
               "\"tile_size\":5}]}");
     qdp_resp r5 =
         qdp_upload(&d, "/v1/jobs?ruleset=tile5", SHARDED "/model-00002-of-00002.safetensors");
-    ck_assert_msg(r5.status == 422 && strstr(r5.body, "\"invalid_job\"") &&
-                      strstr(r5.body, "\"model.safetensors: tensor ") && strstr(r5.body, "tiled") &&
-                      !strstr(r5.body, d.data_dir),
-                  "%ld %s", r5.status, r5.body);
+    ck_assert_msg(
+        r5.status == 422 && strstr(r5.body, "\"invalid_job\"") &&
+            strstr(r5.body, "\"14 tensors cannot be planned: model.safetensors: tensor ") &&
+            strstr(r5.body, "tiled") && !strstr(r5.body, d.data_dir),
+        "%ld %s", r5.status, r5.body);
     qdp_resp_free(&r5);
     /* a rule the layout cannot express (int16 in compressed-tensors): refused, not failed later */
     put_rules(&d, "i16", "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int16\"}]}");
