@@ -152,7 +152,7 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
 {
     quant_ck_error ck;
     quant_plan *plan = NULL;
-    quant_ck_status planned = qd_job_plan(r->app, j, &plan, &ck);
+    quant_ck_status planned = qd_job_plan(r->app, j, false, &plan, &ck);
     if (planned == QUANT_CK_ERR_NOMEM) return MHD_NO;
     if (planned != QUANT_CK_OK)
         return qd_reply_ec(r, qd_plan_error_code(planned), NULL, "%s", ck.message);

@@ -143,6 +143,7 @@ typedef struct ck_shard_plan {
     char **out_names;
     char *quant_meta;    /* native: the "quantization" metadata JSON; NULL otherwise */
     bool static_ok;      /* the run has static activation scales: act_static_scale rules pass */
+    bool stats_later;    /* a plan whose statistics come later (ck_plan_shard's acts_later) */
     size_t n_tensor_out; /* out[0, n_tensor_out) come from tensors; the static acts' follow */
     size_t n_acts;
     ck_act_plan *acts; /* the static activation scales this shard holds */

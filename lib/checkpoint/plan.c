@@ -249,6 +249,7 @@ quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_
     sp->base = ck_basename(in->path);
     sp->n = in->n_tensors;
     sp->static_ok = o->allow_static_acts || o->n_static_acts > 0;
+    sp->stats_later = acts_later;
     sp->t = calloc(sp->n ? sp->n : 1, sizeof *sp->t);
     if (!sp->t) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     size_t failed = pe->n;

@@ -401,14 +401,17 @@ typedef struct quant_plan_output {
 
 /* What the run would do with one input tensor. */
 typedef struct quant_plan_entry {
-    const char *name;   /* input tensor name */
-    const char *shard;  /* input file base name */
-    bool quantized;     /* quantized, or copied unchanged */
-    const char *reason; /* copied: why ("no rule matched", "rank < 2", ...); NULL if quantized */
-    long rule;          /* the rule that decides it (as the report's rule), -1 when none does */
-    long first_match;   /* the first rule whose module_path matches, -1 for none: the one that
-                           counts for unused rules, also for a tensor copied for its rank or dtype */
-    quant_qtype qtype;  /* when quantized */
+    const char *name;      /* input tensor name */
+    const char *shard;     /* input file base name */
+    bool quantized;        /* quantized, or copied unchanged */
+    const char *reason;    /* copied: why ("no rule matched", "rank < 2", ...); NULL if quantized */
+    long rule;             /* the rule that decides it (as the report's rule), -1 when none does */
+    long first_match;      /* the first rule whose module_path matches, -1 for none: the one that
+                              counts for unused rules, also for a tensor copied for its rank or dtype */
+    bool needs_statistics; /* a plan made without statistics (allow_static_acts, no static_acts)
+                              of a weight whose rule needs them: act_static_scale (its module's
+                              input activation) or weight_importance (its mean_sq) */
+    quant_qtype qtype;     /* when quantized */
     quant_st_dtype dtype;
     int rank;
     int64_t shape[QUANT_MAX_RANK];

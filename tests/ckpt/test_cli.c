@@ -1131,7 +1131,8 @@ START_TEST(test_unused_rules_warned)
 }
 END_TEST
 
-/* quantize with act_static_scale rules and no statistics: the error says how to give them */
+/* quantize with act_static_scale rules and no statistics: the error says how to give them; plan
+ * takes them and marks the tensor */
 START_TEST(test_srq_needs_stats)
 {
     char *dir = setup(NULL);
@@ -1145,6 +1146,17 @@ START_TEST(test_srq_needs_stats)
                       strstr(r.err, "--stats STATS.json"),
                   "exit %d: %s", r.status, r.err);
     ck_assert(!exists(out));
+    result_free(&r);
+    /* quant plan takes the rules without statistics and marks the tensor as needing them */
+    r = RUN(dir, "plan", "-r", rules, in);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "rule 0 (needs statistics)") &&
+                      strstr(r.out, "1 tensor needs calibration statistics"),
+                  "exit %d: %s%s", r.status, r.out, r.err);
+    result_free(&r);
+    r = RUN(dir, "plan", "--json", "-r", rules, in);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "\"needs_statistics\": true") &&
+                      strstr(r.out, "\"needs_statistics\": 1"),
+                  "exit %d: %s%s", r.status, r.out, r.err);
     result_free(&r);
     free(in);
     free(rules);
