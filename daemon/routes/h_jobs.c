@@ -153,6 +153,8 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
     quant_ck_error ck;
     quant_plan *plan = NULL;
     quant_ck_status planned = qd_job_plan(r->app, j, false, &plan, &ck);
+    if (planned == QUANT_CK_OK) planned = qd_srq_check(r->app, j->stats_model, j->rules, plan, &ck);
+    if (planned != QUANT_CK_OK) quant_plan_free(plan);
     if (planned == QUANT_CK_ERR_NOMEM) return MHD_NO;
     if (planned != QUANT_CK_OK)
         return qd_reply_ec(r, qd_plan_error_code(planned), NULL, "%s", ck.message);
@@ -254,6 +256,8 @@ static bool head_check(qd_req *r, shard_head *h, uint64_t *expect, char **unused
         o.allow_static_acts = qd_req_query(r, "stats_model") != NULL;
         st = quant_plan_file(rs, f, &o, &plan, &ck);
     }
+    if (st == QUANT_CK_OK)
+        st = qd_srq_check(r->app, qd_req_query(r, "stats_model"), h->rules, plan, &ck);
     if (st == QUANT_CK_OK && !(*unused = qd_plan_unused_json(plan)))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_plan_free(plan);
