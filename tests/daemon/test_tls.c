@@ -321,7 +321,7 @@ START_TEST(test_https_job_round_trip)
     ck_assert_ptr_nonnull(strstr(log, "msg=\"tls certificate loaded\" tls=on"));
     ck_assert_ptr_nonnull(strstr(log, "certificate=\"CN=quantd-test-a SANs=2 chain=1 not_after="));
     ck_assert_ptr_nonnull(strstr(log, "msg=listening "));
-    ck_assert_ptr_nonnull(strstr(log, " tls=on version="));
+    ck_assert_ptr_nonnull(strstr(log, " tls=on auth=open source_roots=none version="));
     ck_assert_ptr_null(strstr(log, "level=warn")); /* not expiring, key 0600 */
     free(log);
     qdp_stop(&d);
