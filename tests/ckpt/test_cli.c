@@ -258,7 +258,10 @@ START_TEST(test_help)
     }
     r = RUN(dir, "--version");
     ck_assert_int_eq(r.status, 0);
-    ck_assert_msg(strncmp(r.out, "quant 0.", 8) == 0, "--version: '%s'", r.out);
+    char want_version[64];
+    snprintf(want_version, sizeof want_version, "quant %s (libquant ", QUANT_RELEASE);
+    ck_assert_msg(strncmp(r.out, want_version, strlen(want_version)) == 0, "--version: '%s'",
+                  r.out);
     result_free(&r);
     kit_rmtree(dir);
     free(dir);
@@ -1131,6 +1134,53 @@ START_TEST(test_unused_rules_warned)
 }
 END_TEST
 
+/* The quoted fields of the .TH line of man page `path`: field k (0-based) into out. */
+static void th_field(const char *path, int k, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    char line[512];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, ".TH ", 4) != 0) continue;
+        const char *p = line;
+        for (int i = 0; p && i <= k; i++) {
+            const char *open = strchr(p, '"'), *close = open ? strchr(open + 1, '"') : NULL;
+            if (i == k && close) snprintf(out, cap, "%.*s", (int)(close - open - 1), open + 1);
+            p = close ? close + 1 : NULL;
+        }
+        break;
+    }
+    fclose(f);
+}
+
+/* One release for quant, quantd and the man pages: the Makefile's VERSION (the one definition,
+ * passed to both programs) is what `quant --version` prints and what both man pages say, with
+ * one date. */
+START_TEST(test_one_version)
+{
+    FILE *f = fopen("Makefile", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256], version[64] = "";
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VERSION := %63s", version) == 1 ||
+            sscanf(line, "VERSION    := %63s", version) == 1)
+            break;
+    fclose(f);
+    ck_assert_str_eq(version, QUANT_RELEASE);
+    char want[96], v1[96], v8[96], d1[96], d8[96];
+    snprintf(want, sizeof want, "quantd %s", version);
+    th_field("man/quant.1", 1, v1, sizeof v1);
+    th_field("man/quantd.8", 1, v8, sizeof v8);
+    th_field("man/quant.1", 0, d1, sizeof d1);
+    th_field("man/quantd.8", 0, d8, sizeof d8);
+    ck_assert_str_eq(v1, want);
+    ck_assert_str_eq(v8, want);
+    ck_assert_str_eq(d1, d8);
+    ck_assert_msg(strlen(d1) > 4, "man page date '%s'", d1);
+}
+END_TEST
+
 /* quantize with act_static_scale rules and no statistics: the error says how to give them; plan
  * takes them and marks the tensor */
 START_TEST(test_srq_needs_stats)
@@ -1269,6 +1319,7 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_rules_forms_and_hints);
     tcase_add_test(tc, test_unused_rules_warned);
     tcase_add_test(tc, test_srq_needs_stats);
+    tcase_add_test(tc, test_one_version);
     tcase_add_test(tc, test_mse_importance_stats);
     tcase_add_test(tc, test_plan_command);
     tcase_add_test(tc, test_plan_errors);
