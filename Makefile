@@ -92,7 +92,10 @@ QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o \
     $(BUILD)/obj/gen/migrations_pg.o
 QD_A       := $(BUILD)/lib/libquantd.a
 QUANTD_BIN := $(BUILD)/bin/quantd
-QD_VERSION := 0.3.0
+# The release: one number for quant, quantd and their man pages (the .TH lines of man/*.1 and
+# man/*.8 carry it, with one date; the cli suite checks that they agree with this line).
+VERSION    := 0.3.0
+QD_VERSION := $(VERSION)
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
 PG_MIGRATIONS := $(sort $(wildcard migrations/postgresql/*.sql))
 
@@ -136,7 +139,7 @@ FUZZ_MAX_LEN_router      := 1024
 FUZZ_MAX_LEN_source      := 1024
 FUZZ_MAX_LEN_http        := 65536
 
-.PHONY: all lib check check-asan check-tsan check-arm64 test bench soak run demo deps install \
+.PHONY: all lib check check-asan check-tsan check-arm64 test bench soak run demo deps deps-run install \
     verify-unit clean format lint-lib fuzz fuzz-bins
 
 all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
@@ -172,6 +175,7 @@ $(CK_A): $(CK_OBJS)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 $(CLI_OBJS): ALL_CFLAGS += $(CK_CFLAGS)
+$(CLI_OBJS) $(CKTEST_OBJS): CPPFLAGS += -DQUANT_RELEASE='"$(VERSION)"'
 
 $(QUANT_BIN): $(CLI_OBJS) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -271,6 +275,12 @@ deps:
 	    scripts/install-deps
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$QUANT_TEST_PG_BINDIR" ] || \
 	    scripts/install-deps
+
+# What building quant and quantd needs (make run): the compiler and the libraries, not Check,
+# curl, clang, valgrind or NumPy.
+deps-run:
+	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $(CK_PKGS) $(QD_PKGS) || \
+	    scripts/install-deps --run
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
 lint-lib:
@@ -424,8 +434,9 @@ bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN)
 	$(Q)$(DAEMON_BENCH) $(QUANTD_BIN) $(QUANT_BIN)
 	$(Q)$(STATS_BENCH) $(QUANTD_BIN)
 
-# `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var).
-run: deps all
+# `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var), after
+# installing only what building quant and quantd needs (install-deps --run: no test tools).
+run: deps-run all
 	$(Q)$(QUANTD_BIN)
 
 demo: lib $(DEMO_BIN)

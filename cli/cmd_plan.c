@@ -23,7 +23,8 @@ static const char usage[] =
     "written): per tensor the rule that quantizes it or why it is copied, its qtype, scale shape\n"
     "and output bytes; the totals; and the unused rules (0-based indices of the rules that are\n"
     "the first match of no tensor). Fails, naming the file, tensor or rule, where the run would\n"
-    "fail before its first tensor.\n"
+    "fail before its first tensor. Rules with act_static_scale or weight_importance are planned\n"
+    "without statistics; their tensors are marked as needing them (quantize with --stats).\n"
     "\n"
     "options:\n"
     "  -r, --rules FILE       the rule set (required)\n"
@@ -32,6 +33,9 @@ static const char usage[] =
     "      --imatrix FILE     gguf: an importance matrix (some mixes choose otherwise with one)\n"
     "      --vocab-from FILE  gguf from a Hugging Face directory: the GGUF vocabulary source\n"
     "  -j, --json             print the plan as JSON (the document POST /v1/plans returns)\n"
+    "      --allow-nothing-quantized\n"
+    "                         plan a run that quantizes no tensor (refused otherwise, as\n"
+    "                         'quant quantize' refuses it)\n"
     "  -h, --help             this text\n";
 
 typedef struct plan_args {
@@ -50,11 +54,15 @@ static int parse_args(int argc, char **argv, plan_args *a)
         {"imatrix", required_argument, NULL, 'i'},
         {"vocab-from", required_argument, NULL, 'V'},
         {"json", no_argument, NULL, 'j'},
+        {"allow-nothing-quantized", no_argument, NULL, 256},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     quant_pipeline_options_init(&a->opts);
+    /* no statistics in a plan: act_static_scale and weight_importance rules are planned, their
+     * tensors marked as needing statistics */
+    a->opts.allow_static_acts = true;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":r:l:m:i:V:jh", longopts, NULL)) != -1) {
@@ -80,6 +88,9 @@ static int parse_args(int argc, char **argv, plan_args *a)
             break;
         case 'j':
             a->json = true;
+            break;
+        case 256:
+            a->opts.allow_nothing_quantized = true;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -118,7 +129,8 @@ static void entry_cells(const quant_plan_entry *e, cells *c)
             snprintf(c->rule, sizeof c->rule, "%s", e->chosen_by);
         snprintf(c->scale, sizeof c->scale, "-");
     } else if (e->quantized) {
-        snprintf(c->rule, sizeof c->rule, "rule %ld", e->rule);
+        snprintf(c->rule, sizeof c->rule, "rule %ld%s", e->rule,
+                 e->needs_statistics ? " (needs statistics)" : "");
         cli_fmt_shape(e->rank, e->scale_shape, c->scale, sizeof c->scale);
     } else {
         snprintf(c->rule, sizeof c->rule, "copied: %s", e->reason);
@@ -165,6 +177,12 @@ static void print_totals(const quant_plan *p, const quant_ruleset *rules)
         printf("%zu static activation scale%s\n", quant_plan_static_count(p),
                quant_plan_static_count(p) == 1 ? "" : "s");
     printf("%s -> %s (%.1f%%)\n", bin, bout, in ? 100.0 * (double)out / (double)in : 100.0);
+    size_t stats = 0;
+    for (size_t i = 0; i < n; i++) stats += quant_plan_entry_at(p, i)->needs_statistics;
+    if (stats > 0)
+        printf("%zu tensor%s need%s calibration statistics (act_static_scale, weight_importance): "
+               "quantize with --stats STATS.json\n",
+               stats, stats == 1 ? "" : "s", stats == 1 ? "s" : "");
     const long *unused = quant_plan_unused_rules(p, &n_unused);
     if (n_unused == 0) printf("unused rules: none\n");
     for (size_t i = 0; i < n_unused; i++)

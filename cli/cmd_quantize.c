@@ -3,8 +3,8 @@
  * engine (quant_srq_compute, as a quantd job with a stats_model), stale temporaries removed and
  * the report target checked before the run, SIGINT and SIGTERM turned into the pipeline's cancel
  * flag, the run with its progress bar, the per-tensor report written next to the output, the
- * warnings (each unused rule, nothing quantized: the run still succeeds) and the summary on
- * stderr.
+ * warnings (each unused rule with what it probably meant; nothing quantized, which the library
+ * refuses unless --allow-nothing-quantized or the rule set allows it) and the summary on stderr.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -46,7 +46,9 @@ static const char usage[] =
     "                         quant_stats dump in JSON ({ACT: {\"count\": n, \"sum_of_absmax\":\n"
     "                         ...}}); each activation gets the act_qtype of the first rule\n"
     "                         matching its module path when that rule has act_static_scale\n"
-    "  -l, --layout NAME      native (default), compressed-tensors or gguf\n"
+    "  -l, --layout NAME      native (default), compressed-tensors (a file run writes\n"
+    "                         config.json with its quantization_config beside OUT too,\n"
+    "                         from the one beside IN when there is one) or gguf\n"
     "  -m, --mix NAME         gguf: a llama-quantize mix (Q8_0, Q6_K, Q5_K_M, Q5_K_S,\n"
     "                         Q4_K_M, Q4_K_S, Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, IQ4_NL, IQ4_XS,\n"
     "                         Q4_0, Q4_1, Q5_0, Q5_1, MXFP4_MOE, F16, BF16, F32); chooses\n"
@@ -63,6 +65,11 @@ static const char usage[] =
     "OUT/quant-report.json\n"
     "                         for a directory, quant-report.json beside OUT for a file); a\n"
     "                         regular file is replaced, a link or anything else refused\n"
+    "      --allow-nothing-quantized\n"
+    "                         succeed even when no tensor is quantized (OUT is then IN\n"
+    "                         copied); without it such a run fails before any work, naming\n"
+    "                         the rules that match nothing (also: the rule set's\n"
+    "                         \"allow_nothing_quantized\": true)\n"
     "      --no-quality       skip the SQNR and max error measurement (faster)\n"
     "      --chunk-mib N      input MiB per unit of work (default 16)\n"
     "  -q, --quiet            no progress bar, no summary\n"
@@ -74,7 +81,7 @@ typedef struct quantize_args {
     bool quiet;
 } quantize_args;
 
-enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX, OPT_VOCAB };
+enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX, OPT_VOCAB, OPT_ALLOW_NOTHING };
 
 /* Parses argv into `a`; returns -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, quantize_args *a)
@@ -89,6 +96,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
         {"threads", required_argument, NULL, 't'},
         {"report", required_argument, NULL, OPT_REPORT},
         {"no-quality", no_argument, NULL, OPT_NO_QUALITY},
+        {"allow-nothing-quantized", no_argument, NULL, OPT_ALLOW_NOTHING},
         {"chunk-mib", required_argument, NULL, OPT_CHUNK_MIB},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -132,6 +140,9 @@ static int parse_args(int argc, char **argv, quantize_args *a)
             break;
         case OPT_NO_QUALITY:
             a->opts.quality = false;
+            break;
+        case OPT_ALLOW_NOTHING:
+            a->opts.allow_nothing_quantized = true;
             break;
         case OPT_CHUNK_MIB:
             if (!cli_parse_long(optarg, 1, 4096, &v))
@@ -312,15 +323,21 @@ static void print_summary(const quantize_args *a, const quant_report *rep, doubl
     fprintf(stderr, "report: %s\n", report);
 }
 
-/* SPEC section 10: a run with unused rules succeeds and says so; so does one that quantized
- * nothing. Printed whatever --quiet says (warnings are not the summary). */
+/* SPEC section 10: a run with unused rules succeeds and says so, with what a rule probably
+ * meant; so does one allowed to quantize nothing. Printed whatever --quiet says (warnings are not
+ * the summary). */
 static void warn_unused(const quant_report *rep, const quant_ruleset *rules)
 {
     size_t n_unused, quantized = 0;
     const long *unused = quant_report_unused_rules(rep, &n_unused);
-    for (size_t i = 0; i < n_unused; i++)
-        cli_warn("rule %ld (module_path \"%s\") is unused: it is the first match of no tensor",
-                 unused[i], quant_ruleset_rule(rules, (size_t)unused[i])->module_path);
+    for (size_t i = 0; i < n_unused; i++) {
+        const char *hint = quant_report_unused_hint(rep, i);
+        cli_warn(
+            "rule %ld (module_path \"%s\") is unused: it is the first match of no tensor%s%s%s",
+            unused[i], quant_ruleset_rule(rules, (size_t)unused[i])->module_path,
+            hint ? " (module paths are matched whole: did you mean '" : "", hint ? hint : "",
+            hint ? "'?)" : "");
+    }
     for (size_t i = 0; i < quant_report_count(rep); i++)
         quantized += quant_report_entry_at(rep, i)->quantized;
     if (quantized == 0)

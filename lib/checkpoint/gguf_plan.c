@@ -275,6 +275,22 @@ static quant_ck_status find_mix(gguf_job *j, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
+/* A run whose output would be its input (no tensor changes type) is refused unless allowed, as
+ * in the other layouts: it is almost always a rule that matches nothing. */
+static quant_ck_status check_changes(const gguf_job *j, quant_ck_error *err)
+{
+    if (j->opts->allow_nothing_quantized || quant_ruleset_allow_nothing_quantized(j->rules))
+        return QUANT_CK_OK;
+    for (size_t i = 0; i < j->n; i++)
+        if (j->choice[i].type != j->src[i].type || j->src[i].heads || !j->src[i].raw)
+            return QUANT_CK_OK;
+    return quant_ck_fail(err, QUANT_CK_ERR_RULES,
+                         "nothing to quantize: no mix, and no rule names a tensor llama.cpp "
+                         "quantizes (rules match GGUF module paths whole, e.g. "
+                         "'blk\\.0\\.attn_q' or '.*attn_q'); give --mix, or allow it with "
+                         "allow_nothing_quantized");
+}
+
 quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char *in,
                              const quant_pipeline_options *opts, quant_ck_error *err)
 {
@@ -298,6 +314,7 @@ quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char
     for (size_t i = 0; i < j->n; i++) has_importance |= j->imp[i] != NULL;
     if (st == QUANT_CK_OK)
         st = quant_gguf_mix_choose(j->mix, &j->model, has_importance, j->mt, j->n, j->choice, err);
+    if (st == QUANT_CK_OK) st = check_changes(j, err);
     if (st != QUANT_CK_OK && st != QUANT_CK_ERR_NOMEM) quant_ck_prefix(err, "%s", in);
     return st;
 }

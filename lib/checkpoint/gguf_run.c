@@ -360,7 +360,7 @@ quant_ck_status ck_gguf_quantize(const quant_ruleset *rules, const char *in, con
     quant_report *r = ck_report_new(QUANT_LAYOUT_GGUF, false);
     if (!r && st == QUANT_CK_OK) st = nomem(err);
     j.report = r;
-    if (r && j.unused && !ck_report_set_unused(r, j.unused, j.n_unused) && st == QUANT_CK_OK)
+    if (r && j.unused && !ck_report_set_unused(r, j.unused, NULL, j.n_unused) && st == QUANT_CK_OK)
         st = nomem(err);
     if (st == QUANT_CK_OK) st = run(&j, out, err);
     if (st != QUANT_CK_OK) ck_report_drop_outputs(r); /* nothing was published */

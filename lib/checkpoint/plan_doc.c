@@ -96,6 +96,8 @@ static bool add_entry(quant_plan *p, const ck_shard_plan *sp, const ck_tensor_pl
     e->reason = tp->reason; /* static strings */
     e->rule = tp->rule;
     e->first_match = tp->first_match;
+    e->needs_statistics = tp->quantize && sp->stats_later &&
+                          (tp->r->act_static_scale || (tp->r->weight_importance && !tp->imp));
     e->qtype = tp->how.qtype;
     e->dtype = t->dtype;
     e->rank = t->rank;
@@ -315,6 +317,7 @@ static json_t *entry_json(const quant_plan_entry *e)
     } else {
         json_object_set_new(o, "reason", json_string(e->reason));
     }
+    if (e->needs_statistics) json_object_set_new(o, "needs_statistics", json_true());
     json_object_set_new(o, "bytes_in", json_integer((json_int_t)e->bytes_in));
     json_object_set_new(o, "bytes_out", json_integer((json_int_t)e->bytes_out));
     json_object_set_new(o, "outputs", outputs_json(e->outputs, e->n_outputs));
@@ -330,12 +333,16 @@ static json_t *unused_json(const long *unused, size_t n)
 
 static json_t *summary_json(const quant_plan *p)
 {
-    size_t quantized = 0;
-    for (size_t i = 0; i < p->n; i++) quantized += p->e[i].quantized;
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "tensors", (json_int_t)p->n, "quantized",
-                     (json_int_t)quantized, "copied", (json_int_t)(p->n - quantized), "bytes_in",
-                     (json_int_t)p->bytes_in, "bytes_out", (json_int_t)p->bytes_out, "unused_rules",
-                     unused_json(p->unused, p->n_unused));
+    size_t quantized = 0, stats = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        quantized += p->e[i].quantized;
+        stats += p->e[i].needs_statistics;
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "tensors", (json_int_t)p->n,
+                     "quantized", (json_int_t)quantized, "copied", (json_int_t)(p->n - quantized),
+                     "bytes_in", (json_int_t)p->bytes_in, "bytes_out", (json_int_t)p->bytes_out,
+                     "unused_rules", unused_json(p->unused, p->n_unused), "needs_statistics",
+                     (json_int_t)stats);
 }
 
 static json_t *statics_json(const quant_plan *p)

@@ -294,6 +294,15 @@ START_TEST(refusals_name_rule_tensor_and_nearest_type)
                      QUANT_CK_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "weight_importance"));
     ck_assert_ptr_nonnull(strstr(err.message, "blk.0.attn_q"));
+    /* nothing would change: refused unless allowed */
+    ck_assert_int_eq(run(&f, "[{\"module_path\": \"attn_q\", \"weight_qtype\": \"q8_0\"}]", NULL,
+                         NULL, NULL, &err),
+                     QUANT_CK_ERR_RULES);
+    ck_assert_ptr_nonnull(strstr(err.message, "nothing to quantize"));
+    ck_assert_int_eq(
+        run(&f, "{\"allow_nothing_quantized\": true, \"rules\": []}", NULL, NULL, NULL, &err),
+        QUANT_CK_OK);
+    unlink(f.out);
     /* an unknown mix; a safetensors input */
     ck_assert_int_eq(run(&f, "[]", "Q4_K_X", NULL, NULL, &err), QUANT_CK_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "Q4_K_M"));
