@@ -32,6 +32,12 @@ int cli_inspect_gguf(const char *path, bool as_json);
 typedef struct quant_imatrix quant_imatrix;
 int cli_load_rules(const char *path, quant_ruleset **rules);
 int cli_load_imatrix(const char *path, quant_pipeline_options *opts, quant_imatrix **m);
+/* --mix NAME into opts (-1 to go on, or the usage error's exit status). */
+int cli_gguf_mix_opt(const char *cmd, const char *name, quant_pipeline_options *opts);
+/* The gguf options' combinations: --mix, --imatrix and --vocab-from only with the gguf layout;
+ * --rules required unless a mix decides (-1 to go on, or the usage error's exit status). */
+int cli_gguf_check(const char *cmd, const char *rules, const char *imatrix,
+                   const quant_pipeline_options *opts);
 
 /* ---- errors (util.c) ---------------------------------------------------------------------- */
 

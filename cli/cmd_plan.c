@@ -64,7 +64,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
      * tensors marked as needing statistics */
     a->opts.allow_static_acts = true;
     opterr = 0;
-    int c;
+    int c, rc;
     while ((c = getopt_long(argc, argv, ":r:l:m:i:V:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
@@ -76,9 +76,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
                     CMD, "unknown layout '%s' (native, compressed-tensors or gguf)", optarg);
             break;
         case 'm':
-            if (!quant_gguf_mix_find(optarg))
-                return cli_usage_error(CMD, "unknown mix '%s' (see quant quantize --help)", optarg);
-            a->opts.gguf_mix = optarg;
+            if ((rc = cli_gguf_mix_opt(CMD, optarg, &a->opts)) >= 0) return rc;
             break;
         case 'i':
             a->imatrix = optarg;
@@ -99,11 +97,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
             return cli_getopt_error(CMD, c, argv);
         }
     }
-    bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
-    if (!gguf && (a->opts.gguf_mix || a->imatrix || a->opts.gguf_vocab))
-        return cli_usage_error(CMD, "--mix, --imatrix and --vocab-from go with --layout gguf");
-    if (!a->rules && !a->opts.gguf_mix)
-        return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
+    if ((rc = cli_gguf_check(CMD, a->rules, a->imatrix, &a->opts)) >= 0) return rc;
     if (argc - optind != 1)
         return cli_usage_error(CMD, "expected IN, got %d operands", argc - optind);
     a->in = argv[optind];

@@ -106,7 +106,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
     quant_pipeline_options_init(&a->opts);
     a->opts.map_input = true; /* the command's input is the user's own file */
     opterr = 0;
-    int c;
+    int c, rc;
     long v;
     while ((c = getopt_long(argc, argv, ":r:s:l:m:t:qh", longopts, NULL)) != -1) {
         switch (c) {
@@ -122,9 +122,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
                     CMD, "unknown layout '%s' (native, compressed-tensors or gguf)", optarg);
             break;
         case 'm':
-            if (!quant_gguf_mix_find(optarg))
-                return cli_usage_error(CMD, "unknown mix '%s' (see quant quantize --help)", optarg);
-            a->opts.gguf_mix = optarg;
+            if ((rc = cli_gguf_mix_opt(CMD, optarg, &a->opts)) >= 0) return rc;
             break;
         case OPT_IMATRIX:
             a->imatrix = optarg;
@@ -160,11 +158,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
             return cli_getopt_error(CMD, c, argv);
         }
     }
-    bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
-    if (!gguf && (a->opts.gguf_mix || a->imatrix || a->opts.gguf_vocab))
-        return cli_usage_error(CMD, "--mix, --imatrix and --vocab-from go with --layout gguf");
-    if (!a->rules && !a->opts.gguf_mix)
-        return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
+    if ((rc = cli_gguf_check(CMD, a->rules, a->imatrix, &a->opts)) >= 0) return rc;
     if (a->imatrix && a->stats)
         return cli_usage_error(CMD, "--imatrix and --stats both give importance: choose one");
     if (argc - optind != 2)

@@ -4,6 +4,7 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 #include "cli.h"
+#include "quant_gguf_mix.h"
 #include "quant_imatrix.h"
 
 int cli_load_rules(const char *path, quant_ruleset **rules)
@@ -23,4 +24,23 @@ int cli_load_imatrix(const char *path, quant_pipeline_options *opts, quant_imatr
     opts->importance_given = true;
     opts->importance = quant_imatrix_entries(*m, &opts->n_importance);
     return CLI_EXIT_OK;
+}
+
+int cli_gguf_mix_opt(const char *cmd, const char *name, quant_pipeline_options *opts)
+{
+    if (!quant_gguf_mix_find(name))
+        return cli_usage_error(cmd, "unknown mix '%s' (see quant quantize --help)", name);
+    opts->gguf_mix = name;
+    return -1;
+}
+
+int cli_gguf_check(const char *cmd, const char *rules, const char *imatrix,
+                   const quant_pipeline_options *opts)
+{
+    bool gguf = opts->layout == QUANT_LAYOUT_GGUF;
+    if (!gguf && (opts->gguf_mix || imatrix || opts->gguf_vocab))
+        return cli_usage_error(cmd, "--mix, --imatrix and --vocab-from go with --layout gguf");
+    if (!rules && !opts->gguf_mix)
+        return cli_usage_error(cmd, gguf ? "--mix or --rules is required" : "--rules is required");
+    return -1;
 }

@@ -469,11 +469,21 @@ qd_payload qd_shard_or_json(qd_req *r, const char *takes)
     return QD_PAYLOAD_REPLIED;
 }
 
+bool qd_upload_layout_ok(qd_req *r, const char *layout)
+{
+    if (!qd_layout_ok(r, layout)) return false;
+    if (strcmp(layout, "gguf") != 0) return true;
+    qd_reply_ec(r, QD_EC_INVALID_JOB, "layout",
+                "the gguf layout reads a GGUF file named by a server-side source (\"source\": "
+                "{\"path\": ...}); uploads take the native or compressed-tensors layout");
+    return false;
+}
+
 bool qd_shard_query_ok(qd_req *r, enum MHD_Result *ret)
 {
     *ret = MHD_YES;
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
-    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
+    if (!qd_upload_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
         return false;
     char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
     free(rules);

@@ -230,7 +230,8 @@ const quant_report_entry *quant_report_entry_at(const quant_report *r, size_t i)
     return r && i < r->n ? &r->e[i] : NULL;
 }
 
-quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entry *src)
+/* Room for one more entry; the new one's slot, or NULL (NULL report, or out of memory). */
+static quant_report_entry *next_entry(quant_report *r)
 {
     if (!r) return NULL;
     if (r->n == r->cap) {
@@ -240,7 +241,13 @@ quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entr
         r->e = e;
         r->cap = cap;
     }
-    quant_report_entry *e = &r->e[r->n];
+    return &r->e[r->n];
+}
+
+quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entry *src)
+{
+    quant_report_entry *e = next_entry(r);
+    if (!e) return NULL;
     *e = *src;
     bool ok = true;
     e->name = strdup_or_null(src->name, &ok);
@@ -258,15 +265,8 @@ quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entr
 
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp)
 {
-    if (!r) return NULL;
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 64;
-        quant_report_entry *e = realloc(r->e, cap * sizeof *e);
-        if (!e) return NULL;
-        r->e = e;
-        r->cap = cap;
-    }
-    quant_report_entry *e = &r->e[r->n];
+    quant_report_entry *e = next_entry(r);
+    if (!e) return NULL;
     memset(e, 0, sizeof *e);
     e->name = strdup(tp->in->name);
     e->shard = strdup(shard);

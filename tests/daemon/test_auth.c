@@ -94,6 +94,7 @@ static const struct {
     {"GET", "/v1/models/{model}/stats", T | O},
     {"DELETE", "/v1/models/{model}/stats", O},
     {"GET", "/v1/models/{model}/scales", T | O},
+    {"GET", "/v1/models/{model}/imatrix", T | O},
     {"GET", "/v1/tokens", O},
     {"POST", "/v1/tokens", O},
     {"DELETE", "/v1/tokens/{name}", O},

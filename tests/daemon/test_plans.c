@@ -297,8 +297,12 @@ START_TEST(test_plan_upload)
     r = qdp_upload(&f.d, "/v1/plans?ruleset=nope", hdr);
     ck_assert_msg(r.status == 422 && strstr(r.body, "unknown_ruleset"), "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
-    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=gguf", hdr);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=ggml", hdr);
     ck_assert_int_eq(r.status, 400);
+    qdp_resp_free(&r);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=gguf", hdr);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "server-side source"), "%ld %s", r.status,
+                  r.body);
     qdp_resp_free(&r);
     r = qdp_req(&f.d, "POST", "/v1/plans", "text/plain", "x", 1, NULL);
     ck_assert_int_eq(r.status, 415);
