@@ -32,6 +32,7 @@ int main(void)
     srunner_add_suite(sr, suite_inputs());
     srunner_add_suite(sr, suite_startup());
     srunner_add_suite(sr, suite_conns());
+    srunner_add_suite(sr, suite_torch());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
