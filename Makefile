@@ -252,12 +252,15 @@ fuzz_replay = for t in $(FUZZ_TARGETS); do d=tests/fuzz/corpus/$$t; [ -d $$d ] |
     $(1)/tests/fuzz/replay-$$t $$d || exit 1; done
 
 # Installs what is missing (only when pkg-config cannot find it, or when neither python3 nor
-# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c).
+# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c;
+# or torch: the torch suite's, tests/daemon/test_torch.c, unless QUANT_SKIP_TORCH=1).
 deps:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
 	    $(QD_PKGS) || scripts/install-deps
 	@{ python3 -c 'import numpy' || /usr/bin/python3 -c 'import numpy'; } >/dev/null 2>&1 || \
 	    scripts/install-deps
+	@[ "$${QUANT_SKIP_TORCH:-}" = 1 ] || { /usr/bin/python3 -c 'import torch' || \
+	    python3 -c 'import torch'; } >/dev/null 2>&1 || scripts/install-deps
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
 lint-lib:
