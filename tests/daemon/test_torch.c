@@ -349,6 +349,10 @@ static void wait_stderr(const char *dir, const char *needle)
 {
     char *path = kit_join(dir, "err");
     for (int i = 0; i < 600; i++) {
+        if (access(path, R_OK) != 0) { /* the child has not opened it yet */
+            kit_sleep_ms(100);
+            continue;
+        }
         char *s = qdt_read_file(path, NULL);
         bool found = strstr(s, needle) != NULL;
         free(s);
@@ -449,6 +453,43 @@ START_TEST(test_torch_tls_token)
 }
 END_TEST
 
+/* The module without quantd: a connection refused is retried after a backoff, then reported
+ * (on_error="warn": the batch is dropped and training goes on; "raise": StatsPostError, naming
+ * the URL, the key and the failure); names are module paths with '/' for '.'. */
+static const char unreachable_py[] =
+    "import sys, torch\n"
+    "sys.path.insert(0, 'examples')\n"
+    "from torch_stats import StatsHooks, StatsPostError\n"
+    "m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(),\n"
+    "                        torch.nn.Sequential(torch.nn.Linear(3, 2)))\n"
+    "for on_error in ('warn', 'raise'):\n"
+    "    h = StatsHooks(m, 'http://127.0.0.1:1', 'toy', every=1, run_id='k', retries=2,\n"
+    "                   max_wait=10, on_error=on_error)\n"
+    "    m(torch.ones(2, 4))\n"
+    "    print(sorted(h.acc))\n"
+    "    try:\n"
+    "        print('step:', h.step())\n"
+    "    except StatsPostError as e:\n"
+    "        print('raised:', e)\n"
+    "    h.remove()\n";
+
+START_TEST(test_torch_unreachable)
+{
+    char *out = NULL, *err = NULL;
+    int st = run((const char *[]){python(), "-c", unreachable_py, NULL}, NULL, &out, &err);
+    ck_assert_msg(st == 0, "exit %d: %s", st, err);
+    ck_assert_msg(strstr(out, "['0/dot_general0_lhs', '2/0/dot_general0_lhs']\nstep: None\n") &&
+                      strstr(out, "raised: POST http://127.0.0.1:1/v1/models/toy/stats "
+                                  "(Idempotency-Key k-1) (2 retries): no answer ("),
+                  "%s", out);
+    ck_assert_msg(strstr(err, "retry 2 of 2 in ") &&
+                      strstr(err, "torch_stats: statistics of step 1 dropped: POST "),
+                  "%s", err);
+    free(out);
+    free(err);
+}
+END_TEST
+
 Suite *suite_torch(void)
 {
     Suite *s = suite_create("torch");
@@ -463,6 +504,7 @@ Suite *suite_torch(void)
     tcase_add_test(tc, test_torch_posts_and_job);
     tcase_add_test(tc, test_torch_503);
     tcase_add_test(tc, test_torch_tls_token);
+    tcase_add_test(tc, test_torch_unreachable);
     suite_add_tcase(s, tc);
     return s;
 }
