@@ -2,11 +2,13 @@
  * every nn.Linear of a real 15M-parameter Llama, stories15M) against a real quantd. The demo's
  * greedy text is the model's published sample (the forward pass is right); quantd then holds
  * absmax and mean_sq for every Linear's input, named after the weight's module path, with the
- * input's length, a count equal to the posts and averages equal to the posted bodies; a post
- * sent again with its Idempotency-Key is a replay, not counted twice; a 503 (max_body_memory held
- * by another request) is retried after its Retry-After, or ends the run with a clear error once
- * the retries are spent; over HTTPS the token and CA come from $QUANTD_TOKEN and $QUANTD_CACERT;
- * and a job with stats_model, SRQ and weight_importance rules succeeds on those statistics.
+ * input's length, a count equal to the posts and averages equal to the posted bodies, the
+ * bodies being what the NumPy Llama of examples/llama_np.py gives for the same tokens; a post
+ * sent again with its Idempotency-Key is a replay, not counted twice; a 503 (max_body_memory
+ * held by another request) is retried after its Retry-After, or ends the run with a clear error
+ * once the retries are spent; a refused connection is retried, then dropped or raised; over
+ * HTTPS the token and CA come from $QUANTD_TOKEN and $QUANTD_CACERT; and a job with stats_model,
+ * SRQ and weight_importance rules succeeds on those statistics.
  * The interpreter: $QUANT_TORCH_PYTHON, else the first of /usr/bin/python3 (Debian's
  * python3-torch) and python3 that imports torch; the model: $QUANT_STORIES15M, else
  * ../shared/data/stories15M. Either missing fails the suite, unless QUANT_SKIP_TORCH=1.
@@ -308,6 +310,17 @@ START_TEST(test_torch_posts_and_job)
     ck_assert_int_eq(json_integer_value(json_object_get(b1, "step")), 2);
     check_stats(&d, "s15", b1, b2);
     ck_assert_int_eq(model_posts(&d, "s15"), 2);
+    /* the second post's statistics computed again from the NumPy Llama's own forward pass */
+    char *body2 = kit_join(bodies, "t1-4.json");
+    st = run((const char *[]){python(), "tests/daemon/torch_vs_numpy.py", model_dir, body2,
+                              "--first-step", "2", "--steps", "2", "--batch", "2", "--seq-len",
+                              "24", NULL},
+             NULL, &out, &err);
+    ck_assert_msg(st == 0 && strstr(out, "42 activations; largest relative difference"),
+                  "torch_vs_numpy.py exit %d: %s%s", st, out, err);
+    free(out);
+    free(err);
+    free(body2);
 
     /* the first post again with its key: answered as a replay, counted once */
     qdp_resp r = qdp_req(&d, "POST", "/v1/models/s15/stats", "application/json", bytes1, len1,
