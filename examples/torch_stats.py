@@ -161,6 +161,8 @@ class StatsHooks:
             if not self.recording:
                 return
             x = inputs[0].detach()
+            if x.numel() == 0:
+                return
             x = x.reshape(-1, x.shape[-1])
             amax = x.abs().amax() if self.absmax == "tensor" else x.abs().amax(dim=0)
             sq = x.double().square().sum(dim=0)
