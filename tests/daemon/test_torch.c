@@ -382,9 +382,11 @@ START_TEST(test_torch_503)
 {
     qdp d;
     qdp_start(&d, (const char *[]){"--max-body-memory", "1M", "--max-stats-body", "1M",
-                                   "--max-json-body", "1M", NULL});
+                                   "--max-json-body", "1M", "--body-timeout", "3600",
+                                   "--idle-timeout", "3600", NULL});
     char env[128], *out = NULL, *err = NULL;
-    int hold = hold_budget(&d, 1000000); /* leaves 48576 bytes; a post is ~200 KB */
+    /* leaves 48576 bytes (a post is ~200 KB), for as long as the test needs (body_timeout) */
+    int hold = hold_budget(&d, 1000000);
     /* held throughout: one retry after Retry-After, then a clear error, and nothing stored */
     int st = run((const char *[]){DEMO_ARGV("b1"), "--steps", "1", "--every", "1", "--greedy", "0",
                                   "--retries", "1", "--run-id", "t2", NULL},
