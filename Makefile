@@ -267,7 +267,8 @@ fuzz_replay = for t in $(FUZZ_TARGETS); do d=tests/fuzz/corpus/$$t; [ -d $$d ] |
 
 # Installs what is missing (only when pkg-config cannot find it, or when neither python3 nor
 # /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c;
-# or when there is no PostgreSQL server for tests/daemon/pgtest.c's cluster).
+# or when there is no PostgreSQL server for tests/daemon/pgtest.c's cluster, or torch: the torch
+# suite's, tests/daemon/test_torch.c, unless QUANT_SKIP_TORCH=1).
 deps:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
 	    $(QD_PKGS) || scripts/install-deps
@@ -275,9 +276,11 @@ deps:
 	    scripts/install-deps
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$QUANT_TEST_PG_BINDIR" ] || \
 	    scripts/install-deps
+	@[ "$${QUANT_SKIP_TORCH:-}" = 1 ] || { /usr/bin/python3 -c 'import torch' || \
+	    python3 -c 'import torch'; } >/dev/null 2>&1 || scripts/install-deps
 
 # What building quant and quantd needs (make run): the compiler and the libraries, not Check,
-# curl, clang, valgrind or NumPy.
+# curl, clang, valgrind, NumPy or PyTorch.
 deps-run:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $(CK_PKGS) $(QD_PKGS) || \
 	    scripts/install-deps --run
