@@ -37,6 +37,7 @@ int main(void)
     srunner_add_suite(sr, suite_conns());
     srunner_add_suite(sr, suite_gguf());
     srunner_add_suite(sr, suite_torch());
+    srunner_add_suite(sr, suite_walkthrough());
     qdt_pg_start(); /* the PostgreSQL cases' cluster, when a suite that needs it runs */
     srunner_run_all(sr, CK_NORMAL);
     qdt_pg_stop();

@@ -38,6 +38,7 @@ Suite *suite_startup(void);
 Suite *suite_conns(void);
 Suite *suite_gguf(void);
 Suite *suite_torch(void);
+Suite *suite_walkthrough(void);
 
 /* kit_tmpdir("quantd-test"), failing the test when it cannot be made (caller frees the path;
  * kit_rmtree removes it). */
