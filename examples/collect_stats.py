@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-# collect_stats.py -- owns the "training job with a real model" example of issue 13 item 5: runs
+# collect_stats.py -- owns the "training job with a real model" example: runs
 # the float Llama of a Hugging Face checkpoint (llama_np.py) on token sequences it samples from
 # the model itself (seeded), and records, per linear layer input, the statistics a training job
 # would post: `absmax` (max |x| over each sequence, averaged over the batch, as Qwix averages over
 # act_batch_axes before it records; shape [1]) and `mean_sq` (the mean of x^2 over every axis but
-# the input-feature axis; shape [in], SPEC section 9). It posts one step per batch to
+# the input-feature axis; shape [in], the importance statistic). It posts one step per batch to
 # POST /v1/models/{model}/stats (JSON, an Idempotency-Key per step, retried as train_stats.py
 # does), or with --out writes the sums as one Qwix quant_stats dump in JSON.
 # Needs NumPy (Debian: python3-numpy). Run: python3 examples/collect_stats.py --help
@@ -95,8 +95,8 @@ def parse_args(argv):
                    "(default %(default)s)")
     p.add_argument("--stats", default=",".join(STATISTICS),
                    help="comma-separated statistics to record: absmax, mean_sq (default "
-                   "%(default)s; mean_sq is SPEC section 9: quantd takes it from migration "
-                   "0006 on)")
+                   "%(default)s; mean_sq is the importance statistic: quantd takes it "
+                   "from migration 0006 on)")
     p.add_argument("--out", metavar="FILE", help="write one Qwix quant_stats dump (JSON: "
                    "{\"stats\": {ACT: {\"count\", \"sum_of_absmax\", \"sum_of_mean_sq\"}}}) "
                    "to FILE instead of posting")

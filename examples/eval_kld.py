@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# eval_kld.py -- owns the model-level quality measure of issue 13 item 5: the KL divergence
+# eval_kld.py -- owns the model-level quality measure: the KL divergence
 # between a float Llama checkpoint and a quantized copy of it, as llama.cpp's
 # `perplexity --kl-divergence` measures it. It samples held-out token sequences from the float
 # model (seeded; collect_stats.py calibrates on other seeds), runs both models on them

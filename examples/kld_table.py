@@ -5,7 +5,7 @@
 # back into float (`quant dequantize`) and compares it with the float model on the same held-out
 # sequences sampled from the float model (eval_kld.py's measure), printing one Markdown row per
 # rule set. With --stats (a collect_stats.py --out dump holding mean_sq) every quantizing rule
-# also gets "weight_importance": true and `quant quantize --stats` weighs its MSE search (SPEC 9). Needs NumPy (Debian: python3-numpy). Run: python3 examples/kld_table.py --help
+# also gets "weight_importance": true and `quant quantize --stats` weighs its MSE search. Needs NumPy (Debian: python3-numpy). Run: python3 examples/kld_table.py --help
 # SPDX-License-Identifier: Apache-2.0
 import argparse
 import json

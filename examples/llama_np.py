@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # llama_np.py -- owns the NumPy forward pass of a Llama checkpoint in Hugging Face layout that
-# collect_stats.py and eval_kld.py share (issue 13 item 5): a safetensors reader (one file, or
+# collect_stats.py and eval_kld.py share: a safetensors reader (one file, or
 # shards named by model.safetensors.index.json; F32, F16, BF16, F64), the model (embeddings,
 # RMSNorm, rotary embeddings in HF's rotate_half convention, grouped-query attention with a
 # causal mask, SwiGLU MLP, final norm, lm_head or tied embeddings), a hook that sees every linear

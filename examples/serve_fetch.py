@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# serve_fetch.py -- owns the "serving job" example of issue 5: waits for a quantd job to succeed
+# serve_fetch.py -- owns the "serving job" example: waits for a quantd job to succeed
 # (GET /v1/jobs/{id}), then downloads each of its outputs (GET /v1/jobs/{id}/outputs/{name}) into
 # a directory, streaming, hashing with SHA-256 as the bytes arrive, and checks the digest against
 # the response's ETag and the job's outputs[].sha256. A download cut short leaves NAME.part (and

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# train_stats.py -- owns the "training job" example of issue 5: posts per-step activation
+# train_stats.py -- owns the "training job" example: posts per-step activation
 # statistics to quantd (POST /v1/models/{model}/stats) in a loop, as JSON or as a safetensors
 # body built by hand, over one keep-alive connection, and prints posts/s. Each post carries an
 # Idempotency-Key (RUN_ID-STEP), so a post whose answer was lost (connection error, timeout,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# upload_checkpoint.sh -- owns the "whole checkpoint through quantd" example of issue 11: creates
+# upload_checkpoint.sh -- owns the "whole checkpoint through quantd" example: creates
 # a checkpoint job listing every file of a directory (POST /v1/jobs with "files"), PUTs the small
 # files first (the index, config.json, tokenizer files: everything not *.safetensors; the run
 # reads the whole index before it opens any shard, so a late index would hold everything back),
