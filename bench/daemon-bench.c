@@ -1,4 +1,4 @@
-/* daemon-bench.c -- owns `make bench`'s daemon part (issue 4): upload -> quantize -> download of a
+/* daemon-bench.c -- owns `make bench`'s daemon part: upload -> quantize -> download of a
  * generated bf16 shard (int8 per-channel) through quantd over loopback, end to end in GB/s of
  * input, beside the offline `quant quantize` of the same file in the same run (both from the page
  * cache), the three phase times (and a download of the same output as outputs.tar), the same
@@ -9,7 +9,7 @@
  *
  * Both paths run QUANT_BENCH_DAEMON_ROUNDS times (default 2), their order swapped each round, and
  * each keeps its fastest round: on this kind of VM a run that writes right after another freed
- * its pages pays the host's page faults (BENCHMARKS.md, sixth and seventh sessions), so a fixed
+ * its pages pays the host's page faults (BENCHMARKS.md, 2026-11-25 and 2026-12-07), so a fixed
  * order would charge the second path for the first one's files.
  *
  * Usage: daemon-bench QUANTD_BINARY QUANT_BINARY
@@ -479,7 +479,7 @@ static void print_table(double mib, const char *threads, int rounds, int64_t in_
               0);
     print_row("- PUT answered to succeeded (10 ms polls)", (double)in_bytes, ckp->quantize, "-", 0);
     print_row("- GET outputs.tar (to disk)", (double)ckp->down_bytes, ckp->download, "-", 0);
-    printf("\nGB/s: input bytes per second (downloads: bytes received); targets (issue 11): end to "
+    printf("\nGB/s: input bytes per second (downloads: bytes received); goals: end to "
            "end >= 0.75x "
            "offline, quantd peak RSS < 300 MiB. Load average (1 min) before the run %s, after "
            "%s.\n",

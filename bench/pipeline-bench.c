@@ -7,7 +7,7 @@
  * shuffled each round (a fixed permutation per round, the same from one bench run to the next):
  * how fast a run gets fresh page-cache pages on this VM depends on what ran just before it (cp's
  * removed copy, or a run that wrote half its bytes), so a fixed order made the same variant pay for
- * it every round (BENCHMARKS.md, issue 11). Prints a Markdown table and the load average before
+ * it every round (BENCHMARKS.md). Prints a Markdown table and the load average before
  * and after.
  * SPDX-License-Identifier: Apache-2.0
  *

@@ -1,14 +1,14 @@
-/* stats-bench.c -- owns `make bench`'s stats part (issue 5): a self-contained load generator on
+/* stats-bench.c -- owns `make bench`'s stats part: a self-contained load generator on
  * loopback (threads, one keep-alive TCP connection each, HTTP/1.1 written by hand, responses
  * parsed minimally) against a quantd it starts in a temporary directory. For
  * QUANT_BENCH_STATS_SECONDS (default 30) per load it posts calibration statistics to
  * POST /v1/models/{model}/stats: (a) small JSON posts (4 activations x 1 value) from 32
  * connections, (b) large safetensors posts (64 activations x 4096 F32 values, ~1 MiB) from 4.
  * Every request's latency is recorded; it prints a Markdown table of posts/s, p50/p99 latency
- * and MB/s of request body against the issue's targets, the CPU seconds of quantd and of the
+ * and MB/s of request body against the goals, the CPU seconds of quantd and of the
  * generator, and quantd's peak RSS (VmHWM), and checks that the stored count of an activation
  * equals the posts acknowledged. Stops quantd with SIGTERM (expects exit 0) and removes the
- * temporary directory on every exit. Fails loudly (exit 1) when any step does; missed targets
+ * temporary directory on every exit. Fails loudly (exit 1) when any step does; missed goals
  * are reported, not failed.
  * SPDX-License-Identifier: Apache-2.0
  *

@@ -1,4 +1,4 @@
-/* h_job_inputs.c -- checkpoint jobs (issue 11): POST /v1/jobs with {"files": [NAME, ...]} creates
+/* h_job_inputs.c -- checkpoint jobs: POST /v1/jobs with {"files": [NAME, ...]} creates
  * a job in state receiving; PUT /v1/jobs/{id}/inputs/{name} streams one listed file straight
  * into the job's inputs directory. A shard's header is validated as soon as its bytes are on
  * disk (a bad one, or a Content-Length other than the size it implies, fails the job at once);

@@ -1,6 +1,6 @@
-/* stats.h -- calibration statistics from training jobs (issue 5, SPEC section 8): what a post
+/* stats.h -- calibration statistics from training jobs (SPEC section 8): what a post
  * carries, the per-model averaging settings, the single writer that group-commits posts to
- * SQLite or to its delta log (issue 13; an answer only after its transaction committed or its
+ * SQLite or to its delta log (an answer only after its transaction committed or its
  * records were fdatasync'd), the reads (never blocked by the writer: WAL, own connection, and
  * the overlay of the posts logged but not folded), and the averages as the library's SRQ engine
  * takes them.

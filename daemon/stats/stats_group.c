@@ -8,7 +8,7 @@
  * post that fails its check changes nothing and the others still commit; an SQL failure fails
  * them all and empties the cache, since the database went back to what it was.
  *
- * The delta log (issue 13, stats_log.c): a group whose posts only update cached activations
+ * The delta log (stats_log.c): a group whose posts only update cached activations
  * runs against the cache alone (a key is looked up among the logged posts' keys, g->keys, then in
  * SQL, and recorded in g->keys, which the fold writes) and is made durable by appending its posts'
  * records to the log (log_group); the changed rows stay dirty in the cache and are copied to the

@@ -1,4 +1,4 @@
-/* stats_log.c -- the statistics' delta log (issue 13): the file beside the database
+/* stats_log.c -- the statistics' delta log: the file beside the database
  * (DB-statslog) where the writer appends the posts of a group that only update activations it
  * already holds, instead of rewriting their float64 sums in SQLite; the group is answered after
  * the append's fdatasync. This file owns the record format, its checksum, the append, the

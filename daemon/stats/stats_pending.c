@@ -1,5 +1,5 @@
 /* stats_pending.c -- what the reads see of the posts that are in the delta log but not yet
- * folded into SQLite (issue 13): a copy, made by the writer after each logged group, of every
+ * folded into SQLite: a copy, made by the writer after each logged group, of every
  * activation those posts changed (its count, time, sums and the last value and EMA it keeps)
  * and of each such model's post count and time. A read holds the overlay's mutex for its whole
  * SQLite read, and the writer empties it only after a fold committed, so a read sees either the

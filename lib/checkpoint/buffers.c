@@ -28,7 +28,7 @@ static struct {
  * one fault and one zeroing per 2 MiB instead of 512), and every new mapping is populated writable
  * in one call: the kernel allocates its pages in a loop instead of the quantize kernels taking a
  * trap per 4 KiB page on their first store (on a paravirtualized guest each trap costs several
- * microseconds; BENCHMARKS.md, issue 11). Both are hints: a kernel without them leaves the pages
+ * microseconds; BENCHMARKS.md). Both are hints: a kernel without them leaves the pages
  * to be faulted on first use, as before. */
 #define HUGE_MIN ((size_t)2 << 20)
 

@@ -247,10 +247,10 @@ typedef struct quant_kernels {
     quant_mse_acc_fn mse_acc;
     quant_quantize_absmax_fn quantize_absmax; /* optional (NULL: the three-pass path) */
     quant_mse_int_fn mse_int;                 /* optional (NULL: quantize + dequantize) */
-    /* optional (NULL: see its type); appended last (issue 12, branch mx) */
+    /* optional (NULL: see its type); appended last */
     quant_quantize_onepass_fn quantize_onepass;
     quant_quantize_stream_fn quantize_stream; /* optional (NULL: ordinary stores) */
-    /* optional (NULL: dequantize + errstats); appended last (issue 11 item 5, branch errq) */
+    /* optional (NULL: dequantize + errstats); appended last */
     quant_errstats_codes_fn errstats_codes;
 } quant_kernels;
 

@@ -447,7 +447,7 @@ static quant_status run_pass(quant_ctx *ctx, quant_run *run, const quant_plan *p
 /* True when the call's input and code bytes reach ctx->stream_min_bytes: its codes may then go
  * around the cache (quantize_stream's `stream`). Packed codes are staged in scratch, so never; nor
  * for bf16 input: out of cache it ran at 0.39-0.41 of the read-only pass against 0.49-0.57
- * without (BENCHMARKS.md, fourth session of 2026-11-25), where float32 gains 5-10%. */
+ * without (BENCHMARKS.md, 2026-11-25), where float32 gains 5-10%. */
 static bool stream_wanted(const quant_ctx *ctx, const quant_plan *p, const quant_tensor *x)
 {
     if (ctx->stream_min_bytes < 0 || p->packed || x->dtype != QUANT_DTYPE_F32) return false;

@@ -557,7 +557,7 @@ START_TEST(test_sizes)
 END_TEST
 
 /* Durations (retention, the idempotency window), booleans, choices and the settings that must
- * agree with each other (issue 9). */
+ * agree with each other. */
 START_TEST(test_security_settings)
 {
     static const struct {

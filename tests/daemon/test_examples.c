@@ -1,4 +1,4 @@
-/* test_examples.c -- the examples suite: runs the NumPy example scripts of issue 13 item 5
+/* test_examples.c -- the examples suite: runs the NumPy example scripts
  * (examples/llama_np.py, collect_stats.py, eval_kld.py) on the fixture with a python3 that has
  * NumPy: the forward pass against the fixture's known greedy tokens; collect_stats.py posting to
  * the real quantd (what the server then holds equals the dump the script writes with --out for

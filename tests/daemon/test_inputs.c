@@ -1,5 +1,5 @@
-/* test_inputs.c -- the inputs suite: checkpoint jobs through the real quantd (issue 11 items 1
- * and 2). The 2-shard fixture uploaded file by file (POST /v1/jobs with "files", then
+/* test_inputs.c -- the inputs suite: checkpoint jobs through the real quantd, uploaded file by
+ * file or whole. The 2-shard fixture uploaded file by file (POST /v1/jobs with "files", then
  * PUT /v1/jobs/{id}/inputs/{name}) gives outputs byte-identical to `quant quantize` on the same
  * directory in both layouts, and outputs.tar extracts to that directory; quantization is seen
  * to start while a shard's last bytes are held back; uploads cut at several offsets, a wrong

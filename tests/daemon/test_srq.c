@@ -4,7 +4,7 @@
  * a job with stats_model whose output holds ACT_scale and ACT_zero_point equal to the
  * hand-computed values, the activations no SRQ rule matched listed as skipped (with the reason)
  * in the report, a directory job putting each activation in its module's shard, the refusals
- * (unknown model, SRQ rules without statistics, a model without statistics), and the issue's
+ * (unknown model, SRQ rules without statistics, a model without statistics), and the
  * proof: `quant quantize --stats` on what GET .../stats returns (and on a Qwix dump posted with
  * ?mode=merge) writes the same bytes as the job with stats_model, in both layouts, for simple and
  * EMA averaging.

@@ -1,4 +1,4 @@
-/* test_stats_log.c -- the statistics' delta log (issue 13): posts that only update stored
+/* test_stats_log.c -- the statistics' delta log: posts that only update stored
  * activations are appended to DB-statslog and folded later. In process: the same posts (SMA and
  * EMA with bootstrap steps, min/max, mean_sq, merges, float32-exact and float64 values, a switch
  * of averaging in between) give bit-identical reads through the log as through the rewrite of

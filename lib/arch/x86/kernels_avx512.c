@@ -1349,7 +1349,7 @@ static int quantize_absmax_avx512(const quant_krow *r, const float *x, int64_t n
  * dividing. Ties need no test at all: the product is the quotient, not an approximation of it.
  *
  * nvfp4's e_b = s_b / g is not a power of two: its codes take the IEEE division (16 lanes per
- * instruction, from L1, hidden behind the memory stream; BENCHMARKS.md, issue 12). */
+ * instruction, from L1, hidden behind the memory stream; BENCHMARKS.md). */
 
 /* The 16 source values at element j: float32, or bf16 widened in registers. */
 ALWAYS_INLINE __m512 op_load(const void *x, const bool bf16, int64_t j)

@@ -1,4 +1,4 @@
-/* test_errq.c -- the quality sums taken straight from the codes (issue 11 item 5): every kernel
+/* test_errq.c -- the quality sums taken straight from the codes: every kernel
  * set's errstats_codes against the three steps it replaces (widen, dequantize, errstats by the
  * generic kernels) on random chunks, and whole quant_quantize_measured / quant_measure_error
  * calls on every ISA and 1-3 threads against those three steps run span by span in the test.

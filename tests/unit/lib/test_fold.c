@@ -1,4 +1,4 @@
-/* test_fold.c -- non-temporal code stores (issue 12): the quantize_stream kernels against the
+/* test_fold.c -- non-temporal code stores: the quantize_stream kernels against the
  * generic quantize on random chunks, and whole
  * per-channel / long-group quantize calls (rows across work items and threads, tails, single
  * and many rows, zero rows, non-finite values) on every ISA and thread count, with the codes
