@@ -9,7 +9,7 @@ static const qd_ec_info table[QD_EC_COUNT] = {
     [QD_EC_EMPTY_BODY] = {"empty_body", 400, "an upload without a byte"},
     [QD_EC_LENGTH_MISMATCH] = {"length_mismatch", 400,
                                "an input's length is not the size its header implies"},
-    [QD_EC_INVALID_STATS] = {"invalid_stats", 400, "a statistics post breaks SPEC section 8 or 9"},
+    [QD_EC_INVALID_STATS] = {"invalid_stats", 400, "a statistics post is malformed"},
     [QD_EC_UNAUTHORIZED] = {"unauthorized", 401, "no valid bearer token"},
     [QD_EC_FORBIDDEN] = {"forbidden", 403, "the token's role, or a path outside the roots"},
     [QD_EC_NOT_FOUND] = {"not_found", 404, "no such route, job, rule set, model or output"},

@@ -2,7 +2,7 @@
  * packing and dtype conversions.
  * SPDX-License-Identifier: Apache-2.0
  *
- * The numerics follow ../shared/SPEC.md sections 1-5 (Qwix semantics). Everything is computed in
+ * The numerics follow docs/numerics.md (Qwix semantics). Everything is computed in
  * IEEE float32 (bf16/f16 inputs widen exactly, f64 inputs round to f32 first) under the default
  * floating-point environment (round to nearest even). Every SIMD path produces the same bits as
  * the scalar path, and every thread count the same bits as one thread.
@@ -119,7 +119,7 @@ typedef enum quant_qtype {
     QUANT_QTYPE_NF4 = 10,
     QUANT_QTYPE_FP8_E4M3FN = 11,
     QUANT_QTYPE_FP8_E5M2 = 12,
-    QUANT_QTYPE_MXFP8 = 13,    /* e4m3fn elements, tile 32, power-of-two scale (SPEC 2b) */
+    QUANT_QTYPE_MXFP8 = 13,    /* e4m3fn elements, tile 32, power-of-two scale */
     QUANT_QTYPE_MXFP8_16 = 14, /* e4m3fn elements, tile 16, power-of-two scale */
     QUANT_QTYPE_MXFP4 = 15,    /* e2m1 elements, tile 32, power-of-two scale */
     QUANT_QTYPE_NVFP4 = 16,    /* e2m1 elements, tile 16, e4m3fn block scale under a global one */
@@ -149,14 +149,14 @@ typedef enum quant_code_kind {
     QUANT_CODE_GGML = 4   /* a ggml block type: quant_ggml.h quantizes it, the gguf layout only */
 } quant_code_kind;
 
-/* How a qtype's scale comes from a calibration value (SPEC sections 4 and 2b). */
+/* How a qtype's scale comes from a calibration value. */
 typedef enum quant_scale_kind {
     QUANT_SCALE_LINEAR = 0, /* absmax / B (or the asymmetric range), tiny rule, scale dtype */
     QUANT_SCALE_MX = 1,     /* 2^floor(log2 bf16((absmax / B) * C)): OCP MX / Qwix OAS */
     QUANT_SCALE_NVFP4 = 2   /* e4m3fn(absmax / 6 * g) / g under the per-tensor global scale g */
 } quant_scale_kind;
 
-/* One row per qtype (SPEC section 2). */
+/* One row per qtype. */
 typedef struct quant_qtype_traits {
     const char *name;             /* canonical name: "int8", "nf4", "float8_e4m3fn", ... */
     int bits;                     /* logical bits per value */
@@ -171,7 +171,7 @@ typedef struct quant_qtype_traits {
     int32_t (*convert)(float v);
     /* level(code): the value a code stands for, before the zero point and scale. */
     float (*level)(int32_t code);
-    /* Microscaling qtypes (SPEC 2b): the fixed tile length on the last contraction axis (0 for
+    /* Microscaling qtypes: the fixed tile length on the last contraction axis (0 for
      * the others, which take any tiling), how the scale is derived, and the OAS constant C of
      * QUANT_SCALE_MX (C rounded to float32). Microscaling qtypes take symmetric calibrations
      * (absmax[,f], rms,f) and float32 scales only. */
@@ -194,14 +194,14 @@ QUANT_API const quant_qtype_traits *quant_qtype_traits_get(quant_qtype qtype);
  * @return : QUANT_OK, or QUANT_ERR_QTYPE naming the bad value. */
 QUANT_API quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *err);
 
-/* The 16 NF4 levels, index 0..15 (SPEC section 2). */
+/* The 16 NF4 levels, index 0..15. */
 QUANT_API extern const float quant_nf4_levels[16];
 
-/* The 16 e2m1 (fp4) levels by code, sign << 3 | magnitude (SPEC 2b); code 8 is -0. */
+/* The 16 e2m1 (fp4) levels by code, sign << 3 | magnitude; code 8 is -0. */
 QUANT_API extern const float quant_e2m1_levels[16];
 
 /*! quant_nvfp4_global_scale() :
- * nvfp4's per-tensor global scale from A = max |x| over the whole tensor (SPEC 2b):
+ * nvfp4's per-tensor global scale from A = max |x| over the whole tensor:
  * g = f32(2688 * f32(1 / max(A, FLT_MIN))); an infinite or NaN g becomes 1.
  * @return : g (positive and finite). */
 QUANT_API float quant_nvfp4_global_scale(float amax);
@@ -263,7 +263,7 @@ typedef struct quant_how {
                                          quant_nvfp4_global_scale()); 0 lets quant_quantize()
                                          and quant_fake_quant() derive it from x itself, while
                                          quant_compute_scale() requires it */
-    /* MSE calibrations (mse, minmax_mse; SPEC 9) only, ignored by the others: */
+    /* MSE calibrations (mse, minmax_mse) only, ignored by the others: */
     const float *importance;          /* importance_len weights, one per index of
                                          importance_axis (the contraction axis), finite and
                                          >= 0; NULL: every weight is 1 */
@@ -272,7 +272,7 @@ typedef struct quant_how {
     struct quant_mse_result *mse_out; /* when not NULL, receives the weighted errors */
 } quant_how;
 
-/* The errors of an MSE search (SPEC 9) over one tensor: the sums, over the scale groups in
+/* The errors of an MSE search over one tensor: the sums, over the scale groups in
  * scale order, of sum_j w_j (x_j - dequantize(q_j))^2 with the plain scale (k = 0) and with the
  * winning one. Written by quant_calibrate() / quant_quantize() when how->mse_out is set. */
 typedef struct quant_mse_result {
@@ -287,7 +287,7 @@ typedef struct quant_mse_result {
 #define QUANT_MSE_MAX_STEPS 256
 
 /*! quant_mse_ratio() :
- * The shrink factor r_k of SPEC 9: the float32 nearest (ties to even) to the exact rational
+ * The shrink factor r_k of the MSE search: the float32 nearest (ties to even) to the exact rational
  * 1 - (1 - lo) * k / n, where lo is the double given. 0 <= k <= n <= QUANT_MSE_MAX_STEPS,
  * 0 <= lo <= 1; anything else returns NaN. */
 QUANT_API float quant_mse_ratio(int k, int n, double lo);
@@ -318,7 +318,7 @@ QUANT_API uint64_t quant_sr_key(uint64_t seed, const char *name);
  *           2^-24 (exact in float32). */
 QUANT_API float quant_sr_noise(uint64_t key, uint64_t index);
 
-/* A parsed calibration method (SPEC section 3). */
+/* A parsed calibration method. */
 typedef enum quant_calib_kind {
     QUANT_CALIB_ABSMAX = 0,
     QUANT_CALIB_MINMAX = 1,
@@ -440,12 +440,12 @@ QUANT_API quant_status quant_absmax_all(quant_ctx *ctx, const quant_tensor *x, f
                                         quant_error *err);
 
 /*! quant_compute_scale() :
- * SPEC section 4 for `n` calibration values: scale = absmax / B, or (max - min) / (qmax - qmin)
+ * The scale rule for `n` calibration values: scale = absmax / B, or (max - min) / (qmax - qmin)
  * with zero_point = convert(qmin - min / scale); a scale below sqrt(FLT_MIN) becomes 1; the
  * scale is then rounded to how->scale_dtype and the zero point computed from the rounded scale.
  * `scale` receives float32 values exactly representable in the scale dtype. `zero_point` must
  * be non-NULL for asymmetric calibrations and is left untouched otherwise.
- * Microscaling qtypes use SPEC 2b instead: the MX power of two, or nvfp4's effective scale
+ * Microscaling qtypes use their own rule instead: the MX power of two, or nvfp4's effective scale
  * e_b = f32(s_b / g) with g = how->global_scale (which must then be set).
  * @return : QUANT_OK, or QUANT_ERR_RANGE when a scale rounds to 0 or infinity in the scale
  *           dtype, QUANT_ERR_ASYMMETRIC, QUANT_ERR_ARG (also nvfp4 without a global scale). */
@@ -563,7 +563,7 @@ QUANT_API uint8_t quant_f32_to_e5m2(float f);
 
 /*! quant_convert() :
  * Converts `n` elements between float dtypes (F32, F16, BF16, F64, F8_E4M3, F8_E5M2), through
- * float32 (so F64 -> F16 rounds twice, as SPEC section 1 says inputs do).
+ * float32 (so F64 -> F16 rounds twice, as every F64 input does).
  * @return : QUANT_OK, or QUANT_ERR_DTYPE / QUANT_ERR_ARG. */
 QUANT_API quant_status quant_convert(quant_dtype src_dtype, const void *src, quant_dtype dst_dtype,
                                      void *dst, int64_t n, quant_error *err);

@@ -7,7 +7,7 @@
  * back to back. Block sizes are ggml's (32 or 256); there are no other tilings. The type ids are
  * ggml's `enum ggml_type` values, which are file format.
  *
- * Quality contract (the SPEC's GGUF section): any scales and codes the block can express are
+ * Quality contract: any scales and codes the block can express are
  * valid; the importance-weighted squared error sum_j w_j (x_j - dequant_j)^2 of a row must not
  * exceed that of ggml's own file quantizer (ggml_quantize_chunk) for the same row and
  * importance; importance NULL means every weight is 1. Where ggml's quantizer is a pure function

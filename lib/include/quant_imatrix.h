@@ -1,7 +1,7 @@
 /* quant_imatrix.h -- llama.cpp's importance matrices (imatrix files) as importance statistics:
  * the GGUF format (W.in_sum2 / W.counts per weight W) and the legacy .dat, read into one entry
  * per weight whose values are llama-quantize's (in_sum2 / counts, or sums / ncall), the mean of
- * the squared activations of each input column: SPEC 9's mean_sq.
+ * the squared activations of each input column: the importance statistic mean_sq.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QUANT_IMATRIX_H

@@ -1,4 +1,4 @@
-/* quant_native.h -- reading the native layout (SPEC section 7): which tensors of a safetensors
+/* quant_native.h -- reading the native layout: which tensors of a safetensors
  * file are the NAME.qvalue, NAME.scale and NAME.zero_point parts of one quantized tensor NAME,
  * with its original shape and dtype and the quant_how that reproduces its stored scale. One
  * reader for every consumer: `quant dequantize` (quant_dequantize_path) and `quant inspect`.

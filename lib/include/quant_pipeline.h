@@ -25,7 +25,7 @@ extern "C" {
 
 /* Output layouts. */
 typedef enum quant_layout {
-    QUANT_LAYOUT_NATIVE = 0,   /* SPEC section 7: NAME.qvalue / NAME.scale / NAME.zero_point */
+    QUANT_LAYOUT_NATIVE = 0,   /* NAME.qvalue / NAME.scale / NAME.zero_point */
     QUANT_LAYOUT_CTENSORS = 1, /* compressed-tensors (vLLM): P.weight[_packed] / P.weight_scale */
     QUANT_LAYOUT_GGUF = 2      /* one GGUF file (llama.cpp) of ggml block types: gguf_run.c */
 } quant_layout;
@@ -44,7 +44,7 @@ typedef struct quant_progress {
 
 typedef void (*quant_progress_fn)(void *user, const quant_progress *p);
 
-/* A static activation scale (SRQ, SPEC sections 7 and 8), computed by the caller from
+/* A static activation scale (SRQ), computed by the caller from
  * calibration statistics, to be written with the quantized weights. */
 typedef struct quant_static_act {
     const char *name;        /* the activation as the statistics name it (report); may be NULL */
@@ -68,7 +68,7 @@ typedef struct quant_skipped_act {
     const char *reason; /* "no rule matches module path 'm.x'", ... */
 } quant_skipped_act;
 
-/* An importance statistic (SPEC 9) a weight_importance rule may take: an activation's averaged
+/* An importance statistic a weight_importance rule may take: an activation's averaged
  * mean_sq (rounded once to float32), found by its module path (the activation name with '/'
  * read as '.', less the last component) and its length. */
 typedef struct quant_importance {
@@ -149,7 +149,7 @@ typedef struct quant_pipeline_options {
      * static_acts). quant_srq_apply() (quant_srq.h) sets all of these from quant_srq_compute(). */
     const quant_skipped_act *skipped_acts;
     size_t n_skipped_acts;
-    /* Importance statistics for rules with weight_importance (SPEC 9), borrowed for the call.
+    /* Importance statistics for rules with weight_importance, borrowed for the call.
      * With importance_given, each such weight takes the one entry whose module path is its own
      * and whose length is its contraction dim (none or several: an error naming the weight);
      * without it such a rule is an error, except in a plan or check with allow_static_acts (the
@@ -220,7 +220,7 @@ typedef struct quant_report_entry {
     bool has_quality;
     double sqnr_db;     /* 10 log10(sum x^2 / sum (x - fake_quant(x))^2); +inf when exact */
     double max_abs_err; /* max |x - fake_quant(x)| */
-    /* an MSE calibration (SPEC 9): the importance-weighted error sum_j w_j (x_j - deq_j)^2 over
+    /* an MSE calibration: the importance-weighted error sum_j w_j (x_j - deq_j)^2 over
      * the tensor with the plain scales (k = 0) and with the chosen ones; groups searched and how
      * many of them shrank; the activation whose mean_sq weighed it (NULL: all weights 1) */
     bool has_mse;
@@ -273,7 +273,7 @@ QUANT_API size_t quant_report_output_count(const quant_report *r);
 QUANT_API const quant_report_output *quant_report_output_at(const quant_report *r, size_t i);
 
 /*! quant_report_unused_rules() :
- * The rules that were the first match of no tensor of the run (SPEC section 10, Qwix's
+ * The rules that were the first match of no tensor of the run (Qwix's
  * get_unused_rules): 0-based indices, ascending; `*n` gets their number. Every input tensor
  * counts, whether it was then quantized or copied (rank < 2, not a float). Decided when the run
  * is planned, so a failed run's report has them too. NULL when there are none.
@@ -393,7 +393,7 @@ QUANT_API quant_ck_status quant_quantize_path(const quant_ruleset *rules, const 
 QUANT_API quant_ck_status quant_check_path(const quant_ruleset *rules, const char *in,
                                            const quant_pipeline_options *opts, quant_ck_error *err);
 
-/* ---- plans (SPEC section 10) ------------------------------------------------------------------
+/* ---- plans ------------------------------------------------------------------------------------
  *
  * A plan is what quant_quantize_path() would do, decided before any tensor data is read: per
  * input tensor, the rule that decides it (or why it is copied), its qtype, scale shape and output

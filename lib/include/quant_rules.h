@@ -1,4 +1,4 @@
-/* quant_rules.h -- rule sets (SPEC section 6): parse and validate the JSON (jansson), compile
+/* quant_rules.h -- rule sets: parse and validate the JSON (jansson), compile
  * module_path regexes (PCRE2, full-match), pick the first matching rule for a module path (in
  * bounded work: match errors are errors), and turn a rule into a libquant quant_how for a tensor
  * shape.
@@ -40,7 +40,7 @@ typedef struct quant_rule {
     bool stochastic_rounding; /* default false */
     uint64_t sr_seed;         /* stochastic_rounding: true = seed 0, an integer = that seed */
     bool weight_importance;   /* default false; true needs an mse or minmax_mse weight
-                                 calibration and a single contraction axis (SPEC 9) */
+                                 calibration and a single contraction axis */
 } quant_rule;
 
 typedef struct quant_ruleset quant_ruleset;

@@ -1,4 +1,4 @@
-/* quant_srq.h -- static-range quantization (SRQ, SPEC sections 4 and 8) as one engine: averaged
+/* quant_srq.h -- static-range quantization (SRQ) as one engine: averaged
  * calibration statistics + a rule set -> the static activation scales a run writes, with each
  * activation's count and the activations skipped (and why); and the reader of the two statistics
  * files the `quant` command takes (`GET /v1/models/{m}/stats` of quantd, or a Qwix quant_stats
@@ -24,7 +24,7 @@ extern "C" {
 
 /* Which calibration an activation's statistics give. */
 typedef enum quant_stat_kind {
-    QUANT_STAT_NONE = 0,   /* none for SRQ: the activation carries only mean_sq (SPEC section 9) */
+    QUANT_STAT_NONE = 0,   /* none for SRQ: the activation carries only mean_sq */
     QUANT_STAT_ABSMAX = 1, /* absmax: a symmetric scale */
     QUANT_STAT_MINMAX = 2  /* min and max of one shape: an asymmetric scale and zero point */
 } quant_stat_kind;
@@ -38,7 +38,7 @@ typedef struct quant_act_stat {
     const double *a; /* absmax, or min: numel(shape) finite values (NULL for QUANT_STAT_NONE) */
     const double *b; /* max (QUANT_STAT_MINMAX), else NULL */
     int64_t count;   /* updates averaged; 0 is an error (nothing to average) */
-    /* the averaged importance statistic mean_sq (SPEC 9), mean_sq_len values >= 0, or NULL */
+    /* the averaged importance statistic mean_sq, mean_sq_len values >= 0, or NULL */
     const double *mean_sq;
     int64_t mean_sq_len;
 } quant_act_stat;
@@ -62,8 +62,8 @@ typedef struct quant_srq quant_srq;
 /*! quant_srq_compute() :
  * For each activation of `stats` (n of them; read during the call only): its module path (the
  * name with '/' read as '.', less the last component) -> the first rule of `rules` whose
- * module_path matches it (SPEC section 6) -> that rule's act_qtype (with static_only, only when
- * the rule has act_static_scale) -> SPEC section 4 on the averaged calibration rounded once to
+ * module_path matches it -> that rule's act_qtype (with static_only, only when
+ * the rule has act_static_scale) -> the scale rule on the averaged calibration rounded once to
  * float32 (min and max widened to include 0, as the minmax calibration does) -> the output tensor
  * base, the name with '/' read as '.' (written BASE_scale, BASE_zero_point). An activation that
  * gets no qtype is skipped with its reason: no rule matches, the first matching rule has no
@@ -71,7 +71,7 @@ typedef struct quant_srq quant_srq;
  * (QUANT_STAT_NONE). Scales and skipped activations come in name order (strcmp), whatever the
  * input order. `rules` must outlive the result when not NULL (it may be NULL with fixed_qtype).
  * @return : QUANT_CK_OK with `*out` (free with quant_srq_free()); QUANT_CK_ERR_ARG naming the
- *           activation for a count of 0, a qtype SPEC section 4 refuses for the statistics
+ *           activation for a count of 0, a qtype the scale rules refuse for the statistics
  *           (min/max on a symmetric-only qtype), two activations written under one base ("a/b"
  *           and "a.b"), a name given twice; QUANT_CK_ERR_RULES when a regex could not be matched
  *           within its limits; QUANT_CK_ERR_NOMEM. `*out` is NULL on failure. */
@@ -91,7 +91,7 @@ QUANT_API const quant_skipped_act *quant_srq_skipped(const quant_srq *srq, size_
  * Sets `o`'s allow_static_acts, static_acts / n_static_acts and skipped_acts / n_skipped_acts
  * from `srq` (borrowed: keep it until the run returns), so the run writes the scales and its
  * report lists each written activation's count and the skipped ones; and importance_given,
- * importance / n_importance: every activation of the statistics that has a mean_sq (SPEC 9),
+ * importance / n_importance: every activation of the statistics that has a mean_sq,
  * for the rules with weight_importance. */
 QUANT_API void quant_srq_apply(const quant_srq *srq, quant_pipeline_options *o);
 
@@ -114,7 +114,7 @@ QUANT_API void quant_srq_free(quant_srq *srq);
  * averaged calibration ("absmax", or "min" and "max": the model's averaging, EMA and bootstrapping
  * included) takes it as it is; one with sums only takes sum_of_KEY / count in float64 (Qwix's
  * SimpleMovingAverage; Qwix divides in float32, we round once afterwards). "mean_sq" (else
- * "sum_of_mean_sq" / count; SPEC section 9) must be a list of values >= 0 and becomes the
+ * "sum_of_mean_sq" / count) must be a list of values >= 0 and becomes the
  * activation's mean_sq; an activation with only those is QUANT_STAT_NONE for SRQ. Any other key
  * is an error naming it. */
 
