@@ -18,7 +18,7 @@ typedef enum qd_ec {
     QD_EC_BAD_JSON,               /* 400 the body is not the JSON object the route takes */
     QD_EC_EMPTY_BODY,             /* 400 an upload without a byte */
     QD_EC_LENGTH_MISMATCH,        /* 400 an input's length is not what its header implies */
-    QD_EC_INVALID_STATS,          /* 400 a statistics post breaks SPEC section 8 or 9 */
+    QD_EC_INVALID_STATS,          /* 400 a malformed statistics post */
     QD_EC_UNAUTHORIZED,           /* 401 no valid bearer token */
     QD_EC_FORBIDDEN,              /* 403 the token's role, or a path outside the roots */
     QD_EC_NOT_FOUND,              /* 404 no such route, job, rule set, model or output */
