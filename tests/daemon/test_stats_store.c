@@ -22,6 +22,7 @@
 #include "stats.h"
 #include "stats_group.h"
 #include "stats_internal.h"
+#include "stats_sqlite.h"
 
 /* ---- fixture ----------------------------------------------------------------------------------
  */
@@ -1717,12 +1718,15 @@ START_TEST(test_sqlite_tuning)
         ck_assert_msg(qd_stats_open(g_path, NULL, cases[i].t, &g_s, &err) == QD_OK, "%s",
                       err.message);
         int v = 0;
-        ck_assert_int_eq(qd_db_int(g_s->rdb, "PRAGMA busy_timeout", &v, &err), QD_OK);
+        ck_assert_int_eq(qd_db_int(qd_sqstat_reader_db(g_s->rd), "PRAGMA busy_timeout", &v, &err),
+                         QD_OK);
         ck_assert_int_eq(v, cases[i].busy);
         /* the writer's connection, read while its thread waits for work (nothing is queued) */
-        ck_assert_int_eq(qd_db_int(g_s->group->db, "PRAGMA busy_timeout", &v, &err), QD_OK);
+        ck_assert_int_eq(
+            qd_db_int(qd_sqstat_writer_db(g_s->group->w), "PRAGMA busy_timeout", &v, &err), QD_OK);
         ck_assert_int_eq(v, cases[i].busy);
-        ck_assert_int_eq(qd_db_int(g_s->group->db, "PRAGMA cache_size", &v, &err), QD_OK);
+        ck_assert_int_eq(
+            qd_db_int(qd_sqstat_writer_db(g_s->group->w), "PRAGMA cache_size", &v, &err), QD_OK);
         ck_assert_int_eq(v, cases[i].cache);
         close_all();
     }
