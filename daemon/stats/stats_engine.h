@@ -5,7 +5,7 @@
  * cache, the arithmetic, the quota, the delta log and the readers' overlay stay above the table,
  * shared by every engine. Rows cross it as the records below, engine-neutral: what an engine
  * hands to a callback or fills in is valid during the call only. SQLite: stats_sqlite.c (the
- * writer's side), stats_sqlite_read.c (the reader's).
+ * writer's side), stats_sqlite_read.c (the reader's); PostgreSQL: stats_pg.c, stats_pg_read.c.
  *
  * Every operation returns a qd_status and, on failure, a message naming the operation (never a
  * password or a server path).
@@ -70,6 +70,10 @@ typedef qd_status (*qd_stat_model_fn)(void *ctx, const qd_stat_model_rec *model,
 
 typedef struct qd_stats_ops {
     const char *name; /* "sqlite", "postgresql" */
+    /* Other processes write the same rows (several instances on one database): the writer keeps
+     * nothing cached between groups (each group locks and reads what it touches) and keeps no
+     * delta log (a post is acknowledged after its group's commit). */
+    bool shared;
 
     /* ---- the writer's connection: one group at a time, in its thread ---- */
     /* target: the database file, or a libpq connection string; tuning is SQLite's (NULL: the
@@ -108,6 +112,10 @@ typedef struct qd_stats_ops {
                          qd_err *err);
     /* Deletes the keys recorded before before_ms. */
     qd_status (*keys_purge)(void *cls, int64_t before_ms, qd_err *err);
+    /* After a failed group: was the failure the database giving way to another writer (a
+     * deadlock, a serialization failure, a unique key another writer took first), so that the
+     * group may run again? NULL: never (one writer holds the database). */
+    bool (*retryable)(void *cls);
 
     /* ---- the reads' connection: the caller serializes its use ---- */
     /* tuning: as writer_open's (only the busy timeout applies to SQLite's reader). */
@@ -130,5 +138,6 @@ typedef struct qd_stats_ops {
 } qd_stats_ops;
 
 extern const qd_stats_ops qd_stats_sqlite_ops;
+extern const qd_stats_ops qd_stats_pg_ops;
 
 #endif /* QD_STATS_ENGINE_H */

@@ -52,10 +52,11 @@ qd_status qd_stats_group_new(const qd_stats_ops *ops, const char *path, const qd
     }
     g->log->fd = -1;
     qd_status st = ops->writer_open(path, tuning, &g->w, err);
-    if (st == QD_OK) st = qd_dlog_open(g->log, path, err);
+    /* a shared database has no delta log: every group commits its rows */
+    if (st == QD_OK && !ops->shared) st = qd_dlog_open(g->log, path, err);
     if (st == QD_OK) {
         /* the posts answered before the last stop (or crash) that were not folded: into SQLite */
-        g->need_replay = true;
+        g->need_replay = !ops->shared;
         g->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
                                   .quota_bytes = QD_STATS_QUOTA_BYTES,
                                   .window_ms = QD_STATS_WINDOW_S * 1000,
@@ -449,8 +450,31 @@ static size_t sql_group(stats_group *g, stats_req *list)
         for (size_t i = 0; i < g->n_rows; i++) g->rows[i]->pend = 0;
     }
     g->n_keys = 0; /* written by this fold */
-    qd_cache_trim(g, g->set.cache_budget);
+    if (g->ops->shared)
+        qd_cache_forget(g); /* other instances may change the rows before the next group */
+    else
+        qd_cache_trim(g, g->set.cache_budget);
     return 1;
+}
+
+/* How often a group the database gave way on runs again. */
+#define GROUP_RETRIES 3
+
+/* sql_group, run again (from a clean slate: the transaction rolled back, the cache forgotten)
+ * while its failure is one the engine says may pass: another instance's writer deadlocked with
+ * it or created the same model first. */
+static void sql_group_retried(stats_group *g, stats_req *list)
+{
+    sql_group(g, list);
+    for (int again = 0;
+         g->failed && again < GROUP_RETRIES && g->ops->retryable && g->ops->retryable(g->w);
+         again++) {
+        for (stats_req *r = list; r; r = r->next) {
+            r->st = QD_OK;
+            r->ans = (qd_stat_answer){.outcome = QD_POST_NONE};
+        }
+        sql_group(g, list);
+    }
 }
 
 /* May the group go to the log? Only posts that update activations the cache holds (nothing to
@@ -458,7 +482,8 @@ static size_t sql_group(stats_group *g, stats_req *list)
 static bool log_eligible(stats_group *g, const stats_req *list)
 {
     const stats_settings *set = &g->set;
-    if (!list || set->fold_ms <= 0 || set->purge_now || g->need_replay || g->log->stale)
+    if (!list || g->ops->shared || set->fold_ms <= 0 || set->purge_now || g->need_replay ||
+        g->log->stale)
         return false;
     if (g->log->end > 0 &&
         (g->now_ms >= g->first_logged_ms + set->fold_ms || g->log->end >= set->fold_bytes))
@@ -560,7 +585,7 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings 
         if (log_eligible(g, list))
             log_group(g, list);
         else
-            sql_group(g, list);
+            sql_group_retried(g, list);
     }
     g->groups++;
     size_t posts = 0;

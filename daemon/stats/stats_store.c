@@ -1,4 +1,4 @@
-/* stats_store.c -- the statistics store's frame: opening and closing (on the SQLite engine of
+/* stats_store.c -- the statistics store's frame: opening and closing (on an engine of
  * stats_engine.h: the reader's connection here, the writer's in stats_group.c), the encodings the
  * tables use (float64 blobs, shapes as JSON text), checking a post before it is queued, the model
  * settings' defaults, and freeing what the API hands out. The reads are in stats_read.c, the writes
@@ -241,12 +241,26 @@ static void close_reader(qd_stats *s)
 qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, const qd_db_tuning *tuning,
                         qd_stats **out, qd_err *err)
 {
+    return qd_stats_open_engine(QD_STORE_SQLITE, db_path, metrics, tuning, out, err);
+}
+
+/* The statistics' engine of each kind of store (store.h). */
+static const qd_stats_ops *const engines[QD_STORE_KIND_COUNT] = {
+    [QD_STORE_SQLITE] = &qd_stats_sqlite_ops,
+    [QD_STORE_POSTGRESQL] = &qd_stats_pg_ops,
+};
+
+qd_status qd_stats_open_engine(qd_store_kind kind, const char *db_path, qd_metrics *metrics,
+                               const qd_db_tuning *tuning, qd_stats **out, qd_err *err)
+{
     *out = NULL;
+    if ((unsigned)kind >= QD_STORE_KIND_COUNT)
+        return qd_fail(err, QD_INVALID, "unknown database engine %d", (int)kind);
     if (!db_path || !*db_path) return qd_fail(err, QD_INVALID, "no database path");
     qd_stats *s = calloc(1, sizeof *s);
     if (!s) return qd_fail(err, QD_NOMEM, "out of memory");
     s->metrics = metrics;
-    s->ops = &qd_stats_sqlite_ops;
+    s->ops = engines[kind];
     if (pthread_mutex_init(&s->rmu, NULL) != 0) {
         free(s);
         return qd_fail(err, QD_NOMEM, "cannot create the statistics' read mutex");
