@@ -155,15 +155,21 @@ void qd_pgs_key_cols(const PGresult *r, int row, qd_stat_key_rec *k)
 /* ---- statements and transactions --------------------------------------------------------------
  */
 
+/* libpq's message for r (or the connection's when r is NULL), one line. */
+static void libpq_line(qd_pg *p, const PGresult *r, char *out, size_t cap)
+{
+    const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    snprintf(out, cap, "%s", m ? m : PQerrorMessage(p->conn));
+    for (char *c = out; *c; c++)
+        if (*c == '\n') *c = c[1] ? ' ' : '\0';
+}
+
 static qd_status fail(qd_pg *p, const PGresult *r, const char *op, qd_err *err)
 {
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     snprintf(p->sqlstate, sizeof p->sqlstate, "%s", state ? state : "");
-    const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     char msg[400];
-    snprintf(msg, sizeof msg, "%s", m ? m : PQerrorMessage(p->conn));
-    for (char *c = msg; *c; c++)
-        if (*c == '\n') *c = c[1] ? ' ' : '\0';
+    libpq_line(p, r, msg, sizeof msg);
     if (PQstatus(p->conn) != CONNECTION_OK)
         return qd_fail(err, QD_DB, "%s: the connection to PostgreSQL (%s) was lost: %s", op,
                        p->where, *msg ? msg : "no message");
@@ -208,8 +214,12 @@ qd_status qd_pgs_ensure(qd_pg *p, qd_err *err)
 {
     if (PQstatus(p->conn) == CONNECTION_OK) return QD_OK;
     PQreset(p->conn);
-    if (PQstatus(p->conn) != CONNECTION_OK)
-        return qd_fail(err, QD_DB, "PostgreSQL (%s) is unreachable", p->where);
+    if (PQstatus(p->conn) != CONNECTION_OK) {
+        char msg[400];
+        libpq_line(p, NULL, msg, sizeof msg);
+        return qd_fail(err, QD_DB, "PostgreSQL (%s) is unreachable: %s", p->where,
+                       *msg ? msg : "no message");
+    }
     return prepare_all(p, err);
 }
 
