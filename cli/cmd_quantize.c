@@ -332,8 +332,11 @@ static void warn_unused(const quant_report *rep, const quant_ruleset *rules)
             hint ? " (module paths are matched whole: did you mean '" : "", hint ? hint : "",
             hint ? "'?)" : "");
     }
-    for (size_t i = 0; i < quant_report_count(rep); i++)
-        quantized += quant_report_entry_at(rep, i)->quantized;
+    for (size_t i = 0; i < quant_report_count(rep); i++) {
+        const quant_report_entry *e = quant_report_entry_at(rep, i);
+        quantized += e->quantized;
+        if (e->warning) cli_warn("tensor '%s' (rule %ld): %s", e->name, e->rule, e->warning);
+    }
     if (quantized == 0)
         cli_warn("no tensor was quantized: every one of the %zu tensors was copied unchanged",
                  quant_report_count(rep));
