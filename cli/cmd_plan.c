@@ -185,12 +185,25 @@ static void print_totals(const quant_plan *p, const quant_ruleset *rules)
 }
 
 /* A tensor a server may fail to serve (compressed-tensors: no common vLLM kernel takes its group
- * size) is planned, and said so on stderr whatever the output format. */
+ * size) is planned, and said so on stderr whatever the output format: one warning per rule,
+ * naming its first tensor and how many more. */
 static void warn_tensors(const quant_plan *p)
 {
-    for (size_t i = 0; i < quant_plan_count(p); i++) {
+    size_t n = quant_plan_count(p);
+    for (size_t i = 0; i < n; i++) {
         const quant_plan_entry *e = quant_plan_entry_at(p, i);
-        if (e->warning) cli_warn("tensor '%s' (rule %ld): %s", e->name, e->rule, e->warning);
+        bool first = e->warning != NULL;
+        for (size_t k = 0; first && k < i; k++) {
+            const quant_plan_entry *o = quant_plan_entry_at(p, k);
+            first = !(o->warning && o->rule == e->rule);
+        }
+        if (!first) continue;
+        size_t more = 0;
+        for (size_t k = i + 1; k < n; k++) {
+            const quant_plan_entry *o = quant_plan_entry_at(p, k);
+            more += o->warning && o->rule == e->rule;
+        }
+        cli_warn_tensors(e->name, more, e->rule, e->warning);
     }
 }
 

@@ -493,11 +493,11 @@ char *ck_ct_kernel_warning(const ck_tensor_plan *tp)
     if (g == 0) return NULL;
     char text[512];
     snprintf(text, sizeof text,
-             "vLLM has a scheme for it (WNA16) but its Marlin kernel takes group sizes 32, 64 and "
-             "128 (or per channel) and Machete 64 and 128, not %lld: only its Exllama kernel "
-             "(int4 or int8, float16 activations) or Humming kernel (CUDA, with the optional "
-             "humming package) can serve it, and vLLM refuses the layer when loading where "
-             "neither can; use tile_size 32, 64 or 128",
+             "vLLM has a scheme for this rule (WNA16), but its Marlin kernel takes group sizes 32, "
+             "64 and 128 (or per channel) and Machete 64 and 128, not %lld: only its Exllama "
+             "kernel (int4 or int8, float16 activations) or Humming kernel (CUDA, with the "
+             "optional humming package) can serve it, and vLLM refuses the layer when loading "
+             "where neither can; use tile_size 32, 64 or 128",
              (long long)g);
     return strdup(text);
 }
