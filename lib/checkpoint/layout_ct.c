@@ -292,45 +292,63 @@ static bool fp8_group(const ct_scheme *s)
  * scheme. */
 static const struct {
     bool (*applies)(const ct_scheme *s);
-    const char *why; /* the reason, then what would work */
+    const char *why;   /* what vLLM does with it */
+    const char *needs; /* what vLLM would need to serve it */
+    const char *use;   /* what works today */
 } ct_refusals[] = {
-    {int_w_fp8_act, "vLLM checks only that activations have 8 bits and would serve them as int8 "
-                    "(W8A8Int8, W4A8Int); use act_qtype int8, or float8_e4m3fn weights"},
-    {fp8_w_int8_act, "vLLM takes float8_e4m3fn weights with float8_e4m3fn activations only and "
-                     "would serve these weight-only (W8A16Fp8); use act_qtype float8_e4m3fn, or "
-                     "none"},
+    {int_w_fp8_act,
+     "vLLM checks only that activations have 8 bits and would serve them as int8 (W8A8Int8, "
+     "W4A8Int)",
+     "a scheme for integer weights with float8_e4m3fn activations",
+     "act_qtype int8, or "
+     "float8_e4m3fn weights"},
+    {fp8_w_int8_act,
+     "vLLM takes float8_e4m3fn weights with float8_e4m3fn activations only and would serve these "
+     "weight-only (W8A16Fp8)",
+     "a scheme for float8_e4m3fn weights with int8 activations",
+     "act_qtype float8_e4m3fn, or none"},
     {wnam_unsupported,
      "vLLM's WNAMInt (Humming kernel) takes int2..int8 weights with symmetric per-channel or "
-     "per-group scales and symmetric dynamic per-token int8 activations; vLLM would need zero "
-     "points or static input scales in that scheme; use symmetric weight and activation "
-     "calibration methods, a tile on the input axis only or none, and no act_static_scale, or "
-     "no act_qtype (WNA16)"},
+     "per-group scales and symmetric dynamic per-token int8 activations",
+     "weight and activation zero points and one reading of static input scales in WNAMInt",
+     "symmetric weight and activation calibration methods, a tile on the input axis only or "
+     "none, and no act_static_scale, or no act_qtype (WNA16)"},
     {w8a8_not_symmetric_tensor_channel,
-     "vLLM's W8A8Int8 takes symmetric int8 weights with a per-tensor or per-channel scale; use a "
-     "symmetric weight_calibration_method and no tile_size"},
-    {w4a8_unsupported, "vLLM's W4A8Int takes symmetric int4 weights with a per-channel or "
-                       "per-group scale and dynamic per-token activations; use a symmetric "
-                       "weight_calibration_method, a tile on the input axis only or none, and no "
-                       "act_static_scale"},
+     "vLLM's W8A8Int8 takes symmetric int8 weights with a per-tensor or per-channel scale",
+     "weight zero points and per-group or block scales in W8A8Int8",
+     "a symmetric weight_calibration_method and no tile_size"},
+    {w4a8_unsupported,
+     "vLLM's W4A8Int takes symmetric int4 weights with a per-channel or per-group scale and "
+     "dynamic per-token activations",
+     "weight zero points, per-tensor or block scales, or static input scales in W4A8Int",
+     "a symmetric weight_calibration_method, a tile on the input axis only or none, and no "
+     "act_static_scale"},
     {weight_only_not_channel_group,
-     "vLLM's weight-only scheme (WNA16) takes per-channel or per-group scales; use the default "
-     "contraction on the input axis, or a tile_size on it alone"},
-    {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only; use a "
-                            "symmetric weight_calibration_method, or int4 or int8"},
-    {mx_with_act, "vLLM serves mxfp4 weight-only whatever the activations (W4A16Mxfp4) and "
-                  "quantizes mxfp8's activations to mxfp8 (W8A8Mxfp8); use no act_qtype"},
-    {fp8_group, "vLLM takes float8_e4m3fn weights with a per-tensor, per-channel or block scale "
-                "(W8A8Fp8, W8A16Fp8); use no tile_size, or a 2-D tile_size"},
+     "vLLM's weight-only scheme (WNA16) takes per-channel or per-group scales",
+     "per-tensor and block scales in WNA16",
+     "the default contraction on the input axis, or a tile_size on it alone"},
+    {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only",
+     "zero-point kernels for the other widths",
+     "a symmetric weight_calibration_method, or int4 "
+     "or int8"},
+    {mx_with_act,
+     "vLLM serves mxfp4 weight-only whatever the activations (W4A16Mxfp4) and quantizes mxfp8's "
+     "activations to mxfp8 (W8A8Mxfp8)",
+     "a scheme that reads the activations of mx weights", "no act_qtype"},
+    {fp8_group,
+     "vLLM takes float8_e4m3fn weights with a per-tensor, per-channel or block scale (W8A8Fp8, "
+     "W8A16Fp8)",
+     "a per-group float8_e4m3fn scheme", "no tile_size, or a 2-D tile_size"},
 };
 
-static const char *act_desc(const ct_scheme *s)
+/* "no activations", or e.g. "int8 asymmetric dynamic per-token activations". */
+static const char *act_desc(const ct_scheme *s, char *buf, size_t size)
 {
-    static const char *const desc[3][2] = {
-        [ACT_NONE] = {"no activations", "no activations"},
-        [ACT_INT8] = {"int8 dynamic per-token activations", "int8 static per-tensor activations"},
-        [ACT_FP8] = {"float8_e4m3fn dynamic per-token activations",
-                     "float8_e4m3fn static per-tensor activations"}};
-    return desc[s->act][s->act_static];
+    if (s->act == ACT_NONE) return "no activations";
+    snprintf(buf, size, "%s%s %s activations", s->act == ACT_FP8 ? "float8_e4m3fn" : "int8",
+             s->act_asym ? " asymmetric" : "",
+             s->act_static ? "static per-tensor" : "dynamic per-token");
+    return buf;
 }
 
 static bool act_asymmetric(const quant_rule *r)
@@ -356,13 +374,16 @@ static quant_ck_status ct_check_servable(const ck_tensor_plan *tp, quant_ck_erro
                                                                    : ACT_INT8,
                    .act_static = r->has_act_qtype && r->act_static_scale,
                    .act_asym = r->has_act_qtype && act_asymmetric(r)};
+    char acts[96];
     for (size_t i = 0; i < sizeof ct_refusals / sizeof ct_refusals[0]; i++) {
         if (!ct_refusals[i].applies(&s)) continue;
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s' (rule %ld): compressed-tensors can store this but vLLM "
-                             "has no scheme for it: %s weights, %s strategy, %s, with %s: %s",
+                             "has no scheme for it: %s weights, %s strategy, %s, with %s: %s; "
+                             "vLLM would need %s; use %s",
                              tp->in->name, tp->rule, tr->name, ck_ct_strategy_name(s.strategy),
-                             s.asym ? "asymmetric" : "symmetric", act_desc(&s), ct_refusals[i].why);
+                             s.asym ? "asymmetric" : "symmetric", act_desc(&s, acts, sizeof acts),
+                             ct_refusals[i].why, ct_refusals[i].needs, ct_refusals[i].use);
     }
     return QUANT_CK_OK;
 }

@@ -357,7 +357,7 @@ START_TEST(test_vllm_refusals)
          "int6 weights, tensor strategy", "per-channel or per-group"},
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int5\",\"act_qtype\":\"int8\",\"act_"
          "calibration_method\":\"minmax\",\"tile_size\":16}]",
-         "int5 weights, group strategy, symmetric, with int8 dynamic",
+         "int5 weights, group strategy, symmetric, with int8 asymmetric dynamic",
          "symmetric dynamic per-token"},
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int2\",\"act_qtype\":\"int8\","
          "\"weight_calibration_method\":\"minmax\",\"tile_size\":8}]",
@@ -405,6 +405,7 @@ START_TEST(test_vllm_refusals)
         ck_assert_msg(strstr(m, cases[i].scheme) != NULL, "case %zu: %s", i, m);
         ck_assert_msg(strstr(m, cases[i].reason) != NULL, "case %zu: %s", i, m);
         ck_assert_msg(strstr(m, "; use ") != NULL, "case %zu names no way out: %s", i, m);
+        ck_assert_msg(strstr(m, "; vLLM would need ") != NULL, "case %zu names no need: %s", i, m);
         ck_assert_int_eq(ck_count_entries(out), -1); /* no output directory */
     }
     free(out);
