@@ -7,8 +7,8 @@
  *  - only rank-2 tensors named `P.weight`, contraction on the last axis (or both axes);
  *  - int2..int8 weights: int4 or int8 with an act_qtype -> `int-quantized` (P.weight I8,
  *    unpacked); weight-only, or another width with an act_qtype -> `pack-quantized`
- * (P.weight_packed I32 + P.weight_shape I64[2]), densely packed (ceil(n*bits/32) words:
- * compressed-tensors 0.18.0 or later for int3/5/6/7);
+ *    (P.weight_packed I32 + P.weight_shape I64[2]), densely packed (ceil(n*bits/32) words:
+ *    compressed-tensors 0.18.0 or later for int3/5/6/7);
  *  - float8_e4m3fn weights -> `float-quantized` (P.weight F8_E4M3);
  *  - mxfp4 -> `mxfp4-pack-quantized` (P.weight_packed U8 [out, ceil(in/2)], two e2m1 codes a
  *    byte, element 2i in the low nibble; no weight_shape) and mxfp8 -> `mxfp8-quantized`
@@ -242,10 +242,11 @@ static bool fp8_w_int8_act(const ct_scheme *s)
 }
 
 /* WNAMInt (_is_wNaM_int): pack-quantized integer weights of any width, channel or group, with
- * integer activations, run by the Humming kernel. The two dispatches of vLLM that have it agree
- * on symmetric dynamic per-token int8 activations over symmetric weights (zero points for it are
- * not merged); static per-tensor ones are taken by one and refused by the other, so they are
- * refused here. int4 and int8 with activations are written int-quantized (W4A8Int, W8A8Int8). */
+ * integer activations, run by the Humming kernel. vLLM's code is clear for symmetric dynamic
+ * per-token int8 activations over symmetric weights (it loads no weight zero point there);
+ * static per-tensor input scales are read as a fake quantization in one form of its dispatch and
+ * not matched in another, so they are refused. int4 and int8 with activations are written
+ * int-quantized (W4A8Int, W8A8Int8). */
 static bool wnam_unsupported(const ct_scheme *s)
 {
     return s->w == W_INT && s->act == ACT_INT8 && s->bits != 4 && s->bits != 8 &&
@@ -300,8 +301,7 @@ static const struct {
      "vLLM checks only that activations have 8 bits and would serve them as int8 (W8A8Int8, "
      "W4A8Int)",
      "a scheme for integer weights with float8_e4m3fn activations",
-     "act_qtype int8, or "
-     "float8_e4m3fn weights"},
+     "act_qtype int8, or float8_e4m3fn weights"},
     {fp8_w_int8_act,
      "vLLM takes float8_e4m3fn weights with float8_e4m3fn activations only and would serve these "
      "weight-only (W8A16Fp8)",
@@ -329,8 +329,7 @@ static const struct {
      "the default contraction on the input axis, or a tile_size on it alone"},
     {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only",
      "zero-point kernels for the other widths",
-     "a symmetric weight_calibration_method, or int4 "
-     "or int8"},
+     "a symmetric weight_calibration_method, or int4 or int8"},
     {mx_with_act,
      "vLLM serves mxfp4 weight-only whatever the activations (W4A16Mxfp4) and quantizes mxfp8's "
      "activations to mxfp8 (W8A8Mxfp8)",
@@ -491,8 +490,8 @@ quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quan
 
 /* ---- kernels and group sizes ------------------------------------------------------------- */
 
-/* The group sizes every CUDA mixed-precision kernel of vLLM's WNA16 takes: Marlin's
- * MARLIN_SUPPORTED_GROUP_SIZES (32, 64, 128, and -1 for per channel); Machete takes 64 and 128. */
+/* The group sizes vLLM's Marlin kernel takes (MARLIN_SUPPORTED_GROUP_SIZES: 32, 64, 128, and -1
+ * for per channel); Machete takes 64 and 128 of them. */
 static bool marlin_group_size(int64_t g)
 {
     return g == 32 || g == 64 || g == 128;
