@@ -1,10 +1,10 @@
 /* check_tensors.c -- llamacpp-tensors LIBDIR FILE.gguf FILE.safetensors [TYPE]: proves that
- * ggml's own GGUF reader (gguf_init_from_file in libggml-base) accepts a file quantd wrote, and
- * that ggml's own dequantization of every tensor (ggml_get_type_traits(type)->to_float) equals,
- * bit for bit, the F32 tensor of the same name that `quant dequantize` wrote from the same file.
- * With TYPE (a ggml type name), at least one tensor must have that type. Prints one line; exits
- * 0 when everything holds, 1 with the file, tensor, type and first differing element otherwise.
- * SPDX-License-Identifier: Apache-2.0
+ * ggml's own GGUF reader (gguf_init_from_file in libggml-base, reading the tensors' data into a
+ * ggml context as well) accepts a file quantd wrote, and that ggml's own dequantization of every
+ * tensor (ggml_get_type_traits(type)->to_float) equals, bit for bit, the F32 tensor of the same
+ * name that `quant dequantize` wrote from the same file. With TYPE (a ggml type name), at least one
+ * tensor must have that type. Prints one line; exits 0 when everything holds, 1 with the file,
+ * tensor, type and first differing element otherwise. SPDX-License-Identifier: Apache-2.0
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -22,10 +22,9 @@ typedef struct job {
     lc_api api;
     const char *gguf_path, *st_path, *expect;
     struct gguf_context *g;
-    FILE *fp;
+    struct ggml_context *data; /* every tensor, as ggml read it */
     quant_st_file *st;
     float *ours, *theirs;
-    void *raw;
     int64_t n_expect;
 } job;
 
@@ -53,20 +52,19 @@ static bool same_shape(const quant_st_tensor *t, const int64_t *ne)
     return true;
 }
 
-/* ggml's floats for tensor `id` into j->theirs (n elements). */
+/* ggml's floats for tensor `id` (n elements, `size` bytes) into j->theirs. */
 static int ggml_floats(job *j, int64_t id, const lc_type_traits *tr, int64_t n, size_t size)
 {
     const char *name = j->api.gguf_get_tensor_name(j->g, id);
-    uint64_t at = j->api.gguf_get_data_offset(j->g) + j->api.gguf_get_tensor_offset(j->g, id);
-    free(j->raw);
-    if (!(j->raw = malloc(size ? size : 1))) return fail("%s: out of memory", j->gguf_path);
-    if (fseeko(j->fp, (off_t)at, SEEK_SET) || fread(j->raw, 1, size, j->fp) != size)
-        return fail("%s: tensor '%s': cannot read %zu bytes at %" PRIu64, j->gguf_path, name, size,
-                    at);
+    const struct ggml_tensor *t = j->api.ggml_get_tensor(j->data, name);
+    if (!t || j->api.ggml_nbytes(t) != size)
+        return fail("%s: tensor '%s': not in ggml's context with its %zu bytes", j->gguf_path, name,
+                    size);
+    const void *bytes = j->api.ggml_get_data(t);
     if (tr->to_float)
-        tr->to_float(j->raw, j->theirs, n);
+        tr->to_float(bytes, j->theirs, n);
     else if (j->api.gguf_get_tensor_type(j->g, id) == GGML_F32)
-        memcpy(j->theirs, j->raw, size);
+        memcpy(j->theirs, bytes, size);
     else
         return fail("%s: tensor '%s': ggml has no to_float for type %s", j->gguf_path, name,
                     tr->type_name);
@@ -116,10 +114,9 @@ static int run(job *j, const char *libdir)
 {
     char msg[512];
     if (lc_load(&j->api, libdir, false, msg, sizeof msg)) return fail("%s", msg);
-    lc_gguf_init_params p = {.no_alloc = true, .ctx = NULL};
+    lc_gguf_init_params p = {.no_alloc = false, .ctx = &j->data};
     if (!(j->g = j->api.gguf_init_from_file(j->gguf_path, p)))
         return fail("%s: ggml's gguf_init_from_file refuses it", j->gguf_path);
-    if (!(j->fp = fopen(j->gguf_path, "rb"))) return fail("%s: cannot open", j->gguf_path);
     quant_ck_error err;
     if (quant_st_open(j->st_path, &j->st, &err) != QUANT_CK_OK) return fail("%s", err.message);
     int64_t n = j->api.gguf_get_n_tensors(j->g);
@@ -145,11 +142,10 @@ int main(int argc, char **argv)
     }
     job j = {.gguf_path = argv[2], .st_path = argv[3], .expect = argc == 5 ? argv[4] : NULL};
     int rc = run(&j, argv[1]);
-    free(j.raw);
     free(j.ours);
     free(j.theirs);
     quant_st_close(j.st);
-    if (j.fp) fclose(j.fp);
+    if (j.data) j.api.ggml_free(j.data);
     if (j.g) j.api.gguf_free(j.g);
     if (j.api.base) lc_unload(&j.api);
     return rc ? 1 : 0;

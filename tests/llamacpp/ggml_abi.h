@@ -21,6 +21,7 @@
 
 struct gguf_context;
 struct ggml_context;
+struct ggml_tensor;
 
 /* gguf.h's struct gguf_init_params. */
 typedef struct lc_gguf_init_params {
@@ -110,14 +111,16 @@ typedef struct lc_api {
     /* libggml-base */
     struct gguf_context *(*gguf_init_from_file)(const char *fname, lc_gguf_init_params params);
     void (*gguf_free)(struct gguf_context *ctx);
-    size_t (*gguf_get_data_offset)(const struct gguf_context *ctx);
     int64_t (*gguf_get_n_tensors)(const struct gguf_context *ctx);
     const char *(*gguf_get_tensor_name)(const struct gguf_context *ctx, int64_t id);
     const int64_t *(*gguf_get_tensor_ne)(const struct gguf_context *ctx, int64_t id);
     int (*gguf_get_tensor_type)(const struct gguf_context *ctx, int64_t id);
-    size_t (*gguf_get_tensor_offset)(const struct gguf_context *ctx, int64_t id);
     size_t (*gguf_get_tensor_size)(const struct gguf_context *ctx, int64_t id);
     const lc_type_traits *(*ggml_get_type_traits)(int type);
+    struct ggml_tensor *(*ggml_get_tensor)(struct ggml_context *ctx, const char *name);
+    void *(*ggml_get_data)(const struct ggml_tensor *tensor);
+    size_t (*ggml_nbytes)(const struct ggml_tensor *tensor);
+    void (*ggml_free)(struct ggml_context *ctx);
     void (*ggml_log_set)(lc_log_fn fn, void *user);
     /* libggml */
     void *(*ggml_backend_load)(const char *path);
