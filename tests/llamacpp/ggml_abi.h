@@ -96,6 +96,20 @@ typedef struct lc_batch {
     int8_t *logits;
 } lc_batch;
 
+/* llama.h's struct llama_model_quantize_params. */
+typedef struct lc_quantize_params {
+    int32_t nthread;
+    int ftype;
+    int output_tensor_type;
+    int token_embedding_type;
+    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
+    const void *imatrix;
+    const void *kv_overrides;
+    const void *tt_overrides;
+    const int32_t *prune_layers;
+    size_t max_buf_size;
+} lc_quantize_params;
+
 struct llama_model;
 struct llama_context;
 struct llama_vocab;
@@ -145,6 +159,9 @@ typedef struct lc_api {
     lc_batch (*llama_batch_get_one)(lc_token *tokens, int32_t n_tokens);
     int32_t (*llama_decode)(struct llama_context *ctx, lc_batch batch);
     float *(*llama_get_logits_ith)(struct llama_context *ctx, int32_t i);
+    lc_quantize_params (*llama_model_quantize_default_params)(void);
+    uint32_t (*llama_model_quantize)(const char *in, const char *out,
+                                     const lc_quantize_params *params);
 } lc_api;
 
 /*! lc_load() :

@@ -53,6 +53,8 @@ static const symbol symbols[] = {
     SYM(LIB_LLAMA, llama_batch_get_one),
     SYM(LIB_LLAMA, llama_decode),
     SYM(LIB_LLAMA, llama_get_logits_ith),
+    SYM(LIB_LLAMA, llama_model_quantize_default_params),
+    SYM(LIB_LLAMA, llama_model_quantize),
 };
 
 static const char *const lib_files[] = {"libggml-base.so", "libggml.v0.5.0.so",

@@ -19,13 +19,17 @@ typedef struct synth_tensor {
     int64_t ne[2];
 } synth_tensor;
 
+#define N_EMBD  256
+#define N_FF    512
+#define N_VOCAB 40
+
 static const synth_tensor tensors[] = {
-    {"token_embd.weight", 2, {256, 40}},     {"blk.0.attn_norm.weight", 1, {256, 1}},
-    {"blk.0.attn_q.weight", 2, {256, 24}},   {"blk.0.attn_k.weight", 2, {256, 24}},
-    {"blk.0.attn_v.weight", 2, {256, 24}},   {"blk.0.attn_output.weight", 2, {256, 24}},
-    {"blk.0.ffn_gate.weight", 2, {256, 32}}, {"blk.0.ffn_up.weight", 2, {256, 32}},
-    {"blk.0.ffn_down.weight", 2, {512, 24}}, {"blk.0.ffn_norm.weight", 1, {256, 1}},
-    {"output_norm.weight", 1, {256, 1}},     {"output.weight", 2, {256, 40}},
+    {"token_embd.weight", 2, {N_EMBD, N_VOCAB}},  {"blk.0.attn_norm.weight", 1, {N_EMBD, 1}},
+    {"blk.0.attn_q.weight", 2, {N_EMBD, N_EMBD}}, {"blk.0.attn_k.weight", 2, {N_EMBD, N_EMBD}},
+    {"blk.0.attn_v.weight", 2, {N_EMBD, N_EMBD}}, {"blk.0.attn_output.weight", 2, {N_EMBD, N_EMBD}},
+    {"blk.0.ffn_gate.weight", 2, {N_EMBD, N_FF}}, {"blk.0.ffn_up.weight", 2, {N_EMBD, N_FF}},
+    {"blk.0.ffn_down.weight", 2, {N_FF, N_EMBD}}, {"blk.0.ffn_norm.weight", 1, {N_EMBD, 1}},
+    {"output_norm.weight", 1, {N_EMBD, 1}},       {"output.weight", 2, {N_EMBD, N_VOCAB}},
 };
 #define N_TENSORS (sizeof tensors / sizeof tensors[0])
 
@@ -68,16 +72,20 @@ static int write_model(quant_gguf_writer *w, quant_ck_error *err)
     quant_ck_status st = quant_gguf_writer_set_string(w, "general.architecture", "llama", err);
     if (!st) st = quant_gguf_writer_set_string(w, "general.name", "quantd synthetic", err);
     if (!st) st = quant_gguf_writer_set_u32(w, "llama.block_count", 1, err);
-    if (!st) st = quant_gguf_writer_set_u32(w, "llama.embedding_length", 256, err);
+    if (!st) st = quant_gguf_writer_set_u32(w, "llama.context_length", 256, err);
+    if (!st) st = quant_gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD, err);
+    if (!st) st = quant_gguf_writer_set_u32(w, "llama.feed_forward_length", N_FF, err);
     if (!st) st = quant_gguf_writer_set_u32(w, "llama.attention.head_count", 4, err);
     if (!st) st = quant_gguf_writer_set_u32(w, "llama.attention.head_count_kv", 4, err);
+    if (!st)
+        st = quant_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f, err);
     for (size_t i = 0; i < N_TENSORS && !st; i++)
         st = quant_gguf_writer_add_tensor(w, tensors[i].name, tensors[i].n_dims, tensors[i].ne,
                                           QUANT_GGML_F32, NULL, err);
     if (!st) st = quant_gguf_writer_begin(w, err);
     for (size_t i = 0; i < N_TENSORS && !st; i++) {
         const synth_tensor *t = &tensors[i];
-        float row[512];
+        float row[N_FF];
         for (int64_t r = 0; r < t->ne[1] && !st; r++) {
             if (t->n_dims == 1)
                 for (int64_t c = 0; c < t->ne[0]; c++) row[c] = (float)(1.0 + 0.01 * normal());

@@ -1,0 +1,132 @@
+/* same.c -- llamacpp-same OURS.gguf THEIRS.gguf: proves that quant's GGUF file OURS holds the
+ * same tensors as THEIRS, the file llama.cpp's own quantizer made of the same input with the
+ * same mix: the same names (llama.cpp orders them its own way), the same ggml type and shape each
+ * (the mix chose alike, fallbacks included), general.file_type alike and, tensor by tensor, the
+ * same bytes (the blocks quantized alike). Prints one line; exits 0 when all of it holds, 1 naming
+ * the first tensor that differs (and how many do) otherwise. SPDX-License-Identifier: Apache-2.0
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant_gguf.h"
+
+typedef struct pair {
+    const char *ours_path, *theirs_path;
+    quant_gguf_file *ours, *theirs;
+    unsigned char *a, *b;
+    size_t n_types, n_bytes; /* tensors whose type or shape / whose bytes differ */
+    char first[512];         /* the first difference */
+} pair;
+
+static void note(pair *p, size_t *count, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void note(pair *p, size_t *count, const char *fmt, ...)
+{
+    if (!p->n_types && !p->n_bytes) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(p->first, sizeof p->first, fmt, ap);
+        va_end(ap);
+    }
+    (*count)++;
+}
+
+static bool same_shape(const quant_gguf_tensor *x, const quant_gguf_tensor *y)
+{
+    return x->n_dims == y->n_dims && !memcmp(x->ne, y->ne, sizeof x->ne);
+}
+
+/* Compares one tensor pair's bytes; -1 when they cannot be read. */
+static int compare_bytes(pair *p, const quant_gguf_tensor *x, const quant_gguf_tensor *y)
+{
+    free(p->a);
+    free(p->b);
+    p->a = malloc(x->nbytes + 1);
+    p->b = malloc(x->nbytes + 1);
+    quant_ck_error err;
+    if (!p->a || !p->b) {
+        printf("FAIL %s: out of memory\n", p->ours_path);
+        return -1;
+    }
+    if (quant_gguf_read(p->ours, x, 0, p->a, x->nbytes, &err) ||
+        quant_gguf_read(p->theirs, y, 0, p->b, y->nbytes, &err)) {
+        printf("FAIL %s\n", err.message);
+        return -1;
+    }
+    if (!memcmp(p->a, p->b, x->nbytes)) return 0;
+    uint64_t at = 0;
+    while (p->a[at] == p->b[at]) at++;
+    uint64_t row = at / x->row_bytes;
+    note(p, &p->n_bytes,
+         "tensor '%s' (%s): bytes differ from byte %" PRIu64 " (row %" PRIu64 ", block %" PRIu64
+         ")",
+         x->name, x->traits->name, at, row, (at % x->row_bytes) / (uint64_t)x->traits->block_bytes);
+    return 0;
+}
+
+static int compare(pair *p)
+{
+    quant_gguf_file *o = p->ours, *t = p->theirs;
+    if (o->n_tensors != t->n_tensors) {
+        printf("FAIL %s: %zu tensors, llama.cpp's %s: %zu\n", p->ours_path, o->n_tensors,
+               p->theirs_path, t->n_tensors);
+        return -1;
+    }
+    for (size_t i = 0; i < o->n_tensors; i++) {
+        const quant_gguf_tensor *x = &o->tensors[i], *y = quant_gguf_find_tensor(t, x->name);
+        if (!y) {
+            printf("FAIL %s: tensor '%s' is not in llama.cpp's %s\n", p->ours_path, x->name,
+                   p->theirs_path);
+            return -1;
+        }
+        if (x->type != y->type || !same_shape(x, y))
+            note(p, &p->n_types,
+                 "tensor '%s': %s [%" PRId64 ", %" PRId64 "] here, %s [%" PRId64 ", %" PRId64
+                 "] in llama.cpp's",
+                 x->name, x->traits->name, x->ne[0], x->ne[1], y->traits->name, y->ne[0], y->ne[1]);
+        else if (compare_bytes(p, x, y))
+            return -1;
+    }
+    /* general.file_type: a file quant made without a mix has none (llama.cpp then guesses). */
+    uint32_t fo = 0, ft = 0;
+    quant_ck_error err;
+    if (quant_gguf_find_kv(o, "general.file_type") &&
+        (quant_gguf_get_u32(o, "general.file_type", &fo, &err) ||
+         quant_gguf_get_u32(t, "general.file_type", &ft, &err) || fo != ft))
+        note(p, &p->n_types, "general.file_type %" PRIu32 " here, %" PRIu32 " in llama.cpp's", fo,
+             ft);
+    if (p->n_types || p->n_bytes) {
+        printf("FAIL %s: %s; %zu tensors (or keys) differ in type or shape, %zu in bytes from "
+               "llama.cpp's %s\n",
+               p->ours_path, p->first, p->n_types, p->n_bytes, p->theirs_path);
+        return -1;
+    }
+    printf("ok %s: the same %zu tensors as llama.cpp's own quantizer wrote (types, shapes, "
+           "bytes)\n",
+           p->ours_path, o->n_tensors);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s OURS.gguf THEIRS.gguf\n", argv[0]);
+        return 2;
+    }
+    pair p = {.ours_path = argv[1], .theirs_path = argv[2]};
+    quant_ck_error err;
+    int rc = -1;
+    if (quant_gguf_open(argv[1], &p.ours, &err) || quant_gguf_open(argv[2], &p.theirs, &err))
+        printf("FAIL %s\n", err.message);
+    else
+        rc = compare(&p);
+    free(p.a);
+    free(p.b);
+    quant_gguf_close(p.ours);
+    quant_gguf_close(p.theirs);
+    return rc ? 1 : 0;
+}
