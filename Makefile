@@ -338,27 +338,27 @@ check-arm64:
 
 # The llama.cpp lane: llama.cpp's own prebuilt libraries (npm's @node-llama-cpp/linux-x64, cached
 # under $XDG_CACHE_HOME/quantd-llamacpp) read, dequantize, run and themselves write the GGUF files
-# quant writes, by tests/llamacpp/run (which says what it proves). The harnesses dlopen() the libraries; nothing of
-# llama.cpp is built. STORIES15M: the F32 GGUF of the 15M-parameter Llama it needs.
+# quant writes, by tests/llamacpp/run (which says what it proves). The harnesses dlopen() the
+# libraries; nothing of llama.cpp is built. STORIES15M: the F32 GGUF of the 15M Llama it needs.
 STORIES15M ?= ../shared/data/stories15M/stories15M-f32.gguf
 LLC_DIR    := $(BUILD)/tests/llamacpp
 LLC_BINS   := $(LLC_DIR)/llamacpp-tensors $(LLC_DIR)/llamacpp-decode $(LLC_DIR)/llamacpp-synth \
-    $(LLC_DIR)/llamacpp-quantize $(LLC_DIR)/llamacpp-same
+    $(LLC_DIR)/llamacpp-quantize $(LLC_DIR)/llamacpp-same $(LLC_DIR)/llamacpp-imatrix
 LLC_LOADER := $(BUILD)/obj/tests/llamacpp/loader.o
 $(BUILD)/obj/tests/llamacpp/%.o: CPPFLAGS += -Itests/llamacpp
 
-$(LLC_DIR)/llamacpp-tensors: $(BUILD)/obj/tests/llamacpp/check_tensors.o $(LLC_LOADER) $(CK_A) \
-    $(LIB_A)
+$(LLC_DIR)/llamacpp-tensors: $(BUILD)/obj/tests/llamacpp/check_tensors.o
+$(LLC_DIR)/llamacpp-quantize: $(BUILD)/obj/tests/llamacpp/quantize.o
+$(LLC_DIR)/llamacpp-tensors $(LLC_DIR)/llamacpp-quantize: $(LLC_LOADER) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CK_A) $(LIB_A) $(CK_LIBS) -ldl $(LDLIBS)
 
-$(LLC_DIR)/llamacpp-decode $(LLC_DIR)/llamacpp-quantize: $(LLC_DIR)/llamacpp-%: \
-    $(BUILD)/obj/tests/llamacpp/%.o $(LLC_LOADER)
+$(LLC_DIR)/llamacpp-decode: $(BUILD)/obj/tests/llamacpp/decode.o $(LLC_LOADER)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl $(LDLIBS)
 
-$(LLC_DIR)/llamacpp-synth $(LLC_DIR)/llamacpp-same: $(LLC_DIR)/llamacpp-%: \
-    $(BUILD)/obj/tests/llamacpp/%.o $(CK_A) $(LIB_A)
+LLC_CK_BINS := $(LLC_DIR)/llamacpp-synth $(LLC_DIR)/llamacpp-same $(LLC_DIR)/llamacpp-imatrix
+$(LLC_CK_BINS): $(LLC_DIR)/llamacpp-%: $(BUILD)/obj/tests/llamacpp/%.o $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
 

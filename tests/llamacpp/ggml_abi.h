@@ -96,6 +96,13 @@ typedef struct lc_batch {
     int8_t *logits;
 } lc_batch;
 
+/* llama.h's struct llama_model_imatrix_data; a list ends with a NULL name. */
+typedef struct lc_imatrix_data {
+    const char *name;
+    const float *data;
+    size_t size;
+} lc_imatrix_data;
+
 /* llama.h's struct llama_model_quantize_params. */
 typedef struct lc_quantize_params {
     int32_t nthread;
@@ -103,7 +110,7 @@ typedef struct lc_quantize_params {
     int output_tensor_type;
     int token_embedding_type;
     bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
-    const void *imatrix;
+    const lc_imatrix_data *imatrix;
     const void *kv_overrides;
     const void *tt_overrides;
     const int32_t *prune_layers;

@@ -1,9 +1,10 @@
-/* same.c -- llamacpp-same OURS.gguf THEIRS.gguf: proves that quant's GGUF file OURS holds the
- * same tensors as THEIRS, the file llama.cpp's own quantizer made of the same input with the
- * same mix: the same names (llama.cpp orders them its own way), the same ggml type and shape each
- * (the mix chose alike, fallbacks included), general.file_type alike and, tensor by tensor, the
- * same bytes (the blocks quantized alike). Prints one line; exits 0 when all of it holds, 1 naming
- * the first tensor that differs (and how many do) otherwise. SPDX-License-Identifier: Apache-2.0
+/* same.c -- llamacpp-same OURS.gguf THEIRS.gguf [TYPE,...]: proves that quant's GGUF file OURS
+ * holds the same tensors as THEIRS, the file llama.cpp's own quantizer made of the same input with
+ * the same mix: the same names (llama.cpp orders them its own way), the same ggml type and shape
+ * each (the mix chose alike, fallbacks included), general.file_type alike and, tensor by tensor,
+ * the same bytes (the blocks quantized alike). Prints one line; exits 0 when all of it holds, 1
+ * naming the first tensor that differs (and how many do) otherwise. SPDX-License-Identifier:
+ * Apache-2.0
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 
 typedef struct pair {
     const char *ours_path, *theirs_path;
+    const char *unjudged; /* "TYPE,TYPE": tensors of these types are not compared byte for byte */
+    size_t n_unjudged;
     quant_gguf_file *ours, *theirs;
     unsigned char *a, *b;
     size_t n_types, n_bytes; /* tensors whose type or shape / whose bytes differ */
@@ -33,6 +36,18 @@ static void note(pair *p, size_t *count, const char *fmt, ...)
         va_end(ap);
     }
     (*count)++;
+}
+
+static bool judged(const pair *p, const quant_gguf_tensor *x)
+{
+    const char *s = p->unjudged;
+    size_t n = strlen(x->traits->name);
+    while (s && *s) {
+        size_t len = strcspn(s, ",");
+        if (len == n && !strncmp(s, x->traits->name, n)) return false;
+        s += len + (s[len] == ',');
+    }
+    return true;
 }
 
 static bool same_shape(const quant_gguf_tensor *x, const quant_gguf_tensor *y)
@@ -88,6 +103,8 @@ static int compare(pair *p)
                  "tensor '%s': %s [%" PRId64 ", %" PRId64 "] here, %s [%" PRId64 ", %" PRId64
                  "] in llama.cpp's",
                  x->name, x->traits->name, x->ne[0], x->ne[1], y->traits->name, y->ne[0], y->ne[1]);
+        else if (!judged(p, x))
+            p->n_unjudged++;
         else if (compare_bytes(p, x, y))
             return -1;
     }
@@ -106,18 +123,20 @@ static int compare(pair *p)
         return -1;
     }
     printf("ok %s: the same %zu tensors as llama.cpp's own quantizer wrote (types, shapes, "
-           "bytes)\n",
+           "bytes",
            p->ours_path, o->n_tensors);
+    if (p->n_unjudged) printf(" but for its %zu tensors of %s", p->n_unjudged, p->unjudged);
+    printf(")\n");
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s OURS.gguf THEIRS.gguf\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s OURS.gguf THEIRS.gguf [TYPE,...]\n", argv[0]);
         return 2;
     }
-    pair p = {.ours_path = argv[1], .theirs_path = argv[2]};
+    pair p = {.ours_path = argv[1], .theirs_path = argv[2], .unjudged = argc == 4 ? argv[3] : NULL};
     quant_ck_error err;
     int rc = -1;
     if (quant_gguf_open(argv[1], &p.ours, &err) || quant_gguf_open(argv[2], &p.theirs, &err))
