@@ -347,8 +347,9 @@ LLC_BINS   := $(LLC_DIR)/llamacpp-tensors $(LLC_DIR)/llamacpp-decode $(LLC_DIR)/
 LLC_LOADER := $(BUILD)/obj/tests/llamacpp/loader.o
 $(BUILD)/obj/tests/llamacpp/%.o: CPPFLAGS += -Itests/llamacpp
 
-$(LLC_DIR)/llamacpp-tensors: $(BUILD)/obj/tests/llamacpp/check_tensors.o
-$(LLC_DIR)/llamacpp-quantize: $(BUILD)/obj/tests/llamacpp/quantize.o
+LLC_OBJ    := $(BUILD)/obj/tests/llamacpp
+$(LLC_DIR)/llamacpp-tensors: $(LLC_OBJ)/check_tensors.o
+$(LLC_DIR)/llamacpp-quantize: $(LLC_OBJ)/quantize.o $(LLC_OBJ)/imatrix_read.o
 $(LLC_DIR)/llamacpp-tensors $(LLC_DIR)/llamacpp-quantize: $(LLC_LOADER) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CK_A) $(LIB_A) $(CK_LIBS) -ldl $(LDLIBS)
@@ -358,9 +359,10 @@ $(LLC_DIR)/llamacpp-decode: $(BUILD)/obj/tests/llamacpp/decode.o $(LLC_LOADER)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl $(LDLIBS)
 
 LLC_CK_BINS := $(LLC_DIR)/llamacpp-synth $(LLC_DIR)/llamacpp-same $(LLC_DIR)/llamacpp-imatrix
-$(LLC_CK_BINS): $(LLC_DIR)/llamacpp-%: $(BUILD)/obj/tests/llamacpp/%.o $(CK_A) $(LIB_A)
+$(LLC_DIR)/llamacpp-same: $(LLC_OBJ)/imatrix_read.o $(LLC_OBJ)/weighted.o
+$(LLC_CK_BINS): $(LLC_DIR)/llamacpp-%: $(LLC_OBJ)/%.o $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
 
 check-llamacpp:
 	$(Q)scripts/install-deps --llamacpp

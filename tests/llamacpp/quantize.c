@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "ggml_abi.h"
-#include "quant_gguf.h"
+#include "imatrix_read.h"
 
 #define GGML_TYPE_COUNT 43 /* "none given" for the output and token embedding types */
 
@@ -41,52 +41,6 @@ static const struct mix *mix_of(const char *name)
     return NULL;
 }
 
-/* The importance matrix as llama-quantize hands it over, into `*out` (a list ending with a NULL
- * name; free with free_imatrix()). */
-static int load_imatrix(const char *path, lc_imatrix_data **out)
-{
-    quant_ck_error err;
-    quant_gguf_file *f = NULL;
-    if (quant_gguf_open(path, &f, &err)) {
-        printf("FAIL %s\n", err.message);
-        return -1;
-    }
-    lc_imatrix_data *list = calloc(f->n_tensors + 1, sizeof *list);
-    size_t n = 0;
-    int rc = list ? 0 : -1;
-    for (size_t i = 0; i < f->n_tensors && !rc; i++) {
-        const quant_gguf_tensor *sums = &f->tensors[i];
-        size_t len = strlen(sums->name);
-        if (len < 8 || strcmp(sums->name + len - 8, ".in_sum2")) continue;
-        char counts_name[QUANT_GGUF_MAX_NAME + 8];
-        snprintf(counts_name, sizeof counts_name, "%.*s.counts", (int)(len - 8), sums->name);
-        const quant_gguf_tensor *counts = quant_gguf_find_tensor(f, counts_name);
-        float count = 0, *e = malloc(sums->nbytes + 1);
-        char *name = strndup(sums->name, len - 8);
-        list[n++] = (lc_imatrix_data){name, e, (size_t)sums->ne[0]};
-        if (!counts || !e || !name || sums->type != QUANT_GGML_F32 || sums->nrows != 1 ||
-            quant_gguf_read(f, counts, 0, &count, sizeof count, &err) ||
-            quant_gguf_read(f, sums, 0, e, sums->nbytes, &err)) {
-            printf("FAIL %s: entry '%s' is not one F32 row with its counts\n", path, sums->name);
-            rc = -1;
-            break;
-        }
-        for (int64_t c = 0; c < sums->ne[0]; c++) e[c] = count > 0 ? e[c] / count : 1.0f;
-    }
-    quant_gguf_close(f);
-    *out = list;
-    return rc;
-}
-
-static void free_imatrix(lc_imatrix_data *list)
-{
-    for (lc_imatrix_data *p = list; p && p->name; p++) {
-        free((void *)p->name);
-        free((void *)p->data);
-    }
-    free(list);
-}
-
 /* The defaults of v0.5.0's llama_model_quantize_default_params, fields from the start to the
  * end: another layout shows here. */
 static bool layout_ok(const lc_quantize_params *p)
@@ -109,15 +63,16 @@ int main(int argc, char **argv)
         return 2;
     }
     lc_imatrix_data *imatrix = NULL;
-    if (argc == 6 && load_imatrix(argv[5], &imatrix)) {
-        free_imatrix(imatrix);
+    char msg[512];
+    if (argc == 6 && lc_imatrix_read(argv[5], &imatrix, msg, sizeof msg)) {
+        printf("FAIL %s\n", msg);
+        lc_imatrix_free(imatrix);
         return 1;
     }
     lc_api api;
-    char msg[512];
     if (lc_load(&api, argv[1], true, msg, sizeof msg)) {
         printf("FAIL %s\n", msg);
-        free_imatrix(imatrix);
+        lc_imatrix_free(imatrix);
         return 1;
     }
     lc_quantize_params p = api.llama_model_quantize_default_params();
@@ -136,6 +91,6 @@ int main(int argc, char **argv)
             printf("FAIL %s: llama_model_quantize to %s as %s fails\n", argv[2], argv[3], argv[4]);
     }
     lc_unload(&api);
-    free_imatrix(imatrix);
+    lc_imatrix_free(imatrix);
     return rc;
 }

@@ -1,10 +1,10 @@
-/* same.c -- llamacpp-same OURS.gguf THEIRS.gguf [TYPE,...]: proves that quant's GGUF file OURS
- * holds the same tensors as THEIRS, the file llama.cpp's own quantizer made of the same input with
- * the same mix: the same names (llama.cpp orders them its own way), the same ggml type and shape
- * each (the mix chose alike, fallbacks included), general.file_type alike and, tensor by tensor,
- * the same bytes (the blocks quantized alike). Prints one line; exits 0 when all of it holds, 1
- * naming the first tensor that differs (and how many do) otherwise. SPDX-License-Identifier:
- * Apache-2.0
+/* same.c -- llamacpp-same OURS.gguf THEIRS.gguf [TYPE,... IN.gguf IMATRIX.gguf]: proves that
+ * quant's GGUF file OURS holds the same tensors as THEIRS, the file llama.cpp's own quantizer made
+ * of the same input with the same mix: the same names (llama.cpp orders them its own way), the same
+ * ggml type and shape each (the mix chose alike, fallbacks included), general.file_type alike and,
+ * tensor by tensor, the same bytes (the blocks quantized alike). Prints one line; exits 0 when all
+ * of it holds, 1 naming the first tensor that differs (and how many do) otherwise.
+ * SPDX-License-Identifier: Apache-2.0
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -12,12 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "imatrix_read.h"
 #include "quant_gguf.h"
+#include "weighted.h"
 
 typedef struct pair {
     const char *ours_path, *theirs_path;
-    const char *unjudged; /* "TYPE,TYPE": tensors of these types are not compared byte for byte */
-    size_t n_unjudged;
+    const char *own; /* "TYPE,TYPE": with importance, held to weighted.h's contract */
+    quant_gguf_file *in;
+    lc_imatrix_data *imatrix;
+    size_t n_own;
+    lc_weighted weighted;
     quant_gguf_file *ours, *theirs;
     unsigned char *a, *b;
     size_t n_types, n_bytes; /* tensors whose type or shape / whose bytes differ */
@@ -38,16 +43,18 @@ static void note(pair *p, size_t *count, const char *fmt, ...)
     (*count)++;
 }
 
-static bool judged(const pair *p, const quant_gguf_tensor *x)
+/* Whether `x` is one of quant's own blocks: a listed type, with importance. */
+static const float *own_blocks(const pair *p, const quant_gguf_tensor *x)
 {
-    const char *s = p->unjudged;
+    const char *s = p->own;
     size_t n = strlen(x->traits->name);
-    while (s && *s) {
+    const lc_imatrix_data *e = lc_imatrix_find(p->imatrix, x->name);
+    while (s && *s && e) {
         size_t len = strcspn(s, ",");
-        if (len == n && !strncmp(s, x->traits->name, n)) return false;
+        if (len == n && !strncmp(s, x->traits->name, n)) return e->data;
         s += len + (s[len] == ',');
     }
-    return true;
+    return NULL;
 }
 
 static bool same_shape(const quant_gguf_tensor *x, const quant_gguf_tensor *y)
@@ -55,7 +62,8 @@ static bool same_shape(const quant_gguf_tensor *x, const quant_gguf_tensor *y)
     return x->n_dims == y->n_dims && !memcmp(x->ne, y->ne, sizeof x->ne);
 }
 
-/* Compares one tensor pair's bytes; -1 when they cannot be read. */
+/* Compares one tensor pair's bytes (or, for quant's own blocks, their weighted errors); -1 when
+ * they cannot be read or the contract is broken. */
 static int compare_bytes(pair *p, const quant_gguf_tensor *x, const quant_gguf_tensor *y)
 {
     free(p->a);
@@ -70,6 +78,14 @@ static int compare_bytes(pair *p, const quant_gguf_tensor *x, const quant_gguf_t
     if (quant_gguf_read(p->ours, x, 0, p->a, x->nbytes, &err) ||
         quant_gguf_read(p->theirs, y, 0, p->b, y->nbytes, &err)) {
         printf("FAIL %s\n", err.message);
+        return -1;
+    }
+    const float *qw = own_blocks(p, x);
+    if (qw) {
+        char msg[512];
+        p->n_own++;
+        if (!lc_no_worse(p->in, x, p->a, p->b, qw, &p->weighted, msg, sizeof msg)) return 0;
+        printf("FAIL %s: %s\n", p->ours_path, msg);
         return -1;
     }
     if (!memcmp(p->a, p->b, x->nbytes)) return 0;
@@ -103,8 +119,6 @@ static int compare(pair *p)
                  "tensor '%s': %s [%" PRId64 ", %" PRId64 "] here, %s [%" PRId64 ", %" PRId64
                  "] in llama.cpp's",
                  x->name, x->traits->name, x->ne[0], x->ne[1], y->traits->name, y->ne[0], y->ne[1]);
-        else if (!judged(p, x))
-            p->n_unjudged++;
         else if (compare_bytes(p, x, y))
             return -1;
     }
@@ -125,26 +139,36 @@ static int compare(pair *p)
     printf("ok %s: the same %zu tensors as llama.cpp's own quantizer wrote (types, shapes, "
            "bytes",
            p->ours_path, o->n_tensors);
-    if (p->n_unjudged) printf(" but for its %zu tensors of %s", p->n_unjudged, p->unjudged);
+    if (p->n_own)
+        printf("; its %zu tensors of %s with importance no worse by the weighted error: %" PRIu64
+               " blocks, %" PRIu64 " better",
+               p->n_own, p->own, p->weighted.blocks, p->weighted.better);
     printf(")\n");
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: %s OURS.gguf THEIRS.gguf [TYPE,...]\n", argv[0]);
+    if (argc != 3 && argc != 6) {
+        fprintf(stderr, "usage: %s OURS.gguf THEIRS.gguf [TYPE,... IN.gguf IMATRIX.gguf]\n",
+                argv[0]);
         return 2;
     }
-    pair p = {.ours_path = argv[1], .theirs_path = argv[2], .unjudged = argc == 4 ? argv[3] : NULL};
+    pair p = {.ours_path = argv[1], .theirs_path = argv[2], .own = argc == 6 ? argv[3] : NULL};
     quant_ck_error err;
+    char msg[512];
     int rc = -1;
-    if (quant_gguf_open(argv[1], &p.ours, &err) || quant_gguf_open(argv[2], &p.theirs, &err))
+    if (quant_gguf_open(argv[1], &p.ours, &err) || quant_gguf_open(argv[2], &p.theirs, &err) ||
+        (argc == 6 && quant_gguf_open(argv[4], &p.in, &err)))
         printf("FAIL %s\n", err.message);
+    else if (argc == 6 && lc_imatrix_read(argv[5], &p.imatrix, msg, sizeof msg))
+        printf("FAIL %s\n", msg);
     else
         rc = compare(&p);
     free(p.a);
     free(p.b);
+    lc_imatrix_free(p.imatrix);
+    quant_gguf_close(p.in);
     quant_gguf_close(p.ours);
     quant_gguf_close(p.theirs);
     return rc ? 1 : 0;
