@@ -81,18 +81,23 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 QUANT_BIN := $(BUILD)/bin/quant
 
-# ---- quantd: the daemon (libmicrohttpd, SQLite, inih, nettle, GnuTLS, jansson, libarchive) -------------
-QD_PKGS    := libmicrohttpd sqlite3 inih nettle gnutls jansson libpcre2-8 libarchive
+# ---- quantd: the daemon (libmicrohttpd, SQLite, libpq, inih, nettle, GnuTLS, jansson, libarchive) -----
+QD_PKGS    := libmicrohttpd sqlite3 libpq inih nettle gnutls jansson libpcre2-8 libarchive
 QD_CFLAGS   = $(shell pkg-config --cflags $(QD_PKGS) 2>/dev/null) -DPCRE2_CODE_UNIT_WIDTH=8
 QD_LIBS     = $(shell pkg-config --libs $(QD_PKGS) 2>/dev/null)
 QD_DIRS    := app config http routes jobs store stats
 QD_INC     := -Idaemon $(QD_DIRS:%=-Idaemon/%)
 QD_SRCS    := $(wildcard $(QD_DIRS:%=daemon/%/*.c))
-QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
+QD_OBJS    := $(QD_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o \
+    $(BUILD)/obj/gen/migrations_pg.o
 QD_A       := $(BUILD)/lib/libquantd.a
 QUANTD_BIN := $(BUILD)/bin/quantd
-QD_VERSION := 0.3.0
+# The release: one number for quant, quantd and their man pages (the .TH lines of man/*.1 and
+# man/*.8 carry it, with one date; the cli suite checks that they agree with this line).
+VERSION    := 0.3.0
+QD_VERSION := $(VERSION)
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
+PG_MIGRATIONS := $(sort $(wildcard migrations/postgresql/*.sql))
 
 # ---- tests, bench, demo ----------------------------------------------------------------------
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
@@ -123,16 +128,19 @@ FUZZ_REPLAYS := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/replay-%)
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-# -max_len per target (bytes; 4096 when not listed): whole files for the safetensors readers.
+# -max_len per target (bytes; 4096 when not listed): whole files for the safetensors and GGUF
+# readers.
 FUZZ_MAX_LEN_st_read     := 65536
 FUZZ_MAX_LEN_ct_read     := 65536
+FUZZ_MAX_LEN_gguf_read   := 65536
 FUZZ_MAX_LEN_stats_st    := 65536
 FUZZ_MAX_LEN_stats_json  := 16384
 FUZZ_MAX_LEN_router      := 1024
 FUZZ_MAX_LEN_source      := 1024
 FUZZ_MAX_LEN_http        := 65536
 
-.PHONY: all lib check check-asan check-tsan check-arm64 check-llamacpp test bench soak run demo deps install \
+.PHONY: all lib check check-asan check-tsan check-arm64 check-llamacpp test bench soak run demo deps \
+    deps-run install \
     verify-unit clean format lint-lib fuzz fuzz-bins
 
 all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
@@ -168,6 +176,7 @@ $(CK_A): $(CK_OBJS)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 $(CLI_OBJS): ALL_CFLAGS += $(CK_CFLAGS)
+$(CLI_OBJS) $(CKTEST_OBJS): CPPFLAGS += -DQUANT_RELEASE='"$(VERSION)"'
 
 $(QUANT_BIN): $(CLI_OBJS) $(CK_A) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -180,7 +189,13 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-migrations
 	@$(if $(Q),echo "  GEN     $@")
 	$(Q)scripts/embed-migrations $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
+# The PostgreSQL engine's own migrations, embedded the same way (daemon/store/store_pg.c).
+$(BUILD)/gen/migrations_pg.c: $(PG_MIGRATIONS) scripts/embed-migrations
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)scripts/embed-migrations --array qd_pg_migrations $(PG_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(QD_INC) $(ALL_CFLAGS) -c $< -o $@
@@ -252,12 +267,24 @@ fuzz_replay = for t in $(FUZZ_TARGETS); do d=tests/fuzz/corpus/$$t; [ -d $$d ] |
     $(1)/tests/fuzz/replay-$$t $$d || exit 1; done
 
 # Installs what is missing (only when pkg-config cannot find it, or when neither python3 nor
-# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c).
+# /usr/bin/python3 imports numpy: the examples suite's interpreters, tests/daemon/test_examples.c;
+# or when there is no PostgreSQL server for tests/daemon/pgtest.c's cluster, or torch: the torch
+# suite's, tests/daemon/test_torch.c, unless QUANT_SKIP_TORCH=1).
 deps:
 	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists check libcurl $(CK_PKGS) \
 	    $(QD_PKGS) || scripts/install-deps
 	@{ python3 -c 'import numpy' || /usr/bin/python3 -c 'import numpy'; } >/dev/null 2>&1 || \
 	    scripts/install-deps
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$QUANT_TEST_PG_BINDIR" ] || \
+	    scripts/install-deps
+	@[ "$${QUANT_SKIP_TORCH:-}" = 1 ] || { /usr/bin/python3 -c 'import torch' || \
+	    python3 -c 'import torch'; } >/dev/null 2>&1 || scripts/install-deps
+
+# What building quant and quantd needs (make run): the compiler and the libraries, not Check,
+# curl, clang, valgrind, NumPy or PyTorch.
+deps-run:
+	@command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $(CK_PKGS) $(QD_PKGS) || \
+	    scripts/install-deps --run
 
 # The library must never print or exit: no stdio output calls, no exit/abort.
 lint-lib:
@@ -304,8 +331,10 @@ check-asan: deps
 # and exits 0 at SIGTERM whatever TSan saw, so every process writes its reports under
 # build-tsan/tsan-logs/ (log_path) and the lane fails when any is there;
 # halt_on_error and exitcode=66 also end a racing process at once (the test then sees quantd
-# gone, or exit 66 instead of 0). No suppressions: none were needed.
-TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns
+# gone, or exit 66 instead of 0). No suppressions: none were needed. The store suites add the
+# job store's concurrent claims and the PostgreSQL engine's racing openers (libpq itself is not
+# instrumented; the engine's own locking is).
+TSAN_SUITES  := api stats_store stats_api stats_log inputs limits faults conns store store_pg
 TSAN_LOGS    := build-tsan/tsan-logs
 TSAN_OPTS    := halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$(CURDIR)/$(TSAN_LOGS)/tsan
 check-tsan: deps
@@ -365,7 +394,7 @@ $(LLC_CK_BINS): $(LLC_DIR)/llamacpp-%: $(LLC_OBJ)/%.o $(CK_A) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
 
 check-llamacpp:
-	$(Q)scripts/install-deps --llamacpp
+	$(Q)scripts/install-deps --run --llamacpp
 	$(Q)$(MAKE) --no-print-directory $(QUANT_BIN) $(LLC_BINS)
 	$(Q)QUANT_BIN=$(QUANT_BIN) LLAMACPP_BIN=$(LLC_DIR) STORIES15M=$(STORIES15M) tests/llamacpp/run
 
@@ -407,6 +436,13 @@ $(DAEMON_BENCH): $(BUILD)/obj/bench/daemon-bench.o $(BENCH_UTIL) $(CK_A) $(LIB_A
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) -lcurl $(LDLIBS)
 
+GGUF_BENCH := $(BUILD)/bin/gguf-bench
+$(BUILD)/obj/bench/gguf-bench.o: ALL_CFLAGS += $(CK_CFLAGS)
+$(GGUF_BENCH): $(BUILD)/obj/bench/gguf-bench.o $(BENCH_UTIL) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_UTIL) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+
 STATS_BENCH := $(BUILD)/bin/stats-bench
 $(STATS_BENCH): $(BUILD)/obj/bench/stats-bench.o $(BENCH_UTIL)
 	@mkdir -p $(dir $@)
@@ -427,14 +463,17 @@ soak: deps $(SOAK_BIN) $(QUANTD_BIN)
 # QUANT_BENCH_PIPELINE_MIB sizes the pipeline bench's checkpoint (default 2048),
 # QUANT_BENCH_DAEMON_MIB the daemon bench's shard (default 1024), QUANT_BENCH_STATS_SECONDS the
 # stats bench's run per load (default 30).
-bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN) $(STATS_BENCH)
+bench: lib $(BENCH_BIN) $(PIPE_BENCH) $(QUANT_BIN) $(DAEMON_BENCH) $(QUANTD_BIN) $(STATS_BENCH) \
+    $(GGUF_BENCH)
 	$(Q)$(BENCH_BIN)
 	$(Q)$(PIPE_BENCH) $(QUANT_BIN)
+	$(Q)$(GGUF_BENCH) $(QUANT_BIN)
 	$(Q)$(DAEMON_BENCH) $(QUANTD_BIN) $(QUANT_BIN)
 	$(Q)$(STATS_BENCH) $(QUANTD_BIN)
 
-# `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var).
-run: deps all
+# `make run` starts quantd with its embedded defaults (127.0.0.1:8080, data in ./var), after
+# installing only what building quant and quantd needs (install-deps --run: no test tools).
+run: deps-run all
 	$(Q)$(QUANTD_BIN)
 
 demo: lib $(DEMO_BIN)
@@ -447,7 +486,7 @@ SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
-	    $(DESTDIR)$(PREFIX)/share/quantd/migrations $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
+	    $(DESTDIR)$(PREFIX)/share/quantd/migrations/postgresql $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/quantd
 	install -m 644 $(LIB_A) $(CK_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
@@ -456,6 +495,7 @@ install: all
 	install -m 644 man/quant.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/quantd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 644 $(MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/
+	install -m 644 $(PG_MIGRATIONS) $(DESTDIR)$(PREFIX)/share/quantd/migrations/postgresql/
 	sed -e '/^#/!s|@BINDIR@|$(PREFIX)/bin|g' -e '/^#/!s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/quantd.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service
 	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/quantd.service

@@ -25,6 +25,20 @@ int cmd_dequantize(int argc, char **argv);
 /* `quant inspect` of a GGUF file (inspect_gguf.c): the text or JSON report; an exit status. */
 int cli_inspect_gguf(const char *path, bool as_json);
 
+/* The gguf layout's options (gguf_opts.c): the rule set at `path`, or an empty one when `path`
+ * is NULL (a mix alone decides); llama.cpp's importance matrix at `path` (NULL: none) as the
+ * importance statistics of `opts`, kept alive in `*m` (free with quant_imatrix_free). Both
+ * return CLI_EXIT_OK or the exit status of the error they printed. */
+typedef struct quant_imatrix quant_imatrix;
+int cli_load_rules(const char *path, quant_ruleset **rules);
+int cli_load_imatrix(const char *path, quant_pipeline_options *opts, quant_imatrix **m);
+/* --mix NAME into opts (-1 to go on, or the usage error's exit status). */
+int cli_gguf_mix_opt(const char *cmd, const char *name, quant_pipeline_options *opts);
+/* The gguf options' combinations: --mix, --imatrix and --vocab-from only with the gguf layout;
+ * --rules required unless a mix decides (-1 to go on, or the usage error's exit status). */
+int cli_gguf_check(const char *cmd, const char *rules, const char *imatrix,
+                   const quant_pipeline_options *opts);
+
 /* ---- errors (util.c) ---------------------------------------------------------------------- */
 
 /* Prints "quant: <message>\n" on stderr. */

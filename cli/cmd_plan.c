@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "quant_gguf_mix.h"
+#include "quant_imatrix.h"
 
 #define CMD "plan"
 
@@ -21,16 +23,23 @@ static const char usage[] =
     "written): per tensor the rule that quantizes it or why it is copied, its qtype, scale shape\n"
     "and output bytes; the totals; and the unused rules (0-based indices of the rules that are\n"
     "the first match of no tensor). Fails, naming the file, tensor or rule, where the run would\n"
-    "fail before its first tensor.\n"
+    "fail before its first tensor. Rules with act_static_scale or weight_importance are planned\n"
+    "without statistics; their tensors are marked as needing them (quantize with --stats).\n"
     "\n"
     "options:\n"
     "  -r, --rules FILE       the rule set (required)\n"
-    "  -l, --layout NAME      native (default) or compressed-tensors\n"
+    "  -l, --layout NAME      native (default), compressed-tensors or gguf\n"
+    "  -m, --mix NAME         gguf: a llama-quantize mix (see quant quantize --help)\n"
+    "      --imatrix FILE     gguf: an importance matrix (some mixes choose otherwise with one)\n"
+    "      --vocab-from FILE  gguf from a Hugging Face directory: the GGUF vocabulary source\n"
     "  -j, --json             print the plan as JSON (the document POST /v1/plans returns)\n"
+    "      --allow-nothing-quantized\n"
+    "                         plan a run that quantizes no tensor (refused otherwise, as\n"
+    "                         'quant quantize' refuses it)\n"
     "  -h, --help             this text\n";
 
 typedef struct plan_args {
-    const char *rules, *in;
+    const char *rules, *in, *imatrix;
     quant_pipeline_options opts;
     bool json;
 } plan_args;
@@ -41,26 +50,45 @@ static int parse_args(int argc, char **argv, plan_args *a)
     static const struct option longopts[] = {
         {"rules", required_argument, NULL, 'r'},
         {"layout", required_argument, NULL, 'l'},
+        {"mix", required_argument, NULL, 'm'},
+        {"imatrix", required_argument, NULL, 'i'},
+        {"vocab-from", required_argument, NULL, 'V'},
         {"json", no_argument, NULL, 'j'},
+        {"allow-nothing-quantized", no_argument, NULL, 256},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     quant_pipeline_options_init(&a->opts);
+    /* no statistics in a plan: act_static_scale and weight_importance rules are planned, their
+     * tensors marked as needing statistics */
+    a->opts.allow_static_acts = true;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":r:l:jh", longopts, NULL)) != -1) {
+    int c, rc;
+    while ((c = getopt_long(argc, argv, ":r:l:m:i:V:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             a->rules = optarg;
             break;
         case 'l':
             if (!quant_layout_parse(optarg, &a->opts.layout))
-                return cli_usage_error(CMD, "unknown layout '%s' (native or compressed-tensors)",
-                                       optarg);
+                return cli_usage_error(
+                    CMD, "unknown layout '%s' (native, compressed-tensors or gguf)", optarg);
+            break;
+        case 'm':
+            if ((rc = cli_gguf_mix_opt(CMD, optarg, &a->opts)) >= 0) return rc;
+            break;
+        case 'i':
+            a->imatrix = optarg;
+            break;
+        case 'V':
+            a->opts.gguf_vocab = optarg;
             break;
         case 'j':
             a->json = true;
+            break;
+        case 256:
+            a->opts.allow_nothing_quantized = true;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -69,7 +97,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
             return cli_getopt_error(CMD, c, argv);
         }
     }
-    if (!a->rules) return cli_usage_error(CMD, "--rules is required");
+    if ((rc = cli_gguf_check(CMD, a->rules, a->imatrix, &a->opts)) >= 0) return rc;
     if (argc - optind != 1)
         return cli_usage_error(CMD, "expected IN, got %d operands", argc - optind);
     a->in = argv[optind];
@@ -87,8 +115,16 @@ typedef struct cells {
 
 static void entry_cells(const quant_plan_entry *e, cells *c)
 {
-    if (e->quantized) {
-        snprintf(c->rule, sizeof c->rule, "rule %ld", e->rule);
+    if (e->quantized && e->chosen_by) { /* gguf: blocks, no scale tensors */
+        if (e->rule >= 0)
+            snprintf(c->rule, sizeof c->rule, "rule %ld%s", e->rule,
+                     strcmp(e->chosen_by, "fallback") ? "" : " (fallback)");
+        else
+            snprintf(c->rule, sizeof c->rule, "%s", e->chosen_by);
+        snprintf(c->scale, sizeof c->scale, "-");
+    } else if (e->quantized) {
+        snprintf(c->rule, sizeof c->rule, "rule %ld%s", e->rule,
+                 e->needs_statistics ? " (needs statistics)" : "");
         cli_fmt_shape(e->rank, e->scale_shape, c->scale, sizeof c->scale);
     } else {
         snprintf(c->rule, sizeof c->rule, "copied: %s", e->reason);
@@ -135,6 +171,12 @@ static void print_totals(const quant_plan *p, const quant_ruleset *rules)
         printf("%zu static activation scale%s\n", quant_plan_static_count(p),
                quant_plan_static_count(p) == 1 ? "" : "s");
     printf("%s -> %s (%.1f%%)\n", bin, bout, in ? 100.0 * (double)out / (double)in : 100.0);
+    size_t stats = 0;
+    for (size_t i = 0; i < n; i++) stats += quant_plan_entry_at(p, i)->needs_statistics;
+    if (stats > 0)
+        printf("%zu tensor%s need%s calibration statistics (act_static_scale, weight_importance): "
+               "quantize with --stats STATS.json\n",
+               stats, stats == 1 ? "" : "s", stats == 1 ? "s" : "");
     const long *unused = quant_plan_unused_rules(p, &n_unused);
     if (n_unused == 0) printf("unused rules: none\n");
     for (size_t i = 0; i < n_unused; i++)
@@ -154,8 +196,14 @@ int cmd_plan(int argc, char **argv)
     if (rc >= 0) return rc;
     quant_ruleset *rules = NULL;
     quant_plan *plan = NULL;
+    quant_imatrix *imatrix = NULL;
     quant_ck_error err;
-    if (quant_ruleset_load(a.rules, &rules, &err) != QUANT_CK_OK) return cli_ck_error(&err);
+    rc = cli_load_rules(a.rules, &rules);
+    if (rc == CLI_EXIT_OK) rc = cli_load_imatrix(a.imatrix, &a.opts, &imatrix);
+    if (rc != CLI_EXIT_OK) {
+        quant_ruleset_free(rules);
+        return rc;
+    }
     if (quant_plan_path(rules, a.in, &a.opts, &plan, &err) != QUANT_CK_OK) {
         rc = cli_ck_error(&err);
     } else if (a.json) {
@@ -166,6 +214,7 @@ int cmd_plan(int argc, char **argv)
         rc = CLI_EXIT_OK;
     }
     quant_plan_free(plan);
+    quant_imatrix_free(imatrix);
     quant_ruleset_free(rules);
     return rc;
 }

@@ -3,8 +3,8 @@
  * engine (quant_srq_compute, as a quantd job with a stats_model), stale temporaries removed and
  * the report target checked before the run, SIGINT and SIGTERM turned into the pipeline's cancel
  * flag, the run with its progress bar, the per-tensor report written next to the output, the
- * warnings (each unused rule, nothing quantized: the run still succeeds) and the summary on
- * stderr.
+ * warnings (each unused rule with what it probably meant; nothing quantized, which the library
+ * refuses unless --allow-nothing-quantized or the rule set allows it) and the summary on stderr.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <getopt.h>
@@ -30,8 +30,9 @@ static const char usage[] =
     "\n"
     "Quantizes the safetensors file IN into the file OUT, or the checkpoint directory IN\n"
     "(sharded or not) into the directory OUT, by the rules in RULES.json; with --layout gguf,\n"
-    "the GGUF file IN (llama.cpp's, e.g. the F16/BF16/F32 file its converter writes) into the\n"
-    "GGUF file OUT, each tensor's ggml type chosen by a llama-quantize mix (--mix) and the\n"
+    "the GGUF file IN (llama.cpp's, e.g. the F16/BF16/F32 file its converter writes), or a\n"
+    "Hugging Face Llama checkpoint directory IN (with --vocab-from), into the GGUF file OUT, each "
+    "tensor's ggml type chosen by a llama-quantize mix (--mix) and the\n"
     "rules (a rule's weight_qtype q8_0 ... q6_k, iq4_nl, iq4_xs overrides the mix for the\n"
     "GGUF tensors whose module path, e.g. blk.0.attn_v, it matches). OUT must not exist\n"
     "(an empty directory is accepted; a symbolic link never is); nothing is left at OUT when\n"
@@ -45,12 +46,16 @@ static const char usage[] =
     "                         quant_stats dump in JSON ({ACT: {\"count\": n, \"sum_of_absmax\":\n"
     "                         ...}}); each activation gets the act_qtype of the first rule\n"
     "                         matching its module path when that rule has act_static_scale\n"
-    "  -l, --layout NAME      native (default), compressed-tensors or gguf\n"
+    "  -l, --layout NAME      native (default), compressed-tensors (a file run writes\n"
+    "                         config.json with its quantization_config beside OUT too,\n"
+    "                         from the one beside IN when there is one) or gguf\n"
     "  -m, --mix NAME         gguf: a llama-quantize mix (Q8_0, Q6_K, Q5_K_M, Q5_K_S,\n"
     "                         Q4_K_M, Q4_K_S, Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, IQ4_NL, IQ4_XS,\n"
     "                         Q4_0, Q4_1, Q5_0, Q5_1, MXFP4_MOE, F16, BF16, F32); chooses\n"
     "                         each tensor's type as llama-quantize does (overrides the rule\n"
     "                         set's gguf_mix); without it only tensors a rule names change\n"
+    "      --vocab-from FILE  gguf from a Hugging Face Llama directory: the GGUF file whose\n"
+    "                         tokenizer the output takes (llama.cpp needs one to run it)\n"
     "      --imatrix FILE     gguf: llama.cpp's importance matrix (GGUF or legacy .dat),\n"
     "                         weighing each tensor's quantization as llama-quantize's\n"
     "                         --imatrix does (--stats gives importance from quantd's\n"
@@ -60,6 +65,11 @@ static const char usage[] =
     "OUT/quant-report.json\n"
     "                         for a directory, quant-report.json beside OUT for a file); a\n"
     "                         regular file is replaced, a link or anything else refused\n"
+    "      --allow-nothing-quantized\n"
+    "                         succeed even when no tensor is quantized (OUT is then IN\n"
+    "                         copied); without it such a run fails before any work, naming\n"
+    "                         the rules that match nothing (also: the rule set's\n"
+    "                         \"allow_nothing_quantized\": true)\n"
     "      --no-quality       skip the SQNR and max error measurement (faster)\n"
     "      --chunk-mib N      input MiB per unit of work (default 16)\n"
     "  -q, --quiet            no progress bar, no summary\n"
@@ -71,7 +81,7 @@ typedef struct quantize_args {
     bool quiet;
 } quantize_args;
 
-enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX };
+enum { OPT_REPORT = 256, OPT_NO_QUALITY, OPT_CHUNK_MIB, OPT_IMATRIX, OPT_VOCAB, OPT_ALLOW_NOTHING };
 
 /* Parses argv into `a`; returns -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, quantize_args *a)
@@ -82,9 +92,11 @@ static int parse_args(int argc, char **argv, quantize_args *a)
         {"layout", required_argument, NULL, 'l'},
         {"mix", required_argument, NULL, 'm'},
         {"imatrix", required_argument, NULL, OPT_IMATRIX},
+        {"vocab-from", required_argument, NULL, OPT_VOCAB},
         {"threads", required_argument, NULL, 't'},
         {"report", required_argument, NULL, OPT_REPORT},
         {"no-quality", no_argument, NULL, OPT_NO_QUALITY},
+        {"allow-nothing-quantized", no_argument, NULL, OPT_ALLOW_NOTHING},
         {"chunk-mib", required_argument, NULL, OPT_CHUNK_MIB},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -94,7 +106,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
     quant_pipeline_options_init(&a->opts);
     a->opts.map_input = true; /* the command's input is the user's own file */
     opterr = 0;
-    int c;
+    int c, rc;
     long v;
     while ((c = getopt_long(argc, argv, ":r:s:l:m:t:qh", longopts, NULL)) != -1) {
         switch (c) {
@@ -110,12 +122,13 @@ static int parse_args(int argc, char **argv, quantize_args *a)
                     CMD, "unknown layout '%s' (native, compressed-tensors or gguf)", optarg);
             break;
         case 'm':
-            if (!quant_gguf_mix_find(optarg))
-                return cli_usage_error(CMD, "unknown mix '%s' (see quant quantize --help)", optarg);
-            a->opts.gguf_mix = optarg;
+            if ((rc = cli_gguf_mix_opt(CMD, optarg, &a->opts)) >= 0) return rc;
             break;
         case OPT_IMATRIX:
             a->imatrix = optarg;
+            break;
+        case OPT_VOCAB:
+            a->opts.gguf_vocab = optarg;
             break;
         case 't':
             if (!cli_parse_threads(CMD, optarg, &a->opts.threads)) return CLI_EXIT_USAGE;
@@ -125,6 +138,9 @@ static int parse_args(int argc, char **argv, quantize_args *a)
             break;
         case OPT_NO_QUALITY:
             a->opts.quality = false;
+            break;
+        case OPT_ALLOW_NOTHING:
+            a->opts.allow_nothing_quantized = true;
             break;
         case OPT_CHUNK_MIB:
             if (!cli_parse_long(optarg, 1, 4096, &v))
@@ -142,11 +158,7 @@ static int parse_args(int argc, char **argv, quantize_args *a)
             return cli_getopt_error(CMD, c, argv);
         }
     }
-    bool gguf = a->opts.layout == QUANT_LAYOUT_GGUF;
-    if (!gguf && (a->opts.gguf_mix || a->imatrix))
-        return cli_usage_error(CMD, "--mix and --imatrix go with --layout gguf");
-    if (!a->rules && !a->opts.gguf_mix)
-        return cli_usage_error(CMD, gguf ? "--mix or --rules is required" : "--rules is required");
+    if ((rc = cli_gguf_check(CMD, a->rules, a->imatrix, &a->opts)) >= 0) return rc;
     if (a->imatrix && a->stats)
         return cli_usage_error(CMD, "--imatrix and --stats both give importance: choose one");
     if (argc - optind != 2)
@@ -305,15 +317,21 @@ static void print_summary(const quantize_args *a, const quant_report *rep, doubl
     fprintf(stderr, "report: %s\n", report);
 }
 
-/* SPEC section 10: a run with unused rules succeeds and says so; so does one that quantized
- * nothing. Printed whatever --quiet says (warnings are not the summary). */
+/* SPEC section 10: a run with unused rules succeeds and says so, with what a rule probably
+ * meant; so does one allowed to quantize nothing. Printed whatever --quiet says (warnings are not
+ * the summary). */
 static void warn_unused(const quant_report *rep, const quant_ruleset *rules)
 {
     size_t n_unused, quantized = 0;
     const long *unused = quant_report_unused_rules(rep, &n_unused);
-    for (size_t i = 0; i < n_unused; i++)
-        cli_warn("rule %ld (module_path \"%s\") is unused: it is the first match of no tensor",
-                 unused[i], quant_ruleset_rule(rules, (size_t)unused[i])->module_path);
+    for (size_t i = 0; i < n_unused; i++) {
+        const char *hint = quant_report_unused_hint(rep, i);
+        cli_warn(
+            "rule %ld (module_path \"%s\") is unused: it is the first match of no tensor%s%s%s",
+            unused[i], quant_ruleset_rule(rules, (size_t)unused[i])->module_path,
+            hint ? " (module paths are matched whole: did you mean '" : "", hint ? hint : "",
+            hint ? "'?)" : "");
+    }
     for (size_t i = 0; i < quant_report_count(rep); i++)
         quantized += quant_report_entry_at(rep, i)->quantized;
     if (quantized == 0)
@@ -383,27 +401,6 @@ static int static_scales(quantize_args *a, const quant_ruleset *rules, quant_srq
     return CLI_EXIT_OK;
 }
 
-/* --imatrix: llama.cpp's importance matrix as the run's importance statistics. */
-static int load_imatrix(quantize_args *a, quant_imatrix **m)
-{
-    *m = NULL;
-    if (!a->imatrix) return CLI_EXIT_OK;
-    quant_ck_error err;
-    if (quant_imatrix_load(a->imatrix, m, &err) != QUANT_CK_OK) return cli_ck_error(&err);
-    a->opts.importance_given = true;
-    a->opts.importance = quant_imatrix_entries(*m, &a->opts.n_importance);
-    return CLI_EXIT_OK;
-}
-
-/* The rule set: --rules, or none (an empty set) when a gguf mix alone decides. */
-static int load_rules(const quantize_args *a, quant_ruleset **rules)
-{
-    quant_ck_error err;
-    quant_ck_status st = a->rules ? quant_ruleset_load(a->rules, rules, &err)
-                                  : quant_ruleset_parse("[]", 2, "(no rules)", rules, &err);
-    return st == QUANT_CK_OK ? CLI_EXIT_OK : cli_ck_error(&err);
-}
-
 int cmd_quantize(int argc, char **argv)
 {
     quantize_args a;
@@ -412,9 +409,9 @@ int cmd_quantize(int argc, char **argv)
     quant_ruleset *rules = NULL;
     quant_srq *srq = NULL;
     quant_imatrix *imatrix = NULL;
-    rc = load_rules(&a, &rules);
+    rc = cli_load_rules(a.rules, &rules);
     if (rc == CLI_EXIT_OK) rc = static_scales(&a, rules, &srq);
-    if (rc == CLI_EXIT_OK) rc = load_imatrix(&a, &imatrix);
+    if (rc == CLI_EXIT_OK) rc = cli_load_imatrix(a.imatrix, &a.opts, &imatrix);
     if (rc == CLI_EXIT_OK) rc = prepare(&a);
     if (rc == CLI_EXIT_OK) rc = run(&a, rules);
     quant_imatrix_free(imatrix);

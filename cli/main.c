@@ -9,6 +9,14 @@
 
 #include "cli.h"
 
+#ifndef QUANT_RELEASE
+#error "QUANT_RELEASE must be defined (the Makefile passes -DQUANT_RELEASE=... from VERSION)"
+#endif
+
+#ifndef QUANT_RELEASE
+#error "QUANT_RELEASE must be defined (the Makefile passes -DQUANT_RELEASE=... from VERSION)"
+#endif
+
 typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -73,8 +81,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
         unsigned lib = quant_version_number();
-        printf("quant %d.%d.%d (libquant %u.%u.%u)\n", QUANT_VERSION_MAJOR, QUANT_VERSION_MINOR,
-               QUANT_VERSION_PATCH, lib / 10000, lib / 100 % 100, lib % 100);
+        printf("quant %s (libquant %u.%u.%u)\n", QUANT_RELEASE, lib / 10000, lib / 100 % 100,
+               lib % 100);
         return CLI_EXIT_OK;
     }
     if (strcmp(name, "help") == 0) return help(argc - 1, argv + 1);

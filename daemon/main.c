@@ -14,12 +14,14 @@
 
 #include "app.h"
 #include "app_run.h"
+#include "auth.h"
 #include "cmd_token.h"
 #include "config.h"
 #include "datalock.h"
 #include "fsutil.h"
 #include "http.h"
 #include "log.h"
+#include "tokens.h"
 #include "notify.h"
 #include "tls.h"
 
@@ -82,6 +84,16 @@ static int wait_for_stop(qd_tls *tls, int argc, char **argv, const sigset_t *set
     }
 }
 
+/* The source roots for the start-up line: "A:B" ("none" when there is none). */
+static const char *roots_text(const qd_config *cfg, char *buf, size_t len)
+{
+    size_t at = 0;
+    snprintf(buf, len, "none");
+    for (int i = 0; i < cfg->n_source_roots && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ":" : "", cfg->source_roots[i]);
+    return buf;
+}
+
 static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
 {
     qd_err err;
@@ -92,8 +104,14 @@ static int serve(qd_app *app, int argc, char **argv, const sigset_t *set)
     char p[16];
     snprintf(p, sizeof p, "%d", port);
     if (app->cfg->port_file) write_port_file(app->cfg->port_file, port);
+    char roots[2048];
+    bool any = true;
+    qd_err terr;
+    bool known = qd_tokens_any(app->tokens, &any, &terr) == QD_OK;
     qd_log(QD_LOG_INFO, "listening", "host", app->cfg->listen_host, "port", p, "data_dir",
-           app->cfg->data_dir, "tls", app->tls ? "on" : "off", "version", QD_VERSION, NULL);
+           app->cfg->data_dir, "tls", app->tls ? "on" : "off", "auth",
+           known ? qd_auth_mode(app, any) : "tokens", "source_roots",
+           roots_text(app->cfg, roots, sizeof roots), "version", QD_VERSION, NULL);
     qd_notify("READY=1");
     int sig = wait_for_stop(app->tls, argc, argv, set);
     qd_log(QD_LOG_INFO, "stopping", "signal", strsignal(sig), NULL);

@@ -241,13 +241,15 @@ def parse_args(argv):
                     "outputs, verifying each one's SHA-256 against the ETag and the job; a cut "
                     "download is resumed with a Range request. Exit status 1 on any mismatch.")
     p.add_argument("job", type=int, help="the job id (POST /v1/jobs answered it)")
-    p.add_argument("--url", default="http://127.0.0.1:8080", help="quantd's base URL "
-                   "(default %(default)s)")
+    p.add_argument("--url", default=os.environ.get("QUANTD_URL", "http://127.0.0.1:8080"),
+                   help="quantd's base URL (default: $QUANTD_URL, else "
+                   "http://127.0.0.1:8080; now %(default)s)")
     p.add_argument("--token", default=os.environ.get("QUANTD_TOKEN"),
                    help="a reader or operator token, sent as 'Authorization: Bearer' "
                    "(default: $QUANTD_TOKEN; none on an open loopback server)")
-    p.add_argument("--cacert", metavar="FILE", help="PEM file of the CA (or self-signed "
-                   "certificate) to trust for an https:// URL")
+    p.add_argument("--cacert", metavar="FILE", default=os.environ.get("QUANTD_CACERT"),
+                   help="PEM file of the CA (or self-signed certificate) to trust for an "
+                   "https:// URL (default: $QUANTD_CACERT)")
     p.add_argument("-o", "--out", default=".", help="directory for the outputs, created if "
                    "needed (default: the current one)")
     p.add_argument("--only", action="append", metavar="NAME",

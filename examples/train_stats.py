@@ -248,10 +248,12 @@ def parse_args(argv):
     p.add_argument("--token", default=os.environ.get("QUANTD_TOKEN"),
                    help="a trainer (or operator) token, sent as 'Authorization: Bearer' "
                    "(default: $QUANTD_TOKEN; none on an open loopback server)")
-    p.add_argument("--cacert", metavar="FILE", help="PEM file of the CA (or self-signed "
-                   "certificate) to trust for an https:// URL")
-    p.add_argument("--url", default="http://127.0.0.1:8080", help="quantd's base URL "
-                   "(default %(default)s)")
+    p.add_argument("--cacert", metavar="FILE", default=os.environ.get("QUANTD_CACERT"),
+                   help="PEM file of the CA (or self-signed certificate) to trust for an "
+                   "https:// URL (default: $QUANTD_CACERT)")
+    p.add_argument("--url", default=os.environ.get("QUANTD_URL", "http://127.0.0.1:8080"),
+                   help="quantd's base URL (default: $QUANTD_URL, else "
+                   "http://127.0.0.1:8080; now %(default)s)")
     p.add_argument("--model", default="demo", help="model name (default %(default)s)")
     p.add_argument("--steps", type=int, default=100, help="training steps, one post each "
                    "(default %(default)s)")

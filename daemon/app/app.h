@@ -34,6 +34,8 @@ typedef struct qd_app {
     qd_receiving *receiving; /* their input_timeout watch (receiving.h) */
     /* no token needed while none exists: the server listens on loopback only, or --insecure */
     bool open_without_tokens;
+    /* open now: open_without_tokens and no token seen yet; the first token ends it (logged) */
+    _Atomic bool open_now;
     _Atomic uint64_t body_bytes; /* request bodies held in memory now (req_limits.c) */
     char *uploads_dir; /* DATA/uploads: validated shards waiting for (or used by) their job */
     char *jobs_dir;    /* DATA/jobs/ID/output: a job's published outputs */

@@ -25,6 +25,7 @@ static qd_status exposure(qd_app *app, bool *insecure, qd_err *err)
     if (st == QD_OK) st = qd_tokens_any(app->tokens, &any, err);
     if (st != QD_OK) return st;
     app->open_without_tokens = loopback || cfg->insecure;
+    app->open_now = app->open_without_tokens && !any;
     *insecure = !loopback && cfg->insecure; /* warned whenever it has no token */
     if (!loopback && !any && !cfg->insecure)
         return qd_fail(err, QD_INVALID,

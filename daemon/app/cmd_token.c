@@ -1,15 +1,18 @@
 /* cmd_token.c -- `quantd token create|list|revoke`: access tokens managed on the server's own
  * database (the same calls as /v1/tokens), so the first operator token can be made before anyone
  * can reach the API. The settings' options (--config, --data-dir, --db, ...) say which database;
- * the command's own options are taken out of argv before the settings are loaded.
+ * the command's own options are taken out of argv before the settings are loaded. The data
+ * directory must exist, and the database used is named on stderr.
  * Exit status: 0 done, 1 failed (the name is taken, no such token, the database), 2 usage.
  * SPDX-License-Identifier: Apache-2.0
  */
-#define _DEFAULT_SOURCE /* explicit_bzero */
+#define _DEFAULT_SOURCE /* explicit_bzero, realpath */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cmd_token.h"
 #include "config.h"
@@ -25,7 +28,9 @@ static const char usage_text[] =
     "\n"
     "Manages the access tokens of the quantd whose database the settings name (--config,\n"
     "--data-dir, --db; see quantd --help), also while it runs: a new token works at once, a\n"
-    "revoked one stops at once.\n"
+    "revoked one stops at once. The data directory must exist (the default, ./var, is\n"
+    "relative to the current directory; under systemd it is /var/lib/quantd); the database\n"
+    "used is named on stderr.\n"
     "\n"
     "  create   prints the new token on stdout, the only time it is shown (only its\n"
     "           SHA-256 is kept). ROLE: trainer (posts and reads statistics), reader\n"
@@ -201,6 +206,42 @@ static int revoke_token(qd_tokens *t, const char *name)
     return 0;
 }
 
+/* `path` made absolute through its directory (which exists) into buf; `path` when it cannot. */
+static const char *absolute(const char *path, char *buf, size_t len)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    int n = slash ? (int)(slash - path) : 0;
+    snprintf(dir, sizeof dir, "%.*s", n, slash ? path : ".");
+    if (slash && n == 0) snprintf(dir, sizeof dir, "/");
+    char real[4096];
+    if (!realpath(dir, real)) return path;
+    snprintf(buf, len, "%s%s%s", real, strcmp(real, "/") ? "/" : "", slash ? slash + 1 : path);
+    return buf;
+}
+
+/* The data directory must exist (a mistyped or relative --data-dir would otherwise make a new
+ * database no server reads); the database used is named on stderr, absolute, and whether it is
+ * new. False with the message printed. */
+static bool which_database(const qd_config *cfg)
+{
+    struct stat sb;
+    char cwd[4096], db[8192];
+    if (stat(cfg->data_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        bool rel = cfg->data_dir[0] != '/' && getcwd(cwd, sizeof cwd);
+        fprintf(stderr,
+                "quantd token: the data directory %s%s%s%s does not exist: give the server's, "
+                "with --data-dir DIR or --config FILE (its [storage] data_dir); quantd creates it "
+                "when it first starts, and under systemd it is /var/lib/quantd\n",
+                cfg->data_dir, rel ? " (in " : "", rel ? cwd : "", rel ? ")" : "");
+        return false;
+    }
+    bool exists = stat(cfg->db_path, &sb) == 0;
+    fprintf(stderr, "quantd token: database %s%s\n", absolute(cfg->db_path, db, sizeof db),
+            exists ? "" : " (new: no server has used it yet)");
+    return true;
+}
+
 /* The settings, the database (migrated), then the action. */
 static int run(const token_args *a)
 {
@@ -218,9 +259,10 @@ static int run(const token_args *a)
     qd_err err;
     int rc = 1;
     const qd_db_tuning tuning = {.busy_timeout_ms = (int)(cfg.store_busy_timeout * 1000)};
-    if (qd_mkdir(cfg.data_dir, 0700, &err) != QD_OK ||
-        qd_store_open_tuned(cfg.db_path, &tuning, &store, &err) != QD_OK ||
-        qd_tokens_open_tuned(cfg.db_path, &tuning, &t, &err) != QD_OK)
+    if (!which_database(&cfg))
+        ;
+    else if (qd_store_open_tuned(cfg.db_path, &tuning, &store, &err) != QD_OK ||
+             qd_tokens_open_tuned(cfg.db_path, &tuning, &t, &err) != QD_OK)
         fprintf(stderr, "quantd token: %s\n", err.message);
     else if (a->act == A_CREATE)
         rc = create(t, a);

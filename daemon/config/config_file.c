@@ -1,10 +1,12 @@
 /* config_file.c -- the INI config file, read with inih: [section] headers and key = value lines
  * (';' or '#' starts a comment line; " ;" starts an inline comment). Unknown sections and keys,
  * a key outside any section, a key given twice (except source_root, which adds a directory),
+ * an unknown key with the known one it probably means ("did you mean 'max_body' in [limits]?"),
  * an over-long line and a line inih cannot parse are errors reported as "FILE:LINE: ...".
  * Line numbers are counted by our own reader, which also sees section headers that hold no key.
  * SPDX-License-Identifier: Apache-2.0
  */
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdio.h>
@@ -85,17 +87,65 @@ static bool other_sections(const char *key, char *buf, size_t len)
     return at > 0;
 }
 
+/* Edit distance of a and b ('-' and '_' alike, case ignored), anything above cap as cap + 1;
+ * keys are short: longer ones are not compared. */
+static size_t key_distance(const char *a, const char *b, size_t cap)
+{
+    enum { MAX = 48 };
+    size_t n = strlen(a), m = strlen(b), row[MAX];
+    if (n >= MAX || m >= MAX) return cap + 1;
+    for (size_t j = 0; j <= m; j++) row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            char x = a[i - 1] == '-' ? '_' : (char)tolower((unsigned char)a[i - 1]);
+            char y = b[j - 1] == '-' ? '_' : (char)tolower((unsigned char)b[j - 1]);
+            size_t best = diag + (x != y), up = row[j];
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[m] > cap ? cap + 1 : row[m];
+}
+
+/* The known key `key` is probably a misspelling of (at most 2 edits, 1 for short keys; '-' for
+ * '_' and case free), "" when none is near. */
+static const char *closest_key(const char *key)
+{
+    size_t cap = strlen(key) < 6 ? 1 : 2, best = cap + 1;
+    const char *hit = "";
+    for (size_t i = 0; i < cfg_n_settings; i++) {
+        if (!cfg_settings[i].section) continue;
+        size_t d = key_distance(key, cfg_settings[i].key, cap);
+        if (d < best) {
+            best = d;
+            hit = cfg_settings[i].key;
+        }
+    }
+    return hit;
+}
+
 static void unknown_key(file_state *fs, const char *section, const char *key)
 {
     char detail[256], other[96];
     bool known = other_sections(key, other, sizeof other);
+    const char *near = known ? "" : closest_key(key);
+    char mean[160] = "";
+    if (*near) {
+        char where[96];
+        other_sections(near, where, sizeof where);
+        snprintf(mean, sizeof mean, " (did you mean '%s' in %s?)", near, where);
+    }
     if (!*section)
         snprintf(detail, sizeof detail, "'%s' outside a section (it belongs in %s)", key,
                  known ? other : "[server]");
     else if (known)
         snprintf(detail, sizeof detail, "'%s' in [%s] (it belongs in %s)", key, section, other);
     else
-        snprintf(detail, sizeof detail, "'%s' in [%s]", key, section);
+        snprintf(detail, sizeof detail, "'%s' in [%s]%s", key, section, mean);
     fail_line(fs, *section ? "unknown key " : "key ", detail);
 }
 

@@ -3,14 +3,17 @@
  * With no token in the database a server on loopback (or started --insecure) is open to all;
  * once one exists every route but /healthz, /readyz (and /metrics when metrics_auth is open)
  * needs a valid token of an allowed role: 401 without one or with a bad or expired one, 403
- * for a role the route does not take.
+ * for a role the route does not take. The change from open to tokens (and back, when the last
+ * token is revoked) is logged once, as the requests or a token's creation see it.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <strings.h>
 
 #include "auth.h"
+#include "log.h"
 #include "router.h"
 #include "timefmt.h"
 
@@ -45,6 +48,23 @@ static const char *bearer(const char *h)
     return *h ? h : NULL;
 }
 
+const char *qd_auth_mode(const qd_app *app, bool any)
+{
+    if (any || !app->open_without_tokens) return "tokens";
+    return app->cfg->insecure ? "insecure" : "open";
+}
+
+void qd_auth_tokens_seen(qd_app *app, bool any)
+{
+    if (!app->open_without_tokens) return;
+    if (any && atomic_exchange(&app->open_now, false))
+        qd_log(QD_LOG_INFO, "open mode ended: an access token exists", "auth", "tokens", "detail",
+               "every request but /healthz and /readyz now needs a token", NULL);
+    else if (!any && !atomic_exchange(&app->open_now, true))
+        qd_log(QD_LOG_WARN, "open mode: no access token is left", "auth", qd_auth_mode(app, false),
+               "detail", "anyone who reaches the server may do everything", NULL);
+}
+
 /* No Authorization header: fine only on an open server (no tokens at all). */
 static bool anonymous(qd_req *r)
 {
@@ -54,6 +74,7 @@ static bool anonymous(qd_req *r)
         qd_reply_ec(r, QD_EC_UNAVAILABLE, NULL, "cannot check tokens: %s", err.message);
         return false;
     }
+    qd_auth_tokens_seen(r->app, any);
     if (!any && r->app->open_without_tokens) return true;
     if (!any)
         return unauthorized(r, false,
@@ -97,6 +118,7 @@ bool qd_auth_request(qd_req *r)
         return unauthorized(r, true, "token '%s' expired at %s", who.name,
                             qd_iso8601(who.expires_ms, when));
     snprintf(r->who, sizeof r->who, "%s", who.name);
+    qd_auth_tokens_seen(r->app, true);
     if (roles & QD_R(who.role)) return true;
     char allowed[64];
     qd_reply_ec(r, QD_EC_FORBIDDEN, NULL, "token '%s' has the role %s; %s %s needs %s", who.name,

@@ -11,6 +11,7 @@
 #include "fsutil.h"
 #include "http.h"
 #include "log.h"
+#include "quant_ckpt.h"
 #include "router.h"
 
 enum MHD_Result qd_reply(qd_req *r, unsigned status, struct MHD_Response *resp)
@@ -187,7 +188,11 @@ json_t *qd_req_json(qd_req *r)
     json_error_t je;
     json_t *doc = json_loadb(r->body ? r->body : "", r->body_len, JSON_REJECT_DUPLICATES, &je);
     if (!doc) {
-        qd_reply_ec(r, QD_EC_BAD_JSON, NULL, "body is not JSON: %s (line %d)", je.text, je.line);
+        char why[256];
+        qd_reply_ec(
+            r, QD_EC_BAD_JSON, NULL, "body is not JSON: %s (line %d)",
+            quant_json_error_text(r->body, r->body_len, je.position, je.text, why, sizeof why),
+            je.line);
         return NULL;
     }
     if (!json_is_object(doc)) {

@@ -48,6 +48,7 @@ const qd_route qd_routes[] = {
     ROUTE("GET",    "/v1/models/{model}/stats",      qd_h_stats_get,        QD_BODY_NONE,   NULL, TRAINING),
     ROUTE("DELETE", "/v1/models/{model}/stats",      qd_h_stats_delete,     QD_BODY_NONE,   NULL, OPERATOR),
     ROUTE("GET",    "/v1/models/{model}/scales",     qd_h_scales_get,       QD_BODY_NONE,   NULL, TRAINING),
+    ROUTE("GET",    "/v1/models/{model}/imatrix",    qd_h_imatrix_get,      QD_BODY_NONE,   NULL, TRAINING),
     ROUTE("GET",    "/v1/tokens",                    qd_h_token_list,       QD_BODY_NONE,   NULL, OPERATOR),
     ROUTE("POST",   "/v1/tokens",                    qd_h_token_create,     QD_BODY_JSON,   NULL, OPERATOR),
     ROUTE("DELETE", "/v1/tokens/{name}",             qd_h_token_delete,     QD_BODY_NONE,   NULL, OPERATOR),

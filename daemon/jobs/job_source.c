@@ -77,7 +77,7 @@ void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src
     o->allow_static_acts = j->stats_model != NULL;
 }
 
-quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, quant_plan **plan,
+quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, bool stats_later, quant_plan **plan,
                             quant_ck_error *ck)
 {
     *plan = NULL;
@@ -88,6 +88,7 @@ quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, quant_plan **pla
     if (st == QUANT_CK_OK) {
         quant_pipeline_options o;
         qd_job_options(app, j, &src, &o);
+        o.allow_static_acts |= stats_later;
         st = quant_plan_path(rs, src.in, &o, plan, ck);
     }
     qd_job_source_close(&src);

@@ -37,9 +37,19 @@ void qd_job_options(const qd_app *app, const qd_job *j, const qd_job_source *src
 /* Job j planned without reading tensor data (quant_plan_path): the error it would fail with
  * before its first tensor, so that it is refused when asked for rather than when it runs; else
  * its plan in *plan (to free with quant_plan_free). Job creation keeps the plan's unused rules;
- * POST /v1/plans returns the plan of a job it does not create. */
-quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, quant_plan **plan,
+ * POST /v1/plans returns the plan of a job it does not create. `stats_later` (POST /v1/plans):
+ * rules that need statistics are planned also without a stats_model, their tensors marked as
+ * needing them; a job (false) without stats_model is refused such rules. */
+quant_ck_status qd_job_plan(const qd_app *app, const qd_job *j, bool stats_later, quant_plan **plan,
                             quant_ck_error *ck);
+
+/* A job with `stats_model` (NULL: nothing to check) against the statistics it names, at
+ * creation (srq_check.c): every weight `plan` quantizes by an act_static_scale rule of `rules`
+ * needs the statistics of its module's input. QUANT_CK_ERR_ARG naming the weights that lack them,
+ * their rules and the model's activation names; the errors of quant_srq_compute() and of the
+ * store's read otherwise. */
+quant_ck_status qd_srq_check(const qd_app *app, const char *stats_model, const char *rules,
+                             const quant_plan *plan, quant_ck_error *ck);
 
 /* The plan's unused rules as a JSON array text ("[0,2]"), malloc'd; NULL on OOM. */
 char *qd_plan_unused_json(const quant_plan *plan);

@@ -148,7 +148,8 @@ static bool written_outputs(const quant_report *rep, qd_output **out, size_t *n)
 }
 
 /* Where the job writes: DATA/jobs/ID/output (a directory source), or the file
- * DATA/jobs/ID/output/NAME (a file source; NAME is model.safetensors for an upload). */
+ * DATA/jobs/ID/output/NAME (a file source; NAME is model.safetensors for an upload); the gguf
+ * layout writes one file whatever its source, DATA/jobs/ID/output/model.gguf. */
 static char *output_target(qd_app *app, const qd_job *j, bool is_dir, qd_err *err)
 {
     char *dir = qd_app_job_dir(app, j->id);
@@ -159,6 +160,10 @@ static char *output_target(qd_app *app, const qd_job *j, bool is_dir, qd_err *er
     }
     const char *base = strrchr(j->source_path, '/');
     base = strcmp(j->source_kind, "upload") == 0 ? "model.safetensors" : base ? base + 1 : "x";
+    if (strcmp(j->layout, "gguf") == 0) {
+        base = "model.gguf";
+        is_dir = false;
+    }
     size_t len = strlen(dir) + strlen(base) + 16;
     char *out = malloc(len);
     if (out) snprintf(out, len, "%s/output", dir);

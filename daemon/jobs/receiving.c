@@ -161,7 +161,8 @@ quant_ck_status qd_receiving_done(qd_app *app, int64_t id, quant_ck_error *ck)
         return QUANT_CK_OK;
     }
     quant_plan *plan = NULL;
-    quant_ck_status st = qd_job_plan(app, &j, &plan, ck);
+    quant_ck_status st = qd_job_plan(app, &j, false, &plan, ck);
+    if (st == QUANT_CK_OK) st = qd_srq_check(app, j.stats_model, j.rules, plan, ck);
     char *unused = st == QUANT_CK_OK ? qd_plan_unused_json(plan) : NULL;
     quant_plan_free(plan);
     if (st == QUANT_CK_OK && !unused) st = quant_ck_fail(ck, QUANT_CK_ERR_NOMEM, "out of memory");

@@ -95,7 +95,8 @@ enum MHD_Result qd_job_create_receiving(qd_req *r, json_t *doc)
     size_t n = 0;
     qd_job j;
     if (!qd_job_fields_json(r, doc, &j)) return r->replied ? MHD_YES : MHD_NO;
-    if (!files_ok(r, json_object_get(doc, "files"), &names, &n)) {
+    if (!qd_upload_layout_ok(r, j.layout) ||
+        !files_ok(r, json_object_get(doc, "files"), &names, &n)) {
         free(j.rules);
         return r->replied ? MHD_YES : MHD_NO;
     }

@@ -152,7 +152,9 @@ static enum MHD_Result queue_job(qd_req *r, qd_job *j)
 {
     quant_ck_error ck;
     quant_plan *plan = NULL;
-    quant_ck_status planned = qd_job_plan(r->app, j, &plan, &ck);
+    quant_ck_status planned = qd_job_plan(r->app, j, false, &plan, &ck);
+    if (planned == QUANT_CK_OK) planned = qd_srq_check(r->app, j->stats_model, j->rules, plan, &ck);
+    if (planned != QUANT_CK_OK) quant_plan_free(plan);
     if (planned == QUANT_CK_ERR_NOMEM) return MHD_NO;
     if (planned != QUANT_CK_OK)
         return qd_reply_ec(r, qd_plan_error_code(planned), NULL, "%s", ck.message);
@@ -183,7 +185,8 @@ bool qd_layout_ok(qd_req *r, const char *layout)
     quant_layout l;
     if (quant_layout_parse(layout, &l)) return true;
     qd_reply_ec(r, QD_EC_INVALID, "layout",
-                "layout must be \"native\" or \"compressed-tensors\", not \"%s\"", layout);
+                "layout must be \"native\", \"compressed-tensors\" or \"gguf\", not \"%s\"",
+                layout);
     return false;
 }
 
@@ -254,6 +257,8 @@ static bool head_check(qd_req *r, shard_head *h, uint64_t *expect, char **unused
         o.allow_static_acts = qd_req_query(r, "stats_model") != NULL;
         st = quant_plan_file(rs, f, &o, &plan, &ck);
     }
+    if (st == QUANT_CK_OK)
+        st = qd_srq_check(r->app, qd_req_query(r, "stats_model"), h->rules, plan, &ck);
     if (st == QUANT_CK_OK && !(*unused = qd_plan_unused_json(plan)))
         st = quant_ck_fail(&ck, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_plan_free(plan);
@@ -464,11 +469,21 @@ qd_payload qd_shard_or_json(qd_req *r, const char *takes)
     return QD_PAYLOAD_REPLIED;
 }
 
+bool qd_upload_layout_ok(qd_req *r, const char *layout)
+{
+    if (!qd_layout_ok(r, layout)) return false;
+    if (strcmp(layout, "gguf") != 0) return true;
+    qd_reply_ec(r, QD_EC_INVALID_JOB, "layout",
+                "the gguf layout reads a GGUF file named by a server-side source (\"source\": "
+                "{\"path\": ...}); uploads take the native or compressed-tensors layout");
+    return false;
+}
+
 bool qd_shard_query_ok(qd_req *r, enum MHD_Result *ret)
 {
     *ret = MHD_YES;
     const char *layout = qd_req_query(r, "layout") ? qd_req_query(r, "layout") : "native";
-    if (!qd_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
+    if (!qd_upload_layout_ok(r, layout) || !qd_stats_model_ok(r, qd_req_query(r, "stats_model")))
         return false;
     char *rules = qd_job_rules(r, qd_req_query(r, "ruleset"), NULL);
     free(rules);
@@ -492,8 +507,9 @@ enum MHD_Result qd_h_job_precheck(qd_req *r)
     return head_begin(r) ? MHD_YES : r->replied ? MHD_YES : MHD_NO;
 }
 
-static const char *const job_fields[] = {"ruleset",     "rules", "source", "layout",
-                                         "stats_model", "files", NULL};
+static const char *const job_fields[] = {
+    "ruleset", "rules", "source", "layout", "stats_model", "files", "allow_nothing_quantized",
+    NULL};
 
 static bool known_field(const char *key)
 {
@@ -539,6 +555,20 @@ static char *source_path(qd_req *r, json_t *source)
     return norm;
 }
 
+/* The job's "allow_nothing_quantized": true, set in its rule text (*rules replaced); false when
+ * out of memory (*rules freed). */
+static bool allow_nothing(char **rules)
+{
+    json_t *doc = json_loads(*rules, 0, NULL);
+    char *text = doc && json_object_set_new(doc, "allow_nothing_quantized", json_true()) == 0
+                     ? json_dumps(doc, JSON_COMPACT)
+                     : NULL;
+    json_decref(doc);
+    free(*rules);
+    *rules = text;
+    return text != NULL;
+}
+
 bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j)
 {
     *j = (qd_job){.source_kind = "path"};
@@ -560,11 +590,18 @@ bool qd_job_fields_json(qd_req *r, json_t *doc, qd_job *j)
         qd_reply_ec(r, QD_EC_INVALID, not_string, "must be a string");
         return false;
     }
+    json_t *allow = json_object_get(doc, "allow_nothing_quantized");
+    if (allow && !json_is_boolean(allow)) {
+        qd_reply_ec(r, QD_EC_INVALID, "allow_nothing_quantized", "must be true or false");
+        return false;
+    }
     j->ruleset = (char *)json_string_value(name);
     j->layout = (char *)(layout ? json_string_value(layout) : "native");
     j->stats_model = (char *)json_string_value(stats_model);
     if (!qd_layout_ok(r, j->layout) || !qd_stats_model_ok(r, j->stats_model)) return false;
-    return (j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules"))) != NULL;
+    j->rules = qd_job_rules(r, j->ruleset, json_object_get(doc, "rules"));
+    if (j->rules && json_is_true(allow) && !allow_nothing(&j->rules)) return false;
+    return j->rules != NULL;
 }
 
 bool qd_job_from_json(qd_req *r, json_t *doc, qd_job *j)

@@ -8,8 +8,10 @@
  *    cut short or absent), with ?ruleset=NAME[&layout=..][&stats_model=..] checked before the
  *    body as an upload job's are, validated with quant_st_open_header_fd and planned with
  *    quant_plan_file; messages name it model.safetensors, as an uploaded job's input.
- * Headers only, nothing written, no tensor data read. The reply is the library's plan document
- * (quant_plan_json), the one `quant plan --json` prints.
+ * Headers only, nothing written, no tensor data read. Rules that need statistics (act_static_scale,
+ * weight_importance) are planned without a stats_model too, their tensors marked
+ * "needs_statistics". The reply is the library's plan document (quant_plan_json), the one
+ * `quant plan --json` prints.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -45,7 +47,7 @@ static enum MHD_Result plan_from_json(qd_req *r)
     if (qd_job_from_json(r, doc, &j)) {
         quant_ck_error ck;
         quant_plan *plan = NULL;
-        quant_ck_status st = qd_job_plan(r->app, &j, &plan, &ck);
+        quant_ck_status st = qd_job_plan(r->app, &j, true, &plan, &ck);
         ret = reply_plan(r, st, plan, &ck);
         quant_plan_free(plan);
     }
@@ -74,7 +76,7 @@ static quant_ck_status plan_header(qd_req *r, const char *rules, quant_plan **pl
         quant_pipeline_options_init(&o);
         const char *layout = qd_req_query(r, "layout");
         if (layout) quant_layout_parse(layout, &o.layout);
-        o.allow_static_acts = qd_req_query(r, "stats_model") != NULL;
+        o.allow_static_acts = true; /* without stats_model: those tensors need statistics */
         st = quant_plan_file(rs, f, &o, plan, ck);
     }
     quant_st_close(f);

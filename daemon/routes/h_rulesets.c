@@ -35,10 +35,17 @@ static json_t *ruleset_json(const char *name, const char *body, int64_t created,
 {
     json_t *doc = json_loads(body, 0, NULL);
     json_t *rules = json_incref(json_object_get(doc, "rules"));
+    json_t *mix = json_incref(json_object_get(doc, "gguf_mix"));
+    bool allow = json_is_true(json_object_get(doc, "allow_nothing_quantized"));
     json_decref(doc);
     char c[QD_TIME_LEN], u[QD_TIME_LEN];
-    return json_pack("{s:s,s:o,s:s,s:s}", "name", name, "rules", rules ? rules : json_array(),
-                     "created_at", qd_iso8601(created, c), "updated_at", qd_iso8601(updated, u));
+    json_t *out =
+        json_pack("{s:s,s:o,s:b,s:s,s:s}", "name", name, "rules", rules ? rules : json_array(),
+                  "allow_nothing_quantized", allow, "created_at", qd_iso8601(created, c),
+                  "updated_at", qd_iso8601(updated, u));
+    if (out && mix) json_object_set(out, "gguf_mix", mix);
+    json_decref(mix);
+    return out;
 }
 
 enum MHD_Result qd_h_ruleset_put(qd_req *r)
@@ -49,11 +56,15 @@ enum MHD_Result qd_h_ruleset_put(qd_req *r)
     if (!doc) return MHD_YES;
     const char *key;
     json_t *v;
-    json_object_foreach(doc, key, v) if (strcmp(key, "rules") != 0)
+    json_object_foreach(doc, key, v) if (strcmp(key, "rules") != 0 &&
+                                         strcmp(key, "allow_nothing_quantized") != 0 &&
+                                         strcmp(key, "gguf_mix") != 0)
     {
-        enum MHD_Result ret =
-            qd_reply_ec(r, QD_EC_INVALID, key,
-                        "unknown field '%s' (a rule set body is {\"rules\": [...]})", key);
+        enum MHD_Result ret = qd_reply_ec(r, QD_EC_INVALID, key,
+                                          "unknown field '%s' (a rule set body is {\"rules\": "
+                                          "[...]}, with \"allow_nothing_quantized\" and, for the "
+                                          "gguf layout, \"gguf_mix\" beside it)",
+                                          key);
         json_decref(doc); /* after the reply: key lives in doc */
         return ret;
     }

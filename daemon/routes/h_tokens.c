@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "handlers.h"
 #include "timefmt.h"
 #include "tokens.h"
@@ -85,6 +86,7 @@ enum MHD_Result qd_h_token_create(qd_req *r)
         qd_err err;
         qd_status st = qd_tokens_create(r->app->tokens, name, role, days, token, &info, &err);
         if (st == QD_OK) {
+            qd_auth_tokens_seen(r->app, true);
             json_t *out = qd_token_json(&info, qd_now_ms());
             json_object_set_new(out, "token", json_string(token));
             explicit_bzero(token, sizeof token);

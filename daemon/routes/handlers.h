@@ -39,6 +39,7 @@ enum MHD_Result qd_h_stats_post(qd_req *r);
 enum MHD_Result qd_h_stats_get(qd_req *r);
 enum MHD_Result qd_h_stats_delete(qd_req *r);
 enum MHD_Result qd_h_scales_get(qd_req *r);
+enum MHD_Result qd_h_imatrix_get(qd_req *r);
 
 enum MHD_Result qd_h_token_list(qd_req *r);
 enum MHD_Result qd_h_token_create(qd_req *r);
@@ -61,6 +62,9 @@ enum MHD_Result qd_h_plan_create(qd_req *r);
  * reply or on OOM); a layout name; a stats_model the statistics store knows (NULL is fine). */
 char *qd_job_rules(qd_req *r, const char *name, json_t *inline_rules);
 bool qd_layout_ok(qd_req *r, const char *layout);
+/* qd_layout_ok() for an upload (a shard or a checkpoint job's files): the gguf layout is refused
+ * (422 invalid_job: it reads a server-side GGUF file). False once it replied. */
+bool qd_upload_layout_ok(qd_req *r, const char *layout);
 
 /* A job's outputs as the API lists them (h_jobs.c): [{name, bytes, sha256, url}], by name. */
 json_t *qd_job_outputs_json(qd_app *app, int64_t id);

@@ -1,6 +1,7 @@
 /* stats_parse.c -- the rules every statistics post follows, whatever its encoding: activation
  * names, which statistics an activation carries (absmax, or min and max of one shape, and/or
- * mean_sq of shape [n]; their sums and a count in a merge) and entries sorted by name with no name
+ * mean_sq of shape [n]; their sums and a count in a merge), their values (absmax >= 0, min <= max,
+ * mean_sq >= 0; finite, as the readers check) and entries sorted by name with no name
  * twice (a post is freed with qd_stat_post_clear, in stats_store.c). The JSON and safetensors
  * readers (stats_parse_json.c, stats_parse_st.c) call these. SPDX-License-Identifier: Apache-2.0
  */
@@ -114,6 +115,28 @@ static qd_status check_mean_sq(const char *name, const sp_value s[SP_SLOTS], boo
                        sp_slot_name(s[SP_ABSMAX].present ? SP_ABSMAX : SP_MIN, merge), text);
 }
 
+/* The values themselves (SPEC section 8): an absolute maximum is >= 0, a minimum is <= the
+ * maximum of the same element (a merge's sums keep both relations). Without these a post of
+ * {"absmax": -1} or {"min": 3, "max": -3} would be stored and become a meaningless scale. */
+static qd_status check_values(const char *name, const sp_value s[SP_SLOTS], bool merge, qd_err *err)
+{
+    const sp_value *ab = &s[SP_ABSMAX], *mn = &s[SP_MIN], *mx = &s[SP_MAX];
+    for (int64_t i = 0; ab->present && i < ab->n; i++)
+        if (ab->v[i] < 0)
+            return sp_fail_act(err, name,
+                               "%s element %lld is %.17g; an absolute maximum is >= 0 (did you "
+                               "mean min and max?)",
+                               sp_slot_name(SP_ABSMAX, merge), (long long)i, ab->v[i]);
+    for (int64_t i = 0; mn->present && mx->present && i < mn->n; i++)
+        if (mn->v[i] > mx->v[i])
+            return sp_fail_act(err, name,
+                               "%s element %lld is %.17g but %s element %lld is %.17g; a minimum "
+                               "is <= its maximum (min and max swapped?)",
+                               sp_slot_name(SP_MIN, merge), (long long)i, mn->v[i],
+                               sp_slot_name(SP_MAX, merge), (long long)i, mx->v[i]);
+    return QD_OK;
+}
+
 /* Which statistics are there: absmax, or min and max of one shape, and/or mean_sq. */
 static qd_status check_slots(const char *name, const sp_value s[SP_SLOTS], bool merge, qd_err *err)
 {
@@ -126,7 +149,7 @@ static qd_status check_slots(const char *name, const sp_value s[SP_SLOTS], bool 
         qd_status st = check_mean_sq(name, s, merge, err);
         if (st != QD_OK) return st;
     }
-    if (s[SP_ABSMAX].present) return QD_OK;
+    if (s[SP_ABSMAX].present) return check_values(name, s, merge, err);
     if (!s[SP_MIN].present && !s[SP_MAX].present) {
         if (s[SP_MEAN_SQ].present) return QD_OK;
         return sp_fail_act(err, name, "has no statistics: give %s, or %s and %s, and/or %s", ab, mn,
@@ -141,7 +164,7 @@ static qd_status check_slots(const char *name, const sp_value s[SP_SLOTS], bool 
         shape_text(&s[SP_MAX], b, sizeof b);
         return sp_fail_act(err, name, "%s has shape %s but %s has shape %s", mn, a, mx, b);
     }
-    return QD_OK;
+    return check_values(name, s, merge, err);
 }
 
 qd_status sp_entries_add(sp_entries *list, const char *name, sp_value slots[SP_SLOTS],

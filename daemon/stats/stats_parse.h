@@ -52,7 +52,8 @@ typedef struct sp_entries {
 } sp_entries;
 
 /* Checks the combination of slots (absmax, or min and max of one shape, and/or mean_sq: shape [n],
- * values >= 0, n divisible by the last dimension of the others; count >= 1 for a merge) and
+ * values >= 0, n divisible by the last dimension of the others; count >= 1 for a merge) and the
+ * values (absmax >= 0, min <= max element by element) and
  * appends the entry named `name` (copied); the slots' arrays move into it (the slots
  * are cleared either way). QD_INVALID naming the activation, QD_NOMEM. */
 qd_status sp_entries_add(sp_entries *list, const char *name, sp_value slots[SP_SLOTS],

@@ -25,8 +25,8 @@
  * The statistics writer's page cache (16 MiB unless tuned: config [stats] page_cache) holds a
  * group's rows (64 activations x 4096 floats: 6 MiB) and it checkpoints the WAL every 64 MiB rather
  * than every 4 MiB, so a group of large posts is not followed by a checkpoint each time. The owner
- * turns foreign keys on itself once the migrations (which run with them off) are done (store.c). A
- * reader is query_only: it refuses any write. */
+ * turns foreign keys on itself once the migrations (which run with them off) are done
+ * (store_sqlite.c). A reader is query_only: it refuses any write. */
 typedef struct role_def {
     const char *name;     /* in messages */
     int flags;            /* sqlite3_open_v2 */

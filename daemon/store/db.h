@@ -18,7 +18,7 @@
 
 /* Who a connection is for; each role is one row of db.c's table. */
 typedef enum qd_db_role {
-    QD_DB_OWNER,        /* the job store: creates the file, makes it WAL, migrates (store.c) */
+    QD_DB_OWNER, /* the job store: creates the file, makes it WAL, migrates (store_sqlite.c) */
     QD_DB_STATS_WRITER, /* the statistics writer's group commits (stats_group.c) */
     QD_DB_TOKENS,       /* token checks, issuing and revoking (store_tokens.c) */
     QD_DB_READER,       /* the statistics' reads (stats_read.c): query_only */

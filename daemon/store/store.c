@@ -1,20 +1,38 @@
-/* store.c -- the job store's frame: the job state names, opening the database as its owner
- * through the SQLite layer (db.c: the connection, its pragmas, statements, transactions),
- * refusing foreign or newer files, the embedded migrations in one transaction, and the locked
- * transaction and stepping helpers that store_rulesets.c and store_jobs.c build on.
+/* store.c -- the job store's front (store.h): the job state names, choosing an engine, and one
+ * function per operation that checks its arguments once for every engine and calls through the
+ * engine's table (store_engine.h); the rule sets' list rows, which both engines build alike.
  * SPDX-License-Identifier: Apache-2.0
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "migrations.h"
-#include "store_internal.h"
-#include "write_gate.h"
+#include "store_engine.h"
 
-#define APPLICATION_ID 0x514E5444 /* "QNTD" in the file header: this file is quantd's */
+#define LIST_MAX 1000
+
+struct qd_store {
+    const qd_store_ops *ops;
+    qd_store_kind kind;
+    void *cls; /* the engine's handle */
+};
+
+static const qd_store_ops *const engines[QD_STORE_KIND_COUNT] = {
+    [QD_STORE_SQLITE] = &qd_store_sqlite_ops,
+    [QD_STORE_POSTGRESQL] = &qd_store_pg_ops,
+};
+
+const qd_store_ops *qd_store_engine_ops(qd_store_kind kind)
+{
+    return (unsigned)kind < QD_STORE_KIND_COUNT ? engines[kind] : NULL;
+}
+
+const char *qd_store_kind_name(qd_store_kind kind)
+{
+    return (unsigned)kind < QD_STORE_KIND_COUNT ? engines[kind]->name : "unknown";
+}
 
 static const char *const state_names[QD_JOB_STATE_COUNT] = {
     [QD_JOB_QUEUED] = "queued", [QD_JOB_RUNNING] = "running",     [QD_JOB_SUCCEEDED] = "succeeded",
@@ -43,232 +61,55 @@ int64_t qd_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- statement helpers ------------------------------------------------------------------------
- */
-
-static qd_status bind_all(qd_store *s, sqlite3_stmt *st, const char *op, qd_err *err,
-                          const char *types, va_list ap)
+/* Frees and NULLs the strings only: the numbers (the id) stay readable, as store.h promises no
+ * more, and a second clear is harmless. */
+void qd_job_clear(qd_job *j)
 {
-    int n = (int)strlen(types);
-    if (n != sqlite3_bind_parameter_count(st))
-        return qd_fail(err, QD_INVALID, "%s: %d values for %d parameters", op, n,
-                       sqlite3_bind_parameter_count(st));
-    for (int i = 0; i < n; i++) {
-        int rc;
-        if (types[i] == 'i') {
-            rc = sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
-        } else {
-            const char *t = va_arg(ap, const char *);
-            rc = t ? sqlite3_bind_text(st, i + 1, t, -1, SQLITE_TRANSIENT)
-                   : sqlite3_bind_null(st, i + 1);
-        }
-        if (rc != SQLITE_OK) return qd_db_fail(s->db, err, op);
+    if (!j) return;
+    char **texts[] = {&j->ruleset,     &j->rules,       &j->layout, &j->source_kind,
+                      &j->source_path, &j->stats_model, &j->error,  &j->unused_rules};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        free(*texts[i]);
+        *texts[i] = NULL;
     }
-    return QD_OK;
 }
 
-qd_status qd_store_run(qd_store *s, qd_query q, const char *op, qd_err *err, bool *row,
-                       const char *types, ...)
+void qd_outputs_free(qd_output *o, size_t n)
 {
-    sqlite3_stmt *st = s->q[q];
-    sqlite3_reset(st); /* its code repeats the last step's error, already reported */
-    sqlite3_clear_bindings(st);
-    va_list ap;
-    va_start(ap, types);
-    qd_status r = bind_all(s, st, op, err, types, ap);
-    va_end(ap);
-    return r == QD_OK ? qd_store_next(s, q, op, err, row) : r;
-}
-
-qd_status qd_store_next(qd_store *s, qd_query q, const char *op, qd_err *err, bool *row)
-{
-    int rc = sqlite3_step(s->q[q]);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return qd_db_fail(s->db, err, op);
-    if (row) *row = rc == SQLITE_ROW;
-    return QD_OK;
-}
-
-qd_status qd_store_col_text(qd_store *s, qd_query q, int i, char **out, qd_err *err)
-{
-    sqlite3_stmt *st = s->q[q];
-    *out = NULL;
-    if (sqlite3_column_type(st, i) == SQLITE_NULL) return QD_OK;
-    const unsigned char *t = sqlite3_column_text(st, i);
-    size_t len = (size_t)sqlite3_column_bytes(st, i);
-    char *p = t ? malloc(len + 1) : NULL;
-    if (!p) return qd_fail(err, QD_NOMEM, "out of memory reading a column");
-    memcpy(p, t, len);
-    p[len] = '\0';
-    *out = p;
-    return QD_OK;
-}
-
-int64_t qd_store_changes(qd_store *s)
-{
-    return sqlite3_changes(qd_db_sqlite(s->db));
-}
-
-qd_status qd_store_prepare(qd_store *s, const qd_db_stmt_def *defs, size_t n, qd_err *err)
-{
-    return qd_db_prepare(s->db, defs, n, s->q, QD_Q_COUNT, err);
-}
-
-/* ---- transactions -----------------------------------------------------------------------------
- */
-
-/* A statement left mid-rows keeps its read open; every call ends with all of them reset. */
-static void reset_all(qd_store *s)
-{
-    for (int i = 0; i < QD_Q_COUNT; i++)
-        if (s->q[i] && sqlite3_stmt_busy(s->q[i])) sqlite3_reset(s->q[i]);
-}
-
-qd_status qd_store_txn(qd_store *s, bool write, qd_txn_fn fn, void *ctx, qd_err *err)
-{
-    if (write) qd_write_gate_enter(); /* fair turns with the statistics writer */
-    pthread_mutex_lock(&s->mu);
-    qd_status st = qd_db_begin(s->db, write, err);
-    if (st == QD_OK) {
-        st = fn(s, ctx, err);
-        reset_all(s);
-        if (st == QD_OK) st = qd_db_commit(s->db, err);
-        /* The failure is already in err; a failed rollback leaves nothing more to report. */
-        if (st != QD_OK) qd_db_rollback(s->db);
-        reset_all(s);
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (write) qd_write_gate_leave();
-    return st;
+    for (size_t i = 0; o && i < n; i++) free(o[i].name);
+    free(o);
 }
 
 /* ---- opening ----------------------------------------------------------------------------------
  */
 
-/* While migrating: a migration is DDL only, never its own transaction or a pragma (either would
- * break the one-transaction promise or the version bookkeeping). */
-static int migration_guard(void *ud, int action, const char *a, const char *b, const char *c,
-                           const char *d)
-{
-    (void)ud, (void)a, (void)b, (void)c, (void)d;
-    bool denied =
-        action == SQLITE_TRANSACTION || action == SQLITE_SAVEPOINT || action == SQLITE_PRAGMA;
-    return denied ? SQLITE_DENY : SQLITE_OK;
-}
-
-static qd_status apply_one(qd_store *s, const qd_migration *m, qd_err *err)
-{
-    sqlite3 *h = qd_db_sqlite(s->db);
-    sqlite3_set_authorizer(h, migration_guard, NULL);
-    int rc = sqlite3_exec(h, m->sql, NULL, NULL, NULL);
-    sqlite3_set_authorizer(h, NULL, NULL);
-    if (rc == SQLITE_OK) return QD_OK;
-    return qd_fail(err, QD_DB, "migration %s: %s%s", m->name, sqlite3_errmsg(h),
-                   rc == SQLITE_AUTH ? " (a migration may not BEGIN, COMMIT, SAVEPOINT or PRAGMA)"
-                                     : "");
-}
-
-/* Refuses a file that is not ours (another program's database) or is newer than this binary;
- * sets s->version. */
-static qd_status check_identity(qd_store *s, const char *path, qd_err *err)
-{
-    int app = 0, ver = 0, objects = 0;
-    qd_status st = qd_db_int(s->db, "PRAGMA application_id", &app, err);
-    if (st == QD_OK) st = qd_db_int(s->db, "PRAGMA user_version", &ver, err);
-    if (st == QD_OK) st = qd_db_int(s->db, "SELECT count(*) FROM sqlite_master", &objects, err);
-    if (st != QD_OK) return st;
-    if ((app != APPLICATION_ID && (app != 0 || ver != 0 || objects != 0)) || ver < 0)
-        return qd_fail(err, QD_DB,
-                       "%s is not a quantd database (application_id %#x, user_version %d, %d "
-                       "schema objects); refusing to touch it",
-                       path, (unsigned)app, ver, objects);
-    if (ver > qd_n_migrations)
-        return qd_fail(err, QD_DB,
-                       "%s is newer than this quantd: schema version %d, this quantd knows up to "
-                       "%d; run a newer quantd",
-                       path, ver, qd_n_migrations);
-    s->version = ver;
-    return QD_OK;
-}
-
-/* After the pending migrations, still inside their transaction: foreign keys are off while
- * migrating (so a migration may rebuild a table), hence the explicit check; then the version. */
-static qd_status stamp_version(qd_store *s, qd_err *err)
-{
-    int violations = 0;
-    qd_status st =
-        qd_db_int(s->db, "SELECT count(*) FROM pragma_foreign_key_check", &violations, err);
-    if (st != QD_OK) return st;
-    if (violations)
-        return qd_fail(err, QD_DB, "the migrations leave %d foreign key violations", violations);
-    /* PRAGMA takes no bound parameters; both values are this program's own integers. */
-    char sql[96];
-    snprintf(sql, sizeof sql, "PRAGMA application_id = %d; PRAGMA user_version = %d",
-             APPLICATION_ID, qd_n_migrations);
-    return qd_db_exec(s->db, sql, "setting the schema version", err);
-}
-
-/* The pending migrations in one write transaction: all of them or, on any failure, nothing. */
-static qd_status migrate(qd_store *s, const char *path, qd_err *err)
-{
-    qd_status st = qd_db_exec(s->db, "PRAGMA foreign_keys = OFF", "PRAGMA foreign_keys", err);
-    if (st == QD_OK) st = qd_db_begin(s->db, true, err);
-    if (st != QD_OK) return st;
-    st = check_identity(s, path, err);
-    bool pending = st == QD_OK && s->version < qd_n_migrations;
-    for (int i = s->version; pending && st == QD_OK && i < qd_n_migrations; i++)
-        st = apply_one(s, &qd_migrations[i], err);
-    if (st == QD_OK && pending) st = stamp_version(s, err);
-    if (st == QD_OK) st = qd_db_commit(s->db, err);
-    if (st != QD_OK) qd_db_rollback(s->db); /* nothing half-applied */
-    if (st == QD_OK) s->version = qd_n_migrations;
-    return st;
-}
-
-static qd_status enable_foreign_keys(qd_store *s, qd_err *err)
-{
-    int on = 0;
-    qd_status st = qd_db_exec(s->db, "PRAGMA foreign_keys = ON", "PRAGMA foreign_keys", err);
-    if (st == QD_OK) st = qd_db_int(s->db, "PRAGMA foreign_keys", &on, err);
-    if (st == QD_OK && on != 1) st = qd_fail(err, QD_DB, "this SQLite cannot enforce foreign keys");
-    return st;
-}
-
-static const qd_db_stmt_def core_queries[] = {
-    {QD_Q_PING, "SELECT 1"},
-};
-
-static qd_status prepare_all(qd_store *s, qd_err *err)
-{
-    qd_status st =
-        qd_store_prepare(s, core_queries, sizeof core_queries / sizeof core_queries[0], err);
-    if (st == QD_OK) st = qd_store_prepare_rulesets(s, err);
-    if (st == QD_OK) st = qd_store_prepare_jobs(s, err);
-    if (st == QD_OK) st = qd_db_prepared_all(s->db, s->q, QD_Q_COUNT, err);
-    return st;
-}
-
 qd_status qd_store_open(const char *path, qd_store **out, qd_err *err)
 {
-    return qd_store_open_tuned(path, NULL, out, err);
+    return qd_store_open_engine(QD_STORE_SQLITE, path, NULL, out, err);
 }
 
 qd_status qd_store_open_tuned(const char *path, const qd_db_tuning *tuning, qd_store **out,
                               qd_err *err)
 {
+    return qd_store_open_engine(QD_STORE_SQLITE, path, tuning, out, err);
+}
+
+qd_status qd_store_open_engine(qd_store_kind kind, const char *target, const qd_db_tuning *tuning,
+                               qd_store **out, qd_err *err)
+{
     *out = NULL;
-    if (!path || !*path) return qd_fail(err, QD_INVALID, "no database path");
+    const qd_store_ops *ops = qd_store_engine_ops(kind);
+    if (!ops) return qd_fail(err, QD_INVALID, "no store engine %d", (int)kind);
+    if (!target || !*target)
+        return qd_fail(err, QD_INVALID,
+                       kind == QD_STORE_SQLITE ? "no database path" : "no connection string");
     qd_store *s = calloc(1, sizeof *s);
     if (!s) return qd_fail(err, QD_NOMEM, "out of memory");
-    if (pthread_mutex_init(&s->mu, NULL) != 0) {
-        free(s);
-        return qd_fail(err, QD_NOMEM, "cannot create the store's mutex");
-    }
-    qd_status st = qd_db_open_tuned(path, QD_DB_OWNER, tuning, &s->db, err);
-    if (st == QD_OK) st = migrate(s, path, err);
-    if (st == QD_OK) st = enable_foreign_keys(s, err);
-    if (st == QD_OK) st = prepare_all(s, err);
+    s->ops = ops;
+    s->kind = kind;
+    qd_status st = ops->open(target, tuning, &s->cls, err);
     if (st != QD_OK) {
-        qd_store_close(s);
+        free(s);
         return st;
     }
     *out = s;
@@ -278,15 +119,18 @@ qd_status qd_store_open_tuned(const char *path, const qd_db_tuning *tuning, qd_s
 void qd_store_close(qd_store *s)
 {
     if (!s) return;
-    qd_db_finalize(s->q, QD_Q_COUNT);
-    qd_db_close(s->db);
-    pthread_mutex_destroy(&s->mu);
+    s->ops->close(s->cls);
     free(s);
+}
+
+qd_store_kind qd_store_kind_of(const qd_store *s)
+{
+    return s->kind;
 }
 
 int qd_store_schema_version(qd_store *s)
 {
-    return s->version;
+    return s->ops->schema_version(s->cls);
 }
 
 int qd_store_migration_count(void)
@@ -294,16 +138,226 @@ int qd_store_migration_count(void)
     return qd_n_migrations;
 }
 
-static qd_status ping_fn(qd_store *s, void *ctx, qd_err *err)
+int qd_store_migration_count_of(qd_store_kind kind)
 {
-    bool row = false;
-    (void)ctx;
-    qd_status st = qd_store_run(s, QD_Q_PING, "ping", err, &row, "");
-    if (st == QD_OK && !row) st = qd_fail(err, QD_DB, "ping: no answer");
-    return st;
+    return kind == QD_STORE_POSTGRESQL ? qd_pg_n_migrations : qd_n_migrations;
 }
 
 qd_status qd_store_ping(qd_store *s, qd_err *err)
 {
-    return qd_store_txn(s, false, ping_fn, NULL, err);
+    return s->ops->ping(s->cls, err);
+}
+
+/* ---- rule sets --------------------------------------------------------------------------------
+ */
+
+qd_status qd_store_ruleset_put(qd_store *s, const char *name, const char *body, bool *created,
+                               qd_err *err)
+{
+    if (!name || !body) return qd_fail(err, QD_INVALID, "a rule set needs a name and a body");
+    bool made = false;
+    qd_status st = s->ops->ruleset_put(s->cls, name, body, &made, err);
+    if (st == QD_OK && created) *created = made;
+    return st;
+}
+
+qd_status qd_store_ruleset_get(qd_store *s, const char *name, char **body, int64_t *created_ms,
+                               int64_t *updated_ms, qd_err *err)
+{
+    if (body) *body = NULL;
+    if (!name) return qd_fail(err, QD_INVALID, "no rule set name");
+    return s->ops->ruleset_get(s->cls, name, body, created_ms, updated_ms, err);
+}
+
+/* "2026-11-23T14:00:00.123Z"; false when the time does not fit a struct tm. */
+static bool iso_utc(int64_t ms, char *buf, size_t cap)
+{
+    int64_t sec = ms / 1000, frac = ms % 1000;
+    if (frac < 0) frac += 1000, sec--;
+    time_t t = (time_t)sec;
+    struct tm tm;
+    if (!gmtime_r(&t, &tm)) return false;
+    size_t n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    return n > 0 && snprintf(buf + n, cap - n, ".%03dZ", (int)frac) == 5;
+}
+
+qd_status qd_store_ruleset_append(json_t *arr, const char *name, int64_t created_ms,
+                                  int64_t updated_ms, qd_err *err)
+{
+    char created[40], updated[40];
+    if (!iso_utc(created_ms, created, sizeof created) ||
+        !iso_utc(updated_ms, updated, sizeof updated))
+        return qd_fail(err, QD_DB, "list rule sets: \"%s\" has a time out of range", name);
+    json_t *o =
+        json_pack("{s:s, s:s, s:s}", "name", name, "created_at", created, "updated_at", updated);
+    if (!o) return qd_fail(err, QD_INVALID, "list rule sets: \"%s\" is not valid UTF-8", name);
+    if (json_array_append_new(arr, o) != 0)
+        return qd_fail(err, QD_NOMEM, "list rule sets: out of memory");
+    return QD_OK;
+}
+
+qd_status qd_store_ruleset_list(qd_store *s, json_t **out, qd_err *err)
+{
+    *out = NULL;
+    json_t *arr = json_array();
+    if (!arr) return qd_fail(err, QD_NOMEM, "list rule sets: out of memory");
+    qd_status st = s->ops->ruleset_list(s->cls, arr, err);
+    if (st != QD_OK) {
+        json_decref(arr);
+        return st;
+    }
+    *out = arr;
+    return QD_OK;
+}
+
+qd_status qd_store_ruleset_delete(qd_store *s, const char *name, qd_err *err)
+{
+    if (!name) return qd_fail(err, QD_INVALID, "no rule set name");
+    return s->ops->ruleset_delete(s->cls, name, err);
+}
+
+/* ---- jobs -------------------------------------------------------------------------------------
+ */
+
+qd_status qd_store_job_insert(qd_store *s, qd_job *j, qd_err *err)
+{
+    if (!j->rules || !j->layout || !j->source_kind || !j->source_path)
+        return qd_fail(err, QD_INVALID, "a job needs rules, a layout and a source");
+    return s->ops->job_insert(s->cls, j, err);
+}
+
+qd_status qd_store_job_get(qd_store *s, int64_t id, qd_job *out, qd_err *err)
+{
+    return s->ops->job_get(s->cls, id, out, err);
+}
+
+qd_status qd_store_job_list(qd_store *s, int state, int64_t after_id, int limit, qd_job **jobs,
+                            size_t *n, qd_err *err)
+{
+    *jobs = NULL;
+    *n = 0;
+    if (state >= QD_JOB_STATE_COUNT) return qd_fail(err, QD_INVALID, "no job state %d", state);
+    return s->ops->job_list(s->cls, state < 0 ? -1 : state, after_id,
+                            limit < 1          ? 1
+                            : limit > LIST_MAX ? LIST_MAX
+                                               : limit,
+                            jobs, n, err);
+}
+
+qd_status qd_store_job_claim(qd_store *s, qd_job *out, qd_err *err)
+{
+    return s->ops->job_claim(s->cls, out, err);
+}
+
+qd_status qd_store_job_progress(qd_store *s, int64_t id, int64_t tensors_done,
+                                int64_t tensors_total, int64_t bytes_done, int64_t bytes_total,
+                                qd_err *err)
+{
+    if (tensors_done < 0 || tensors_total < 0 || bytes_done < 0 || bytes_total < 0)
+        return qd_fail(err, QD_INVALID, "job %lld: negative progress", (long long)id);
+    const int64_t v[4] = {tensors_done, tensors_total, bytes_done, bytes_total};
+    return s->ops->job_progress(s->cls, id, v, err);
+}
+
+/* Every output has a name and a NUL-terminated sha256 of 64 lowercase hex digits. */
+static qd_status check_outputs(int64_t id, const qd_output *outputs, size_t n, qd_err *err)
+{
+    if (n && !outputs) return qd_fail(err, QD_INVALID, "job %lld: no outputs array", (long long)id);
+    for (size_t i = 0; i < n; i++) {
+        const qd_output *o = &outputs[i];
+        if (!o->name || !memchr(o->sha256, '\0', sizeof o->sha256))
+            return qd_fail(err, QD_INVALID, "job %lld: output %zu lacks a name or a sha256",
+                           (long long)id, i);
+    }
+    return QD_OK;
+}
+
+qd_status qd_store_job_finish(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                              const qd_output *outputs, size_t n_outputs, const char *report,
+                              qd_err *err)
+{
+    if (state != QD_JOB_SUCCEEDED && state != QD_JOB_FAILED && state != QD_JOB_CANCELLED)
+        return qd_fail(err, QD_INVALID, "job %lld: %s is not a final state", (long long)id,
+                       qd_job_state_name(state));
+    qd_status st = check_outputs(id, outputs, n_outputs, err);
+    if (st != QD_OK) return st;
+    return s->ops->job_finish(s->cls, id, state, error, outputs, n_outputs, report, err);
+}
+
+qd_status qd_store_job_requeue(qd_store *s, int64_t id, qd_err *err)
+{
+    return s->ops->job_requeue(s->cls, id, err);
+}
+
+qd_status qd_store_job_received(qd_store *s, int64_t id, const char *unused_rules, qd_err *err)
+{
+    return s->ops->job_received(s->cls, id, unused_rules, err);
+}
+
+qd_status qd_store_job_set_unused(qd_store *s, int64_t id, const char *unused_rules, qd_err *err)
+{
+    return s->ops->job_set_unused(s->cls, id, unused_rules, err);
+}
+
+qd_status qd_store_job_end_receiving(qd_store *s, int64_t id, qd_job_state state, const char *error,
+                                     qd_err *err)
+{
+    if (state != QD_JOB_FAILED && state != QD_JOB_CANCELLED)
+        return qd_fail(err, QD_INVALID, "a receiving job ends failed or cancelled");
+    return s->ops->job_end_receiving(s->cls, id, state, error, err);
+}
+
+qd_status qd_store_job_cancel_queued(qd_store *s, int64_t id, qd_err *err)
+{
+    return s->ops->job_cancel_queued(s->cls, id, err);
+}
+
+qd_status qd_store_job_delete(qd_store *s, int64_t id, qd_err *err)
+{
+    return s->ops->job_delete(s->cls, id, err);
+}
+
+qd_status qd_store_job_recover(qd_store *s, int max_attempts, int64_t **ids, size_t *n, qd_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (max_attempts < 0) return qd_fail(err, QD_INVALID, "max_attempts is negative");
+    return s->ops->job_recover(s->cls, max_attempts, ids, n, err);
+}
+
+qd_status qd_store_job_outputs(qd_store *s, int64_t id, qd_output **out, size_t *n, qd_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    return s->ops->job_outputs(s->cls, id, out, n, err);
+}
+
+qd_status qd_store_job_report(qd_store *s, int64_t id, char **report, qd_err *err)
+{
+    *report = NULL;
+    return s->ops->job_report(s->cls, id, report, err);
+}
+
+qd_status qd_store_jobs_expiring(qd_store *s, int64_t before_ms, int keep, int64_t **ids, size_t *n,
+                                 qd_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    return s->ops->jobs_expiring(s->cls, before_ms, keep > 0 ? keep : 0, ids, n, err);
+}
+
+qd_status qd_store_job_outputs_removed(qd_store *s, int64_t id, qd_err *err)
+{
+    return s->ops->job_outputs_removed(s->cls, id, err);
+}
+
+qd_status qd_store_job_owners(qd_store *s, qd_job_owner_fn fn, void *ctx, qd_err *err)
+{
+    return s->ops->job_owners(s->cls, fn, ctx, err);
+}
+
+qd_status qd_store_job_counts(qd_store *s, int64_t counts[QD_JOB_STATE_COUNT], qd_err *err)
+{
+    for (int i = 0; i < QD_JOB_STATE_COUNT; i++) counts[i] = 0;
+    return s->ops->job_counts(s->cls, counts, err);
 }

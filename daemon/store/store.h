@@ -1,8 +1,10 @@
-/* store.h -- quantd's job store: opening the database as its owner (the SQLite layer, db.h:
- * WAL, busy_timeout, synchronous=FULL; then foreign keys), the migrations in
- * migrations/NNNN_name.sql (embedded in the binary, applied in order inside one transaction,
- * tracked with PRAGMA user_version), and the rows the daemon keeps: rule sets, jobs, their
- * outputs and reports. One connection behind a mutex; every call is one short transaction.
+/* store.h -- quantd's job store: the rows the daemon keeps (rule sets, jobs, their outputs and
+ * reports) behind one interface with two engines (store_engine.h): SQLite, the default, a file in
+ * the data directory opened as its owner (the SQLite layer, db.h: WAL, busy_timeout,
+ * synchronous=FULL; then foreign keys) with the migrations in migrations/NNNN_name.sql (embedded
+ * in the binary, applied in order inside one transaction, tracked with PRAGMA user_version); and
+ * PostgreSQL through libpq, with its own migrations in migrations/postgresql/ applied once under
+ * an advisory lock. One connection behind a mutex; every call is one short transaction.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QD_STORE_H
@@ -20,6 +22,15 @@
 int64_t qd_now_ms(void);
 
 typedef struct qd_store qd_store;
+
+/* The engines, as the interface names them. */
+typedef enum qd_store_kind {
+    QD_STORE_SQLITE = 0, /* a database file (the default) */
+    QD_STORE_POSTGRESQL, /* a libpq connection string */
+    QD_STORE_KIND_COUNT
+} qd_store_kind;
+/* "sqlite", "postgresql" ("unknown" out of range). */
+const char *qd_store_kind_name(qd_store_kind kind);
 
 /* Job states, as stored and as the API spells them. */
 typedef enum qd_job_state {
@@ -71,10 +82,22 @@ qd_status qd_store_open(const char *path, qd_store **out, qd_err *err);
  * [storage] busy_timeout). */
 qd_status qd_store_open_tuned(const char *path, const qd_db_tuning *tuning, qd_store **out,
                               qd_err *err);
+/* Opens the store of engine kind at target. SQLite: target is the database file, as
+ * qd_store_open_tuned. PostgreSQL: target is a libpq connection string (a postgresql:// URI or
+ * keyword=value pairs); a password comes only through libpq's own mechanisms (the string,
+ * PGPASSFILE, a service file) and never appears in an error, which names the server by its masked
+ * string. The schema's pending migrations (migrations/postgresql/) are applied in one transaction
+ * under an advisory lock, so that instances opening together apply them once; a database newer than
+ * the binary is refused. tuning is SQLite's (NULL: the defaults; PostgreSQL ignores it). */
+qd_status qd_store_open_engine(qd_store_kind kind, const char *target, const qd_db_tuning *tuning,
+                               qd_store **out, qd_err *err);
 void qd_store_close(qd_store *s);
-/* user_version after open, and the number of migrations the binary carries. */
+qd_store_kind qd_store_kind_of(const qd_store *s);
+/* The schema version after open, and the number of migrations the binary carries (for SQLite's
+ * user_version; qd_store_migration_count_of for either engine). */
 int qd_store_schema_version(qd_store *s);
 int qd_store_migration_count(void);
+int qd_store_migration_count_of(qd_store_kind kind);
 /* A trivial query: the database answers (for /readyz). */
 qd_status qd_store_ping(qd_store *s, qd_err *err);
 

@@ -38,11 +38,16 @@ typedef struct qd_token_info {
 
 typedef struct qd_tokens qd_tokens;
 
-/* Opens its own connection on db_path (the schema migrated by qd_store_open). */
+/* Opens its own connection to the SQLite database at db_path (the schema migrated by
+ * qd_store_open). */
 qd_status qd_tokens_open(const char *db_path, qd_tokens **out, qd_err *err);
 /* qd_tokens_open with the connection's busy timeout from tuning (NULL: db.h's default). */
 qd_status qd_tokens_open_tuned(const char *db_path, const qd_db_tuning *tuning, qd_tokens **out,
                                qd_err *err);
+/* Its own connection to the database of engine kind at target (store.h's qd_store_open_engine;
+ * the schema migrated by the store's open). */
+qd_status qd_tokens_open_engine(qd_store_kind kind, const char *target, const qd_db_tuning *tuning,
+                                qd_tokens **out, qd_err *err);
 void qd_tokens_close(qd_tokens *t); /* NULL is a no-op */
 
 /* A new token named `name` (qd_valid_name) with `role`, expiring after `days` (0: never;

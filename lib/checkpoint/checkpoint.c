@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ck_internal.h"
 #include "gguf_internal.h"
@@ -238,7 +239,7 @@ typedef struct ck_job {
     ck_shards shards;
     ck_shard_plan *plans;
     ck_ct_config *ct;
-    char *config; /* compressed-tensors, a directory: the output's config.json */
+    char *config; /* compressed-tensors: the output's config.json (a file run: beside it) */
     ck_outdir dir;
     quant_rule_matcher *matcher;       /* the run's: one budget for all its regex matching */
     size_t *act_shard;                 /* the shard of each static activation */
@@ -275,13 +276,22 @@ static size_t acts_of_shard(ck_job *j, size_t s)
     return n;
 }
 
-/* The rules that are the first match of no tensor of the run, into j->unused and the report. */
+/* The rules that are the first match of no tensor of the run, into j->unused and the report
+ * (with what each probably meant); then a run that would quantize nothing is refused unless the
+ * options or the rule set allow it. */
 static quant_ck_status note_unused(ck_job *j, const quant_ruleset *rules, quant_ck_error *err)
 {
     quant_ck_status st = ck_unused_rules(j->plans, j->shards.n, quant_ruleset_count(rules),
                                          &j->unused, &j->n_unused, err);
-    if (st == QUANT_CK_OK && !ck_report_set_unused(j->run.report, j->unused, j->n_unused))
-        st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    if (st != QUANT_CK_OK) return st;
+    char **hints = j->n_unused ? calloc(j->n_unused, sizeof *hints) : NULL;
+    if (j->n_unused && !hints) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < j->n_unused; i++)
+        hints[i] = ck_rule_hint(rules, (size_t)j->unused[i], j->plans, j->shards.n);
+    if (!j->run.opts->allow_nothing_quantized && !quant_ruleset_allow_nothing_quantized(rules))
+        st = ck_check_quantizes(j->plans, j->shards.n, rules, j->unused, hints, j->n_unused, err);
+    if (!ck_report_set_unused(j->run.report, j->unused, hints, j->n_unused)) /* takes hints */
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     return st;
 }
 
@@ -292,17 +302,20 @@ static quant_ck_status plan_all(ck_job *j, const quant_ruleset *rules, quant_ck_
     j->matcher = quant_rule_matcher_new(rules);
     if (!j->plans || !j->matcher) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     quant_ck_status st = place_acts(j, err);
+    ck_plan_errors pe = {0}; /* every tensor that cannot be planned, over every shard */
     for (size_t s = 0; st == QUANT_CK_OK && s < j->shards.n; s++) {
         quant_st_file *f = j->shards.f[s];
-        size_t n_acts = acts_of_shard(j, s);
+        size_t n_acts = acts_of_shard(j, s), failed = pe.n;
         bool later = j->plan_only && o->allow_static_acts && o->n_static_acts == 0;
-        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, later, err);
-        for (size_t i = 0; st == QUANT_CK_OK && j->ct && i < j->plans[s].n; i++)
+        st = ck_plan_shard(&j->plans[s], f, rules, j->matcher, o, j->act_list, n_acts, later, &pe,
+                           err);
+        for (size_t i = 0; st == QUANT_CK_OK && pe.n == failed && j->ct && i < j->plans[s].n; i++)
             st = ck_ct_config_add(j->ct, &j->plans[s].t[i], err);
         j->run.tensors_total += f->n_tensors;
         for (size_t i = 0; i < f->n_tensors; i++)
             j->run.bytes_total += quant_st_nbytes(&f->tensors[i]);
     }
+    if (st == QUANT_CK_OK) st = ck_plan_errors_finish(&pe, err);
     if (st == QUANT_CK_OK && j->ct)
         st = ck_ct_fuse_groups(j->plans, j->shards.n, j->shards.is_dir, err);
     if (st == QUANT_CK_OK) st = check_out_names(j->plans, j->shards.n, err);
@@ -342,6 +355,17 @@ static quant_ck_status run_dir(ck_job *j, const char *out, quant_ck_error *err)
     return st;
 }
 
+/* One file: the shard, then (compressed-tensors) config.json beside it; the shard is taken back
+ * when config.json cannot be written, so no output is left that vLLM would load unquantized. */
+static quant_ck_status run_file(ck_job *j, const char *out, quant_ck_error *err)
+{
+    quant_ck_status st = ck_run_shard(&j->run, &j->plans[0], out, err);
+    if (st != QUANT_CK_OK || !j->config) return st;
+    st = ck_ct_file_config_write(out, j->config, j->run.report, j->run.opts->sha256, err);
+    if (st != QUANT_CK_OK) unlink(out);
+    return st;
+}
+
 static void job_free(ck_job *j)
 {
     for (size_t s = 0; j->plans && s < j->shards.n; s++) ck_plan_free(&j->plans[s]);
@@ -377,6 +401,8 @@ static quant_ck_status job_start(ck_job *j, const quant_ruleset *rules, const ch
         st = quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     if (st == QUANT_CK_OK) st = plan_all(j, rules, err);
     if (st == QUANT_CK_OK && j->shards.is_dir && j->ct) st = ct_config_text(j, err);
+    if (st == QUANT_CK_OK && !j->shards.is_dir && j->ct && out)
+        st = ck_ct_file_config_text(&base, in, out, j->ct, &j->config, err);
     if (st == QUANT_CK_OK && j->shards.is_dir)
         st = ck_outdir_check_others(&j->shards, j->config != NULL, err);
     if (st != QUANT_CK_OK || !out) return st;
@@ -416,11 +442,7 @@ static quant_ck_status check_run(const quant_ruleset *rules, const char *in,
         opts = &defaults;
     }
     if (!rules || !in) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
-    if (opts->layout == QUANT_LAYOUT_GGUF && !plan)
-        return ck_gguf_quantize(rules, in, NULL, opts, NULL, err);
-    if (opts->layout == QUANT_LAYOUT_GGUF)
-        return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
-                             "%s: a plan of the gguf layout is quant_gguf_plan_json()'s", in);
+    if (opts->layout == QUANT_LAYOUT_GGUF) return ck_gguf_check(rules, in, opts, plan, err);
     ck_job j;
     quant_ck_status st = job_new(&j, rules, opts, err);
     if (st != QUANT_CK_OK) return st;
@@ -503,8 +525,7 @@ quant_ck_status quant_quantize_path(const quant_ruleset *rules, const char *in, 
     if (st != QUANT_CK_OK) return st;
     st = job_start(&j, rules, in, out, err);
     if (st == QUANT_CK_OK) st = ck_global_scales(&j.run, j.plans, j.shards.n, err);
-    if (st == QUANT_CK_OK)
-        st = j.shards.is_dir ? run_dir(&j, out, err) : ck_run_shard(&j.run, &j.plans[0], out, err);
+    if (st == QUANT_CK_OK) st = j.shards.is_dir ? run_dir(&j, out, err) : run_file(&j, out, err);
     job_free(&j);
     if (st != QUANT_CK_OK) ck_report_drop_outputs(j.run.report); /* none was published */
     ck_buf_trim(); /* an idle process (a daemon between jobs) keeps no chunk buffers */

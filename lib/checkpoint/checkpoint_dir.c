@@ -40,11 +40,14 @@ static quant_ck_status index_shards(const ck_dir *dir, json_t **map, char ***nam
                               : quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
     json_error_t je;
     json_t *root = st == QUANT_CK_OK ? json_loads(text, JSON_REJECT_DUPLICATES, &je) : NULL;
-    free(text);
     json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
+    char why[256];
     if (st == QUANT_CK_OK && !json_is_object(wm))
         st = quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: %s", path,
-                           root ? "no \"weight_map\" object" : je.text);
+                           root ? "no \"weight_map\" object"
+                                : quant_json_error_text(text, strlen(text), je.position, je.text,
+                                                        why, sizeof why));
+    free(text);
     *names = NULL;
     *n = 0;
     const char *key;
@@ -104,6 +107,26 @@ static quant_ck_status glob_shards(const ck_dir *dir, char ***names, size_t *n, 
     return QUANT_CK_OK;
 }
 
+/* The first tensor of the shards that `map` does not list (its shard into *shard), and how many
+ * are unlisted; NULL when every one is. */
+static const char *first_unlisted(const ck_shards *s, const json_t *map, size_t *shard,
+                                  size_t *count)
+{
+    const char *first = NULL;
+    *count = 0;
+    for (size_t k = 0; k < s->n; k++)
+        for (size_t i = 0; i < s->f[k]->n_tensors; i++) {
+            const char *name = s->f[k]->tensors[i].name;
+            if (json_object_get(map, name)) continue;
+            if (!first) {
+                first = name;
+                *shard = k;
+            }
+            ++*count;
+        }
+    return first;
+}
+
 /* Every weight_map entry must be a tensor of the shard it names, and every tensor listed. */
 static quant_ck_status check_index(const ck_shards *s, char **names, json_t *map,
                                    quant_ck_error *err)
@@ -111,22 +134,34 @@ static quant_ck_status check_index(const ck_shards *s, char **names, json_t *map
     size_t listed = 0;
     const char *key;
     json_t *v;
+    char shown[CK_SHORT_MAX];
     json_object_foreach(map, key, v)
     {
         size_t i = 0;
         while (strcmp(names[i], json_string_value(v)) != 0) i++;
         if (!quant_st_find(s->f[i], key))
-            return quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s: tensor '%s' is not in %s",
-                                 CK_INDEX_NAME, key, names[i]);
+            return quant_ck_fail(err, QUANT_CK_ERR_FORMAT, "%s/%s: tensor '%s' is not in %s",
+                                 s->dir.shown, CK_INDEX_NAME,
+                                 ck_short_text(key, shown, sizeof shown), names[i]);
         listed++;
     }
-    size_t total = 0;
+    size_t total = 0, shard = 0, unlisted = 0;
     for (size_t i = 0; i < s->n; i++) total += s->f[i]->n_tensors;
-    if (total != listed)
+    if (total == listed) return QUANT_CK_OK;
+    const char *missing = first_unlisted(s, map, &shard, &unlisted);
+    if (!missing) /* the counts differ only if some tensor is unlisted; kept for safety */
         return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
-                             "%s lists %zu tensors but its shards hold %zu", CK_INDEX_NAME, listed,
-                             total);
-    return QUANT_CK_OK;
+                             "%s/%s lists %zu tensors but its shards hold %zu", s->dir.shown,
+                             CK_INDEX_NAME, listed, total);
+    char more[48] = "";
+    if (unlisted > 1) snprintf(more, sizeof more, " (and %zu more)", unlisted - 1);
+    return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                         "%s/%s lists %zu tensors but its shards hold %zu: tensor '%s' of %s is "
+                         "not in its weight_map%s; add it to the index, or remove it from the "
+                         "shard",
+                         s->dir.shown, CK_INDEX_NAME, listed, total,
+                         ck_short_text(missing, shown, sizeof shown),
+                         ck_basename(s->f[shard]->path), more);
 }
 
 /* No tensor name in two shards: the output index could map it to only one of them, and an index

@@ -32,7 +32,7 @@ quant_ck_status quant_ck_fail(quant_ck_error *err, quant_ck_status status, const
         err->status = status;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        ck_vformat(err->message, sizeof err->message, fmt, ap);
         va_end(ap);
     }
     return status;
@@ -44,9 +44,8 @@ void quant_ck_prefix(quant_ck_error *err, const char *fmt, ...)
     char prefix[QUANT_CK_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(prefix, sizeof prefix, fmt, ap);
+    ck_vformat(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
     char old[QUANT_CK_MESSAGE_MAX];
     memcpy(old, err->message, sizeof old);
     old[sizeof old - 1] = '\0';

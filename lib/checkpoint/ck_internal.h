@@ -15,13 +15,17 @@
 
 /* ---- messages (ck_error.c) ------------------------------------------------------------------- */
 
-#define CK_SHORT_KEEP 80  /* bytes of a long name a message keeps */
+#define CK_SHORT_KEEP 60  /* bytes of a long name a message keeps */
 #define CK_SHORT_MAX  128 /* room ck_short_text needs */
 
 /* `s` as is when short, else its first CK_SHORT_KEEP bytes (whole UTF-8 characters) then
  * "...[N bytes]" in `buf` (capacity at least CK_SHORT_MAX): a 10k-character tensor name must not
  * push the rest of a message out of its 1 KiB. */
 const char *ck_short_text(const char *s, char *buf, size_t cap);
+/* vsnprintf into buf (capacity cap, always NUL-terminated) with every string argument passed
+ * through ck_short_text: quant_ck_fail and quant_ck_prefix format with it, so a long name never
+ * pushes the reason out of a message. */
+void ck_vformat(char *buf, size_t cap, const char *fmt, va_list ap);
 
 /* ---- big buffers and the bounded queue (buffers.c) ------------------------------------------ */
 
@@ -139,20 +143,53 @@ typedef struct ck_shard_plan {
     char **out_names;
     char *quant_meta;    /* native: the "quantization" metadata JSON; NULL otherwise */
     bool static_ok;      /* the run has static activation scales: act_static_scale rules pass */
+    bool stats_later;    /* a plan whose statistics come later (ck_plan_shard's acts_later) */
     size_t n_tensor_out; /* out[0, n_tensor_out) come from tensors; the static acts' follow */
     size_t n_acts;
     ck_act_plan *acts; /* the static activation scales this shard holds */
 } ck_shard_plan;
 
+/* Planning errors gathered over the tensors of a shard or a run (plan_errors.c): the first whole,
+ * the others grouped by their reason (the end of their message), a few names each. */
+#define CK_PLAN_GROUPS 6 /* reasons told apart; tensors for further ones are only counted */
+#define CK_PLAN_NAMES  8 /* names shown per reason */
+typedef struct ck_plan_group {
+    char reason[256];
+    char names[640]; /* "'a', 'b'" */
+    size_t count;
+} ck_plan_group;
+
+typedef struct ck_plan_errors {
+    size_t n;                 /* tensors that cannot be planned */
+    quant_ck_error first;     /* the first one's error, whole */
+    const char *first_reason; /* into first.message */
+    ck_plan_group same;       /* the others failing for the first one's reason */
+    ck_plan_group groups[CK_PLAN_GROUPS];
+    size_t n_groups;
+    size_t left_out; /* tensors whose reason found no group */
+} ck_plan_errors;
+
+/* Whether `st` is about one tensor (planning goes on to report the others) rather than the run
+ * (out of memory, cancelled, a bad file: planning stops). */
+bool ck_plan_error_is_tensors(quant_ck_status st);
+/* Records that tensor `tensor` cannot be planned, with its error. */
+void ck_plan_errors_add(ck_plan_errors *pe, const char *tensor, const quant_ck_error *err);
+/* QUANT_CK_OK when nothing was recorded; else the first error's status with every tensor in
+ * `err` ("3 tensors cannot be planned: FIRST MESSAGE; the same for 'b', 'c'; tensor 'd': WHY"). */
+quant_ck_status ck_plan_errors_finish(const ck_plan_errors *pe, quant_ck_error *err);
+
 /* Plans every tensor of `in` by the rules (matched through the run's matcher `m`) for the
  * options' layout and chunk size, then the static activation scales `acts` (n_acts, borrowed)
  * placed in this shard. acts_later: a plan only, whose scales the statistics will give at run
  * time; compressed-tensors' "every act_static_scale weight has its input_scale" is then left to
- * the run. */
+ * the run. A tensor that cannot be planned (ck_plan_error_is_tensors) is recorded in `pe` (its
+ * message prefixed with the shard's path) and the next one planned; the shard's plan is then
+ * incomplete (no static activations, no metadata) and only good for ck_plan_free. Any other
+ * error is returned at once. */
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
                               quant_rule_matcher *m, const quant_pipeline_options *o,
                               const quant_static_act *const *acts, size_t n_acts, bool acts_later,
-                              quant_ck_error *err);
+                              ck_plan_errors *pe, quant_ck_error *err);
 void ck_plan_free(ck_shard_plan *sp);
 /* Appends an output tensor (name copied); returns its index or -1 (out of memory). */
 long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, int rank,
@@ -229,7 +266,21 @@ char *ck_ct_config_apply(const ck_ct_config *cfg, const char *text, quant_ck_err
  * ascending, NULL when *n is 0). */
 quant_ck_status ck_unused_rules(const ck_shard_plan *plans, size_t n_plans, size_t n_rules,
                                 long **out, size_t *n, quant_ck_error *err);
+/* For unused rule `rule`: the regex it probably meant (its module_path with ".*" before it, when
+ * that matches the module path of a tensor of the planned shards), malloc'd; NULL otherwise. */
+char *ck_rule_hint(const quant_ruleset *rules, size_t rule, const ck_shard_plan *plans,
+                   size_t n_plans);
+/* QUANT_CK_ERR_RULES "nothing to quantize: ..." when the planned shards hold tensors and the
+ * rules quantize none of them (naming the first unused rules, with their hints, and an example
+ * module path); QUANT_CK_OK otherwise. The caller decides whether that is allowed. */
+quant_ck_status ck_check_quantizes(const ck_shard_plan *plans, size_t n_plans,
+                                   const quant_ruleset *rules, const long *unused,
+                                   char *const *hints, size_t n_unused, quant_ck_error *err);
 /* The public plan of the planned shards (their outputs, totals) with the unused rules (copied). */
+/* A plan from ready entries (layouts without shard plans: gguf); everything is copied. */
+quant_ck_status ck_plan_doc_from_entries(quant_layout layout, const quant_plan_entry *entries,
+                                         size_t n, const long *unused, size_t n_unused,
+                                         quant_plan **out, quant_ck_error *err);
 quant_ck_status ck_plan_doc_new(quant_layout layout, const ck_shard_plan *plans, size_t n_plans,
                                 const long *unused, size_t n_unused, quant_plan **out,
                                 quant_ck_error *err);
@@ -272,8 +323,8 @@ typedef struct ck_tensor_state {
     double *sumsq;             /* two-pass rms: sum of rms_chunk^2 * n_chunk */
     double sum_x2, sum_e2, max_err;
     int64_t calib_units;
-    bool mse;                             /* an MSE calibration: the search's errors, by unit */
-    double mse_before, mse_after;         /* summed in unit order */
+    bool mse;                     /* an MSE calibration: the search's errors, by unit */
+    double mse_before, mse_after; /* summed in unit order */
     int64_t mse_groups, mse_shrunk;
 } ck_tensor_state;
 
@@ -303,8 +354,9 @@ quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entr
 bool ck_report_add_static(quant_report *r, const char *shard, const ck_shard_plan *sp);
 /* Records the activations skipped (quant_pipeline_options.skipped_acts, copied); false on OOM. */
 bool ck_report_set_skipped(quant_report *r, const quant_skipped_act *s, size_t n);
-/* Records the run's unused rules (copied); false on OOM. */
-bool ck_report_set_unused(quant_report *r, const long *unused, size_t n);
+/* Records the run's unused rules (copied) and their hints (`hints`: n strings or NULLs, or NULL
+ * for none; taken over, freed also on failure); false on OOM. */
+bool ck_report_set_unused(quant_report *r, const long *unused, char **hints, size_t n);
 /* Records an output file the run wrote (strings copied; sha256 may be NULL); false on OOM. A
  * NULL report records nothing. */
 bool ck_report_add_output(quant_report *r, const char *name, uint64_t bytes, const char *sha256);
@@ -507,5 +559,20 @@ quant_ck_status ck_outdir_finish(ck_outdir *d, const ck_shards *s, const char *c
                                  const char *out, quant_ck_error *err);
 /* Removes the temporary directory (after a failure) and frees `d`. */
 void ck_outdir_free(ck_outdir *d);
+
+/* ---- compressed-tensors config.json of a one-file run (ct_file_config.c) ----------------------
+ */
+
+/* The config.json text for a one-file run: the run's quantization_config (`ct`) merged into the
+ * config.json beside the input file `in` (read under `base`; a new object when there is none, or
+ * when the input is still arriving). With `out` (a run, not a plan), config.json beside `out` must
+ * not exist yet: QUANT_CK_ERR_ARG naming it and what to do, or ck_check_target's refusal.
+ * @return : QUANT_CK_OK with *text malloc'd; an error naming the file otherwise. */
+quant_ck_status ck_ct_file_config_text(const ck_dir *base, const char *in, const char *out,
+                                       const ck_ct_config *ct, char **text, quant_ck_error *err);
+/* Writes `text` as config.json beside the output file `out` (atomically, never over an existing
+ * file) and records it in `report` (with its SHA-256 when `sha256`). */
+quant_ck_status ck_ct_file_config_write(const char *out, const char *text, quant_report *report,
+                                        bool sha256, quant_ck_error *err);
 
 #endif /* QUANT_CK_INTERNAL_H */

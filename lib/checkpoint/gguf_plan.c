@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <sys/stat.h>
 
 #include "gguf_internal.h"
 
@@ -22,6 +25,29 @@ int ck_gguf_qtype_of(int type)
 
 /* ---- the input and the model ---------------------------------------------------------------- */
 
+/* A GGUF input's tensors as the run's sources: everything as the file has it. */
+static quant_ck_status gguf_sources(gguf_job *j, quant_ck_error *err)
+{
+    j->n = j->f->n_tensors;
+    j->src = calloc(j->n ? j->n : 1, sizeof *j->src);
+    if (!j->src) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < j->n; i++) {
+        const quant_gguf_tensor *t = &j->f->tensors[i];
+        gguf_src *s = &j->src[i];
+        *s = (gguf_src){.name = t->name,
+                        .n_dims = t->n_dims,
+                        .type = t->type,
+                        .nrows = t->nrows,
+                        .nbytes = t->nbytes,
+                        .raw = true,
+                        .gt = t};
+        memcpy(s->ne, t->ne, sizeof s->ne);
+    }
+    return QUANT_CK_OK;
+}
+
+/* The input: a GGUF file (by its magic), or a Hugging Face checkpoint directory. Opened under
+ * opts->input_dir_fd, after a file still arriving is there whole. */
 static quant_ck_status open_input(gguf_job *j, const char *in, quant_ck_error *err)
 {
     const quant_pipeline_options *o = j->opts;
@@ -33,8 +59,24 @@ static quant_ck_status open_input(gguf_job *j, const char *in, quant_ck_error *e
     }
     ck_dir d = {.fd = o->input_dir_fd, .nofollow = o->no_symlinks};
     int fd = -1;
-    st = ck_open_in(&d, in, CK_KIND_REG, &fd, NULL, err);
-    if (st == QUANT_CK_OK) st = quant_gguf_open_fd(fd, in, &j->f, err);
+    struct stat sb;
+    st = ck_open_in(&d, in, CK_KIND_ANY, &fd, &sb, err);
+    if (st != QUANT_CK_OK) return st;
+    if (S_ISDIR(sb.st_mode)) {
+        close(fd); /* the shards' reader opens it again, with its files */
+        return ck_gguf_hf_open(j, err);
+    }
+    unsigned char magic[4] = {0};
+    if (pread(fd, magic, 4, 0) != 4 || !quant_gguf_is_gguf(magic, 4)) {
+        close(fd);
+        return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
+                             "%s: the gguf layout takes a GGUF file or a Hugging Face Llama "
+                             "checkpoint directory (config.json and *.safetensors), and this is "
+                             "neither",
+                             in);
+    }
+    st = quant_gguf_open_fd(fd, in, &j->f, err);
+    if (st == QUANT_CK_OK) st = gguf_sources(j, err);
     return st;
 }
 
@@ -121,8 +163,8 @@ static const char *rule_misfit(const quant_rule *r)
 }
 
 /* The type rule `ri` asks of a tensor: a ggml type, or the tensor's own (no weight_qtype). */
-static quant_ck_status rule_type(const gguf_job *j, long ri, const quant_gguf_tensor *t,
-                                 int *manual, quant_ck_error *err)
+static quant_ck_status rule_type(const gguf_job *j, long ri, const gguf_src *t, int *manual,
+                                 quant_ck_error *err)
 {
     const quant_rule *r = quant_ruleset_rule(j->rules, (size_t)ri);
     const char *misfit = rule_misfit(r);
@@ -149,9 +191,8 @@ static quant_ck_status rule_type(const gguf_job *j, long ri, const quant_gguf_te
 
 /* The importance entry of tensor `t`: module path as GGUF names it or as Hugging Face does,
  * with one weight per value of a row. Several: an error (which one would be meant?). */
-static quant_ck_status importance_of(const gguf_job *j, const quant_gguf_tensor *t,
-                                     const char *module, const quant_importance **out,
-                                     quant_ck_error *err)
+static quant_ck_status importance_of(const gguf_job *j, const gguf_src *t, const char *module,
+                                     const quant_importance **out, quant_ck_error *err)
 {
     const quant_pipeline_options *o = j->opts;
     *out = NULL;
@@ -176,7 +217,7 @@ static quant_ck_status importance_of(const gguf_job *j, const quant_gguf_tensor 
 static quant_ck_status plan_tensor(gguf_job *j, quant_rule_matcher *m, bool *first_of, size_t i,
                                    quant_ck_error *err)
 {
-    const quant_gguf_tensor *t = &j->f->tensors[i];
+    const gguf_src *t = &j->src[i];
     char module[MODULE_MAX];
     if (!quant_module_path(t->name, module, sizeof module)) module[0] = 0;
     quant_ck_status st = quant_rule_matcher_find(m, module, &j->rule[i], err);
@@ -234,6 +275,22 @@ static quant_ck_status find_mix(gguf_job *j, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
+/* A run whose output would be its input (no tensor changes type) is refused unless allowed, as
+ * in the other layouts: it is almost always a rule that matches nothing. */
+static quant_ck_status check_changes(const gguf_job *j, quant_ck_error *err)
+{
+    if (j->opts->allow_nothing_quantized || quant_ruleset_allow_nothing_quantized(j->rules))
+        return QUANT_CK_OK;
+    for (size_t i = 0; i < j->n; i++)
+        if (j->choice[i].type != j->src[i].type || j->src[i].heads || !j->src[i].raw)
+            return QUANT_CK_OK;
+    return quant_ck_fail(err, QUANT_CK_ERR_RULES,
+                         "nothing to quantize: no mix, and no rule names a tensor llama.cpp "
+                         "quantizes (rules match GGUF module paths whole, e.g. "
+                         "'blk\\.0\\.attn_q' or '.*attn_q'); give --mix, or allow it with "
+                         "allow_nothing_quantized");
+}
+
 quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char *in,
                              const quant_pipeline_options *opts, quant_ck_error *err)
 {
@@ -243,9 +300,8 @@ quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char
     j->in = in;
     quant_ck_status st = find_mix(j, err);
     if (st == QUANT_CK_OK) st = open_input(j, in, err);
-    if (st == QUANT_CK_OK) st = read_model(j, err);
+    if (st == QUANT_CK_OK && j->f) st = read_model(j, err);
     if (st != QUANT_CK_OK) return st;
-    j->n = j->f->n_tensors;
     size_t n = j->n ? j->n : 1;
     j->mt = calloc(n, sizeof *j->mt);
     j->choice = calloc(n, sizeof *j->choice);
@@ -258,6 +314,7 @@ quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char
     for (size_t i = 0; i < j->n; i++) has_importance |= j->imp[i] != NULL;
     if (st == QUANT_CK_OK)
         st = quant_gguf_mix_choose(j->mix, &j->model, has_importance, j->mt, j->n, j->choice, err);
+    if (st == QUANT_CK_OK) st = check_changes(j, err);
     if (st != QUANT_CK_OK && st != QUANT_CK_ERR_NOMEM) quant_ck_prefix(err, "%s", in);
     return st;
 }
@@ -265,6 +322,8 @@ quant_ck_status ck_gguf_plan(gguf_job *j, const quant_ruleset *rules, const char
 void ck_gguf_job_free(gguf_job *j)
 {
     quant_gguf_close(j->f);
+    ck_gguf_hf_free(j);
+    free(j->src);
     free(j->mt);
     free(j->choice);
     free(j->rule);

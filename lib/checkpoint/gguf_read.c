@@ -225,21 +225,29 @@ static quant_ck_status read_version(gg_cur *c, quant_ck_error *err)
     return QUANT_CK_OK;
 }
 
-/* A count: an int64 >= 0 and, since each item takes at least `min_bytes`, at most what the rest
- * of the file could hold. */
-static quant_ck_status read_count(gg_cur *c, const char *field, uint64_t min_bytes, uint64_t *n,
-                                  quant_ck_error *err)
+/* A count: an int64 >= 0. Nothing is allocated from it: the arrays grow as items are read, so
+ * a count the file cannot back ends at the first item it lacks. */
+static quant_ck_status read_count(gg_cur *c, const char *field, uint64_t *n, quant_ck_error *err)
 {
     uint64_t at = c->pos;
     quant_ck_status st = cur_u64(c, n, field, err);
-    if (st != QUANT_CK_OK) return st;
-    if (*n > (uint64_t)INT64_MAX)
+    if (st == QUANT_CK_OK && *n > (uint64_t)INT64_MAX)
         return bad(err, at, NULL, "%s %" PRId64 " is negative", field, (int64_t)*n);
-    if (*n > cur_left(c) / min_bytes)
-        return bad(err, at, NULL,
-                   "%s %" PRIu64 " cannot fit in the %" PRIu64 " bytes the file has left", field,
-                   *n, cur_left(c));
-    return QUANT_CK_OK;
+    return st;
+}
+
+/* `arr` with room for item `n` (*cap entries of `size` bytes, doubled when full, the new ones
+ * zeroed); NULL when out of memory (`arr` is still the caller's). */
+static void *grow(void *arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap) return arr;
+    size_t want = *cap ? 2 * *cap : 16;
+    if (want > SIZE_MAX / size) return NULL;
+    unsigned char *p = realloc(arr, want * size);
+    if (!p) return NULL;
+    memset(p + *cap * size, 0, (want - *cap) * size);
+    *cap = want;
+    return p;
 }
 
 /* ---- key-value pairs --------------------------------------------------------------------------
@@ -391,7 +399,11 @@ static quant_ck_status read_dims(gg_cur *c, quant_gguf_tensor *t, quant_ck_error
         return bad(err, at, c->what,
                    "%" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64 " elements overflow int64",
                    t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
-    t->nrows = t->ne[1] * t->ne[2] * t->ne[3];
+    /* with ne[0] = 0 ggml checks nothing more; the row count must still fit */
+    if (__builtin_mul_overflow(t->ne[1], t->ne[2], &t->nrows) ||
+        __builtin_mul_overflow(t->nrows, t->ne[3], &t->nrows))
+        return bad(err, at, c->what, "%" PRId64 " x %" PRId64 " x %" PRId64 " rows overflow int64",
+                   t->ne[1], t->ne[2], t->ne[3]);
     return QUANT_CK_OK;
 }
 
@@ -474,7 +486,8 @@ static quant_ck_status lay_out(gg_file *gf, uint64_t infos_end, quant_ck_error *
                        " (data is contiguous in tensor-info order, each tensor padded to %" PRIu32
                        " bytes)",
                        t->name, t->offset, pos, f->alignment);
-        if (t->nbytes > f->file_size - f->data_start - t->offset)
+        uint64_t room = f->file_size - f->data_start; /* data_start <= file_size: checked */
+        if (t->offset > room || t->nbytes > room - t->offset)
             return bad(err, f->data_start + t->offset, NULL,
                        "tensor '%s': truncated: its %" PRIu64 " bytes end past the end of the "
                        "file (%" PRIu64 " bytes)",
@@ -494,22 +507,25 @@ static quant_ck_status parse(gg_cur *c, quant_ck_error *err)
     quant_gguf_file *f = &gf->pub;
     uint64_t n_tensors, n_kv;
     quant_ck_status st = read_version(c, err);
-    /* the smallest pair is an empty-keyed u8 (13 bytes); the smallest info 24 bytes */
-    if (st == QUANT_CK_OK) st = read_count(c, "tensor count", 24, &n_tensors, err);
-    if (st == QUANT_CK_OK) st = read_count(c, "key-value count", 13, &n_kv, err);
-    if (st != QUANT_CK_OK) return st;
-    f->kv = calloc(n_kv ? n_kv : 1, sizeof *f->kv);
-    gf->kv_by_key = calloc(n_kv ? n_kv : 1, sizeof *gf->kv_by_key);
-    f->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *f->tensors);
-    gf->t_by_name = calloc(n_tensors ? n_tensors : 1, sizeof *gf->t_by_name);
-    if (!f->kv || !gf->kv_by_key || !f->tensors || !gf->t_by_name) return no_memory(err);
-    gf->kv_cap = n_kv;
-    gf->t_cap = n_tensors;
-    for (uint64_t i = 0; st == QUANT_CK_OK && i < n_kv; i++, f->n_kv++)
-        st = read_kv(c, i, &f->kv[i], err);
+    if (st == QUANT_CK_OK) st = read_count(c, "tensor count", &n_tensors, err);
+    if (st == QUANT_CK_OK) st = read_count(c, "key-value count", &n_kv, err);
+    for (uint64_t i = 0; st == QUANT_CK_OK && i < n_kv; i++) {
+        quant_gguf_kv *kv = grow(f->kv, &gf->kv_cap, f->n_kv, sizeof *f->kv);
+        if (!kv) return no_memory(err);
+        f->kv = kv;
+        st = read_kv(c, i, &f->kv[f->n_kv++], err);
+    }
+    if (st == QUANT_CK_OK && !(gf->kv_by_key = calloc(f->n_kv + 1, sizeof *gf->kv_by_key)))
+        return no_memory(err);
     if (st == QUANT_CK_OK) st = check_kvs(gf, err);
-    for (uint64_t i = 0; st == QUANT_CK_OK && i < n_tensors; i++, f->n_tensors++)
-        st = read_tensor(c, i, &f->tensors[i], err);
+    for (uint64_t i = 0; st == QUANT_CK_OK && i < n_tensors; i++) {
+        quant_gguf_tensor *t = grow(f->tensors, &gf->t_cap, f->n_tensors, sizeof *f->tensors);
+        if (!t) return no_memory(err);
+        f->tensors = t;
+        st = read_tensor(c, i, &f->tensors[f->n_tensors++], err);
+    }
+    if (st == QUANT_CK_OK && !(gf->t_by_name = calloc(f->n_tensors + 1, sizeof *gf->t_by_name)))
+        return no_memory(err);
     return st == QUANT_CK_OK ? lay_out(gf, c->pos, err) : st;
 }
 

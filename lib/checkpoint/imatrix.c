@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "ck_internal.h"
+#include "gguf_internal.h"
 #include "quant_gguf.h"
 #include "quant_imatrix.h"
 
@@ -255,4 +256,85 @@ quant_ck_status quant_imatrix_load(const char *path, quant_imatrix **out, quant_
     }
     *out = m;
     return QUANT_CK_OK;
+}
+
+/* ---- writing -----------------------------------------------------------------------------------
+ */
+
+typedef struct named {
+    char name[QUANT_GGUF_MAX_NAME];
+    const quant_importance *e;
+} named;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* Each entry's weight name (GGUF's), sorted; two entries of one weight are an error. */
+static quant_ck_status name_entries(const quant_importance *e, size_t n, named *out,
+                                    quant_ck_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        char module[QUANT_GGUF_MAX_NAME];
+        const char *m = ck_gguf_map_module(e[i].module_path, true, module, sizeof module)
+                            ? module
+                            : e[i].module_path;
+        /* ".weight.in_sum2" must fit beside it */
+        if (strlen(m) + 15 >= QUANT_GGUF_MAX_NAME || !e[i].n)
+            return quant_ck_fail(err, QUANT_CK_ERR_ARG, "importance of '%.80s': %s",
+                                 e[i].act ? e[i].act : m,
+                                 e[i].n ? "its GGUF name is too long" : "no values");
+        snprintf(out[i].name, sizeof out[i].name, "%s.weight", m);
+        out[i].e = &e[i];
+    }
+    qsort(out, n, sizeof *out, by_name);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(out[i].name, out[i - 1].name))
+            return quant_ck_fail(err, QUANT_CK_ERR_ARG,
+                                 "importance of '%.80s' and '%.80s': both are weight %s",
+                                 out[i - 1].e->act, out[i].e->act, out[i].name);
+    return QUANT_CK_OK;
+}
+
+static quant_ck_status write_entries(quant_gguf_writer *w, const named *v, size_t n,
+                                     const char *dataset, quant_ck_error *err)
+{
+    const char *sets[1] = {dataset ? dataset : "quantd"};
+    quant_ck_status st = quant_gguf_writer_set_string(w, "general.type", "imatrix", err);
+    if (st == QUANT_CK_OK) st = quant_gguf_writer_set_strings(w, "imatrix.datasets", sets, 1, err);
+    if (st == QUANT_CK_OK) st = quant_gguf_writer_set_u32(w, "imatrix.chunk_count", 1, err);
+    if (st == QUANT_CK_OK) st = quant_gguf_writer_set_u32(w, "imatrix.chunk_size", 1, err);
+    for (size_t i = 0; st == QUANT_CK_OK && i < n; i++) {
+        char sums[QUANT_GGUF_MAX_NAME + 8], counts[QUANT_GGUF_MAX_NAME + 8];
+        snprintf(sums, sizeof sums, "%s.in_sum2", v[i].name);
+        snprintf(counts, sizeof counts, "%s.counts", v[i].name);
+        int64_t ne_s[2] = {v[i].e->n, 1}, ne_c[2] = {1, 1};
+        st = quant_gguf_writer_add_tensor(w, sums, 2, ne_s, QUANT_GGML_F32, NULL, err);
+        if (st == QUANT_CK_OK)
+            st = quant_gguf_writer_add_tensor(w, counts, 2, ne_c, QUANT_GGML_F32, NULL, err);
+    }
+    if (st == QUANT_CK_OK) st = quant_gguf_writer_begin(w, err);
+    const float one = 1.0f;
+    for (size_t i = 0; st == QUANT_CK_OK && i < n; i++) {
+        st = quant_gguf_writer_write(w, v[i].e->w, (size_t)v[i].e->n * sizeof(float), err);
+        if (st == QUANT_CK_OK) st = quant_gguf_writer_write(w, &one, sizeof one, err);
+    }
+    if (st == QUANT_CK_OK) st = quant_gguf_writer_commit(w, err);
+    return st;
+}
+
+quant_ck_status quant_imatrix_write(const char *path, const quant_importance *e, size_t n,
+                                    const char *dataset, quant_ck_error *err)
+{
+    if (!path || (n && !e)) return quant_ck_fail(err, QUANT_CK_ERR_ARG, "NULL argument");
+    named *v = calloc(n ? n : 1, sizeof *v);
+    if (!v) return nomem(err);
+    quant_gguf_writer *w = NULL;
+    quant_ck_status st = name_entries(e, n, v, err);
+    if (st == QUANT_CK_OK) st = quant_gguf_writer_new(path, &w, err);
+    if (st == QUANT_CK_OK) st = write_entries(w, v, n, dataset, err);
+    quant_gguf_writer_free(w);
+    free(v);
+    return st;
 }

@@ -13,12 +13,18 @@
 #include "ck_internal.h"
 #include "quant_native.h"
 
+/* NAME + suffix in `f` (any length of name: a header bounds them), NULL when absent (or out of
+ * memory, which the caller reports as the part missing). */
 static const quant_st_tensor *find_part(const quant_st_file *f, const char *name,
                                         const char *suffix)
 {
-    char buf[4096];
-    if ((size_t)snprintf(buf, sizeof buf, "%s%s", name, suffix) >= sizeof buf) return NULL;
-    return quant_st_find(f, buf);
+    size_t n = strlen(name) + strlen(suffix) + 1;
+    char *buf = malloc(n);
+    if (!buf) return NULL;
+    snprintf(buf, n, "%s%s", name, suffix);
+    const quant_st_tensor *t = quant_st_find(f, buf);
+    free(buf);
+    return t;
 }
 
 /* A microscaling qtype (SPEC 2b) whose tiled axis holds a single tile (dim == the fixed tile,

@@ -1,7 +1,9 @@
 /* plan.c -- decides, before any data is read, what every tensor of a shard becomes: copied (and
  * why) or quantized by which rule, with which output tensors, and how its rows are split into
  * units of work; then the static activation scales (SRQ) the shard holds. The output header
- * follows from this plan alone. Every tensor's first matching rule is recorded, also for a
+ * follows from this plan alone. A tensor that cannot be planned is recorded and the others are
+ * planned still, so that the run's error names every one. Every tensor's first matching rule is
+ * recorded, also for a
  * tensor its rank or dtype copies whatever the rules say: unused rules (SPEC section 10,
  * plan_doc.c) count every tensor.
  * SPDX-License-Identifier: Apache-2.0
@@ -146,7 +148,8 @@ static quant_ck_status plan_quantized(ck_shard_plan *sp, ck_tensor_plan *tp, qua
     if (tp->r->act_static_scale && !sp->static_ok)
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s': rule %ld sets act_static_scale, which needs calibration "
-                             "statistics (a quantd job with stats_model); this run has none",
+                             "statistics: give them with --stats STATS.json (quant quantize) or "
+                             "stats_model (a quantd job); this run has none",
                              t->name, tp->rule);
     quant_ck_status st = quant_rule_how(tp->r, t->name, t->rank, t->shape, &tp->how, err);
     if (st != QUANT_CK_OK) {
@@ -238,7 +241,7 @@ static quant_ck_status plan_acts(ck_shard_plan *sp, quant_layout layout,
 quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_ruleset *rules,
                               quant_rule_matcher *m, const quant_pipeline_options *o,
                               const quant_static_act *const *acts, size_t n_acts, bool acts_later,
-                              quant_ck_error *err)
+                              ck_plan_errors *pe, quant_ck_error *err)
 {
     quant_layout layout = o->layout;
     memset(sp, 0, sizeof *sp);
@@ -246,16 +249,20 @@ quant_ck_status ck_plan_shard(ck_shard_plan *sp, quant_st_file *in, const quant_
     sp->base = ck_basename(in->path);
     sp->n = in->n_tensors;
     sp->static_ok = o->allow_static_acts || o->n_static_acts > 0;
+    sp->stats_later = acts_later;
     sp->t = calloc(sp->n ? sp->n : 1, sizeof *sp->t);
     if (!sp->t) return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    size_t failed = pe->n;
     for (size_t i = 0; i < sp->n; i++) {
         sp->t[i].in = &in->tensors[i];
         quant_ck_status st = plan_tensor(sp, &sp->t[i], rules, m, o, err);
-        if (st != QUANT_CK_OK) {
-            quant_ck_prefix(err, "%s", in->path);
-            return st;
-        }
+        if (st == QUANT_CK_OK) continue;
+        quant_ck_prefix(err, "%s", in->path);
+        if (!ck_plan_error_is_tensors(st)) return st;
+        sp->t[i].quantize = false; /* half planned: nothing later may read it */
+        ck_plan_errors_add(pe, in->tensors[i].name, err);
     }
+    if (pe->n > failed) return QUANT_CK_OK; /* the run fails with every tensor named */
     sp->n_tensor_out = sp->n_out;
     quant_ck_status st = plan_acts(sp, layout, acts, n_acts, acts_later, err);
     if (st != QUANT_CK_OK) {

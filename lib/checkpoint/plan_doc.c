@@ -96,6 +96,8 @@ static bool add_entry(quant_plan *p, const ck_shard_plan *sp, const ck_tensor_pl
     e->reason = tp->reason; /* static strings */
     e->rule = tp->rule;
     e->first_match = tp->first_match;
+    e->needs_statistics = tp->quantize && sp->stats_later &&
+                          (tp->r->act_static_scale || (tp->r->weight_importance && !tp->imp));
     e->qtype = tp->how.qtype;
     e->dtype = t->dtype;
     e->rank = t->rank;
@@ -161,6 +163,49 @@ quant_ck_status ck_plan_doc_new(quant_layout layout, const ck_shard_plan *plans,
     }
     if (ok && n_unused) memcpy(p->unused, unused, n_unused * sizeof *unused);
     if (ok) ok = fill(p, plans, n_plans);
+    if (!ok) {
+        quant_plan_free(p);
+        return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
+    }
+    *out = p;
+    return QUANT_CK_OK;
+}
+
+/* A deep copy of `src` (names and outputs copied; `reason` static) as the next entry. */
+static bool copy_entry(quant_plan *p, const quant_plan_entry *src)
+{
+    quant_plan_entry *e = &p->e[p->n++];
+    *e = *src;
+    e->name = strdup(src->name);
+    e->shard = strdup(src->shard);
+    quant_plan_output *o = calloc(src->n_outputs ? src->n_outputs : 1, sizeof *o);
+    e->outputs = o;
+    e->n_outputs = 0;
+    for (size_t k = 0; o && k < src->n_outputs; k++) {
+        o[k] = src->outputs[k];
+        if (!(o[k].name = strdup(src->outputs[k].name))) break;
+        e->n_outputs++;
+    }
+    p->bytes_in += e->bytes_in;
+    p->bytes_out += e->bytes_out;
+    return e->name && e->shard && o && e->n_outputs == src->n_outputs;
+}
+
+quant_ck_status ck_plan_doc_from_entries(quant_layout layout, const quant_plan_entry *entries,
+                                         size_t n, const long *unused, size_t n_unused,
+                                         quant_plan **out, quant_ck_error *err)
+{
+    quant_plan *p = calloc(1, sizeof *p);
+    *out = NULL;
+    bool ok = p && (p->e = calloc(n ? n : 1, sizeof *p->e)) &&
+              (p->acts = calloc(1, sizeof *p->acts)) &&
+              (!n_unused || (p->unused = malloc(n_unused * sizeof *p->unused)));
+    if (ok) {
+        p->layout = layout;
+        p->n_unused = n_unused;
+        if (n_unused) memcpy(p->unused, unused, n_unused * sizeof *unused);
+    }
+    for (size_t i = 0; ok && i < n; i++) ok = copy_entry(p, &entries[i]);
     if (!ok) {
         quant_plan_free(p);
         return quant_ck_fail(err, QUANT_CK_ERR_NOMEM, "out of memory");
@@ -263,12 +308,16 @@ static json_t *entry_json(const quant_plan_entry *e)
                           rule_or_null(e->rule), "first_match", rule_or_null(e->first_match),
                           "dtype", quant_st_dtype_name(e->dtype), "shape", dims(e->rank, e->shape));
     if (!o) return NULL;
-    if (e->quantized) {
+    if (e->quantized && e->chosen_by) { /* gguf: scales live in the blocks */
+        json_object_set_new(o, "qtype", json_string(quant_qtype_traits_get(e->qtype)->name));
+        json_object_set_new(o, "chosen_by", json_string(e->chosen_by));
+    } else if (e->quantized) {
         json_object_set_new(o, "qtype", json_string(quant_qtype_traits_get(e->qtype)->name));
         json_object_set_new(o, "scale_shape", dims(e->rank, e->scale_shape));
     } else {
         json_object_set_new(o, "reason", json_string(e->reason));
     }
+    if (e->needs_statistics) json_object_set_new(o, "needs_statistics", json_true());
     json_object_set_new(o, "bytes_in", json_integer((json_int_t)e->bytes_in));
     json_object_set_new(o, "bytes_out", json_integer((json_int_t)e->bytes_out));
     json_object_set_new(o, "outputs", outputs_json(e->outputs, e->n_outputs));
@@ -284,12 +333,16 @@ static json_t *unused_json(const long *unused, size_t n)
 
 static json_t *summary_json(const quant_plan *p)
 {
-    size_t quantized = 0;
-    for (size_t i = 0; i < p->n; i++) quantized += p->e[i].quantized;
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "tensors", (json_int_t)p->n, "quantized",
-                     (json_int_t)quantized, "copied", (json_int_t)(p->n - quantized), "bytes_in",
-                     (json_int_t)p->bytes_in, "bytes_out", (json_int_t)p->bytes_out, "unused_rules",
-                     unused_json(p->unused, p->n_unused));
+    size_t quantized = 0, stats = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        quantized += p->e[i].quantized;
+        stats += p->e[i].needs_statistics;
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "tensors", (json_int_t)p->n,
+                     "quantized", (json_int_t)quantized, "copied", (json_int_t)(p->n - quantized),
+                     "bytes_in", (json_int_t)p->bytes_in, "bytes_out", (json_int_t)p->bytes_out,
+                     "unused_rules", unused_json(p->unused, p->n_unused), "needs_statistics",
+                     (json_int_t)stats);
 }
 
 static json_t *statics_json(const quant_plan *p)

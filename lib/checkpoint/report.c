@@ -22,6 +22,7 @@ struct quant_report {
     quant_skipped_act *skipped; /* strings owned */
     size_t n_unused;
     long *unused; /* rules that are the first match of no tensor (set when the run is planned) */
+    char **hints; /* per unused rule: the regex it probably meant, or NULL (owned) */
     size_t n_outs, cap_outs;
     quant_report_output *outs; /* the files written, in the order written */
 };
@@ -44,6 +45,12 @@ static void static_act_clear(quant_report_static_act *a)
     free((char *)a->zero_point);
 }
 
+static void free_hints(char **hints, size_t n)
+{
+    for (size_t i = 0; hints && i < n; i++) free(hints[i]);
+    free(hints);
+}
+
 void quant_report_free(quant_report *r)
 {
     if (!r) return;
@@ -63,6 +70,7 @@ void quant_report_free(quant_report *r)
     free(r->skipped);
     free(r->e);
     free(r->unused);
+    free_hints(r->hints, r->n_unused);
     free(r);
 }
 
@@ -185,15 +193,25 @@ const quant_report_output *quant_report_output_at(const quant_report *r, size_t 
     return r && i < r->n_outs ? &r->outs[i] : NULL;
 }
 
-bool ck_report_set_unused(quant_report *r, const long *unused, size_t n)
+bool ck_report_set_unused(quant_report *r, const long *unused, char **hints, size_t n)
 {
     long *copy = n ? malloc(n * sizeof *copy) : NULL;
-    if (n && !copy) return false;
+    if (n && !copy) {
+        free_hints(hints, n);
+        return false;
+    }
     if (n) memcpy(copy, unused, n * sizeof *unused);
     free(r->unused);
+    free_hints(r->hints, r->n_unused);
     r->unused = copy;
+    r->hints = hints;
     r->n_unused = n;
     return true;
+}
+
+const char *quant_report_unused_hint(const quant_report *r, size_t i)
+{
+    return r && r->hints && i < r->n_unused ? r->hints[i] : NULL;
 }
 
 const long *quant_report_unused_rules(const quant_report *r, size_t *n)
@@ -212,7 +230,8 @@ const quant_report_entry *quant_report_entry_at(const quant_report *r, size_t i)
     return r && i < r->n ? &r->e[i] : NULL;
 }
 
-quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entry *src)
+/* Room for one more entry; the new one's slot, or NULL (NULL report, or out of memory). */
+static quant_report_entry *next_entry(quant_report *r)
 {
     if (!r) return NULL;
     if (r->n == r->cap) {
@@ -222,7 +241,13 @@ quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entr
         r->e = e;
         r->cap = cap;
     }
-    quant_report_entry *e = &r->e[r->n];
+    return &r->e[r->n];
+}
+
+quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entry *src)
+{
+    quant_report_entry *e = next_entry(r);
+    if (!e) return NULL;
     *e = *src;
     bool ok = true;
     e->name = strdup_or_null(src->name, &ok);
@@ -240,15 +265,8 @@ quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entr
 
 quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_tensor_plan *tp)
 {
-    if (!r) return NULL;
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 64;
-        quant_report_entry *e = realloc(r->e, cap * sizeof *e);
-        if (!e) return NULL;
-        r->e = e;
-        r->cap = cap;
-    }
-    quant_report_entry *e = &r->e[r->n];
+    quant_report_entry *e = next_entry(r);
+    if (!e) return NULL;
     memset(e, 0, sizeof *e);
     e->name = strdup(tp->in->name);
     e->shard = strdup(shard);

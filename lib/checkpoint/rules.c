@@ -19,8 +19,9 @@
 struct quant_ruleset {
     size_t n;
     quant_rule *rules;
-    char *gguf_mix;  /* the "gguf_mix" key: a llama-quantize mix name, or NULL */
-    pcre2_code **re; /* re[i]: rules[i].module_path, compiled anchored at both ends */
+    char *gguf_mix;               /* the "gguf_mix" key: a llama-quantize mix name, or NULL */
+    pcre2_code **re;              /* re[i]: rules[i].module_path, compiled anchored at both ends */
+    bool allow_nothing_quantized; /* the top-level key of that name */
 };
 
 static quant_ck_status nomem(quant_ck_error *err)
@@ -117,7 +118,10 @@ static quant_ck_status load_fail(const char *text, const char *source, const jso
 {
     if (json_error_code(je) == json_error_duplicate_key && duplicate_fail(text, source, je, err))
         return QUANT_CK_ERR_RULES;
-    return ck_rules_fail(err, source, "line %d, column %d: %s", je->line, je->column, je->text);
+    char why[256];
+    return ck_rules_fail(
+        err, source, "line %d, column %d: %s", je->line, je->column,
+        quant_json_error_text(text, strlen(text), je->position, je->text, why, sizeof why));
 }
 
 /* The "gguf_mix" key of the object form: a mix name the gguf layout knows. */
@@ -135,22 +139,37 @@ static quant_ck_status mix_key(const json_t *v, const char *source, const char *
     return QUANT_CK_OK;
 }
 
-/* The list of rules: the root itself, or root["rules"] (with an optional "gguf_mix"). */
+/* The top-level keys beside "rules" (the object form). */
+typedef struct top_keys {
+    bool allow;      /* "allow_nothing_quantized" */
+    const char *mix; /* "gguf_mix", or NULL */
+} top_keys;
+
+/* The list of rules: the root itself, or root["rules"] (beside which "allow_nothing_quantized"
+ * and "gguf_mix" may stand, into *top). */
 static quant_ck_status rules_list(const json_t *root, const char *source, const json_t **list,
-                                  const char **mix, quant_ck_error *err)
+                                  top_keys *top, quant_ck_error *err)
 {
+    *top = (top_keys){0};
     if (json_is_object(root)) {
         const char *key;
         const json_t *v;
         json_object_foreach((json_t *)root, key, v)
         {
-            if (strcmp(key, "gguf_mix") == 0) {
-                quant_ck_status st = mix_key(v, source, mix, err);
+            if (strcmp(key, "allow_nothing_quantized") == 0 && !json_is_boolean(v))
+                return ck_rules_fail(err, source,
+                                     "top-level key \"allow_nothing_quantized\": must be true or "
+                                     "false, not %s",
+                                     ck_json_type_name(v));
+            if (strcmp(key, "allow_nothing_quantized") == 0) {
+                top->allow = json_is_true(v);
+            } else if (strcmp(key, "gguf_mix") == 0) {
+                quant_ck_status st = mix_key(v, source, &top->mix, err);
                 if (st != QUANT_CK_OK) return st;
             } else if (strcmp(key, "rules") != 0)
                 return ck_rules_fail(err, source,
-                                     "unknown top-level key \"%.64s\" (only \"rules\" and "
-                                     "\"gguf_mix\" are allowed)",
+                                     "unknown top-level key \"%.64s\" (only \"rules\", "
+                                     "\"allow_nothing_quantized\" and \"gguf_mix\" are allowed)",
                                      key);
         }
         root = json_object_get(root, "rules");
@@ -201,10 +220,11 @@ quant_ck_status quant_ruleset_parse(const char *json, size_t len, const char *so
     json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) return load_fail(json ? json : "", source, &je, err);
     const json_t *list = NULL;
-    const char *mix = NULL;
-    quant_ck_status st = rules_list(root, source, &list, &mix, err);
+    top_keys top = {0};
+    quant_ck_status st = rules_list(root, source, &list, &top, err);
     if (st == QUANT_CK_OK) st = build(list, source, out, err);
-    if (st == QUANT_CK_OK && mix && !((*out)->gguf_mix = strdup(mix))) {
+    if (st == QUANT_CK_OK) (*out)->allow_nothing_quantized = top.allow;
+    if (st == QUANT_CK_OK && top.mix && !((*out)->gguf_mix = strdup(top.mix))) {
         quant_ruleset_free(*out);
         *out = NULL;
         st = nomem(err);
@@ -284,6 +304,11 @@ const char *quant_ruleset_gguf_mix(const quant_ruleset *rs)
 size_t quant_ruleset_count(const quant_ruleset *rs)
 {
     return rs ? rs->n : 0;
+}
+
+bool quant_ruleset_allow_nothing_quantized(const quant_ruleset *rs)
+{
+    return rs && rs->allow_nothing_quantized;
 }
 
 const quant_rule *quant_ruleset_rule(const quant_ruleset *rs, size_t index)

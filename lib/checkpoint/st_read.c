@@ -42,7 +42,7 @@ static quant_ck_status bad(quant_ck_error *err, const char *fmt, ...)
         err->status = QUANT_CK_ERR_FORMAT;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        ck_vformat(err->message, sizeof err->message, fmt, ap);
         va_end(ap);
     }
     return QUANT_CK_ERR_FORMAT;
@@ -285,8 +285,12 @@ static quant_ck_status parse_header(const char *text, size_t n, json_t **root, q
                    n);
     if (bad_at != n)
         return bad(err, "header is not valid UTF-8 (bad byte at header offset %zu)", bad_at);
-    if (!*root)
-        return bad(err, "header is not valid JSON: %s (at header offset %d)", je.text, je.position);
+    if (!*root) {
+        char why[256];
+        return bad(err, "header is not valid JSON: %s (at header offset %d)",
+                   quant_json_error_text(text, n, je.position, je.text, why, sizeof why),
+                   je.position);
+    }
     if (!json_is_object(*root))
         return bad(err, "header is %s, not a JSON object", json_kind(*root));
     return QUANT_CK_OK;

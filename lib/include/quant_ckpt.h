@@ -57,6 +57,16 @@ QUANT_API quant_ck_status quant_ck_fail(quant_ck_error *err, quant_ck_status sta
 QUANT_API void quant_ck_prefix(quant_ck_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/*! quant_json_error_text() :
+ * A JSON parse error (jansson's json_error_t text `what` and byte `position`, for the document
+ * `text` of `len` bytes) in words a user can act on: an integer beyond 64 bits ("too big integer
+ * near ...") becomes "field 'tile_size': integer 99999999999999999999 is out of range: integers
+ * must lie in -9223372036854775808..9223372036854775807 (64 bits)" in `buf` (capacity `cap`);
+ * any other error is `what` itself.
+ * @return : `buf` or `what`; never NULL. */
+QUANT_API const char *quant_json_error_text(const char *text, size_t len, int position,
+                                            const char *what, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,8 +118,10 @@ QUANT_API bool quant_gguf_sniff(const char *path);
  * n_dims <= 4, every ne >= 0, the element count and byte size within int64; the ggml type one of
  * quant_ggml.h's table with ne[0] a multiple of its block; offsets exactly contiguous in
  * tensor-info order, each tensor padded to the alignment; and, beyond ggml's no-data reader,
- * every tensor's bytes inside the file. Stricter than ggml: keys and names holding a NUL byte are
- * refused. The data is not read.
+ * every tensor's bytes inside the file (the final padding may be missing, as llama.cpp's loader
+ * allows). Stricter than ggml: keys and names holding a NUL byte are refused, and so is a
+ * zero-element tensor whose row count ne[1] * ne[2] * ne[3] overflows int64. The data is not
+ * read.
  * @return : QUANT_CK_OK with `*out` to release with quant_gguf_close(); QUANT_CK_ERR_FORMAT with
  *           a message naming the file, the byte offset, the key or tensor and the rule broken;
  *           QUANT_CK_ERR_IO; QUANT_CK_ERR_NOMEM. */

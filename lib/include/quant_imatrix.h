@@ -37,6 +37,19 @@ QUANT_API quant_ck_status quant_imatrix_load(const char *path, quant_imatrix **o
  * `module_path` that name without its last component. Owned by the imatrix. */
 QUANT_API const quant_importance *quant_imatrix_entries(const quant_imatrix *m, size_t *n);
 
+/*! quant_imatrix_write() :
+ * Writes importance statistics (module paths as Hugging Face's Llama names them or as GGUF does)
+ * as a llama.cpp imatrix file in the GGUF format at `path` (published by rename): for each
+ * entry the weight W = its GGUF module path + ".weight" ("model.layers.0.self_attn.q_proj" ->
+ * "blk.0.attn_q.weight"; other names as they are), W.in_sum2 = its values and W.counts = 1, so
+ * that llama.cpp's value, in_sum2 / counts, is the entry's value exactly; general.type
+ * "imatrix", imatrix.datasets [`dataset`], imatrix.chunk_count and imatrix.chunk_size 1.
+ * Tensors are sorted by name, as llama-imatrix writes them.
+ * @return : QUANT_CK_OK; QUANT_CK_ERR_ARG naming two entries that map to one weight, or a name
+ *           GGUF cannot hold; QUANT_CK_ERR_IO / QUANT_CK_ERR_ACCESS as the GGUF writer. */
+QUANT_API quant_ck_status quant_imatrix_write(const char *path, const quant_importance *e, size_t n,
+                                              const char *dataset, quant_ck_error *err);
+
 /*! quant_imatrix_free() : NULL is a no-op. */
 QUANT_API void quant_imatrix_free(quant_imatrix *m);
 

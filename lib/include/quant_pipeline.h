@@ -178,6 +178,11 @@ typedef struct quant_pipeline_options {
      * bytes as they are written. The report's outputs (quant_report_output_at) then carry it,
      * so a front end that needs the hashes (quantd's ETags) never reads the outputs again. */
     bool sha256;
+    /* A run (or plan, or check) in which no tensor would be quantized fails before any data is
+     * read (QUANT_CK_ERR_RULES, naming the unused rules and what they probably meant) unless
+     * this, or the rule set's "allow_nothing_quantized" (quant_rules.h), allows it (default
+     * false): the output would be the input copied, which vLLM loads unquantized. */
+    bool allow_nothing_quantized;
     /* Inputs still arriving (see quant_input_wait_fn; default NULL: every input is complete).
      * Not with map_input (QUANT_CK_ERR_ARG). */
     quant_input_wait_fn input_wait;
@@ -186,6 +191,11 @@ typedef struct quant_pipeline_options {
      * tensor's type before the rules override it; NULL: the rule set's "gguf_mix", else none
      * (only tensors a rule names are quantized). */
     const char *gguf_mix;
+    /* The gguf layout over a Hugging Face checkpoint directory: the GGUF file whose tokenizer.*
+     * pairs the output takes (llama.cpp cannot run a model without its vocabulary; any GGUF of
+     * the same model family and vocabulary, e.g. llama.cpp's converter's F16 file). A path as
+     * given (the caller's, not under input_dir_fd); required for a checkpoint input. */
+    const char *gguf_vocab;
 } quant_pipeline_options;
 
 /*! quant_pipeline_options_init() : the defaults above. */
@@ -250,7 +260,8 @@ QUANT_API const quant_skipped_act *quant_report_skipped_at(const quant_report *r
 
 /* An output file a successful run published. */
 typedef struct quant_report_output {
-    const char *name;   /* its name in the output directory; a file run: the output's base name */
+    const char *name;   /* its name in the output directory; a file run: the output's base name
+                         * (and config.json beside it, compressed-tensors) */
     uint64_t bytes;     /* its size */
     const char *sha256; /* 64 lowercase hex digits, as sha256sum prints; NULL without opts.sha256 */
 } quant_report_output;
@@ -268,6 +279,13 @@ QUANT_API const quant_report_output *quant_report_output_at(const quant_report *
  * is planned, so a failed run's report has them too. NULL when there are none.
  * Owned by the report. */
 QUANT_API const long *quant_report_unused_rules(const quant_report *r, size_t *n);
+
+/*! quant_report_unused_hint() :
+ * For the i-th unused rule (i < the count quant_report_unused_rules() gives): the regex it
+ * probably meant, when its module_path with ".*" put before it matches a module path of the run
+ * (module_path "q_proj" -> ".*q_proj": module paths are matched whole), else NULL. Owned by the
+ * report. */
+QUANT_API const char *quant_report_unused_hint(const quant_report *r, size_t i);
 
 /*! quant_report_json() :
  * The report as JSON text (`{"format":"quantd.report/1","layout":..,"tensors":[..],
@@ -393,14 +411,17 @@ typedef struct quant_plan_output {
 
 /* What the run would do with one input tensor. */
 typedef struct quant_plan_entry {
-    const char *name;   /* input tensor name */
-    const char *shard;  /* input file base name */
-    bool quantized;     /* quantized, or copied unchanged */
-    const char *reason; /* copied: why ("no rule matched", "rank < 2", ...); NULL if quantized */
-    long rule;          /* the rule that decides it (as the report's rule), -1 when none does */
-    long first_match;   /* the first rule whose module_path matches, -1 for none: the one that
-                           counts for unused rules, also for a tensor copied for its rank or dtype */
-    quant_qtype qtype;  /* when quantized */
+    const char *name;      /* input tensor name */
+    const char *shard;     /* input file base name */
+    bool quantized;        /* quantized, or copied unchanged */
+    const char *reason;    /* copied: why ("no rule matched", "rank < 2", ...); NULL if quantized */
+    long rule;             /* the rule that decides it (as the report's rule), -1 when none does */
+    long first_match;      /* the first rule whose module_path matches, -1 for none: the one that
+                              counts for unused rules, also for a tensor copied for its rank or dtype */
+    bool needs_statistics; /* a plan made without statistics (allow_static_acts, no static_acts)
+                              of a weight whose rule needs them: act_static_scale (its module's
+                              input activation) or weight_importance (its mean_sq) */
+    quant_qtype qtype;     /* when quantized */
     quant_st_dtype dtype;
     int rank;
     int64_t shape[QUANT_MAX_RANK];
@@ -408,6 +429,11 @@ typedef struct quant_plan_entry {
     uint64_t bytes_in, bytes_out;        /* data bytes read, data bytes written (all outputs) */
     size_t n_outputs;
     const quant_plan_output *outputs; /* the copy itself, or qvalue / scale / zero point ... */
+    /* gguf layout: what chose the ggml type (static text: "mix", "mix rule" for the mix's layer,
+     * output and embedding rules, "rule" for a rule's weight_qtype, "fallback" when the type
+     * chosen cannot hold the row length and llama-quantize's fallback replaced it); NULL in the
+     * other layouts */
+    const char *chosen_by;
 } quant_plan_entry;
 
 /* A static activation scale (quant_pipeline_options.static_acts) the run would write. */

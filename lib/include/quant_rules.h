@@ -47,7 +47,8 @@ typedef struct quant_ruleset quant_ruleset;
 
 /*! quant_ruleset_parse() :
  * Parses a rule set from JSON text: either a list of rules or an object {"rules": [...]} (which
- * may also name a llama-quantize mix for the gguf layout: {"gguf_mix": "Q4_K_M", "rules": []}).
+ * may also hold "allow_nothing_quantized": true, see below, and name a llama-quantize mix for
+ * the gguf layout: {"gguf_mix": "Q4_K_M", "rules": []}).
  * Every field is checked (type, range, qtype and calibration names, regex syntax); unknown
  * fields are errors. `source` names the input in messages (a file name, or NULL).
  * @return : QUANT_CK_OK with `*out` to free with quant_ruleset_free(), or QUANT_CK_ERR_RULES
@@ -68,6 +69,13 @@ QUANT_API void quant_ruleset_free(quant_ruleset *rs);
  * was parsed): the mix the gguf layout starts from before the rules override it per tensor; NULL
  * when the set has none. Owned by the set. */
 QUANT_API const char *quant_ruleset_gguf_mix(const quant_ruleset *rs);
+
+/*! quant_ruleset_allow_nothing_quantized() :
+ * Whether the rule set's object form says "allow_nothing_quantized": true. A run (or plan) in
+ * which no tensor would be quantized fails (QUANT_CK_ERR_RULES) unless this, or the pipeline
+ * option of the same name, allows it: a checkpoint copied unchanged is almost always a rule whose
+ * module_path matches nothing. */
+QUANT_API bool quant_ruleset_allow_nothing_quantized(const quant_ruleset *rs);
 
 /*! quant_ruleset_count(), quant_ruleset_rule() : the rules in order (index < count). */
 QUANT_API size_t quant_ruleset_count(const quant_ruleset *rs);

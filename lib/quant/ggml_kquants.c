@@ -3,6 +3,8 @@
  * two fp16 super-block scales. Dequantizing is ggml's to_float to the bit. Quantizing without
  * importance is ggml's reference quantizer (its bytes); with importance it is ggml's weighted
  * quantizer, which fits the sub-block scales by the importance of their values as well.
+ * As ggml's, a super-block whose largest |x| passes about 1e6 (q2_k), 4e6 (q4_k, q5_k), 7e6
+ * (q3_k) or 2.6e8 (q6_k) gets an Inf fp16 scale (ggml's row validation refuses such rows).
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
@@ -322,11 +324,13 @@ static void k4_fit_imp(const float *x, const float *imp, int nmax, bool cap, uin
     qg_put_f16(blk + K4_DMIN, m);
 }
 
-static void k4_codes(const float *x, const float *imp, int nmax, const qk_sweep *ref, uint8_t *blk,
-                     uint8_t *L)
+/* The codes of one q4_k (nmax 15) or q5_k (nmax 31) super-block; `ref` is the type's sweep
+ * without importance, `cap` as k4_fit_imp. */
+static void k4_codes(const float *x, const float *imp, int nmax, const qk_sweep *ref, bool cap,
+                     uint8_t *blk, uint8_t *L)
 {
     if (imp)
-        k4_fit_imp(x, imp, nmax, nmax == 31, blk, L);
+        k4_fit_imp(x, imp, nmax, cap, blk, L);
     else
         k4_fit_ref(x, nmax, ref, blk, L);
     float dd = qg_get_f16(blk + K4_D), dm = qg_get_f16(blk + K4_DMIN), d[8], m[8];
@@ -342,7 +346,7 @@ static void k4_codes(const float *x, const float *imp, int nmax, const qk_sweep 
 static void q4_block(const float *x, const float *imp, uint8_t *blk)
 {
     uint8_t L[QK];
-    k4_codes(x, imp, 15, &q4_sweep_ref, blk, L);
+    k4_codes(x, imp, 15, &q4_sweep_ref, false, blk, L);
     for (int c = 0; c < 4; c++)
         for (int l = 0; l < 32; l++)
             blk[Q4_QS + 32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + l + 32] << 4));
@@ -351,7 +355,7 @@ static void q4_block(const float *x, const float *imp, uint8_t *blk)
 static void q5_block(const float *x, const float *imp, uint8_t *blk)
 {
     uint8_t L[QK];
-    k4_codes(x, imp, 31, &q5_sweep_ref, blk, L);
+    k4_codes(x, imp, 31, &q5_sweep_ref, true, blk, L);
     uint8_t *qh = blk + Q5_QH, *qs = blk + Q5_QS;
     memset(qh, 0, 32);
     for (int c = 0; c < 4; c++)
@@ -451,10 +455,10 @@ void qg_dequantize_q2_k(const void *src, float *x, int64_t n)
 {
     for (const uint8_t *blk = src; n > 0; n -= QK, blk += Q2_BYTES, x += QK) {
         float d = qg_get_f16(blk + Q2_D), dmin = qg_get_f16(blk + Q2_DMIN);
-        for (int e = 0; e < QK; e++) {
-            uint8_t sc = blk[Q2_SCALES + e / 16];
+        for (int j = 0; j < 16; j++) {
+            uint8_t sc = blk[Q2_SCALES + j];
             float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
-            x[e] = dl * get_2bit(blk + Q2_QS, e) - ml;
+            for (int e = 16 * j; e < 16 * j + 16; e++) x[e] = dl * get_2bit(blk + Q2_QS, e) - ml;
         }
     }
 }
@@ -463,10 +467,12 @@ void qg_dequantize_q3_k(const void *src, float *x, int64_t n)
 {
     for (const uint8_t *blk = src; n > 0; n -= QK, blk += Q3_BYTES, x += QK) {
         float d = qg_get_f16(blk + Q3_D);
-        for (int e = 0; e < QK; e++) {
-            float dl = d * (get_q3_scale(blk + Q3_SCALES, e / 16) - 32);
-            int high = (blk[Q3_HMASK + e % 32] >> (e / 32)) & 1;
-            x[e] = dl * (get_2bit(blk + Q3_QS, e) - (high ? 0 : 4));
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (get_q3_scale(blk + Q3_SCALES, j) - 32);
+            for (int e = 16 * j; e < 16 * j + 16; e++) {
+                int high = (blk[Q3_HMASK + e % 32] >> (e / 32)) & 1;
+                x[e] = dl * (get_2bit(blk + Q3_QS, e) - (high ? 0 : 4));
+            }
         }
     }
 }

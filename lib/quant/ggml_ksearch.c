@@ -113,20 +113,30 @@ static float signed_absmax(int n, const float *x, float *amax)
     return max;
 }
 
-/* Rounds at `iscale` into l in -nmax..nmax-1 (stored l + bias), summing w x l and w l^2. */
-static void signed_round(int n, int nmax, const float *x, const float *w, float iscale, int bias,
-                         int8_t *L, float *sumlx, float *suml2)
+static inline int signed_code(int nmax, float iscale, float x)
+{
+    return clamp_int(qg_nearest_int(iscale * x), -nmax, nmax - 1);
+}
+
+/* Sums w x l and w l^2 over the codes l in -nmax..nmax-1 of x at `iscale`. */
+static void signed_sums(int n, int nmax, const float *x, const float *w, float iscale, float *sumlx,
+                        float *suml2)
 {
     float slx = 0, sl2 = 0;
     for (int i = 0; i < n; i++) {
-        int l = clamp_int(qg_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        if (L) L[i] = (int8_t)(l + bias);
+        int l = signed_code(nmax, iscale, x[i]);
         float wi = weight_at(w, x, i);
         slx += wi * x[i] * l;
         sl2 += wi * l * l;
     }
     *sumlx = slx;
     *suml2 = sl2;
+}
+
+/* The codes at `iscale`, stored plus `bias`. */
+static void signed_codes(int n, int nmax, const float *x, float iscale, int bias, int8_t *L)
+{
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(signed_code(nmax, iscale, x[i]) + bias);
 }
 
 float qk_fit_signed(int n, int nmax, const float *x, const float *w, int8_t *L)
@@ -137,15 +147,16 @@ float qk_fit_signed(int n, int nmax, const float *x, const float *w, int8_t *L)
         return 0.f;
     }
     float sumlx, suml2;
-    signed_round(n, nmax, x, w, -nmax / max, nmax, L, &sumlx, &suml2);
+    signed_codes(n, nmax, x, -nmax / max, nmax, L);
+    signed_sums(n, nmax, x, w, -nmax / max, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int k = -9; k <= 9; k++) {
         if (k == 0) continue;
         float iscale = -(nmax + 0.1f * k) / max;
-        signed_round(n, nmax, x, w, iscale, nmax, NULL, &sumlx, &suml2);
+        signed_sums(n, nmax, x, w, iscale, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            signed_round(n, nmax, x, w, iscale, nmax, L, &sumlx, &suml2);
+            signed_codes(n, nmax, x, iscale, nmax, L);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -157,23 +168,26 @@ float qk_fit_signed(int n, int nmax, const float *x, const float *w, int8_t *L)
 static int signed_descent_pass(int n, int nmax, const float *x, int8_t *L, float *sumlx,
                                float *suml2)
 {
+    float sx = *sumlx, s2 = *suml2; /* locals: stores to L may not alias them */
     int changed = 0;
     for (int i = 0; i < n; i++) {
         float w = x[i] * x[i];
-        float slx = *sumlx - w * x[i] * L[i];
+        float slx = sx - w * x[i] * L[i];
         if (!(slx > 0)) continue;
-        float sl2 = *suml2 - w * L[i] * L[i];
+        float sl2 = s2 - w * L[i] * L[i];
         int l = clamp_int(qg_nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
         if (l == L[i]) continue;
         slx += w * x[i] * l;
         sl2 += w * l * l;
-        if (sl2 > 0 && slx * slx * *suml2 > *sumlx * *sumlx * sl2) {
+        if (sl2 > 0 && slx * slx * s2 > sx * sx * sl2) {
             L[i] = (int8_t)l;
-            *sumlx = slx;
-            *suml2 = sl2;
+            sx = slx;
+            s2 = sl2;
             changed++;
         }
     }
+    *sumlx = sx;
+    *suml2 = s2;
     return changed;
 }
 
@@ -185,7 +199,8 @@ float qk_fit_signed_descent(int n, int nmax, const float *x, int8_t *L)
         return 0.f;
     }
     float sumlx, suml2;
-    signed_round(n, nmax, x, NULL, -nmax / max, 0, L, &sumlx, &suml2);
+    signed_codes(n, nmax, x, -nmax / max, 0, L);
+    signed_sums(n, nmax, x, NULL, -nmax / max, &sumlx, &suml2);
     for (int pass = 0; pass < 5; pass++)
         if (!signed_descent_pass(n, nmax, x, L, &sumlx, &suml2)) break;
     for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
@@ -212,23 +227,26 @@ static float positive_error(int n, int nmax, const float *x, const float *w, flo
 static int positive_descent_pass(int n, int nmax, const float *x, const float *w, uint8_t *L,
                                  float *sumlx, float *suml2)
 {
+    float sx = *sumlx, s2 = *suml2; /* locals: stores to L may not alias them */
     int changed = 0;
     for (int i = 0; i < n; i++) {
-        float slx = *sumlx - w[i] * x[i] * L[i];
-        float sl2 = *suml2 - w[i] * L[i] * L[i];
+        float slx = sx - w[i] * x[i] * L[i];
+        float sl2 = s2 - w[i] * L[i] * L[i];
         if (!(slx > 0 && sl2 > 0)) continue;
         int l = qg_nearest_int(x[i] * sl2 / slx);
         if (l > nmax) l = nmax;
         if (l == L[i]) continue;
         slx += w[i] * x[i] * l;
         sl2 += w[i] * l * l;
-        if (slx * slx * *suml2 > *sumlx * *sumlx * sl2) {
+        if (slx * slx * s2 > sx * sx * sl2) {
             L[i] = (uint8_t)l;
-            *sumlx = slx;
-            *suml2 = sl2;
+            sx = slx;
+            s2 = sl2;
             changed++;
         }
     }
+    *sumlx = sx;
+    *suml2 = s2;
     return changed;
 }
 

@@ -1,7 +1,8 @@
 /* ggml_legacy.c -- ggml's legacy 32-value block types q8_0, q4_0, q4_1, q5_0 and q5_1: their
  * byte layouts, dequantization bit for bit as ggml's to_float, ggml's reference quantizers
- * (importance NULL) and its importance-weighted searches, each followed by one more search
- * that minimizes the weighted error the quality contract measures.
+ * (importance NULL; always for q8_0, whose ggml quantizer ignores importance) and, with
+ * importance, ggml's weighted searches improved where that lowers the importance-weighted error
+ * the quality contract measures (quantize_weighted below).
  * SPDX-License-Identifier: Apache-2.0
  *
  * Layouts (little-endian fp16 d, m; nibble j of qs holds value j low, value j + 16 high):
@@ -14,9 +15,11 @@
  * Every float operation below is written in ggml's order and, as the whole library, compiled
  * without contraction, so the same inputs give ggml's bytes. C leaves ggml's float to 8-bit
  * conversions undefined when a block's scale has an infinite reciprocal (its largest |x| below
- * about 2^-125, or 15 * 2^-128 between min and max for q4_1 / q5_1); there this file stores
- * code 0, as an x86-64 build of ggml does. The fp16 scale of such a block is 0, so the codes
- * do not change what it dequantizes to.
+ * about 2^-125, or 15 * 2^-128 between min and max for q4_1 / q5_1: the codes are then
+ * computed from +-Inf and NaN) or, for q4_1 / q5_1, when max - min overflows; there this file
+ * stores code 0, as an x86-64 build of ggml does. The fp16 scale of such a block is 0 (or Inf
+ * beyond fp16's range, which no fp16 block can hold), so the codes do not change what it
+ * dequantizes to.
  */
 #include <float.h>
 #include <math.h>
@@ -27,19 +30,11 @@
 
 /* ---- conversions and packing ---------------------------------------------------------------- */
 
-/* The low byte of C's float -> integer conversion as x86-64 computes it: truncation toward
- * zero, with 0x80000000 (low byte 0) for NaN and values outside int32. */
-static uint8_t trunc_low_byte(float v)
+/* ggml's float -> 8-bit code conversion, defined for every float: truncation toward zero for
+ * the values its quantizers produce (|v| < 128), 0 for NaN and +-Inf (see the file comment). */
+static int to_code(float v)
 {
-    if (!(v > -2147483904.0f && v < 2147483648.0f)) return 0;
-    return (uint8_t)((uint32_t)(int32_t)v & 0xffu);
-}
-
-/* ggml's `(int8_t)v`, signed, under the same rule. */
-static int trunc_i8(float v)
-{
-    int b = trunc_low_byte(v);
-    return b < 128 ? b : b - 256;
+    return v >= -128.0f && v < 128.0f ? (int)v : 0;
 }
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -167,7 +162,7 @@ static void ref_q8_0(const float *x, uint8_t *b)
     float d = amax / 127;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     qg_put_f16(b, d);
-    for (int j = 0; j < QK; j++) b[2 + j] = trunc_low_byte(roundf(x[j] * id));
+    for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)to_code(roundf(x[j] * id));
 }
 
 /* q4_0 / q5_0: d = max / -(half), codes min(top, (int8)(x / d + half + 0.5)). */
@@ -178,7 +173,7 @@ static void ref_symmetric(const float *x, int half, uint8_t *d16, uint8_t *L)
     qg_put_f16(d16, d);
     int top = 2 * half - 1;
     for (int j = 0; j < QK; j++) {
-        int q = trunc_i8(x[j] * id + ((float)half + 0.5f));
+        int q = to_code(x[j] * id + ((float)half + 0.5f));
         L[j] = (uint8_t)(q < top ? q : top);
     }
 }
@@ -195,12 +190,8 @@ static void ref_affine(const float *x, int top, uint8_t *dm, uint8_t *L)
     qg_put_f16(dm + 2, mn);
     for (int j = 0; j < QK; j++) {
         float v = (x[j] - mn) * id + 0.5f;
-        if (top == 15) {
-            int q = trunc_i8(v);
-            L[j] = (uint8_t)(q < 15 ? q : 15);
-        } else {
-            L[j] = trunc_low_byte(v);
-        }
+        int q = to_code(v);
+        L[j] = (uint8_t)(top == 15 && q > 15 ? 15 : q);
     }
 }
 
@@ -211,19 +202,21 @@ static void ref_affine(const float *x, int top, uint8_t *dm, uint8_t *L)
 static void symmetric_pass(int nmax, float iscale, const float *x, const float *w, int *l,
                            float *sumlx, float *suml2)
 {
-    *sumlx = *suml2 = 0.0f;
+    float slx = 0.0f, sl2 = 0.0f; /* locals: the pointers may alias x and w */
     for (int i = 0; i < QK; i++) {
         int v = qg_nearest_int(iscale * x[i]);
         l[i] = v < -nmax ? -nmax : v > nmax - 1 ? nmax - 1 : v;
-        *sumlx += w[i] * x[i] * (float)l[i];
-        *suml2 += w[i] * (float)l[i] * (float)l[i];
+        slx += w[i] * x[i] * (float)l[i];
+        sl2 += w[i] * (float)l[i] * (float)l[i];
     }
+    *sumlx = slx;
+    *suml2 = sl2;
 }
 
-/* Symmetric search (ggml's make_qx_quants with explicit weights): the scale -max / nmax, then
- * -max / (nmax + 0.1 t) for t = -9..9 but 0, keeping the best least-squares fit; codes
- * L = l + nmax; returns the scale. */
-static float search_symmetric(int nmax, const float *x, const float *w, uint8_t *L)
+/* Symmetric search (ggml's make_qx_quants with explicit weights when ntry is 9): the scale
+ * -max / nmax, then -max / (nmax + 0.1 t) for t = -ntry..ntry but 0, keeping the best
+ * least-squares fit; codes L = l + nmax; returns the scale. */
+static float search_symmetric(int nmax, const float *x, const float *w, int ntry, uint8_t *L)
 {
     float max = 0.0f, amax = 0.0f;
     for (int i = 0; i < QK; i++)
@@ -240,7 +233,7 @@ static float search_symmetric(int nmax, const float *x, const float *w, uint8_t 
     symmetric_pass(nmax, (float)-nmax / max, x, w, l, &sumlx, &suml2);
     float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
     for (int i = 0; i < QK; i++) L[i] = (uint8_t)(l[i] + nmax);
-    for (int t = -9; t <= 9; t++) {
+    for (int t = -ntry; t <= ntry; t++) {
         if (t == 0) continue;
         symmetric_pass(nmax, -((float)nmax + 0.1f * (float)t) / max, x, w, l, &sumlx, &suml2);
         if (!(suml2 > 0 && sumlx * sumlx > best * suml2)) continue;
@@ -252,7 +245,9 @@ static float search_symmetric(int nmax, const float *x, const float *w, uint8_t 
 }
 
 /* Asymmetric search (ggml's make_qkx3_quants with explicit weights, rmin -0.9, rdelta 0.05,
- * 36 steps, squared error): codes L in [0, nmax]; returns the scale and *neg_min = -min. */
+ * 36 steps, squared error): inverse scales (nmax - 0.9 + 0.05 is) / range for is = 0..36, each
+ * with its weighted least-squares scale and min (the min kept <= 0); codes L in [0, nmax];
+ * returns the scale and *neg_min = -min. */
 static float search_affine(int nmax, const float *x, const float *w, uint8_t *L, float *neg_min)
 {
     float min = x[0], max = x[0];
@@ -316,12 +311,15 @@ static float search_affine(int nmax, const float *x, const float *w, uint8_t *L,
 /* ---- the per-type block codecs -------------------------------------------------------------- */
 
 /* One legacy type: its block size, reference quantizer, ggml's search (with ggml's weights w)
- * and the block dequantizer used to measure a candidate. */
+ * and the block dequantizer used to measure a candidate; its codes 0..ncodes-1 decode as
+ * (code - zero) * d, or code * d + m with a min, 5-bit codes with qh before qs. */
 typedef struct legacy_type {
     size_t bytes;
     void (*ref)(const float *x, uint8_t *b);
-    void (*search)(const float *x, const float *w, uint8_t *b);
+    void (*search)(const float *x, const float *w, bool wide, uint8_t *b);
     void (*dequantize)(const void *src, float *x, int64_t n);
+    int ncodes, zero;
+    bool has_min;
 } legacy_type;
 
 static void ref_q4_0(const float *x, uint8_t *b)
@@ -352,42 +350,92 @@ static void ref_q5_1(const float *x, uint8_t *b)
     pack_5bit(b + 4, b + 8, L);
 }
 
-static void search_q4_0(const float *x, const float *w, uint8_t *b)
+static void search_q4_0(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
-    qg_put_f16(b, search_symmetric(8, x, w, L));
+    qg_put_f16(b, search_symmetric(8, x, w, wide ? 20 : 9, L));
     pack_nibbles(b + 2, L);
 }
 
-static void search_q5_0(const float *x, const float *w, uint8_t *b)
+static void search_q5_0(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
-    qg_put_f16(b, search_symmetric(16, x, w, L));
+    qg_put_f16(b, search_symmetric(16, x, w, wide ? 20 : 9, L));
     pack_5bit(b + 2, b + 6, L);
 }
 
-static void search_q4_1(const float *x, const float *w, uint8_t *b)
+static void search_q4_1(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
     float neg_min;
+    (void)wide; /* a wider affine search finds no lower errors */
     qg_put_f16(b, search_affine(15, x, w, L, &neg_min));
     qg_put_f16(b + 2, -neg_min);
     pack_nibbles(b + 4, L);
 }
 
-static void search_q5_1(const float *x, const float *w, uint8_t *b)
+static void search_q5_1(const float *x, const float *w, bool wide, uint8_t *b)
 {
     uint8_t L[QK];
     float neg_min;
+    (void)wide;
     qg_put_f16(b, search_affine(31, x, w, L, &neg_min));
     qg_put_f16(b + 2, -neg_min);
     pack_5bit(b + 4, b + 8, L);
 }
 
-static const legacy_type type_q4_0 = {18, ref_q4_0, search_q4_0, qg_dequantize_q4_0};
-static const legacy_type type_q4_1 = {20, ref_q4_1, search_q4_1, qg_dequantize_q4_1};
-static const legacy_type type_q5_0 = {22, ref_q5_0, search_q5_0, qg_dequantize_q5_0};
-static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q5_1};
+static const legacy_type type_q4_0 = {18, ref_q4_0, search_q4_0, qg_dequantize_q4_0, 16, 8, false};
+static const legacy_type type_q4_1 = {20, ref_q4_1, search_q4_1, qg_dequantize_q4_1, 16, 0, true};
+static const legacy_type type_q5_0 = {22, ref_q5_0, search_q5_0, qg_dequantize_q5_0, 32, 16, false};
+static const legacy_type type_q5_1 = {24, ref_q5_1, search_q5_1, qg_dequantize_q5_1, 32, 0, true};
+
+/* The codes of block b. */
+static void block_codes(const legacy_type *t, const uint8_t *b, int *q)
+{
+    const uint8_t *codes = b + (t->has_min ? 4 : 2);
+    if (t->ncodes == 32) {
+        unpack_5bit(codes, codes + 4, q);
+        return;
+    }
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = codes[j] & 0x0f;
+        q[j + 16] = codes[j] >> 4;
+    }
+}
+
+/* Re-chooses every code of block b for its stored scale (and min): each value takes the code
+ * whose decoded float is nearest, keeping its code on ties, so no value's error grows. */
+static void polish(const legacy_type *t, const float *x, uint8_t *b)
+{
+    float d = qg_get_f16(b), m = t->has_min ? qg_get_f16(b + 2) : 0.0f, y[QK];
+    if (d == 0.0f || !isfinite(d) || !isfinite(m)) return; /* nothing to choose between */
+    uint8_t *codes = b + (t->has_min ? 4 : 2);
+    uint8_t L[QK];
+    t->dequantize(b, y, QK);
+    int q[QK];
+    block_codes(t, b, q);
+    for (int j = 0; j < QK; j++) {
+        double best = fabs((double)x[j] - (double)y[j]);
+        L[j] = (uint8_t)q[j];
+        /* the nearest code is within 2 of u's floor, or the end past which u lies */
+        float u = (x[j] - m) / d + (float)t->zero;
+        if (u != u) continue;
+        int c0 = u < 0.0f ? 0 : u >= (float)t->ncodes ? t->ncodes - 1 : (int)u;
+        for (int c = c0 - 1; c <= c0 + 2; c++) {
+            if (c < 0 || c >= t->ncodes) continue;
+            float v = t->has_min ? (float)c * d + m : (float)(c - t->zero) * d;
+            double e = fabs((double)x[j] - (double)v);
+            if (e < best) {
+                best = e;
+                L[j] = (uint8_t)c;
+            }
+        }
+    }
+    if (t->ncodes == 32)
+        pack_5bit(codes, codes + 4, L);
+    else
+        pack_nibbles(codes, L);
+}
 
 /* ---- rows ----------------------------------------------------------------------------------- */
 
@@ -404,10 +452,56 @@ static double block_error(const legacy_type *t, const uint8_t *b, const float *x
     return e;
 }
 
+/* Into b: the weighted least-squares scale (and min) for b's codes, as fp16. Returns false
+ * when the codes leave it undetermined. */
+static bool refit(const legacy_type *t, const float *x, const float *qw, uint8_t *b)
+{
+    int q[QK];
+    block_codes(t, b, q);
+    double sw = 0, sl = 0, sl2 = 0, sx = 0, slx = 0;
+    for (int j = 0; j < QK; j++) {
+        double l = q[j] - t->zero, w = qw[j];
+        sw += w;
+        sl += w * l;
+        sl2 += w * l * l;
+        sx += w * x[j];
+        slx += w * l * x[j];
+    }
+    if (!t->has_min) {
+        if (!(sl2 > 0)) return false;
+        qg_put_f16(b, (float)(slx / sl2));
+        return true;
+    }
+    double det = sw * sl2 - sl * sl;
+    if (!(det > 0)) return false;
+    qg_put_f16(b, (float)((sw * slx - sx * sl) / det));
+    qg_put_f16(b + 2, (float)((sl2 * sx - sl * slx) / det));
+    return true;
+}
+
+/* Alternates refit and polish on block b while its weighted error drops (at most 4 rounds). */
+static void refine(const legacy_type *t, const float *x, const float *qw, uint8_t *b)
+{
+    double err = block_error(t, b, x, qw);
+    for (int round = 0; round < 4; round++) {
+        uint8_t c[24];
+        memcpy(c, b, t->bytes);
+        if (!refit(t, x, qw, c)) return;
+        polish(t, x, c);
+        double e = block_error(t, c, x, qw);
+        if (!(e < err * (1.0 - 1e-9))) return;
+        memcpy(b, c, t->bytes);
+        err = e;
+    }
+}
+
 /* A row with importance: per block, ggml's search with its weights qw * sqrt(sigma2 + x^2)
  * (sigma2 the row's mean square), then the same search weighted by qw alone, which is the
- * contract's measure; the second is kept only when its error is lower by more than float64
- * summation could blur, so a row's error never exceeds ggml's. */
+ * contract's measure (for q4_0 / q5_0 wider: scales nmax +- 2 in 41 steps).
+ * Both are polished (each code re-chosen for the stored fp16 scale, which ggml's search does
+ * not see), and the second is kept only when its error is lower by more than float64 summation
+ * could blur; then refine() fits the scale to the codes while that lowers the error. Every step
+ * is kept only when it lowers the error, so a row's error never exceeds ggml's. */
 static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst, int64_t n,
                               const float *qw)
 {
@@ -417,11 +511,14 @@ static void quantize_weighted(const legacy_type *t, const float *x, uint8_t *dst
     for (int64_t ib = 0; ib < n / QK; ib++, x += QK, qw += QK, dst += t->bytes) {
         float w[QK];
         for (int j = 0; j < QK; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
-        t->search(x, w, dst);
+        t->search(x, w, false, dst);
+        polish(t, x, dst);
         uint8_t alt[24];
-        t->search(x, qw, alt);
+        t->search(x, qw, true, alt);
+        polish(t, x, alt);
         if (block_error(t, alt, x, qw) < block_error(t, dst, x, qw) * (1.0 - 1e-9))
             memcpy(dst, alt, t->bytes);
+        refine(t, x, qw, dst);
     }
 }
 

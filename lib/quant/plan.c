@@ -240,6 +240,11 @@ static quant_status axis_scale_dims(const quant_how *how, int rank, const int64_
         if (size <= 0)
             return quant_fail(err, QUANT_ERR_TILE, "tile size %lld for axis %d must be positive",
                               (long long)size, t->axis);
+        if (size > shape[a])
+            return quant_fail(err, QUANT_ERR_TILE,
+                              "tile %lld is larger than axis %d (size %lld): a tile must fit in "
+                              "its axis; use at most %lld (a divisor of it)",
+                              (long long)size, t->axis, (long long)shape[a], (long long)shape[a]);
         if (shape[a] % size != 0)
             return quant_fail(err, QUANT_ERR_TILE,
                               "axis %d of size %lld cannot be tiled by %lld (not a divisor)",

@@ -4,6 +4,7 @@
  */
 #include <float.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 #include "numerics.h"
@@ -244,6 +245,37 @@ const quant_qtype_traits *quant_qtype_traits_get(quant_qtype qtype)
     return &traits_table[qtype];
 }
 
+/* Names other tools give our qtypes (the suggestion a refusal makes). */
+static const struct {
+    const char *name, *hint;
+} qtype_hints[] = {
+    {"fp8", "float8_e4m3fn"},
+    {"float8", "float8_e4m3fn"},
+    {"e4m3", "float8_e4m3fn"},
+    {"fp8_e4m3fn", "float8_e4m3fn"},
+    {"float8_e4m3", "float8_e4m3fn"},
+    {"f8_e4m3", "float8_e4m3fn"},
+    {"e5m2", "float8_e5m2"},
+    {"f8_e5m2", "float8_e5m2"},
+    {"fp4", "nvfp4 or mxfp4"},
+    {"float4", "nvfp4 or mxfp4"},
+    {"e2m1", "nvfp4 or mxfp4"},
+    {"mxfp6", "mxfp8 or mxfp4"},
+    {"w8a8", "int8 (weight_qtype and act_qtype)"},
+    {"w4a16", "int4 (weight_qtype, no act_qtype)"},
+};
+
+/* The qtype `name` probably means: a known alias, or a name that differs only in case (INT8),
+ * or NULL. */
+static const char *qtype_hint(const char *name)
+{
+    for (size_t i = 0; i < sizeof qtype_hints / sizeof qtype_hints[0]; i++)
+        if (strcasecmp(name, qtype_hints[i].name) == 0) return qtype_hints[i].hint;
+    for (int q = 0; q < QUANT_QTYPE_COUNT; q++)
+        if (strcasecmp(name, traits_table[q].name) == 0) return traits_table[q].name;
+    return NULL;
+}
+
 quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *err)
 {
     if (!name || !out) return quant_fail(err, QUANT_ERR_ARG, "qtype name is NULL");
@@ -261,11 +293,12 @@ quant_status quant_qtype_parse(const char *name, quant_qtype *out, quant_error *
         *out = QUANT_QTYPE_FP8_E5M2;
         return QUANT_OK;
     }
+    const char *near = qtype_hint(name);
     return quant_fail(err, QUANT_ERR_QTYPE,
-                      "unknown qtype \"%.64s\" (expected int2..int8, int16, uint4, uint8, nf4, "
-                      "float8_e4m3fn, float8_e5m2, mxfp8, mxfp8_16, mxfp4, nvfp4; for the gguf "
-                      "layout also q8_0, q4_0, q4_1, q5_0, q5_1, q2_k..q6_k, iq4_nl, iq4_xs)",
-                      name);
+                      "unknown qtype \"%.64s\"%s%s%s (expected int2..int8, int16, uint4, uint8, "
+                      "nf4, float8_e4m3fn, float8_e5m2, mxfp8, mxfp8_16, mxfp4, nvfp4; for the "
+                      "gguf layout also q8_0, q4_0, q4_1, q5_0, q5_1, q2_k..q6_k, iq4_nl, iq4_xs)",
+                      name, near ? ", did you mean " : "", near ? near : "", near ? "?" : "");
 }
 
 /* ---- dtypes ---------------------------------------------------------------------------------- */

@@ -62,6 +62,7 @@ Suite *suite_kit(void);
 Suite *suite_stream_in(void);
 Suite *suite_mse_ckpt(void);
 Suite *suite_ct_read(void);
+Suite *suite_gguf(void);
 Suite *suite_gguf_mix(void);
 Suite *suite_gguf_run(void);
 

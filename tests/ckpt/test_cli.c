@@ -258,7 +258,10 @@ START_TEST(test_help)
     }
     r = RUN(dir, "--version");
     ck_assert_int_eq(r.status, 0);
-    ck_assert_msg(strncmp(r.out, "quant 0.", 8) == 0, "--version: '%s'", r.out);
+    char want_version[64];
+    snprintf(want_version, sizeof want_version, "quant %s (libquant ", QUANT_RELEASE);
+    ck_assert_msg(strncmp(r.out, want_version, strlen(want_version)) == 0, "--version: '%s'",
+                  r.out);
     result_free(&r);
     kit_rmtree(dir);
     free(dir);
@@ -1076,21 +1079,138 @@ START_TEST(test_unused_rules_warned)
     ck_assert_int_eq(json_integer_value(json_array_get(u, 0)), 0);
     ck_assert_int_eq(json_integer_value(json_array_get(u, 1)), 2);
     json_decref(rep);
-    /* nothing quantized: both warnings, even with --quiet, and still exit 0 */
+    /* nothing quantized: refused before any work, naming the rule and a module path */
     const char none[] = "[{\"module_path\":\"zzz\",\"weight_qtype\":\"int8\"}]";
     ck_write_file(rules, none, strlen(none));
     unlink(out);
     r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "quant: nothing to quantize: ") &&
+                      strstr(r.err, "rule 0 (module_path \"zzz\") matches no tensor;") &&
+                      strstr(r.err, "--allow-nothing-quantized") && !strstr(r.err, "did you mean"),
+                  "exit %d: %s", r.status, r.err);
+    ck_assert(!exists(out));
+    result_free(&r);
+    /* a regex that matches with ".*" before it: "did you mean '.*w'?", in the refusal and, when
+     * something else is quantized, in the unused rule's warning */
+    const char part[] = "[{\"module_path\":\"w\",\"weight_qtype\":\"int8\"}]";
+    ck_write_file(rules, part, strlen(part));
+    r = RUN(dir, "plan", "-r", rules, in);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "matches no tensor: did you mean '.*w'?"),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    const char part2[] = "[{\"module_path\":\"w\",\"weight_qtype\":\"int8\"},"
+                         "{\"module_path\":\"emb\",\"weight_qtype\":\"int8\"}]";
+    ck_write_file(rules, part2, strlen(part2));
+    r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "rule 0 (module_path \"w\") is unused") &&
+                      strstr(r.err, "did you mean '.*w'?"),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
+    unlink(out);
+    /* allowed (the flag, or the rule set's allow_nothing_quantized): both warnings, even with
+     * --quiet, and exit 0 */
+    ck_write_file(rules, none, strlen(none));
+    r = RUN(dir, "quantize", "-q", "--allow-nothing-quantized", "-r", rules, in, out);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.err, "quant: warning: rule 0 (module_path \"zzz\") is unused"), "%s",
                   r.err);
     ck_assert_msg(strstr(r.err, "quant: warning: no tensor was quantized"), "%s", r.err);
     ck_assert(exists(out));
     result_free(&r);
+    unlink(out);
+    const char allowed[] = "{\"allow_nothing_quantized\":true,\"rules\":[{\"module_path\":"
+                           "\"zzz\",\"weight_qtype\":\"int8\"}]}";
+    ck_write_file(rules, allowed, strlen(allowed));
+    r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "quant: warning: no tensor was quantized"),
+                  "exit %d: %s", r.status, r.err);
+    result_free(&r);
     free(in);
     free(rules);
     free(out);
     free(report);
+    kit_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* The quoted fields of the .TH line of man page `path`: field k (0-based) into out. */
+static void th_field(const char *path, int k, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    char line[512];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, ".TH ", 4) != 0) continue;
+        const char *p = line;
+        for (int i = 0; p && i <= k; i++) {
+            const char *open = strchr(p, '"'), *close = open ? strchr(open + 1, '"') : NULL;
+            if (i == k && close) snprintf(out, cap, "%.*s", (int)(close - open - 1), open + 1);
+            p = close ? close + 1 : NULL;
+        }
+        break;
+    }
+    fclose(f);
+}
+
+/* One release for quant, quantd and the man pages: the Makefile's VERSION (the one definition,
+ * passed to both programs) is what `quant --version` prints and what both man pages say, with
+ * one date. */
+START_TEST(test_one_version)
+{
+    FILE *f = fopen("Makefile", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256], version[64] = "";
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VERSION := %63s", version) == 1 ||
+            sscanf(line, "VERSION    := %63s", version) == 1)
+            break;
+    fclose(f);
+    ck_assert_str_eq(version, QUANT_RELEASE);
+    char want[96], v1[96], v8[96], d1[96], d8[96];
+    snprintf(want, sizeof want, "quantd %s", version);
+    th_field("man/quant.1", 1, v1, sizeof v1);
+    th_field("man/quantd.8", 1, v8, sizeof v8);
+    th_field("man/quant.1", 0, d1, sizeof d1);
+    th_field("man/quantd.8", 0, d8, sizeof d8);
+    ck_assert_str_eq(v1, want);
+    ck_assert_str_eq(v8, want);
+    ck_assert_str_eq(d1, d8);
+    ck_assert_msg(strlen(d1) > 4, "man page date '%s'", d1);
+}
+END_TEST
+
+/* quantize with act_static_scale rules and no statistics: the error says how to give them; plan
+ * takes them and marks the tensor */
+START_TEST(test_srq_needs_stats)
+{
+    char *dir = setup(NULL);
+    char *in = kit_join(dir, "in.safetensors"), *rules = kit_join(dir, "srq.json");
+    char *out = kit_join(dir, "out.safetensors");
+    const char srq[] = "[{\"module_path\":\"m\\\\.w\",\"weight_qtype\":\"int8\",\"act_qtype\":"
+                       "\"int8\",\"act_static_scale\":true}]";
+    ck_write_file(rules, srq, strlen(srq));
+    run_result r = RUN(dir, "quantize", "-q", "-r", rules, in, out);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "sets act_static_scale") &&
+                      strstr(r.err, "--stats STATS.json"),
+                  "exit %d: %s", r.status, r.err);
+    ck_assert(!exists(out));
+    result_free(&r);
+    /* quant plan takes the rules without statistics and marks the tensor as needing them */
+    r = RUN(dir, "plan", "-r", rules, in);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "rule 0 (needs statistics)") &&
+                      strstr(r.out, "1 tensor needs calibration statistics"),
+                  "exit %d: %s%s", r.status, r.out, r.err);
+    result_free(&r);
+    r = RUN(dir, "plan", "--json", "-r", rules, in);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "\"needs_statistics\": true") &&
+                      strstr(r.out, "\"needs_statistics\": 1"),
+                  "exit %d: %s%s", r.status, r.out, r.err);
+    result_free(&r);
+    free(in);
+    free(rules);
+    free(out);
     kit_rmtree(dir);
     free(dir);
 }
@@ -1198,6 +1318,8 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_not_safetensors);
     tcase_add_test(tc, test_rules_forms_and_hints);
     tcase_add_test(tc, test_unused_rules_warned);
+    tcase_add_test(tc, test_srq_needs_stats);
+    tcase_add_test(tc, test_one_version);
     tcase_add_test(tc, test_mse_importance_stats);
     tcase_add_test(tc, test_plan_command);
     tcase_add_test(tc, test_plan_errors);

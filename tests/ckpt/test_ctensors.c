@@ -478,6 +478,65 @@ START_TEST(test_pack32)
 }
 END_TEST
 
+/* One safetensors file in the compressed-tensors layout: config.json is written beside the output
+ * (the input's config.json merged, as for a directory; a new one without it), recorded in the
+ * report; an output whose directory already holds a config.json (the input's own, here) is
+ * refused before any work and leaves nothing. */
+START_TEST(test_file_writes_config)
+{
+    char *root = ck_tmpdir(), *in = kit_join(root, "in"), *out = kit_join(root, "out");
+    ck_assert_int_eq(mkdir(in, 0755), 0);
+    ck_assert_int_eq(mkdir(out, 0755), 0);
+    float w[16 * 32];
+    ck_fill(w, 16 * 32, 5, 1.0f);
+    kit_st_tensor t[] = {{"layer.proj.weight", "F32", 2, {16, 32}, w, sizeof w}};
+    char *shard = kit_join(in, "model.safetensors"), *cfg = kit_join(in, "config.json");
+    ck_gen_file(shard, t, 1, NULL);
+    ck_write_file(cfg, "{\"model_type\":\"llama\"}", 22);
+    quant_ruleset *rs = ck_rules("[{\"weight_qtype\":\"int8\"}]");
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    o.sha256 = true;
+    quant_ck_error err;
+    quant_report *rep = NULL;
+    char *dst = kit_join(out, "model.safetensors");
+    ck_assert_msg(quant_quantize_path(rs, shard, dst, &o, &rep, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    json_t *qc = qconfig(root); /* out/config.json: model_type kept, quantization_config added */
+    ck_assert_str_eq(
+        json_string_value(json_array_get(
+            json_object_get(json_object_get(json_object_get(qc, "config_groups"), "group_0"),
+                            "targets"),
+            0)),
+        "layer.proj");
+    json_decref(qc);
+    ck_assert_uint_eq(quant_report_output_count(rep), 2);
+    const quant_report_output *ro = quant_report_output_at(rep, 1);
+    ck_assert_str_eq(ro->name, "config.json");
+    ck_assert_ptr_nonnull(ro->sha256);
+    quant_report_free(rep);
+    /* the output beside the input: its config.json would be replaced, so the run is refused */
+    char *beside = kit_join(in, "q.safetensors");
+    ck_assert_int_eq(quant_quantize_path(rs, shard, beside, &o, NULL, &err), QUANT_CK_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "config.json already exists") &&
+                      strstr(err.message, "beside the output file"),
+                  "%s", err.message);
+    struct stat sb;
+    ck_assert_int_ne(stat(beside, &sb), 0);
+    ck_assert_int_eq(ck_count_entries(in), 2);
+    quant_ruleset_free(rs);
+    free(beside);
+    free(dst);
+    free(shard);
+    free(cfg);
+    free(in);
+    free(out);
+    kit_rmtree(root);
+    free(root);
+}
+END_TEST
+
 Suite *suite_ctensors(void)
 {
     Suite *s = suite_create("ctensors");
@@ -491,6 +550,7 @@ Suite *suite_ctensors(void)
     tcase_add_test(tc, test_zero_point_channel_run);
     tcase_add_test(tc, test_vllm_refusals);
     tcase_add_test(tc, test_vllm_accepts);
+    tcase_add_test(tc, test_file_writes_config);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "ckutil.h"
 #include "quant_gguf.h"
 #include "quant_imatrix.h"
@@ -292,6 +294,15 @@ START_TEST(refusals_name_rule_tensor_and_nearest_type)
                      QUANT_CK_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "weight_importance"));
     ck_assert_ptr_nonnull(strstr(err.message, "blk.0.attn_q"));
+    /* nothing would change: refused unless allowed */
+    ck_assert_int_eq(run(&f, "[{\"module_path\": \"attn_q\", \"weight_qtype\": \"q8_0\"}]", NULL,
+                         NULL, NULL, &err),
+                     QUANT_CK_ERR_RULES);
+    ck_assert_ptr_nonnull(strstr(err.message, "nothing to quantize"));
+    ck_assert_int_eq(
+        run(&f, "{\"allow_nothing_quantized\": true, \"rules\": []}", NULL, NULL, NULL, &err),
+        QUANT_CK_OK);
+    unlink(f.out);
     /* an unknown mix; a safetensors input */
     ck_assert_int_eq(run(&f, "[]", "Q4_K_X", NULL, NULL, &err), QUANT_CK_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.message, "Q4_K_M"));
@@ -434,6 +445,29 @@ START_TEST(imatrix_files_gguf_and_dat)
     ck_write_file(dat, "junk", 4);
     ck_assert_int_eq(quant_imatrix_load(dat, &m, &err), QUANT_CK_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.message, "not an importance matrix"));
+
+    /* written back: Hugging Face module paths become GGUF weights; values exact */
+    float wq[3] = {0.1f, 2.5f, 1e-7f}, wd[2] = {3, 4};
+    quant_importance in[] = {
+        {.act = "model/layers/0/self_attn/q_proj/x",
+         .module_path = "model.layers.0.self_attn.q_proj",
+         .w = wq,
+         .n = 3},
+        {.act = "d", .module_path = "blk.1.ffn_down", .w = wd, .n = 2},
+    };
+    char *out = kit_join(dir, "export.gguf");
+    ck_assert_int_eq(quant_imatrix_write(out, in, 2, "run 7", &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_imatrix_load(out, &m, &err), QUANT_CK_OK);
+    e = quant_imatrix_entries(m, &n);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(e[0].act, "blk.0.attn_q.weight"); /* sorted by name */
+    ck_assert(e[0].n == 3 && e[0].w[1] == 2.5f && e[0].w[2] == 1e-7f);
+    ck_assert_str_eq(e[1].act, "blk.1.ffn_down.weight");
+    quant_imatrix_free(m);
+    in[1].module_path = "blk.0.attn_q"; /* the same weight twice */
+    ck_assert_int_eq(quant_imatrix_write(out, in, 2, NULL, &err), QUANT_CK_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "both are weight blk.0.attn_q.weight"));
+    free(out);
     kit_rmtree(dir);
     free(dir);
     free(gg);
@@ -475,6 +509,239 @@ START_TEST(deterministic_and_cancellable)
 }
 END_TEST
 
+/* ---- a Hugging Face Llama checkpoint as the input ------------------------------------------ */
+
+#define HF_DIM   64 /* 4 heads of 16; k/v 2 heads */
+#define HF_KV    32
+#define HF_VOCAB 4
+
+/* DIR/hf: config.json and model.safetensors of a 1-layer Llama (tied embeddings); DIR/vocab.gguf
+ * with a 4-token tokenizer. `config` replaces the default config.json when not NULL. */
+static void make_hf(const char *dir, const char *config, const char *extra_tensor)
+{
+    char *hf = kit_join(dir, "hf"), *cfg = kit_join(hf, "config.json");
+    char *st = kit_join(hf, "model.safetensors"), *voc = kit_join(dir, "vocab.gguf");
+    mkdir(hf, 0755);
+    const char *dflt = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+                       "\"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 4, "
+                       "\"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 128}";
+    ck_write_file(cfg, config ? config : dflt, strlen(config ? config : dflt));
+    static float emb[HF_VOCAB * HF_DIM], q[HF_DIM * HF_DIM], k[HF_KV * HF_DIM], v[HF_KV * HF_DIM],
+        o[HF_DIM * HF_DIM], g[128 * HF_DIM], u[128 * HF_DIM], d[HF_DIM * 128];
+    static uint16_t norm_bf16[HF_DIM];
+    for (int i = 0; i < HF_DIM * HF_DIM; i++) q[i] = (float)(i / HF_DIM); /* row r holds r */
+    for (int i = 0; i < HF_KV * HF_DIM; i++) k[i] = (float)(i / HF_DIM);
+    ck_fill(emb, sizeof emb / 4, 1, 1);
+    ck_fill(v, sizeof v / 4, 2, 1);
+    ck_fill(o, sizeof o / 4, 3, 1);
+    ck_fill(g, sizeof g / 4, 4, 1);
+    ck_fill(u, sizeof u / 4, 5, 1);
+    ck_fill(d, sizeof d / 4, 6, 1);
+    for (int i = 0; i < HF_DIM; i++) norm_bf16[i] = 0x3fc0; /* 1.5 */
+    kit_st_tensor t[] = {
+        {"model.embed_tokens.weight", "F32", 2, {HF_VOCAB, HF_DIM}, emb, sizeof emb},
+        {"model.layers.0.input_layernorm.weight", "BF16", 1, {HF_DIM}, norm_bf16, sizeof norm_bf16},
+        {"model.layers.0.self_attn.q_proj.weight", "F32", 2, {HF_DIM, HF_DIM}, q, sizeof q},
+        {"model.layers.0.self_attn.k_proj.weight", "F32", 2, {HF_KV, HF_DIM}, k, sizeof k},
+        {"model.layers.0.self_attn.v_proj.weight", "F32", 2, {HF_KV, HF_DIM}, v, sizeof v},
+        {"model.layers.0.self_attn.o_proj.weight", "F32", 2, {HF_DIM, HF_DIM}, o, sizeof o},
+        {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 1, {8}, q, 32},
+        {"model.layers.0.post_attention_layernorm.weight",
+         "BF16",
+         1,
+         {HF_DIM},
+         norm_bf16,
+         sizeof norm_bf16},
+        {"model.layers.0.mlp.gate_proj.weight", "F32", 2, {128, HF_DIM}, g, sizeof g},
+        {"model.layers.0.mlp.up_proj.weight", "F32", 2, {128, HF_DIM}, u, sizeof u},
+        {"model.layers.0.mlp.down_proj.weight", "F32", 2, {HF_DIM, 128}, d, sizeof d},
+        {"model.norm.weight", "BF16", 1, {HF_DIM}, norm_bf16, sizeof norm_bf16},
+        {extra_tensor ? extra_tensor : "lm_head.weight",
+         "F32",
+         2,
+         {HF_VOCAB, HF_DIM},
+         emb,
+         sizeof emb},
+    };
+    ck_gen_file(st, t, sizeof t / sizeof t[0], NULL);
+    quant_gguf_writer *w;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_gguf_writer_new(voc, &w, &err), QUANT_CK_OK);
+    const char *tokens[] = {"<unk>", "<s>", "</s>", "a"};
+    ck_assert_int_eq(quant_gguf_writer_set_string(w, "general.architecture", "llama", &err), 0);
+    ck_assert_int_eq(quant_gguf_writer_set_string(w, "tokenizer.ggml.model", "llama", &err), 0);
+    ck_assert_int_eq(quant_gguf_writer_set_strings(w, "tokenizer.ggml.tokens", tokens, 4, &err), 0);
+    ck_assert_int_eq(quant_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1, &err), 0);
+    ck_assert_int_eq(quant_gguf_writer_begin(w, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_gguf_writer_commit(w, &err), QUANT_CK_OK);
+    quant_gguf_writer_free(w);
+    free(hf);
+    free(cfg);
+    free(st);
+    free(voc);
+}
+
+static quant_ck_status run_hf(const char *dir, const char *mix, bool vocab, const char *out,
+                              quant_ck_error *err)
+{
+    char *hf = kit_join(dir, "hf"), *voc = kit_join(dir, "vocab.gguf");
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_GGUF;
+    o.gguf_mix = mix;
+    o.gguf_vocab = vocab ? voc : NULL;
+    quant_ck_status st = ck_quantize("[]", hf, out, &o, NULL, err);
+    free(hf);
+    free(voc);
+    return st;
+}
+
+START_TEST(hugging_face_llama_directory)
+{
+    char *dir = ck_tmpdir(), *out = kit_join(dir, "out.gguf");
+    make_hf(dir, NULL, NULL);
+    quant_ck_error err;
+    ck_assert_int_eq(run_hf(dir, "F32", true, out, &err), QUANT_CK_OK);
+    quant_gguf_file *g;
+    ck_assert_int_eq(quant_gguf_open(out, &g, &err), QUANT_CK_OK);
+    /* names, shapes in ggml order, norms as F32, inv_freq dropped */
+    ck_assert_uint_eq(g->n_tensors, 12);
+    const quant_gguf_tensor *q = tensor(g, "blk.0.attn_q.weight");
+    ck_assert(q->ne[0] == HF_DIM && q->ne[1] == HF_DIM && q->type == QUANT_GGML_F32);
+    ck_assert_int_eq(tensor(g, "blk.0.attn_k.weight")->ne[1], HF_KV);
+    ck_assert_int_eq(tensor(g, "blk.0.ffn_down.weight")->ne[0], 128);
+    ck_assert_int_eq(tensor(g, "blk.0.attn_norm.weight")->type, QUANT_GGML_F32);
+    ck_assert_ptr_nonnull(tensor(g, "output.weight"));
+    ck_assert_ptr_nonnull(tensor(g, "token_embd.weight"));
+    ck_assert_ptr_null(quant_gguf_find_tensor(g, "blk.0.rotary_emb.inv_freq"));
+    /* q rows in llama.cpp's order: head h (16 rows), output row 2i + p is input row 8p + i */
+    float row[HF_DIM];
+    for (int r = 0; r < HF_DIM; r++) {
+        ck_assert_int_eq(quant_gguf_read(g, q, (uint64_t)r * HF_DIM * 4, row, sizeof row, &err), 0);
+        int h = r / 16, i = (r % 16) / 2, p = r % 2;
+        ck_assert_msg(row[0] == (float)(h * 16 + p * 8 + i), "row %d holds %g", r, row[0]);
+    }
+    const quant_gguf_tensor *k = tensor(g, "blk.0.attn_k.weight"); /* 2 heads */
+    ck_assert_int_eq(quant_gguf_read(g, k, 1 * HF_DIM * 4, row, sizeof row, &err), 0);
+    ck_assert(row[0] == 8.0f);
+    float norm[HF_DIM];
+    ck_assert_int_eq(
+        quant_gguf_read(g, tensor(g, "output_norm.weight"), 0, norm, sizeof norm, &err), 0);
+    ck_assert(norm[0] == 1.5f);
+    /* the pairs: the architecture's with llama.cpp's types, the tokenizer's copied */
+    uint32_t u;
+    float f;
+    const char *s;
+    ck_assert_int_eq(quant_gguf_get_string(g, "general.architecture", &s, &err), 0);
+    ck_assert_str_eq(s, "llama");
+    ck_assert_int_eq(quant_gguf_get_u32(g, "llama.attention.head_count_kv", &u, &err), 0);
+    ck_assert_uint_eq(u, 2);
+    ck_assert_int_eq(quant_gguf_get_u32(g, "llama.rope.dimension_count", &u, &err), 0);
+    ck_assert_uint_eq(u, 16);
+    ck_assert_int_eq(quant_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &f, &err), 0);
+    ck_assert(f == 1e-6f);
+    ck_assert_int_eq(quant_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &u, &err), 0);
+    ck_assert_ptr_nonnull(quant_gguf_find_kv(g, "tokenizer.ggml.tokens"));
+    quant_gguf_close(g);
+    /* quantized: permuting before or after quantizing is the same rows */
+    unlink(out);
+    ck_assert_int_eq(run_hf(dir, "Q8_0", true, out, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_gguf_open(out, &g, &err), QUANT_CK_OK);
+    ck_assert_int_eq(tensor(g, "blk.0.attn_q.weight")->type, QUANT_GGML_Q8_0);
+    quant_gguf_close(g);
+    kit_rmtree(dir);
+    free(dir);
+    free(out);
+}
+END_TEST
+
+START_TEST(hugging_face_refusals)
+{
+    char *dir = ck_tmpdir(), *out = kit_join(dir, "out.gguf");
+    quant_ck_error err;
+    make_hf(dir, NULL, NULL);
+    ck_assert_int_eq(run_hf(dir, "Q8_0", false, out, &err), QUANT_CK_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "--vocab-from"));
+    ck_assert_ptr_nonnull(strstr(err.message, "cannot run a model without"));
+    make_hf(dir, "{\"architectures\": [\"GPT2LMHeadModel\"]}", NULL);
+    ck_assert_int_eq(run_hf(dir, "Q8_0", true, out, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "GPT2LMHeadModel"));
+    ck_assert_ptr_nonnull(strstr(err.message, "convert_hf_to_gguf.py"));
+    make_hf(dir,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+            "\"intermediate_size\": 128, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+            "\"vocab_size\": 8}",
+            NULL);
+    ck_assert_int_eq(run_hf(dir, "Q8_0", true, out, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.message, "4 tokens"));
+    ck_assert_ptr_nonnull(strstr(err.message, "vocab_size is 8"));
+    make_hf(dir,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+            "\"intermediate_size\": 128, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+            "\"vocab_size\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\"}}",
+            NULL);
+    ck_assert_int_eq(run_hf(dir, "Q8_0", true, out, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "rope_scaling"));
+    make_hf(dir, NULL, "model.layers.0.mlp.router.weight");
+    ck_assert_int_eq(run_hf(dir, "Q8_0", true, out, &err), QUANT_CK_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "mlp.router.weight"));
+    ck_assert_int_eq(access(out, F_OK), -1);
+    kit_rmtree(dir);
+    free(dir);
+    free(out);
+}
+END_TEST
+
+/* The plan says what the run does: per tensor the type, what chose it, the bytes. */
+START_TEST(plan_matches_the_run)
+{
+    fixture f;
+    fixture_new(&f);
+    quant_ruleset *rs = ck_rules("[{\"module_path\": \"blk\\\\.0\\\\.attn_k\", "
+                                 "\"weight_qtype\": \"q5_k\"}]");
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_GGUF;
+    o.gguf_mix = "Q4_K_S";
+    quant_plan *plan = NULL;
+    quant_ck_error err;
+    ck_assert_int_eq(quant_plan_path(rs, f.in, &o, &plan, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_check_path(rs, f.in, &o, &err), QUANT_CK_OK);
+    ck_assert_int_eq(quant_quantize_path(rs, f.in, f.out, &o, NULL, &err), QUANT_CK_OK);
+    quant_gguf_file *g;
+    ck_assert_int_eq(quant_gguf_open(f.out, &g, &err), QUANT_CK_OK);
+    uint64_t out_bytes = 0;
+    for (size_t i = 0; i < quant_plan_count(plan); i++) {
+        const quant_plan_entry *e = quant_plan_entry_at(plan, i);
+        const quant_gguf_tensor *t = tensor(g, e->name);
+        ck_assert_uint_eq(e->bytes_out, t->nbytes);
+        out_bytes += t->nbytes;
+        if (e->quantized)
+            ck_assert_int_eq(quant_qtype_traits_get(e->qtype)->ggml_type, t->type);
+        else
+            ck_assert_int_eq(t->type, QUANT_GGML_F32);
+        if (!strcmp(e->name, "blk.0.attn_k.weight")) {
+            ck_assert_str_eq(e->chosen_by, "rule");
+            ck_assert_int_eq(e->rule, 0);
+        } else if (!strcmp(e->name, "blk.0.attn_v.weight")) {
+            ck_assert_str_eq(e->chosen_by, "mix rule"); /* Q4_K_S: the first 4 attn_v q5_k */
+        } else if (!strcmp(e->name, "blk.0.attn_q.weight")) {
+            ck_assert_str_eq(e->chosen_by, "mix");
+        }
+    }
+    ck_assert_uint_eq(quant_plan_bytes_out(plan), out_bytes);
+    char *json = quant_plan_json(plan);
+    ck_assert_ptr_nonnull(strstr(json, "\"layout\": \"gguf\""));
+    ck_assert_ptr_nonnull(strstr(json, "\"chosen_by\": \"mix rule\""));
+    free(json);
+    quant_gguf_close(g);
+    quant_plan_free(plan);
+    quant_ruleset_free(rs);
+    fixture_free(&f);
+}
+END_TEST
+
 /* `quant quantize --layout gguf`: --mix alone is enough; usage errors exit 2 naming the flag. */
 static int quant_cli(const char *dir, const char *const *args, char **err_text)
 {
@@ -506,7 +773,7 @@ START_TEST(cli_mix_and_usage_errors)
         const char *args[14], *want;
     } bad[] = {
         {{"quantize", "--mix", "Q4_K_M", "a", "b", NULL},
-         "--mix and --imatrix go with --layout gguf"},
+         "--mix, --imatrix and --vocab-from go with --layout gguf"},
         {{"quantize", "--layout", "gguf", "a", "b", NULL}, "--mix or --rules is required"},
         {{"quantize", "--layout", "gguf", "--mix", "Q9", "a", "b", NULL}, "unknown mix 'Q9'"},
         {{"quantize", "--layout", "gguf", "--mix", "Q8_0", "--imatrix", "i", "--stats", "s", "a",
@@ -533,6 +800,9 @@ Suite *suite_gguf_run(void)
     tcase_add_test(tc, imatrix_files_gguf_and_dat);
     tcase_add_test(tc, deterministic_and_cancellable);
     tcase_add_test(tc, cli_mix_and_usage_errors);
+    tcase_add_test(tc, plan_matches_the_run);
+    tcase_add_test(tc, hugging_face_llama_directory);
+    tcase_add_test(tc, hugging_face_refusals);
     suite_add_tcase(s, tc);
     return s;
 }

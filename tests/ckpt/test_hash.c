@@ -153,23 +153,32 @@ END_TEST
 /* ---- the pipeline ----------------------------------------------------------------------------
  */
 
-/* Every output of `rep` is a file of `out_dir` (or the file `out_dir` itself when `file`), of
- * its size and sha256sum; the directory holds nothing else. */
-static void check_outputs(const quant_report *rep, const char *out, bool file)
+/* Every output of `rep` is a file of `out_dir` (or, when `file`, the file `out_dir` itself and,
+ * when `ct` (compressed-tensors), config.json beside it), of its size and sha256sum; the
+ * directory holds nothing else. */
+static void check_outputs(const quant_report *rep, const char *out, bool file, bool ct)
 {
     size_t n = quant_report_output_count(rep);
-    ck_assert_uint_eq(n, file ? 1 : (size_t)ck_count_entries(out));
+    ck_assert_uint_eq(n, file ? 1u + ct : (size_t)ck_count_entries(out));
+    char *dir = strdup(out);
+    *strrchr(dir, '/') = '\0';
     for (size_t i = 0; i < n; i++) {
         const quant_report_output *o = quant_report_output_at(rep, i);
-        char *path = file ? strdup(out) : kit_join(out, o->name), want[65];
-        if (file) ck_assert_str_eq(o->name, strrchr(out, '/') + 1);
+        bool beside = file && i == 1;
+        char *path = beside ? kit_join(dir, o->name)
+                     : file ? strdup(out)
+                            : kit_join(out, o->name),
+             want[65];
+        if (file) ck_assert_str_eq(o->name, beside ? "config.json" : strrchr(out, '/') + 1);
         ck_assert_uint_eq(o->bytes, file_size(path));
         ck_assert_ptr_nonnull(o->sha256);
         sha256sum(path, want);
         ck_assert_msg(strcmp(o->sha256, want) == 0, "%s: %s, sha256sum %s", o->name, o->sha256,
                       want);
+        if (beside) unlink(path); /* the next run writes it again */
         free(path);
     }
+    free(dir);
     ck_assert_ptr_null(quant_report_output_at(rep, n));
 }
 
@@ -212,7 +221,7 @@ START_TEST(test_pipeline_hashes_file)
             unlink(out);
             ck_assert_msg(ck_quantize(rules[r], in, out, &o, &rep, &err) == QUANT_CK_OK, "%s",
                           err.message);
-            check_outputs(rep, out, true);
+            check_outputs(rep, out, true, layout == QUANT_LAYOUT_CTENSORS);
             quant_report_free(rep);
         }
     /* without the option: the outputs, no hashes */
@@ -256,7 +265,7 @@ START_TEST(test_pipeline_hashes_checkpoint)
         ck_assert_msg(ck_quantize("[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]", in,
                                   out, &o, &rep, &err) == QUANT_CK_OK,
                       "%s", err.message);
-        check_outputs(rep, out, false); /* shards, index, config.json */
+        check_outputs(rep, out, false, false); /* shards, index, config.json */
         ck_assert_uint_eq(quant_report_output_count(rep), 4);
         quant_report_free(rep);
         free(out);

@@ -136,6 +136,38 @@ static void write_bad(const char *path, const bad_case *c)
     ck_gen_file(path, t, c->zp_dtype ? 3 : 2, meta);
 }
 
+/* A tensor whose name is 5000 bytes long is read back from the native output (its parts'
+ * names are longer than any fixed buffer). */
+START_TEST(test_reads_long_name)
+{
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors"), *out = kit_join(dir, "q");
+    char *name = malloc(5001);
+    memset(name, 'x', 4990);
+    strcpy(name + 4990, "ab.weight");
+    static float w[4 * 8];
+    ck_fill(w, 32, 4, 1.0f);
+    kit_st_tensor t[] = {{name, "F32", 2, {4, 8}, w, sizeof w}};
+    ck_gen_file(in, t, 1, NULL);
+    quant_ck_error err;
+    ck_assert_msg(ck_quantize("[{\"weight_qtype\":\"int8\"}]", in, out, NULL, NULL, &err) ==
+                      QUANT_CK_OK,
+                  "%s", err.message);
+    quant_st_file *f;
+    ck_assert_int_eq(quant_st_open(out, &f, &err), QUANT_CK_OK);
+    quant_native n;
+    ck_assert_msg(quant_native_read(f, &n, &err) == QUANT_CK_OK, "%s", err.message);
+    ck_assert_uint_eq(n.n, 1);
+    ck_assert_str_eq(n.tensors[0].name, name);
+    quant_native_free(&n);
+    quant_st_close(f);
+    free(name);
+    kit_rmtree(dir);
+    free(dir);
+    free(in);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_refuses_malformed)
 {
     char *dir = ck_tmpdir(), *path = kit_join(dir, "bad.safetensors");
@@ -177,6 +209,7 @@ Suite *suite_native_read(void)
     TCase *tc = tcase_create("native_read");
     tcase_add_test(tc, test_reads_pipeline_output);
     tcase_add_test(tc, test_refuses_malformed);
+    tcase_add_test(tc, test_reads_long_name);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -373,6 +373,30 @@ START_TEST(test_bad_index)
     ck_write_file(ip, missing, strlen(missing));
     ck_assert_int_eq(ck_quantize(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
     ck_assert_msg(strstr(err.message, "nope") != NULL, "%s", err.message);
+    /* a tensor of a shard the index leaves out: the directory and the tensor named */
+    const char *short_by_one =
+        "{\"weight_map\":{"
+        "\"model.layers.0.self_attn.q_proj.weight\":\"model-00001-of-00002.safetensors\","
+        "\"model.layers.0.input_layernorm.weight\":\"model-00001-of-00002.safetensors\","
+        "\"lm_head.weight\":\"model-00002-of-00002.safetensors\"}}";
+    ck_write_file(ip, short_by_one, strlen(short_by_one));
+    ck_assert_int_eq(ck_quantize(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    char want[4200];
+    snprintf(want, sizeof want,
+             "%s/model.safetensors.index.json lists 3 tensors but its shards hold 4: tensor "
+             "'model.layers.0.mlp.down_proj.weight' of model-00002-of-00002.safetensors is not in "
+             "its weight_map; add it to the index, or remove it from the shard",
+             in);
+    ck_assert_str_eq(err.message, want);
+    /* an integer beyond 64 bits: the field named, not jansson's "too big integer" */
+    const char *big = "{\"metadata\":{\"total_size\":99999999999999999999},\"weight_map\":{}}";
+    ck_write_file(ip, big, strlen(big));
+    ck_assert_int_eq(ck_quantize(sharded_rules, in, out, NULL, NULL, &err), QUANT_CK_ERR_FORMAT);
+    ck_assert_msg(strstr(err.message, "field 'total_size': integer 99999999999999999999 is out of "
+                                      "range: integers must lie in -9223372036854775808.."
+                                      "9223372036854775807") &&
+                      !strstr(err.message, "too big"),
+                  "%s", err.message);
     ck_assert_int_eq(ck_count_entries(root), 1); /* no output, no partial directory */
     free(ip);
     kit_rmtree(root);
@@ -493,10 +517,13 @@ START_TEST(test_regex_run_budget)
                       strstr(err.message, "budget") && strstr(err.message, "tensor 'aaaa"),
                   "%s", err.message);
     ck_assert_msg(took < 5.0, "took %.1f s", took);
-    /* a few of the same paths stay within the budget: copied, no rule matched */
+    /* a few of the same paths stay within the budget: copied, no rule matched (allowed) */
     ck_gen_file(in, t, 4, NULL);
     quant_report *rep = NULL;
-    ck_assert_msg(ck_quantize(rules, in, out, NULL, &rep, &err) == QUANT_CK_OK, "%s", err.message);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.allow_nothing_quantized = true;
+    ck_assert_msg(ck_quantize(rules, in, out, &o, &rep, &err) == QUANT_CK_OK, "%s", err.message);
     ck_assert_int_eq(quant_report_count(rep), 4);
     ck_assert_int_eq(quant_report_entry_at(rep, 0)->rule, -1);
     quant_report_free(rep);

@@ -125,7 +125,16 @@ START_TEST(test_all_unused)
                                  "{\"module_path\":\"y\",\"weight_qtype\":\"int8\"}]");
     quant_plan *p = NULL;
     quant_ck_error err;
-    ck_assert_int_eq(quant_plan_path(rs, in, NULL, &p, &err), QUANT_CK_OK);
+    /* a plan that quantizes nothing fails as the run would, unless allowed */
+    ck_assert_int_eq(quant_plan_path(rs, in, NULL, &p, &err), QUANT_CK_ERR_RULES);
+    ck_assert_msg(strstr(err.message, "nothing to quantize: the rules quantize none of the") &&
+                      strstr(err.message, "rule 0 (module_path \"x\") matches no tensor; rule 1"),
+                  "%s", err.message);
+    ck_assert_ptr_null(p);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.allow_nothing_quantized = true;
+    ck_assert_int_eq(quant_plan_path(rs, in, &o, &p, &err), QUANT_CK_OK);
     size_t n;
     const long *u = quant_plan_unused_rules(p, &n);
     expect_unused(u, n, (const long[]){0, 1}, 2);
@@ -249,8 +258,54 @@ START_TEST(test_plan_errors)
     ck_assert_ptr_null(p);
     ck_assert_msg(strstr(err.message, "a.proj.weight") && strstr(err.message, "rule 0"), "%s",
                   err.message);
+    /* every tensor the tile does not fit is named, not only the first */
+    char want[4200];
+    snprintf(want, sizeof want,
+             "3 tensors cannot be planned: %s: tensor 'a.proj.weight': rule 0: axis 1 of size 8 "
+             "cannot be tiled by 3 (not a divisor); the same for 'b.proj.weight', 'emb.weight'",
+             in);
+    ck_assert_str_eq(err.message, want);
     ck_assert_int_eq(quant_plan_path(rs, in, NULL, NULL, &err), QUANT_CK_ERR_ARG);
     quant_ruleset_free(rs);
+    /* different reasons are grouped, each with its tensors */
+    rs = ck_rules("[{\"module_path\":\"a\\\\.proj\",\"weight_qtype\":\"int8\",\"tile_size\":16},"
+                  "{\"module_path\":\".*\",\"weight_qtype\":\"int8\",\"tile_size\":3}]");
+    ck_assert_int_ne(quant_plan_path(rs, in, NULL, &p, &err), QUANT_CK_OK);
+    ck_assert_msg(strstr(err.message, "3 tensors cannot be planned: ") &&
+                      strstr(err.message, "tensor 'a.proj.weight': rule 0: tile 16 is larger than "
+                                          "axis 1 (size 8)") &&
+                      strstr(err.message, "; 'b.proj.weight', 'emb.weight': axis 1 of size 8 "
+                                          "cannot be tiled by 3 (not a divisor)"),
+                  "%s", err.message);
+    quant_ruleset_free(rs);
+    kit_rmtree(dir);
+    free(dir);
+    free(in);
+}
+END_TEST
+
+/* A 5000-character tensor name is shortened in the message (its first bytes and its length), so
+ * the reason after it survives the message's 1 KiB. */
+START_TEST(test_long_name_keeps_reason)
+{
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "in.safetensors");
+    char *name = malloc(5001);
+    memset(name, 'x', 4990);
+    strcpy(name + 4990, "ab.weight");
+    float w[32];
+    ck_fill(w, 32, 9, 1.0f);
+    kit_st_tensor t[] = {{name, "F32", 2, {4, 8}, w, sizeof w}};
+    ck_gen_file(in, t, 1, NULL);
+    quant_ruleset *rs = ck_rules("[{\"weight_qtype\":\"int8\",\"tile_size\":3}]");
+    quant_plan *p = NULL;
+    quant_ck_error err;
+    ck_assert_int_ne(quant_plan_path(rs, in, NULL, &p, &err), QUANT_CK_OK);
+    ck_assert_msg(strstr(err.message, "xxx...[4999 bytes]': rule 0: axis 1 of size 8 cannot be "
+                                      "tiled by 3 (not a divisor)"),
+                  "%s", err.message);
+    ck_assert_uint_lt(strlen(err.message), 400);
+    quant_ruleset_free(rs);
+    free(name);
     kit_rmtree(dir);
     free(dir);
     free(in);
@@ -374,6 +429,7 @@ Suite *suite_plan(void)
     tcase_add_test(tc, test_plan_matches_run);
     tcase_add_test(tc, test_no_data_read);
     tcase_add_test(tc, test_plan_errors);
+    tcase_add_test(tc, test_long_name_keeps_reason);
     tcase_add_test(tc, test_json);
     tcase_add_test(tc, test_ctensors_layout);
     tcase_add_test(tc, test_header_only);

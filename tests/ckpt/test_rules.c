@@ -361,8 +361,18 @@ static const struct {
                                         "non-negative"},
     /* names */
     {"[{\"weight_qtype\": \"int9\"}]", "rule 0: field 'weight_qtype': unknown qtype \"int9\""},
-    {"[{\"weight_qtype\": \"INT8\"}]", "field 'weight_qtype': unknown qtype \"INT8\""},
-    {"[{\"act_qtype\": \"fp4\"}]", "rule 0: field 'act_qtype': unknown qtype \"fp4\""},
+    {"[{\"weight_qtype\": \"INT8\"}]",
+     "field 'weight_qtype': unknown qtype \"INT8\", did you mean int8?"},
+    {"[{\"act_qtype\": \"fp4\"}]",
+     "rule 0: field 'act_qtype': unknown qtype \"fp4\", did you mean nvfp4 or mxfp4?"},
+    {"[{\"weight_qtype\": \"int8\", \"tile_size\": 99999999999999999999}]",
+     "field 'tile_size': integer 99999999999999999999 is out of range: integers must lie in "
+     "-9223372036854775808..9223372036854775807 (64 bits)"},
+    {"[{\"weight_qtype\": \"int8\", \"contraction_axes\": [-99999999999999999999]}]",
+     "line 1, column 68: integer -99999999999999999999 is out of range"},
+    {"[{\"weight_qtype\": \"fp8\"}]",
+     "field 'weight_qtype': unknown qtype \"fp8\", did you mean float8_e4m3fn? (expected"},
+    {"[{\"weight_qtype\": \"FP8_E4M3FN\"}]", "did you mean float8_e4m3fn?"},
     {"[{\"weight_calibration_method\": \"maxabs\"}]",
      "rule 0: field 'weight_calibration_method': unknown calibration method \"maxabs\""},
     {"[{\"weight_calibration_method\": \"rms\"}]",
@@ -427,10 +437,13 @@ static const struct {
     {"\"rules\"", "expected a list of rules or an object {\"rules\": [...]}, not a string"},
     {"null", "expected a list of rules or an object {\"rules\": [...]}, not null"},
     {"{\"rules\": {}}", "expected a list of rules or an object {\"rules\": [...]}, not an object"},
-    {"{\"rules\": [], \"version\": 1}", "unknown top-level key \"version\" (only \"rules\" and "
-                                        "\"gguf_mix\" are allowed)"},
+    {"{\"rules\": [], \"version\": 1}", "unknown top-level key \"version\" (only \"rules\", "
+                                        "\"allow_nothing_quantized\" and \"gguf_mix\" are "
+                                        "allowed)"},
+    {"{\"rules\": [], \"allow_nothing_quantized\": 1}",
+     "top-level key \"allow_nothing_quantized\": must be true or false, not an integer"},
     {"{\"rules\": [], \"gguf_mix\": \"Q4_K_X\"}", "\"gguf_mix\": must be the name of a "
-                                                 "llama-quantize mix (Q8_0,"},
+                                                  "llama-quantize mix (Q8_0,"},
     {"{\"rules\": [], \"gguf_mix\": 15}", "\"gguf_mix\": must be the name"},
     {"{}", "missing top-level key \"rules\""},
     {"[1]", "rule 0: must be an object of fields, not an integer"},
@@ -622,7 +635,10 @@ static const struct {
 } how_bad[] = {
     {"{\"weight_qtype\": \"int8\", \"tile_size\": 100}", 2, {256, 512}, "not a divisor"},
     {"{\"weight_qtype\": \"int8\", \"tile_size\": {\"0\": 3}}", 2, {256, 512}, "not a divisor"},
-    {"{\"weight_qtype\": \"int8\", \"tile_size\": 1024}", 2, {256, 512}, "not a divisor"},
+    {"{\"weight_qtype\": \"int8\", \"tile_size\": 1024}",
+     2,
+     {256, 512},
+     "tile 1024 is larger than axis 1 (size 512): a tile must fit in its axis"},
     {"{\"weight_qtype\": \"int8\", \"tile_size\": 0.01}",
      2,
      {8, 16},

@@ -16,6 +16,7 @@
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +332,9 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
     quant_ck_status st = ck_quantize(rules, in, out, &o, &rep, &err);
     pthread_join(w, NULL);
     ck_assert_msg(st == QUANT_CK_OK, "%s", err.message);
+    char *cfg = kit_join(dir, "config.json"), *streamed_cfg = kit_join(dir, "streamed.json");
+    bool file_ct = layout == QUANT_LAYOUT_CTENSORS && ck_count_entries(out) < 0;
+    if (file_ct) ck_assert_int_eq(rename(cfg, streamed_cfg), 0); /* the reference writes one */
     quant_pipeline_options_init(&o);
     o.layout = layout;
     o.chunk_bytes = 64u << 10;
@@ -355,6 +359,15 @@ static void streamed_matches(feed *fd, const char *rules, quant_layout layout, c
     } else {
         assert_same_file(ref, out);
     }
+    if (file_ct) { /* the same quantization_config (the input still arriving has none beside) */
+        json_t *a = json_load_file(cfg, 0, NULL), *b = json_load_file(streamed_cfg, 0, NULL);
+        ck_assert(json_equal(json_object_get(a, "quantization_config"),
+                             json_object_get(b, "quantization_config")));
+        json_decref(a);
+        json_decref(b);
+    }
+    free(cfg);
+    free(streamed_cfg);
     quant_report_free(rep);
     quant_report_free(ref_rep);
     check_asks(fd);

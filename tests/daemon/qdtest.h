@@ -12,6 +12,7 @@
 #include "kit.h"
 
 Suite *suite_store(void);
+Suite *suite_store_pg(void);
 Suite *suite_db(void);
 Suite *suite_config(void);
 Suite *suite_log(void);
@@ -35,6 +36,8 @@ Suite *suite_examples(void);
 Suite *suite_inputs(void);
 Suite *suite_startup(void);
 Suite *suite_conns(void);
+Suite *suite_gguf(void);
+Suite *suite_torch(void);
 
 /* kit_tmpdir("quantd-test"), failing the test when it cannot be made (caller frees the path;
  * kit_rmtree removes it). */

@@ -159,6 +159,17 @@ START_TEST(test_rulesets)
     /* every bad input: a clear error and nothing stored */
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rules\":[", 400, "bad_json");
     expect(&d, "PUT", "/v1/rulesets/x", "[1]", 400, "bad_json");
+    /* an integer beyond 64 bits: the field and the limit named, not jansson's words */
+    const char *huge =
+        "{\"rules\":[{\"weight_qtype\":\"int8\",\"tile_size\":99999999999999999999}]}";
+    r = qdp_req(&d, "PUT", "/v1/rulesets/x", "application/json", huge, strlen(huge), NULL);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "\"bad_json\"") &&
+                      strstr(r.body, "field 'tile_size': integer 99999999999999999999 is out of "
+                                     "range: integers must lie in -9223372036854775808.."
+                                     "9223372036854775807") &&
+                      !strstr(r.body, "too big"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rulez\":[]}", 400, "invalid");
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rules\":{}}", 400, "invalid");
     expect(&d, "PUT", "/v1/rulesets/x", "{\"rules\":[{\"weight_qtype\":\"int9\"}]}", 422,
@@ -364,9 +375,15 @@ START_TEST(test_bad_uploads)
     r = qdp_upload(&d, "/v1/jobs?ruleset=nope", SHARDED "/model-00002-of-00002.safetensors");
     ck_assert_int_eq(r.status, 422);
     qdp_resp_free(&r);
-    r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=gguf",
+    r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=ggml",
                    SHARDED "/model-00002-of-00002.safetensors");
     ck_assert_int_eq(r.status, 400);
+    qdp_resp_free(&r);
+    /* the gguf layout reads GGUF files (or checkpoint directories), not an uploaded shard */
+    r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=gguf",
+                   SHARDED "/model-00002-of-00002.safetensors");
+    ck_assert_msg(r.status == 422 && strstr(r.body, "server-side source"), "%ld %s", r.status,
+                  r.body);
     qdp_resp_free(&r);
     f = fopen(bad, "wb");
     fclose(f);
@@ -388,10 +405,11 @@ START_TEST(test_bad_uploads)
               "\"tile_size\":5}]}");
     qdp_resp r5 =
         qdp_upload(&d, "/v1/jobs?ruleset=tile5", SHARDED "/model-00002-of-00002.safetensors");
-    ck_assert_msg(r5.status == 422 && strstr(r5.body, "\"invalid_job\"") &&
-                      strstr(r5.body, "\"model.safetensors: tensor ") && strstr(r5.body, "tiled") &&
-                      !strstr(r5.body, d.data_dir),
-                  "%ld %s", r5.status, r5.body);
+    ck_assert_msg(
+        r5.status == 422 && strstr(r5.body, "\"invalid_job\"") &&
+            strstr(r5.body, "\"14 tensors cannot be planned: model.safetensors: tensor ") &&
+            strstr(r5.body, "tiled") && !strstr(r5.body, d.data_dir),
+        "%ld %s", r5.status, r5.body);
     qdp_resp_free(&r5);
     /* a rule the layout cannot express (int16 in compressed-tensors): refused, not failed later */
     put_rules(&d, "i16", "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int16\"}]}");
@@ -429,6 +447,32 @@ static long long post_path_job(qdp *d, const char *body, long status)
     return id;
 }
 
+/* A one-file compressed-tensors job's outputs: the shard and config.json beside it, whose
+ * quantization_config names compressed-tensors (and whose model_type, when `model_type` is not
+ * NULL, is kept from the source's config.json). */
+static void ct_file_config(qdp *d, json_t *job, const char *model_type)
+{
+    json_t *outs = json_object_get(job, "outputs");
+    ck_assert_msg(json_array_size(outs) == 2, "%s", json_dumps(outs, 0));
+    bool seen = false;
+    for (size_t i = 0; i < json_array_size(outs); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(outs, i), "name"));
+        seen |= name && strcmp(name, "config.json") == 0;
+    }
+    ck_assert(seen);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/outputs/config.json", id_of(job));
+    qdp_resp r = qdp_req(d, "GET", path, NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    json_t *cfg = qdp_json(&r);
+    json_t *qc = json_object_get(cfg, "quantization_config");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "quant_method")), "compressed-tensors");
+    if (model_type)
+        ck_assert_str_eq(json_string_value(json_object_get(cfg, "model_type")), model_type);
+    json_decref(cfg);
+    qdp_resp_free(&r);
+}
+
 START_TEST(test_path_jobs)
 {
     char *src = qdt_tmpdir(), cmd[4096], body[4096];
@@ -457,7 +501,19 @@ START_TEST(test_path_jobs)
              src);
     j = qdp_wait_job(&d, post_path_job(&d, body, 202), 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    ct_file_config(&d, j, "llama"); /* the source's config.json, quantization_config added */
     json_decref(j);
+    /* the same file uploaded: config.json made anew beside model.safetensors */
+    qdp_resp r = qdp_upload(&d, "/v1/jobs?ruleset=int8&layout=compressed-tensors",
+                            SHARDED "/model-00002-of-00002.safetensors");
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    j = qdp_json(&r);
+    qdp_resp_free(&r);
+    json_t *up = qdp_wait_job(&d, id_of(j), 60);
+    json_decref(j);
+    ck_assert_str_eq(json_string_value(json_object_get(up, "state")), "succeeded");
+    ct_file_config(&d, up, NULL);
+    json_decref(up);
     /* refusals */
     post_path_job(&d, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"" SHARDED "\"}}", 403);
     post_path_job(&d, "{\"ruleset\":\"int8\",\"source\":{\"path\":\"/etc/passwd\"}}", 403);
@@ -724,6 +780,62 @@ START_TEST(test_commands_and_signals)
 }
 END_TEST
 
+/* A job whose rules quantize nothing is refused at creation (422 invalid_job, naming the rule
+ * and what it probably meant), an upload and a path job alike, unless the rule set or the job
+ * allows it; GET of a rule set shows the flag. */
+START_TEST(test_nothing_quantized)
+{
+    char *src = qdt_tmpdir(), cmd[4096], body[4096];
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/stories", SHARDED, src);
+    ck_assert_int_eq(system(cmd), 0);
+    const char *extra[] = {"--source-root", src, NULL};
+    qdp d;
+    qdp_start(&d, extra);
+    put_rules(&d, "bare", "{\"rules\":[{\"module_path\":\"q_proj\",\"weight_qtype\":\"int8\"}]}");
+    qdp_resp r = qdp_upload(&d, "/v1/jobs?ruleset=bare", SHARD1);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "\"invalid_job\"") &&
+                      strstr(r.body, "nothing to quantize") &&
+                      strstr(r.body, "rule 0 (module_path \\\"q_proj\\\") matches no tensor: did "
+                                     "you mean '.*q_proj'?"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    snprintf(body, sizeof body, "{\"ruleset\":\"bare\",\"source\":{\"path\":\"%s/stories\"}}", src);
+    r = qdp_req(&d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "did you mean '.*q_proj'?"), "%ld %s", r.status,
+                  r.body);
+    qdp_resp_free(&r);
+    /* the job allows it: accepted, and it copies */
+    snprintf(body, sizeof body,
+             "{\"ruleset\":\"bare\",\"allow_nothing_quantized\":true,\"source\":{\"path\":"
+             "\"%s/stories\"}}",
+             src);
+    r = qdp_req(&d, "POST", "/v1/jobs", "application/json", body, strlen(body), NULL);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    json_t *j = qdp_json(&r);
+    qdp_resp_free(&r);
+    json_t *done = qdp_wait_job(&d, id_of(j), 60);
+    ck_assert_str_eq(json_string_value(json_object_get(done, "state")), "succeeded");
+    json_decref(done);
+    json_decref(j);
+    expect(&d, "POST", "/v1/jobs",
+           "{\"ruleset\":\"bare\",\"allow_nothing_quantized\":1,\"source\":{\"path\":\"/x\"}}", 400,
+           "invalid");
+    /* the rule set allows it: an upload is accepted; GET shows the flag */
+    put_rules(&d, "bare",
+              "{\"allow_nothing_quantized\":true,\"rules\":[{\"module_path\":\"q_proj\","
+              "\"weight_qtype\":\"int8\"}]}");
+    r = qdp_req(&d, "GET", "/v1/rulesets/bare", NULL, NULL, 0, NULL);
+    ck_assert_msg(strstr(r.body, "\"allow_nothing_quantized\":true"), "%s", r.body);
+    qdp_resp_free(&r);
+    r = qdp_upload(&d, "/v1/jobs?ruleset=bare", SHARD1);
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    qdp_stop(&d);
+    kit_rmtree(src);
+    free(src);
+}
+END_TEST
+
 Suite *suite_api(void)
 {
     Suite *s = suite_create("api");
@@ -735,6 +847,7 @@ Suite *suite_api(void)
     tcase_add_test(tc, test_upload_round_trip);
     tcase_add_test(tc, test_bad_uploads);
     tcase_add_test(tc, test_path_jobs);
+    tcase_add_test(tc, test_nothing_quantized);
     tcase_add_test(tc, test_cancel_running);
     tcase_add_test(tc, test_restarts);
     tcase_add_test(tc, test_concurrent_uploads);

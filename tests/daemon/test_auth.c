@@ -94,6 +94,7 @@ static const struct {
     {"GET", "/v1/models/{model}/stats", T | O},
     {"DELETE", "/v1/models/{model}/stats", O},
     {"GET", "/v1/models/{model}/scales", T | O},
+    {"GET", "/v1/models/{model}/imatrix", T | O},
     {"GET", "/v1/tokens", O},
     {"POST", "/v1/tokens", O},
     {"DELETE", "/v1/tokens/{name}", O},
@@ -403,6 +404,77 @@ START_TEST(test_token_cli)
 }
 END_TEST
 
+/* quantd's log (root/quantd.log), malloc'd. */
+static char *server_log(const qdp *d)
+{
+    char *path = kit_join(d->root, "quantd.log");
+    char *s = qdt_read_file(path, NULL);
+    free(path);
+    return s ? s : strdup("");
+}
+
+/* The start-up line states the access mode, TLS and the source roots; the first token ends open
+ * mode with a log line (and revoking the last one opens the server again, logged too). */
+START_TEST(test_mode_logged)
+{
+    char *src = qdt_tmpdir();
+    qdp d;
+    qdp_start(&d, (const char *[]){"--source-root", src, NULL});
+    char *log = server_log(&d), want[4400];
+    snprintf(want, sizeof want, " tls=off auth=open source_roots=%s version=", src);
+    ck_assert_msg(strstr(log, "msg=listening ") && strstr(log, want), "%s", log);
+    ck_assert_ptr_null(strstr(log, "open mode ended"));
+    free(log);
+    char *t = create_token(&d, "operator", "first");
+    ck_assert_int_eq(status_of(&d, "GET", "/v1/jobs", NULL), 401);
+    log = server_log(&d);
+    ck_assert_msg(strstr(log, "msg=\"open mode ended: an access token exists\" auth=tokens"), "%s",
+                  log);
+    free(log);
+    ck_assert_int_eq(status_of(&d, "GET", "/v1/jobs", t), 200);
+    run_ok(&d, (const char *[]){"token", "revoke", "first", NULL}, 0);
+    ck_assert_int_eq(status_of(&d, "GET", "/v1/jobs", NULL), 200);
+    log = server_log(&d);
+    ck_assert_msg(strstr(log, "msg=\"open mode: no access token is left\" auth=open"), "%s", log);
+    const char *first = strstr(log, "open mode ended");
+    ck_assert_msg(first && !strstr(first + 1, "open mode ended"), "logged more than once: %s", log);
+    free(log);
+    free(t);
+    qdp_stop(&d);
+    kit_rmtree(src);
+    free(src);
+}
+END_TEST
+
+/* quantd token names the database it used, and refuses a data directory that does not exist
+ * (a relative default run elsewhere would make a database no server reads). */
+START_TEST(test_token_database)
+{
+    qdp d;
+    qdp_start(&d, NULL);
+    char *out = NULL, *err = NULL, want[4200];
+    ck_assert_int_eq(qdp_run(&d, &out, &err, (const char *[]){"token", "list", NULL}), 0);
+    snprintf(want, sizeof want, "quantd token: database %s/quantd.db\n", d.data_dir);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    free(out);
+    free(err);
+    char *missing = kit_join(d.root, "no-such-dir"), *eo = kit_join(d.root, "tok.err");
+    const char *args[] = {"token",    "create",    "--role",     "operator", "--name", "x",
+                          "--config", "/dev/null", "--data-dir", missing,    NULL};
+    ck_assert_int_eq(kit_run(getenv("QUANTD_BIN") ? getenv("QUANTD_BIN") : "build/bin/quantd",
+                             "quantd", args, NULL, eo),
+                     1);
+    err = qdt_read_file(eo, NULL);
+    snprintf(want, sizeof want, "quantd token: the data directory %s does not exist", missing);
+    ck_assert_msg(err && strstr(err, want) && strstr(err, "--data-dir DIR"), "%s", err);
+    ck_assert_int_ne(access(missing, F_OK), 0); /* nothing made */
+    free(err);
+    free(eo);
+    free(missing);
+    qdp_stop(&d);
+}
+END_TEST
+
 /* The request log names the token; the token itself appears nowhere in the log. */
 START_TEST(test_log_names_token)
 {
@@ -444,6 +516,8 @@ Suite *suite_auth(void)
     tcase_add_test(tc, test_metrics_auth);
     tcase_add_test(tc, test_tokens_rest);
     tcase_add_test(tc, test_token_cli);
+    tcase_add_test(tc, test_mode_logged);
+    tcase_add_test(tc, test_token_database);
     tcase_add_test(tc, test_log_names_token);
     suite_add_tcase(s, tc);
     return s;

@@ -443,6 +443,16 @@ END_TEST
 START_TEST(test_unknown_names)
 {
     expect_file_error("[server]\nport = 80\n", "2: unknown key 'port' in [server]");
+    /* a near miss: the key it probably means, and where it belongs */
+    expect_file_error("[jobs]\nworker = 2\n",
+                      "2: unknown key 'worker' in [jobs] (did you mean 'workers' in [jobs]?)");
+    expect_file_error(
+        "[limits]\nmax-connections = 5\n",
+        "2: unknown key 'max-connections' in [limits] (did you mean 'max_connections' "
+        "in [limits]?)");
+    expect_file_error("[server]\nmax_uplaod = 1G\n",
+                      "2: unknown key 'max_uplaod' in [server] (did you mean 'max_upload' in "
+                      "[server]?)");
     expect_file_error("[server]\nworkers = 2\n",
                       "2: unknown key 'workers' in [server] (it belongs in [jobs])");
     expect_file_error("listen = 1.2.3.4:5\n",

@@ -87,7 +87,7 @@ static const struct {
     qd_db_role role;
     int synchronous, foreign_keys, cache_size, wal_autocheckpoint, query_only;
 } want_pragmas[] = {
-    /* the owner turns foreign keys on after its migrations (store.c), not at open */
+    /* the owner turns foreign keys on after its migrations (store_sqlite.c), not at open */
     {QD_DB_OWNER, 2, 0, DEF, DEF, 0},
     {QD_DB_STATS_WRITER, 2, 1, -16384, 16384, 0},
     {QD_DB_TOKENS, 2, 1, DEF, DEF, 0},

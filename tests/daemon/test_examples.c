@@ -293,7 +293,9 @@ START_TEST(test_eval_kld)
     kld k4 = quantize_and_eval(dir, "int4", int4_rules);
     kld k8 = quantize_and_eval(dir, "int8",
                                "[{\"module_path\": \".*_proj\", \"weight_qtype\": \"int8\"}]");
-    kld k0 = quantize_and_eval(dir, "none", "[{\"module_path\": \".*\", \"weight_qtype\": null}]");
+    kld k0 = quantize_and_eval(dir, "none",
+                               "{\"allow_nothing_quantized\": true, \"rules\": [{\"module_path\": "
+                               "\".*\", \"weight_qtype\": null}]}");
     ck_assert_int_eq(k4.positions, 4 * 24);
     ck_assert(k4.dequantized && k8.dequantized && k0.dequantized);
     ck_assert_str_eq(k4.layout, "native");

@@ -510,13 +510,16 @@ START_TEST(test_create_checks)
         "{\"ruleset\":\"int8\",\"files\":[\"abcdefghi.safetensors\"]}",
         /* max_input_files 3 */
         "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\",\"b\",\"c\",\"d\"]}",
-        "{\"ruleset\":\"int8\",\"layout\":\"gguf\",\"files\":[\"a.safetensors\"]}",
+        "{\"ruleset\":\"int8\",\"layout\":\"ggml\",\"files\":[\"a.safetensors\"]}",
         "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\"],\"source\":{\"path\":\"/x\"}}",
         "{\"ruleset\":\"int8\",\"files\":[\"a.safetensors\"],\"colour\":1}", NULL};
     for (int i = 0; bad[i]; i++) create(&d, bad[i], 400, "invalid");
     create(&d, "{\"ruleset\":\"int8\",\"files\":[\"a\\u0000b\",\"a.safetensors\"]}", 400,
            "bad_json"); /* no NUL gets past the JSON parser */
     create(&d, "{\"ruleset\":\"nope\",\"files\":[\"a.safetensors\"]}", 422, "unknown_ruleset");
+    /* the gguf layout reads a server-side GGUF file, not uploaded files */
+    create(&d, "{\"ruleset\":\"int8\",\"layout\":\"gguf\",\"files\":[\"a.safetensors\"]}", 422,
+           "invalid_job");
     create(&d, "{\"ruleset\":\"int8\",\"stats_model\":\"nope\",\"files\":[\"a.safetensors\"]}", 422,
            "unknown_stats_model");
     /* at the limits: 20 bytes, 3 files */

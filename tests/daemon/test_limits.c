@@ -606,7 +606,9 @@ START_TEST(test_upload_refused_early)
     char buf[4096];
     ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=nope", buf, sizeof buf), 422);
     ck_assert_msg(strstr(buf, "unknown_ruleset"), "%s", buf);
-    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&layout=gguf", buf, sizeof buf), 400);
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&layout=ggml", buf, sizeof buf), 400);
+    ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&layout=gguf", buf, sizeof buf), 422);
+    ck_assert_msg(strstr(buf, "server-side source"), "%s", buf);
     ck_assert_int_eq(upload_refused(&d, "/v1/jobs?ruleset=int8&stats_model=m", buf, sizeof buf),
                      422);
     ck_assert_msg(strstr(buf, "unknown_stats_model"), "%s", buf);

@@ -164,6 +164,54 @@ START_TEST(test_plan_refused)
 }
 END_TEST
 
+/* Rules that need statistics (act_static_scale) plan without a stats_model: the plan marks their
+ * tensors "needs_statistics" (and counts them), in both forms; a job without stats_model is
+ * still refused such rules at creation. */
+#define SRQ_RULES                                                                                  \
+    "\"rules\":[{\"module_path\":\".*q_proj\",\"weight_qtype\":\"int8\",\"act_qtype\":\"int8\","   \
+    "\"act_static_scale\":true},{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]"
+
+START_TEST(test_plan_needs_statistics)
+{
+    plan_fixture f;
+    start(&f);
+    qdp_resp r = post(&f, "/v1/plans", SRQ_RULES, "stories");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    json_t *doc = qdp_json(&r);
+    json_t *t;
+    size_t i, marked = 0;
+    json_array_foreach(json_object_get(doc, "tensors"), i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        bool q = strstr(name, "q_proj.weight") != NULL;
+        ck_assert_msg(json_is_true(json_object_get(t, "needs_statistics")) == q, "%s", name);
+        marked += q;
+    }
+    ck_assert_uint_eq(marked, 5); /* one q_proj a layer */
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(doc, "summary"), "needs_statistics")),
+        5);
+    json_decref(doc);
+    qdp_resp_free(&r);
+    /* the upload form likewise */
+    qdp_resp put = qdp_req(&f.d, "PUT", "/v1/rulesets/srq", "application/json", "{" SRQ_RULES "}",
+                           strlen("{" SRQ_RULES "}"), NULL);
+    ck_assert_int_lt(put.status, 300);
+    qdp_resp_free(&put);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=srq", SHARDED "/model-00001-of-00002.safetensors");
+    ck_assert_msg(r.status == 200 && strstr(r.body, "\"needs_statistics\": true"), "%ld %s",
+                  r.status, r.body);
+    qdp_resp_free(&r);
+    /* a job without stats_model: refused, naming the rule and how to give statistics */
+    r = post(&f, "/v1/jobs", SRQ_RULES, "stories");
+    ck_assert_msg(r.status == 422 && strstr(r.body, "act_static_scale") &&
+                      strstr(r.body, "stats_model"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    stop(&f);
+}
+END_TEST
+
 /* A job with unused rules: the job says so from its creation, succeeds, and its report lists
  * them. */
 START_TEST(test_job_unused_rules)
@@ -249,8 +297,12 @@ START_TEST(test_plan_upload)
     r = qdp_upload(&f.d, "/v1/plans?ruleset=nope", hdr);
     ck_assert_msg(r.status == 422 && strstr(r.body, "unknown_ruleset"), "%ld %s", r.status, r.body);
     qdp_resp_free(&r);
-    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=gguf", hdr);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=ggml", hdr);
     ck_assert_int_eq(r.status, 400);
+    qdp_resp_free(&r);
+    r = qdp_upload(&f.d, "/v1/plans?ruleset=r&layout=gguf", hdr);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "server-side source"), "%ld %s", r.status,
+                  r.body);
     qdp_resp_free(&r);
     r = qdp_req(&f.d, "POST", "/v1/plans", "text/plain", "x", 1, NULL);
     ck_assert_int_eq(r.status, 415);
@@ -269,6 +321,7 @@ Suite *suite_plans(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_plan_ok);
     tcase_add_test(tc, test_plan_refused);
+    tcase_add_test(tc, test_plan_needs_statistics);
     tcase_add_test(tc, test_job_unused_rules);
     tcase_add_test(tc, test_plan_upload);
     suite_add_tcase(s, tc);

@@ -338,17 +338,45 @@ START_TEST(test_srq_refusals)
     ck_assert_int_eq(system(cmd), 0);
     free(up);
     long long id;
-    json_t *j;
-    /* a model with settings but no statistics: the job fails saying so */
+    /* a model with settings but no statistics: refused at creation, saying so */
     request(&d, "PUT", "/v1/models/empty", "{\"averaging\": \"simple\"}", 201);
-    id = create_job(&d, "/v1/jobs?ruleset=srq&stats_model=empty", NULL, SHARD1, 202, NULL);
-    j = qdp_wait_job(&d, id, 60);
-    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "error")), "empty"));
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "error")), "no statistics"));
-    json_decref(j);
-    /* a stats_model but no SRQ rule: the job succeeds, every activation listed as skipped */
+    qdp_resp r = qdp_upload(&d, "/v1/jobs?ruleset=srq&stats_model=empty", SHARD1);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "\"invalid_job\"") &&
+                      strstr(r.body, "stats_model 'empty' has no statistics (reset, or never "
+                                     "posted), and 6 weights of act_static_scale rules need them: "
+                                     "'model.layers.0.mlp.up_proj' (rule 1)"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    /* activations named unlike the module paths: refused at creation, naming the weights that
+     * lack statistics, their rules and what the model's activations look like */
+    request(
+        &d, "POST", "/v1/models/flat/stats",
+        "{\"stats\": {\"layers.0.attn.q\": {\"absmax\": 2}, \"layers.0.mlp.up\": {\"absmax\": 3}}}",
+        200);
+    r = qdp_upload(&d, "/v1/jobs?ruleset=srq&stats_model=flat", SHARD1);
+    ck_assert_msg(r.status == 422 && strstr(r.body, "\"invalid_job\"") &&
+                      strstr(r.body, "stats_model 'flat' has no statistics for the input of 6 "
+                                     "weights quantized by act_static_scale rules: "
+                                     "'model.layers.0.mlp.up_proj' (rule 1)") &&
+                      strstr(r.body, "its 2 activations are named like 'layers.0.attn.q', "
+                                     "'layers.0.mlp.up'") &&
+                      strstr(r.body, "must be the weight's module path"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    /* in compressed-tensors a model lacking only some is refused too (its run would fail) */
     post_stats(&d, "tiny");
+    request(&d, "PUT", "/v1/rulesets/q8",
+            "{\"rules\":[{\"module_path\":\".*self_attn\\\\.q_proj\",\"weight_qtype\":\"int8\","
+            "\"act_qtype\":\"int8\",\"act_static_scale\":true}]}",
+            201);
+    r = qdp_upload(&d, "/v1/jobs?ruleset=q8&stats_model=tiny&layout=compressed-tensors", SHARD1);
+    ck_assert_msg(r.status == 422 &&
+                      strstr(r.body, "input of 2 weights quantized by act_static_scale rules: "
+                                     "'model.layers.1.self_attn.q_proj' (rule 0), "
+                                     "'model.layers.2.self_attn.q_proj' (rule 0)"),
+                  "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    /* a stats_model but no SRQ rule: the job succeeds, every activation listed as skipped */
     request(&d, "PUT", "/v1/rulesets/plain",
             "{\"rules\":[{\"module_path\":\".*proj\",\"weight_qtype\":\"int8\"}]}", 201);
     id = create_job(&d, "/v1/jobs?ruleset=plain&stats_model=tiny", NULL, SHARD1, 202, NULL);

@@ -3,7 +3,8 @@
  * should be gone) are planted on a stopped server's data directory, with the rows that own them
  * written straight into its database; after a restart each is removed (one log line each) or left
  * as specified, symbolic links are removed without touching what they point to, names quantd
- * never gives are logged and left, and live jobs' files are untouched.
+ * never gives are logged and left, and live jobs' files are untouched. And what `make run`
+ * installs before it starts quantd: the build's libraries, not the test tools.
  * SPDX-License-Identifier: Apache-2.0
  */
 #define _GNU_SOURCE
@@ -300,12 +301,55 @@ START_TEST(test_sweep)
 }
 END_TEST
 
+/* stdout of the shell command `cmd` (run from the repository root), malloc'd. */
+static char *command_output(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    size_t k;
+    while ((k = fread(out + n, 1, cap - 1 - n, p)) > 0) n += k;
+    out[n] = '\0';
+    pclose(p);
+    return out;
+}
+
+/* `make run` installs what building and starting quantd needs, not the test tools: its
+ * prerequisite is deps-run (install-deps --run), whose package list has the libraries and none
+ * of Check, curl, clang, valgrind or NumPy. */
+START_TEST(test_run_installs_what_it_needs)
+{
+    char *pkgs = command_output("scripts/install-deps --run --print");
+    static const char *const needed[] = {"build-essential",   "libjansson-dev",  "libpcre2-dev",
+                                         "libmicrohttpd-dev", "libsqlite3-dev",  "libinih-dev",
+                                         "nettle-dev",        "libgnutls28-dev", "libarchive-dev"};
+    static const char *const test_only[] = {"check", "clang", "valgrind", "libcurl",
+                                            "python3-numpy"};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        ck_assert_msg(strstr(pkgs, needed[i]), "--run lacks %s: %s", needed[i], pkgs);
+    for (size_t i = 0; i < sizeof test_only / sizeof test_only[0]; i++)
+        ck_assert_msg(!strstr(pkgs, test_only[i]), "--run installs %s: %s", test_only[i], pkgs);
+    free(pkgs);
+    /* the full list still has them (make check) */
+    pkgs = command_output("scripts/install-deps --print");
+    ck_assert_msg(strstr(pkgs, " check ") && strstr(pkgs, "valgrind"), "%s", pkgs);
+    free(pkgs);
+    char *plan = command_output("make -n run 2>&1 | grep install-deps");
+    ck_assert_msg(strstr(plan, "scripts/install-deps --run") && !strstr(plan, "check libcurl"),
+                  "make run would run: %s", plan);
+    free(plan);
+}
+END_TEST
+
 Suite *suite_startup(void)
 {
     Suite *s = suite_create("startup");
     TCase *tc = tcase_create("sweep");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_sweep);
+    tcase_add_test(tc, test_run_installs_what_it_needs);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -365,6 +365,10 @@ START_TEST(test_malformed_rejected)
          "activation 'bad': has min without max"},
         {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"min\":[1,2],\"max\":[1,2,3]}}}",
          "activation 'bad': min has shape [2] but max has shape [3]"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"absmax\":[2,-1]}}}",
+         "activation 'bad': absmax element 1 is -1; an absolute maximum is >= 0"},
+        {"{\"stats\":{\"good\":{\"absmax\":[1,2]},\"bad\":{\"min\":[3,0],\"max\":[-3,1]}}}",
+         "activation 'bad': min element 0 is 3 but max element 0 is -3"},
         {"{\"stats\":{\"good\":{\"absmax\":[1,2]}},\"extra\":1}", "unknown field \"extra\""},
         {"{\"stats\":{\"good\":{\"absmax\":[1,2]}}", "the body is not valid JSON"},
     };

@@ -38,7 +38,7 @@ START_TEST(test_json_updates)
 {
     qd_stat_post p = parse_ok(" {\"step\": 1200, \"stats\": {\n"
                               "  \"layers/0/mlp/dot_general0_lhs\": {\"absmax\": [[1, 2.5, 3e0],"
-                              " [4, -5, 6E-1]]},\n"
+                              " [4, 5, 6E-1]]},\n"
                               "  \"b\\/x\\u00e9\": {\"min\": -1.25, \"max\": 3},\n"
                               "  \"a\": {\"max\": [[[7]]], \"min\": [[[0]]]}}}\n",
                               false);
@@ -66,7 +66,7 @@ START_TEST(test_json_updates)
     ck_assert_int_eq(l->shape[1], 3);
     ck_assert_int_eq(l->n, 6);
     ck_assert_ptr_null(l->b);
-    assert_values(l->a, (const double[]){1, 2.5, 3, 4, -5, 0.6}, 6);
+    assert_values(l->a, (const double[]){1, 2.5, 3, 4, 5, 0.6}, 6);
     qd_stat_post_clear(&p);
     /* no step; numbers at the edges of a double; a name of 1024 bytes */
     p = parse_ok("{\"stats\":{\"s\":{\"absmax\":[1e-320,1.7976931348623157e308,-0.0]}},"
@@ -287,6 +287,19 @@ static const bad_case bad_cases[] = {
      "has both sum_of_absmax and sum_of_min/sum_of_max"},
     {true, "{\"stats\":{\"c\":{\"count\":2,\"sum_of_absmax\":[NaN]}}}",
      "activation 'c': sum_of_absmax holds NaN"},
+    /* the values: an absolute maximum is >= 0, a minimum <= its maximum (sums in a merge too) */
+    {false, "{\"stats\":{\"v\":{\"absmax\":-1}}}",
+     "activation 'v': absmax element 0 is -1; an absolute maximum is >= 0"},
+    {false, "{\"stats\":{\"v\":{\"absmax\":[[1,2],[3,-0.5]]}}}",
+     "activation 'v': absmax element 3 is -0.5; an absolute maximum is >= 0"},
+    {false, "{\"stats\":{\"v\":{\"min\":3,\"max\":-3}}}",
+     "activation 'v': min element 0 is 3 but max element 0 is -3; a minimum is <= its maximum"},
+    {false, "{\"stats\":{\"v\":{\"min\":[0,2],\"max\":[1,1],\"mean_sq\":[1,1]}}}",
+     "activation 'v': min element 1 is 2 but max element 1 is 1"},
+    {true, "{\"stats\":{\"v\":{\"count\":2,\"sum_of_absmax\":[-2]}}}",
+     "activation 'v': sum_of_absmax element 0 is -2; an absolute maximum is >= 0"},
+    {true, "{\"stats\":{\"v\":{\"count\":2,\"sum_of_min\":[1],\"sum_of_max\":[0]}}}",
+     "activation 'v': sum_of_min element 0 is 1 but sum_of_max element 0 is 0"},
 };
 
 START_TEST(test_json_malformed)
@@ -343,7 +356,7 @@ END_TEST
 /* ---- safetensors bodies -----------------------------------------------------------------------
  */
 
-static const float vals6[6] = {1, 2.5, -3, 0.25, 1024, 0};
+static const float vals6[6] = {1, 2.5, 3, 0.25, 1024, 0};
 
 START_TEST(test_st_dtypes)
 {
@@ -387,7 +400,7 @@ START_TEST(test_st_dtypes)
     qd_stat_post_clear(&p);
     /* the same statistics in JSON parse to the same entry */
     qd_stat_post q =
-        parse_ok("{\"stats\":{\"layers/0/mlp/x\":{\"absmax\":[[1,2.5,-3],[0.25,1024,0]]}}}", false);
+        parse_ok("{\"stats\":{\"layers/0/mlp/x\":{\"absmax\":[[1,2.5,3],[0.25,1024,0]]}}}", false);
     ck_assert_int_eq(q.e[0].rank, 2);
     assert_values(q.e[0].a, d6, 6);
     qd_stat_post_clear(&q);
@@ -458,6 +471,15 @@ static const st_bad st_bad_cases[] = {
      2,
      NULL,
      "activation 'a': mean_sq has 3 values (input features) but absmax has shape [2]"},
+    {{{"a/absmax", "F32", 1, {2}, (const float[]){1, -1}, 8}},
+     1,
+     NULL,
+     "activation 'a': absmax element 1 is -1; an absolute maximum is >= 0"},
+    {{{"a/min", "F32", 0, {0}, (const float[]){3}, 4},
+      {"a/max", "F32", 0, {0}, (const float[]){-3}, 4}},
+     2,
+     NULL,
+     "activation 'a': min element 0 is 3 but max element 0 is -3; a minimum is <= its maximum"},
 };
 
 START_TEST(test_st_malformed)

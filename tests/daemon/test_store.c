@@ -1,10 +1,13 @@
-/* test_store.c -- the SQLite store (daemon/store/store*.c): every migration applied to an empty
- * database and the schema it leaves, upgrades from each earlier version, refused files (newer,
- * foreign, a failing migration changes nothing), the connection's pragmas seen from outside; rule
- * sets; the job queue (FIFO claim, progress, finish with outputs and report, requeue, cancel,
- * delete with its cascade, recovery after a crash, counts) and concurrent claims from two
- * connections; the busy timeout ([storage] busy_timeout) of the store's and the tokens'
- * connections. SPDX-License-Identifier: Apache-2.0
+/* test_store.c -- the job store (daemon/store/store*.c). Against both engines, one set of cases
+ * run once per engine (SQLite on a file, PostgreSQL on a fresh database of the run's cluster,
+ * pgtest.h): rule sets; the job queue (FIFO claim, progress, finish with outputs and report,
+ * requeue, cancel, delete with its cascade, recovery after a crash, counts) and concurrent claims
+ * from two connections; the tokens (issue, check, expiry, list, revoke). SQLite's own: every
+ * migration applied to an empty database and the schema it leaves, upgrades from each earlier
+ * version, refused files (newer, foreign, a failing migration changes nothing), the connection's
+ * pragmas seen from outside, the write gate, and the busy timeout ([storage] busy_timeout) of the
+ * store's and the tokens' connections. PostgreSQL's own cases are in test_store_pg.c.
+ * SPDX-License-Identifier: Apache-2.0
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -15,43 +18,59 @@
 #include <time.h>
 
 #include "migrations.h"
+#include "pgtest.h"
 #include "qdtest.h"
 #include "store.h"
 #include "tokens.h"
 #include "write_gate.h"
 
-#define APPLICATION_ID 0x514E5444 /* store.c's "QNTD" */
+#define APPLICATION_ID 0x514E5444 /* store_sqlite.c's "QNTD" */
 
 /* ---- fixture and helpers ----------------------------------------------------------------------
  */
 
-static char *g_dir, *g_path;
+/* The engine the case runs on; g_target is what it opens: g_path (SQLite) or a connection
+ * string (PostgreSQL). */
+static qd_store_kind g_kind;
+static char *g_dir, *g_path, *g_target;
 static qd_store *g_s;
 
-static qd_store *open_ok(const char *path)
+static qd_store *open_ok(const char *target)
 {
     qd_store *s = NULL;
     qd_err err = {{0}};
-    qd_status st = qd_store_open(path, &s, &err);
-    ck_assert_msg(st == QD_OK, "open: %s", err.message);
+    qd_status st = qd_store_open_engine(g_kind, target, NULL, &s, &err);
+    ck_assert_msg(st == QD_OK, "open (%s): %s", qd_store_kind_name(g_kind), err.message);
     ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(qd_store_kind_of(s), g_kind);
     return s;
 }
 
 static void setup(void)
 {
+    g_kind = QD_STORE_SQLITE;
     g_dir = qdt_tmpdir();
     g_path = kit_join(g_dir, "quantd.db");
-    g_s = open_ok(g_path);
+    g_target = g_path;
+    g_s = open_ok(g_target);
+}
+
+static void setup_pg(void)
+{
+    g_kind = QD_STORE_POSTGRESQL;
+    g_target = qdt_pg_new_db();
+    g_s = open_ok(g_target);
 }
 
 static void teardown(void)
 {
     qd_store_close(g_s);
     g_s = NULL;
-    kit_rmtree(g_dir);
+    if (g_dir) kit_rmtree(g_dir);
+    if (g_target != g_path) free(g_target);
     free(g_path);
     free(g_dir);
+    g_dir = g_path = g_target = NULL;
 }
 
 /* A second, plain connection to look at the file from outside the store. */
@@ -108,6 +127,33 @@ static char *schema_dump(const char *path)
                               "char(10)) FROM (SELECT * FROM sqlite_master ORDER BY type, name)");
     sqlite3_close(db);
     return dump;
+}
+
+/* sql on the case's database from outside the store (SQL both engines read alike). */
+static void eng_exec(const char *sql)
+{
+    if (g_kind == QD_STORE_POSTGRESQL) {
+        qdt_pg_exec(g_target, sql);
+        return;
+    }
+    sqlite3 *db = raw_open(g_path);
+    raw_exec(db, sql);
+    sqlite3_close(db);
+}
+
+static long long eng_int(const char *sql)
+{
+    char *t = NULL;
+    if (g_kind == QD_STORE_POSTGRESQL) {
+        t = qdt_pg_text(g_target, sql);
+    } else {
+        sqlite3 *db = raw_open(g_path);
+        t = raw_text(db, sql);
+        sqlite3_close(db);
+    }
+    long long v = strtoll(t, NULL, 10);
+    free(t);
+    return v;
 }
 
 static int64_t add_job(qd_store *s, const char *source_path)
@@ -435,10 +481,7 @@ START_TEST(test_ruleset_list)
     const char *names[] = {"zeta", "Alpha", "alpha", "mid-1"};
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(qd_store_ruleset_put(g_s, names[i], "{}", NULL, &err), QD_OK);
-    sqlite3 *db = raw_open(g_path);
-    raw_exec(db, "UPDATE rulesets SET created_ms = 0, updated_ms = 1795442400123 "
-                 "WHERE name = 'alpha'");
-    sqlite3_close(db);
+    eng_exec("UPDATE rulesets SET created_ms = 0, updated_ms = 1795442400123 WHERE name = 'alpha'");
     json_t *list = NULL;
     ck_assert_int_eq(qd_store_ruleset_list(g_s, &list, &err), QD_OK);
     char *text = json_dumps(list, JSON_COMPACT);
@@ -591,11 +634,9 @@ END_TEST
 /* The upper clamp: 1000 of 1005 jobs. */
 START_TEST(test_job_list_limit_max)
 {
-    sqlite3 *db = raw_open(g_path);
-    raw_exec(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1005) "
-                 "INSERT INTO jobs (state, rules, layout, source_kind, source_path, created_ms) "
-                 "SELECT 'queued', '{}', 'native', 'upload', 'u' || i, i FROM n");
-    sqlite3_close(db);
+    eng_exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1005) "
+             "INSERT INTO jobs (state, rules, layout, source_kind, source_path, created_ms) "
+             "SELECT 'queued', '{}', 'native', 'upload', 'u' || i, i FROM n");
     qd_job *jobs = NULL;
     size_t n = 0;
     qd_err err;
@@ -882,10 +923,8 @@ START_TEST(test_job_delete)
     qd_job j;
     expect_status(qd_store_job_get(g_s, a, &j, &err), QD_NOT_FOUND, &err);
     /* the cascade: foreign keys are on in the store's connection */
-    sqlite3 *db = raw_open(g_path);
-    ck_assert_int_eq(raw_int(db, "SELECT count(*) FROM outputs"), 0);
-    ck_assert_int_eq(raw_int(db, "SELECT count(*) FROM reports"), 0);
-    sqlite3_close(db);
+    ck_assert_int_eq(eng_int("SELECT count(*) FROM outputs"), 0);
+    ck_assert_int_eq(eng_int("SELECT count(*) FROM reports"), 0);
     expect_status(qd_store_job_delete(g_s, a, &err), QD_NOT_FOUND, &err);
     ck_assert_int_eq(state_of(b), QD_JOB_RUNNING);
 }
@@ -910,12 +949,10 @@ START_TEST(test_job_recover)
     ck_assert_int_eq(claim_ok(g_s), fresh);
     ck_assert_int_eq(qd_store_job_progress(g_s, fresh, 1, 2, 3, 4, &err), QD_OK);
     /* a finished job is left alone */
-    sqlite3 *db = raw_open(g_path);
     char sql[128];
     snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'succeeded' WHERE id = %lld",
              (long long)done);
-    raw_exec(db, sql);
-    sqlite3_close(db);
+    eng_exec(sql);
     ck_assert_int_eq(qd_store_job_recover(g_s, 3, &ids, &n, &err), QD_OK);
     ck_assert_uint_eq(n, 2);
     ck_assert_int_eq(ids[0], old);
@@ -1060,7 +1097,7 @@ static void *claim_loop(void *p)
  * claimed exactly once. */
 START_TEST(test_concurrent_claims)
 {
-    qd_store *other = open_ok(g_path);
+    qd_store *other = open_ok(g_target);
     int64_t first = 0;
     for (int i = 0; i < N_JOBS; i++) {
         int64_t id = add_job(g_s, "c");
@@ -1216,6 +1253,180 @@ START_TEST(test_busy_timeout_tuned)
 }
 END_TEST
 
+/* Retention's choice, the same on both engines: by age (ended before), by count (older than the
+ * `keep` newest succeeded jobs), both, neither; a job whose outputs are gone is not chosen again.
+ * And a job's unused rules are set once. */
+static void expect_expiring(int64_t before_ms, int keep, const int64_t *want, size_t n_want)
+{
+    int64_t *ids = NULL;
+    size_t n = 99;
+    qd_err err;
+    ck_assert_msg(qd_store_jobs_expiring(g_s, before_ms, keep, &ids, &n, &err) == QD_OK, "%s",
+                  err.message);
+    ck_assert_msg(n == n_want, "before %lld keep %d: %zu ids, want %zu", (long long)before_ms, keep,
+                  n, n_want);
+    for (size_t i = 0; i < n; i++) ck_assert_int_eq(ids[i], want[i]);
+    free(ids);
+}
+
+START_TEST(test_jobs_expiring)
+{
+    qd_err err;
+    int64_t id[5];
+    for (int i = 0; i < 5; i++) id[i] = add_job(g_s, "r");
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(claim_ok(g_s), id[i]);
+        ck_assert_int_eq(qd_store_job_finish(g_s, id[i], i == 4 ? QD_JOB_FAILED : QD_JOB_SUCCEEDED,
+                                             NULL, NULL, 0, NULL, &err),
+                         QD_OK);
+        char sql[96];
+        snprintf(sql, sizeof sql, "UPDATE jobs SET finished_ms = %d WHERE id = %lld",
+                 (i + 1) * 1000, (long long)id[i]);
+        eng_exec(sql);
+    }
+    expect_expiring(2500, 0, id, 2);
+    expect_expiring(0, 2, id, 2);
+    expect_expiring(0, 3, id, 1);
+    expect_expiring(0, 0, NULL, 0);
+    expect_expiring(3500, 1, id, 3);
+    expect_expiring(0, 9, NULL, 0);
+    ck_assert_int_eq(qd_store_job_outputs_removed(g_s, id[0], &err), QD_OK);
+    expect_status(qd_store_job_outputs_removed(g_s, id[0], &err), QD_CONFLICT, &err);
+    expect_status(qd_store_job_outputs_removed(g_s, id[4], &err), QD_CONFLICT, &err);
+    expect_status(qd_store_job_outputs_removed(g_s, 999, &err), QD_NOT_FOUND, &err);
+    expect_expiring(2500, 0, id + 1, 1);
+    qd_job j;
+    ck_assert_int_eq(qd_store_job_get(g_s, id[0], &j, &err), QD_OK);
+    ck_assert_int_gt(j.outputs_removed_ms, 0);
+    qd_job_clear(&j);
+    /* unused rules: set when the job has none, kept after */
+    ck_assert_int_eq(qd_store_job_set_unused(g_s, id[1], "[2]", &err), QD_OK);
+    ck_assert_int_eq(qd_store_job_set_unused(g_s, id[1], "[3]", &err), QD_OK);
+    ck_assert_int_eq(qd_store_job_get(g_s, id[1], &j, &err), QD_OK);
+    ck_assert_str_eq(j.unused_rules, "[2]");
+    qd_job_clear(&j);
+}
+END_TEST
+
+/* ---- tokens -----------------------------------------------------------------------------------
+ */
+
+static qd_tokens *tokens_ok(void)
+{
+    qd_tokens *t = NULL;
+    qd_err err = {{0}};
+    ck_assert_msg(qd_tokens_open_engine(g_kind, g_target, NULL, &t, &err) == QD_OK, "%s",
+                  err.message);
+    return t;
+}
+
+static qd_token_check check(qd_tokens *t, const char *token, qd_token_info *who)
+{
+    qd_token_check r = QD_TOKEN_VALID;
+    qd_err err;
+    ck_assert_msg(qd_tokens_check(t, token, &r, who, &err) == QD_OK, "%s", err.message);
+    return r;
+}
+
+/* Issue, check (the hash looked up, the role and name back), the same name twice, list by name,
+ * expiry, revoke: on the tokens' own connection. */
+START_TEST(test_tokens)
+{
+    qd_tokens *t = tokens_ok();
+    qd_err err;
+    bool any = true;
+    ck_assert_int_eq(qd_tokens_any(t, &any, &err), QD_OK);
+    ck_assert(!any);
+    char ops[QD_TOKEN_LEN + 1], ci[QD_TOKEN_LEN + 1];
+    qd_token_info info, who;
+    ck_assert_msg(qd_tokens_create(t, "ops", QD_ROLE_OPERATOR, 0, ops, &info, &err) == QD_OK, "%s",
+                  err.message);
+    ck_assert_uint_eq(strlen(ops), QD_TOKEN_LEN);
+    ck_assert_int_eq(info.expires_ms, 0);
+    ck_assert_int_eq(qd_tokens_create(t, "ci", QD_ROLE_TRAINER, 30, ci, &info, &err), QD_OK);
+    ck_assert_int_eq(info.expires_ms - info.created_ms, (int64_t)30 * 86400 * 1000);
+    char again[QD_TOKEN_LEN + 1];
+    expect_status(qd_tokens_create(t, "ops", QD_ROLE_READER, 0, again, &info, &err), QD_CONFLICT,
+                  &err);
+    ck_assert_ptr_nonnull(strstr(err.message, "'ops' exists"));
+    expect_status(qd_tokens_create(t, ".x", QD_ROLE_READER, 0, again, &info, &err), QD_INVALID,
+                  &err);
+    ck_assert_int_eq(check(t, ops, &who), QD_TOKEN_VALID);
+    ck_assert_str_eq(who.name, "ops");
+    ck_assert_int_eq(who.role, QD_ROLE_OPERATOR);
+    ck_assert_int_eq(check(t, ci, &who), QD_TOKEN_VALID);
+    ck_assert_int_eq(who.role, QD_ROLE_TRAINER);
+    char wrong[QD_TOKEN_LEN + 1];
+    memcpy(wrong, ops, sizeof wrong);
+    wrong[10] = wrong[10] == 'A' ? 'B' : 'A';
+    ck_assert_int_eq(check(t, wrong, &who), QD_TOKEN_UNKNOWN);
+    ck_assert_int_eq(check(t, "qdt_short", &who), QD_TOKEN_UNKNOWN);
+    qd_token_info *list = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(qd_tokens_list(t, &list, &n, &err), QD_OK);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(list[0].name, "ci");
+    ck_assert_str_eq(list[1].name, "ops");
+    free(list);
+    eng_exec("UPDATE tokens SET expires_ms = created_ms + 1 WHERE name = 'ci'");
+    ck_assert_int_eq(check(t, ci, &who), QD_TOKEN_EXPIRED);
+    ck_assert_str_eq(who.name, "ci");
+    ck_assert_int_eq(qd_tokens_revoke(t, "ops", &err), QD_OK);
+    ck_assert_int_eq(check(t, ops, &who), QD_TOKEN_UNKNOWN);
+    expect_status(qd_tokens_revoke(t, "ops", &err), QD_NOT_FOUND, &err);
+    ck_assert_int_eq(qd_tokens_any(t, &any, &err), QD_OK);
+    ck_assert(any); /* the expired one still locks the server */
+    ck_assert_int_eq(eng_int("SELECT count(*) FROM tokens WHERE name = 'ci'"), 1);
+    qd_tokens_close(t);
+}
+END_TEST
+
+/* The cases every engine runs, as TCases named "<group> <engine>" (Check keeps the names). */
+typedef struct engine_cases {
+    const char *rulesets, *jobs, *tokens;
+    void (*fixture)(void);
+} engine_cases;
+
+static const engine_cases sqlite_cases = {"rulesets sqlite", "jobs sqlite", "tokens sqlite", setup};
+static const engine_cases pg_cases = {"rulesets postgresql", "jobs postgresql", "tokens postgresql",
+                                      setup_pg};
+
+static void add_engine_cases(Suite *s, const engine_cases *e)
+{
+    void (*fixture)(void) = e->fixture;
+    TCase *rs = tcase_create(e->rulesets);
+    tcase_add_checked_fixture(rs, fixture, teardown);
+    tcase_add_test(rs, test_ruleset_crud);
+    tcase_add_test(rs, test_ruleset_list);
+    tcase_add_test(rs, test_ruleset_delete_keeps_jobs);
+    suite_add_tcase(s, rs);
+    TCase *jobs = tcase_create(e->jobs);
+    tcase_add_checked_fixture(jobs, fixture, teardown);
+    tcase_set_timeout(jobs, 60);
+    tcase_add_test(jobs, test_job_insert_get);
+    tcase_add_test(jobs, test_job_ids_not_reused);
+    tcase_add_test(jobs, test_job_list);
+    tcase_add_test(jobs, test_job_list_limit_max);
+    tcase_add_test(jobs, test_job_claim_fifo);
+    tcase_add_test(jobs, test_job_progress);
+    tcase_add_test(jobs, test_job_finish);
+    tcase_add_test(jobs, test_job_finish_atomic);
+    tcase_add_test(jobs, test_job_requeue);
+    tcase_add_test(jobs, test_job_cancel_queued);
+    tcase_add_test(jobs, test_job_receiving);
+    tcase_add_test(jobs, test_job_delete);
+    tcase_add_test(jobs, test_job_recover);
+    tcase_add_test(jobs, test_job_owners);
+    tcase_add_test(jobs, test_job_counts);
+    tcase_add_test(jobs, test_jobs_expiring);
+    tcase_add_test(jobs, test_concurrent_claims);
+    suite_add_tcase(s, jobs);
+    TCase *tok = tcase_create(e->tokens);
+    tcase_add_checked_fixture(tok, fixture, teardown);
+    tcase_add_test(tok, test_tokens);
+    suite_add_tcase(s, tok);
+}
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -1236,33 +1447,13 @@ Suite *suite_store(void)
     tcase_set_timeout(busy, 30); /* two writes wait out a 1 s lock */
     tcase_add_test(busy, test_busy_timeout_tuned);
     suite_add_tcase(s, busy);
-    TCase *rs = tcase_create("rulesets");
-    tcase_add_checked_fixture(rs, setup, teardown);
-    tcase_add_test(rs, test_ruleset_crud);
-    tcase_add_test(rs, test_ruleset_list);
-    tcase_add_test(rs, test_ruleset_delete_keeps_jobs);
-    suite_add_tcase(s, rs);
-    TCase *jobs = tcase_create("jobs");
-    tcase_add_checked_fixture(jobs, setup, teardown);
-    tcase_add_test(jobs, test_job_insert_get);
-    tcase_add_test(jobs, test_job_ids_not_reused);
-    tcase_add_test(jobs, test_job_list);
-    tcase_add_test(jobs, test_job_list_limit_max);
-    tcase_add_test(jobs, test_job_claim_fifo);
-    tcase_add_test(jobs, test_job_progress);
-    tcase_add_test(jobs, test_job_finish);
-    tcase_add_test(jobs, test_job_finish_atomic);
-    tcase_add_test(jobs, test_job_requeue);
-    tcase_add_test(jobs, test_job_cancel_queued);
-    tcase_add_test(jobs, test_job_receiving);
-    tcase_add_test(jobs, test_migration_0007_keeps_jobs);
-    tcase_add_test(jobs, test_job_delete);
-    tcase_add_test(jobs, test_job_recover);
-    tcase_add_test(jobs, test_job_owners);
-    tcase_add_test(jobs, test_job_counts);
-    tcase_add_test(jobs, test_concurrent_claims);
-    tcase_add_test(jobs, test_state_names_and_errors);
-    tcase_add_test(jobs, test_write_gate_fifo);
-    suite_add_tcase(s, jobs);
+    TCase *sq = tcase_create("sqlite");
+    tcase_add_checked_fixture(sq, setup, teardown);
+    tcase_add_test(sq, test_migration_0007_keeps_jobs);
+    tcase_add_test(sq, test_state_names_and_errors);
+    tcase_add_test(sq, test_write_gate_fifo);
+    suite_add_tcase(s, sq);
+    add_engine_cases(s, &sqlite_cases);
+    if (!qdt_pg_skipped()) add_engine_cases(s, &pg_cases);
     return s;
 }

@@ -13,6 +13,7 @@
 #include <gnutls/gnutls.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -321,7 +322,7 @@ START_TEST(test_https_job_round_trip)
     ck_assert_ptr_nonnull(strstr(log, "msg=\"tls certificate loaded\" tls=on"));
     ck_assert_ptr_nonnull(strstr(log, "certificate=\"CN=quantd-test-a SANs=2 chain=1 not_after="));
     ck_assert_ptr_nonnull(strstr(log, "msg=listening "));
-    ck_assert_ptr_nonnull(strstr(log, " tls=on version="));
+    ck_assert_ptr_nonnull(strstr(log, " tls=on auth=open source_roots=none version="));
     ck_assert_ptr_null(strstr(log, "level=warn")); /* not expiring, key 0600 */
     free(log);
     qdp_stop(&d);
@@ -485,6 +486,56 @@ START_TEST(test_bad_start)
 }
 END_TEST
 
+/* The examples reach a TLS server with a private CA: upload_checkpoint.sh with --cacert FILE or
+ * $QUANTD_CACERT (a whole checkpoint up, its outputs down), train_stats.py with $QUANTD_URL and
+ * $QUANTD_CACERT alone; without the CA the script fails showing curl's own error. */
+START_TEST(test_examples_with_private_ca)
+{
+    pki p;
+    pki_make(&p);
+    install(&p, p.a_crt, p.a_key);
+    qdp d;
+    start_https(&d, &p, p.a_crt);
+    put_rules(&d);
+    char *out = kit_join(p.dir, "got"), *err = kit_join(p.dir, "err.txt"), cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "examples/upload_checkpoint.sh -u %s --cacert %s int8 "
+             "tests/data/stories260K-bf16-sharded %s/one >/dev/null 2>%s && test -s %s/one/"
+             "model-00001-of-00002.safetensors",
+             d.base, p.a_crt, out, err, out);
+    ck_assert_msg(system(cmd) == 0, "%s: %s", cmd, (char *)qdt_read_file(err, NULL));
+    snprintf(cmd, sizeof cmd,
+             "QUANTD_URL=%s QUANTD_CACERT=%s examples/upload_checkpoint.sh int8 "
+             "tests/data/stories260K-bf16-sharded %s/two >/dev/null 2>%s && test -s %s/two/"
+             "model.safetensors.index.json",
+             d.base, p.a_crt, out, err, out);
+    ck_assert_msg(system(cmd) == 0, "%s: %s", cmd, (char *)qdt_read_file(err, NULL));
+    snprintf(cmd, sizeof cmd,
+             "QUANTD_URL=%s examples/upload_checkpoint.sh int8 tests/data/stories260K-bf16-sharded "
+             "%s/three >/dev/null 2>%s",
+             d.base, out, err);
+    int rc = system(cmd);
+    char *text = qdt_read_file(err, NULL);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && text && strstr(text, "curl: (60)") &&
+                      strstr(text, "creating the job at https://"),
+                  "exit %d: %s", rc, text ? text : "");
+    free(text);
+    /* train_stats.py: the URL and the CA from the environment only */
+    snprintf(cmd, sizeof cmd,
+             "QUANTD_URL=%s QUANTD_CACERT=%s python3 examples/train_stats.py --model envca "
+             "--steps 2 >/dev/null 2>%s",
+             d.base, p.a_crt, err);
+    ck_assert_msg(system(cmd) == 0, "%s: %s", cmd, (char *)qdt_read_file(err, NULL));
+    qdp_resp r = qdp_req(&d, "GET", "/v1/models/envca", NULL, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200 && strstr(r.body, "\"posts\":2"), "%ld %s", r.status, r.body);
+    qdp_resp_free(&r);
+    free(out);
+    free(err);
+    qdp_stop(&d);
+    pki_free(&p);
+}
+END_TEST
+
 Suite *suite_tls(void)
 {
     Suite *s = suite_create("tls");
@@ -500,6 +551,7 @@ Suite *suite_tls(void)
     tcase_add_test(tc, test_sighup_broken_files_keep_old_pair);
     tcase_add_test(tc, test_warnings);
     tcase_add_test(tc, test_bad_start);
+    tcase_add_test(tc, test_examples_with_private_ca);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,9 +8,10 @@
  * The golden constants were produced by ggml's own ggml-quants.c (d99724f, built with
  * -ffp-contract=off -DNDEBUG, no -march) through ggml_quantize_chunk's per-type functions
  * (quantize_q4_0 ...) and dequantize_row_*, on the inputs gold_row / gold_importance /
- * gold_blocks below build: for each type the row's bytes without importance, the weighted
- * error sum_j w_j (x_j - y_j)^2 (float64, index order) of ggml's bytes with importance, and an
- * FNV-1a hash of the float32 bits ggml's to_float gives for 1024 values of pseudo-random blocks.
+ * gold_blocks / gold_row2 / gold_importance2 below build: for each type the row's bytes
+ * without importance, the weighted error sum_j w_j (x_j - y_j)^2 (float64, index order) of
+ * ggml's bytes with importance, and an FNV-1a hash of the float32 bits ggml's to_float gives
+ * for 1024 values of pseudo-random blocks.
  */
 #include <float.h>
 #include <math.h>
@@ -79,6 +80,43 @@ static void gold_importance(float *w)
     for (uint32_t j = 0; j < 256; j++) {
         uint32_t h = gold_hash(j + 1000);
         w[j] = j % 7 == 3 ? 0.0f : (float)(h % 1000u) / 100.0f;
+    }
+}
+
+/* 512 values of a smooth spread with a few large ones; `seed` picks the row. */
+static void gold_row2(float *x, uint32_t seed)
+{
+    for (uint32_t j = 0; j < 512; j++) {
+        uint32_t h = gold_hash(j * 7u + seed);
+        float v = (float)((int)(h % 20001u) - 10000) / 5000.0f;
+        x[j] = v * v * v + (h % 61u == 0 ? 8.0f : 0.0f);
+    }
+}
+
+/* Importance of five kinds: 0 spread, 1 all ones, 2 mostly zero, 3 squared (heavy tails),
+ * 4 all zero. */
+static void gold_importance2(float *w, int kind)
+{
+    for (uint32_t j = 0; j < 512; j++) {
+        uint32_t h = gold_hash(j + 77u * (uint32_t)kind);
+        float u = (float)(h % 1000u) / 100.0f;
+        switch (kind) {
+        case 0:
+            w[j] = u;
+            break;
+        case 1:
+            w[j] = 1.0f;
+            break;
+        case 2:
+            w[j] = h % 10u == 0 ? u : 0.0f;
+            break;
+        case 3:
+            w[j] = u * u;
+            break;
+        default:
+            w[j] = 0.0f;
+            break;
+        }
     }
 }
 
@@ -169,6 +207,38 @@ static const golden_type goldens[] = {
      "da77b7773766b67ce70e4ffdd7f57e0199091000100107991001990010190180b99fefdac0efeffefdfeaefc"
      "b9bcafbe",
      9459.5162957483426, 0x2ce06e234ca16c46ull},
+};
+
+/* ggml's weighted error for gold_row2 with gold_importance2: [5 * row + kind], row 0 seed
+ * 1000, row 1 seed 2000, kinds 0..4. */
+static const struct {
+    quant_ggml_type type;
+    double error[10];
+} goldens2[N_TYPES] = {
+    {QUANT_GGML_Q8_0,
+     {0.66899133890850915, 0.13328645008122708, 0.060358902586888842, 4.1078108107432154, 0,
+      0.7466441962395084, 0.14651436261773992, 0.061084518140534345, 4.7632863118561648, 0}},
+    {QUANT_GGML_Q4_0,
+     {119.48344139399751, 25.952049933490827, 3.7672574048626868, 762.11379473840623, 0,
+      137.42980710032816, 28.402787339085211, 3.9568309363944363, 925.38106305581698, 0}},
+    {QUANT_GGML_Q4_1,
+     {110.98435004804543, 24.011198099237838, 1.3260343559872123, 627.56310590858413, 0,
+      121.22856966923617, 25.867938689049556, 1.7196793243137971, 738.9289733047118, 0}},
+    {QUANT_GGML_Q5_0,
+     {33.981902662073168, 6.9719749990331712, 0.99864741722153438, 201.34157527263403, 0,
+      35.755651234921558, 7.4226326182080316, 1.3861681548575566, 211.9700555464205, 0}},
+    {QUANT_GGML_Q5_1,
+     {27.646128227710388, 5.820284982468479, 0.30383308673089415, 161.39652424004095, 0,
+      27.247630557876398, 5.6971113439010788, 0.55266019759828644, 157.12230525143394, 0}},
+    {QUANT_GGML_IQ4_NL,
+     {115.75154585642808, 23.623766271237727, 2.729544789825352, 666.65157653023743, 0,
+      125.29237944785065, 25.446035577359879, 2.2154211970844218, 732.72685353815859, 0}},
+    {QUANT_GGML_IQ4_XS,
+     {117.20986621882328, 23.870658170426399, 3.3831494565834261, 680.83674110350444, 0,
+      126.990930623482, 25.637759657958842, 2.3319029479084334, 743.37178642526055, 0}},
+    {QUANT_GGML_MXFP4,
+     {367.69476117472158, 79.955854943080894, 39.973063787972208, 2659.1556573589369, 0,
+      490.50499135471244, 97.926825070838376, 37.38198754762827, 2706.3596144669091, 0}},
 };
 
 static const golden_type *golden_of(quant_ggml_type t)
@@ -287,6 +357,29 @@ START_TEST(golden_weighted_error)
         ck_assert_int_eq(quant_ggml_quantize(NULL, t->type, x, 1, 256, w, q, &err), QUANT_OK);
         ck_assert_int_eq(quant_ggml_dequantize(NULL, t->type, q, 1, 256, y, &err), QUANT_OK);
         ck_assert(weighted_error(x, y, w, 256) == got);
+    }
+}
+END_TEST
+
+/* More rows and importance shapes (all ones, mostly zero, heavy, all zero): never above ggml's
+ * weighted error; equal to it for q8_0 and mxfp4. */
+START_TEST(golden_weighted_error_shapes)
+{
+    float x[512], w[512];
+    for (int i = 0; i < N_TYPES; i++) {
+        const quant_ggml_traits *t = quant_ggml_traits_get(goldens2[i].type);
+        for (int row = 0; row < 2; row++)
+            for (int kind = 0; kind < 5; kind++) {
+                gold_row2(x, 1000u * (uint32_t)(row + 1));
+                gold_importance2(w, kind);
+                double want = goldens2[i].error[5 * row + kind];
+                double got = quant_ggml_row_error(t->type, x, 512, w);
+                ck_assert_msg(got <= want, "%s row %d kind %d: %.17g above ggml's %.17g", t->name,
+                              row, kind, got, want);
+                if (!t->uses_importance)
+                    ck_assert_msg(got == want, "%s row %d kind %d: %.17g, ggml %.17g", t->name, row,
+                                  kind, got, want);
+            }
     }
 }
 END_TEST
@@ -619,6 +712,7 @@ Suite *suite_ggml_legacy(void)
     tcase_add_test(tc, traits_rows);
     tcase_add_test(tc, golden_bytes);
     tcase_add_test(tc, golden_weighted_error);
+    tcase_add_test(tc, golden_weighted_error_shapes);
     tcase_add_test(tc, golden_dequantize);
     tcase_add_test(tc, dequantize_by_hand);
     tcase_add_test(tc, round_trip_within_block_error);
