@@ -1,9 +1,13 @@
 /* same.c -- llamacpp-same OURS.gguf THEIRS.gguf [TYPE,... IN.gguf IMATRIX.gguf]: proves that
  * quant's GGUF file OURS holds the same tensors as THEIRS, the file llama.cpp's own quantizer made
- * of the same input with the same mix: the same names (llama.cpp orders them its own way), the same
- * ggml type and shape each (the mix chose alike, fallbacks included), general.file_type alike and,
- * tensor by tensor, the same bytes (the blocks quantized alike). Prints one line; exits 0 when all
- * of it holds, 1 naming the first tensor that differs (and how many do) otherwise.
+ * of the same input with the same mix: the same names (llama.cpp orders them its own way), the
+ * same ggml type and shape each (the mix chose alike, fallbacks included), general.file_type
+ * alike when OURS has one and, tensor by tensor, the same bytes (the blocks quantized alike).
+ * When both quantized IN with the importance matrix IMATRIX, the tensors of the TYPEs listed
+ * that have importance are quant's own blocks (q4_0, q4_1, q5_0, q5_1, iq4_nl and iq4_xs: further
+ * searches, each kept when it lowers the weighted error), held to weighted.h's contract instead:
+ * no block's importance-weighted error above llama.cpp's. Prints one line; exits 0 when all of
+ * it holds, 1 naming the first tensor that differs (and how many do) otherwise.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include <inttypes.h>

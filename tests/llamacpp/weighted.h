@@ -1,6 +1,7 @@
 /* weighted.h -- the contract quant keeps where its blocks are its own rather than ggml's (q4_0,
- * q4_1, q5_0 and q5_1 with an importance matrix): in every block, the error weighted by the
- * importance, sum of qw * (x - y)^2, is no larger than that of the block ggml's quantizer wrote.
+ * q4_1, q5_0, q5_1, iq4_nl and iq4_xs with an importance matrix): in every block, the error
+ * weighted by the importance, sum of qw * (x - y)^2, is no larger than that of the block ggml's
+ * quantizer wrote.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef QUANT_LLAMACPP_WEIGHTED_H
