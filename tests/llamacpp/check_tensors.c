@@ -4,7 +4,8 @@
  * tensor (ggml_get_type_traits(type)->to_float) equals, bit for bit, the F32 tensor of the same
  * name that `quant dequantize` wrote from the same file. With TYPE (a ggml type name), at least one
  * tensor must have that type. Prints one line; exits 0 when everything holds, 1 with the file,
- * tensor, type and first differing element otherwise. SPDX-License-Identifier: Apache-2.0
+ * tensor, type and first differing element otherwise.
+ * SPDX-License-Identifier: Apache-2.0
  */
 #include <inttypes.h>
 #include <stdarg.h>
