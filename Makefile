@@ -139,7 +139,8 @@ FUZZ_MAX_LEN_router      := 1024
 FUZZ_MAX_LEN_source      := 1024
 FUZZ_MAX_LEN_http        := 65536
 
-.PHONY: all lib check check-asan check-tsan check-arm64 test bench soak run demo deps deps-run install \
+.PHONY: all lib check check-asan check-tsan check-arm64 check-llamacpp test bench soak run demo deps \
+    deps-run install \
     verify-unit clean format lint-lib fuzz fuzz-bins
 
 all: lib $(CK_A) $(QUANT_BIN) $(QUANTD_BIN)
@@ -363,6 +364,39 @@ check-arm64:
 	    build-arm64/tests/unit-tests
 	$(Q)env -u QEMU_LD_PREFIX CK_DEFAULT_TIMEOUT=3000 QUANT_TEST_QUICK=1 \
 	    qemu-aarch64 build-arm64/tests/unit-tests
+
+# The llama.cpp lane: llama.cpp's own prebuilt libraries (npm's @node-llama-cpp/linux-x64, cached
+# under $XDG_CACHE_HOME/quantd-llamacpp) read, dequantize, run and themselves write the GGUF files
+# quant writes, by tests/llamacpp/run (which says what it proves). The harnesses dlopen() the
+# libraries; nothing of llama.cpp is built. STORIES15M: the F32 GGUF of the 15M Llama it needs.
+STORIES15M ?= ../shared/data/stories15M/stories15M-f32.gguf
+LLC_DIR    := $(BUILD)/tests/llamacpp
+LLC_BINS   := $(LLC_DIR)/llamacpp-tensors $(LLC_DIR)/llamacpp-decode $(LLC_DIR)/llamacpp-synth \
+    $(LLC_DIR)/llamacpp-quantize $(LLC_DIR)/llamacpp-same $(LLC_DIR)/llamacpp-imatrix
+LLC_LOADER := $(BUILD)/obj/tests/llamacpp/loader.o
+$(BUILD)/obj/tests/llamacpp/%.o: CPPFLAGS += -Itests/llamacpp
+
+LLC_OBJ    := $(BUILD)/obj/tests/llamacpp
+$(LLC_DIR)/llamacpp-tensors: $(LLC_OBJ)/check_tensors.o
+$(LLC_DIR)/llamacpp-quantize: $(LLC_OBJ)/quantize.o $(LLC_OBJ)/imatrix_read.o
+$(LLC_DIR)/llamacpp-tensors $(LLC_DIR)/llamacpp-quantize: $(LLC_LOADER) $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CK_A) $(LIB_A) $(CK_LIBS) -ldl $(LDLIBS)
+
+$(LLC_DIR)/llamacpp-decode: $(BUILD)/obj/tests/llamacpp/decode.o $(LLC_LOADER)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl $(LDLIBS)
+
+LLC_CK_BINS := $(LLC_DIR)/llamacpp-synth $(LLC_DIR)/llamacpp-same $(LLC_DIR)/llamacpp-imatrix
+$(LLC_DIR)/llamacpp-same: $(LLC_OBJ)/imatrix_read.o $(LLC_OBJ)/weighted.o
+$(LLC_CK_BINS): $(LLC_DIR)/llamacpp-%: $(LLC_OBJ)/%.o $(CK_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(CK_A) $(LIB_A) $(CK_LIBS) $(LDLIBS)
+
+check-llamacpp:
+	$(Q)scripts/install-deps --run --llamacpp
+	$(Q)$(MAKE) --no-print-directory $(QUANT_BIN) $(LLC_BINS)
+	$(Q)QUANT_BIN=$(QUANT_BIN) LLAMACPP_BIN=$(LLC_DIR) STORIES15M=$(STORIES15M) tests/llamacpp/run
 
 # Each harness for FUZZ_SECONDS on a copy of its corpus (new inputs never land in the tree),
 # built with clang and libFuzzer in FUZZ_BUILD; stops at the first crash, leak, sanitizer report

@@ -57,6 +57,8 @@ int cli_put_text(char *text);
 
 /* Prints "quant: warning: <message>\n" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The warning of a rule's tensors: "tensor 'NAME' (and N more) (rule R): WARNING". */
+void cli_warn_tensors(const char *name, size_t more, long rule, const char *warning);
 
 /* ---- option values (util.c) --------------------------------------------------------------- */
 

@@ -184,6 +184,29 @@ static void print_totals(const quant_plan *p, const quant_ruleset *rules)
                quant_ruleset_rule(rules, (size_t)unused[i])->module_path);
 }
 
+/* A tensor a server may fail to serve (compressed-tensors: no common vLLM kernel takes its group
+ * size) is planned, and said so on stderr whatever the output format: one warning per rule,
+ * naming its first tensor and how many more. */
+static void warn_tensors(const quant_plan *p)
+{
+    size_t n = quant_plan_count(p);
+    for (size_t i = 0; i < n; i++) {
+        const quant_plan_entry *e = quant_plan_entry_at(p, i);
+        bool first = e->warning != NULL;
+        for (size_t k = 0; first && k < i; k++) {
+            const quant_plan_entry *o = quant_plan_entry_at(p, k);
+            first = !(o->warning && o->rule == e->rule);
+        }
+        if (!first) continue;
+        size_t more = 0;
+        for (size_t k = i + 1; k < n; k++) {
+            const quant_plan_entry *o = quant_plan_entry_at(p, k);
+            more += o->warning && o->rule == e->rule;
+        }
+        cli_warn_tensors(e->name, more, e->rule, e->warning);
+    }
+}
+
 static int print_json(const quant_plan *p)
 {
     return cli_put_text(quant_plan_json(p));
@@ -207,8 +230,10 @@ int cmd_plan(int argc, char **argv)
     if (quant_plan_path(rules, a.in, &a.opts, &plan, &err) != QUANT_CK_OK) {
         rc = cli_ck_error(&err);
     } else if (a.json) {
+        warn_tensors(plan);
         rc = print_json(plan);
     } else {
+        warn_tensors(plan);
         print_table(plan);
         print_totals(plan, rules);
         rc = CLI_EXIT_OK;

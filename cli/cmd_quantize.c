@@ -339,6 +339,28 @@ static void warn_unused(const quant_report *rep, const quant_ruleset *rules)
                  quant_report_count(rep));
 }
 
+/* The tensors written that a server may fail to serve (compressed-tensors: no common vLLM kernel
+ * takes their group size): one warning per rule, naming its first tensor and how many more. */
+static void warn_tensors(const quant_report *rep)
+{
+    size_t n = quant_report_count(rep);
+    for (size_t i = 0; i < n; i++) {
+        const quant_report_entry *e = quant_report_entry_at(rep, i);
+        bool first = e->warning != NULL;
+        for (size_t k = 0; first && k < i; k++) {
+            const quant_report_entry *o = quant_report_entry_at(rep, k);
+            first = !(o->warning && o->rule == e->rule);
+        }
+        if (!first) continue;
+        size_t more = 0;
+        for (size_t k = i + 1; k < n; k++) {
+            const quant_report_entry *o = quant_report_entry_at(rep, k);
+            more += o->warning && o->rule == e->rule;
+        }
+        cli_warn_tensors(e->name, more, e->rule, e->warning);
+    }
+}
+
 /* ---- the command ---------------------------------------------------------------------------- */
 
 /* On failure the partial report (the tensors done) is written only where --report asked. */
@@ -356,6 +378,7 @@ static int finish(const quantize_args *a, const quant_ruleset *rules, quant_ck_s
         return cli_ck_error(err);
     }
     warn_unused(rep, rules);
+    warn_tensors(rep);
     int rc = write_report(a, rep, &written);
     if (rc == CLI_EXIT_OK && !a->quiet) print_summary(a, rep, seconds, written);
     free(written);

@@ -32,6 +32,14 @@ void cli_warn(const char *fmt, ...)
     va_end(ap);
 }
 
+void cli_warn_tensors(const char *name, size_t more, long rule, const char *warning)
+{
+    char others[64] = "";
+    if (more > 0)
+        snprintf(others, sizeof others, " and %zu more tensor%s", more, more == 1 ? "" : "s");
+    cli_warn("tensor '%s'%s of rule %ld: %s", name, others, rule, warning);
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     char msg[512];

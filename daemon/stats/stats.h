@@ -112,6 +112,15 @@ typedef struct qd_stats qd_stats;
  * qd_stats_configure: a quota of 1 GiB, a window of 1 day. */
 qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, const qd_db_tuning *tuning,
                         qd_stats **out, qd_err *err);
+/* qd_stats_open on the database engine kind (store.h): SQLite, target the database file, as
+ * qd_stats_open; PostgreSQL, target a libpq connection string of a database the job store's open
+ * migrated (qd_store_open_engine). On PostgreSQL the writer locks every model and activation row
+ * it touches (SELECT ... FOR UPDATE) and keeps nothing between groups, so several instances may
+ * post to one database: their posts apply in the order the database commits them. There is no
+ * delta log (qd_stats_configure_log changes nothing); the reads take one snapshot each. tuning is
+ * SQLite's (PostgreSQL ignores it). */
+qd_status qd_stats_open_engine(qd_store_kind kind, const char *target, qd_metrics *metrics,
+                               const qd_db_tuning *tuning, qd_stats **out, qd_err *err);
 /* The limits (config stats_quota, idempotency_window), from the writer's next group on:
  * quota_bytes of sums a model may hold (8 bytes per value of sum_a and sum_b), and how many
  * seconds an Idempotency-Key is remembered. Values below 1 keep the current setting. */

@@ -1,9 +1,8 @@
 /* stats_cache.c -- the stats writer's cache: models by name (with the bytes of sums each
- * holds, what the quota counts) and activations by (model, name), each loaded from SQLite on
- * first use and decoded once, then updated in memory and written by the group. It outlives the
- * group (the writer is the only one that changes these tables), within a memory budget, least
- * recently used rows leaving first.
- * SPDX-License-Identifier: Apache-2.0
+ * holds, what the quota counts) and activations by (model, name), each loaded through the
+ * engine (stats_engine.h) on first use and decoded once, then updated in memory and written by the
+ * group. It outlives the group (the writer is the only one that changes these tables), within a
+ * memory budget, least recently used rows leaving first. SPDX-License-Identifier: Apache-2.0
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,43 +32,28 @@ static bool parse_averaging(const unsigned char *t, qd_averaging *out)
     return true;
 }
 
-/* The bytes of sums m holds as stored (its rows are not in the cache yet: a model is loaded
- * before any of them). */
-static qd_status model_bytes_load(stats_group *g, model_row *m)
-{
-    sqlite3_stmt *st = qd_group_stmt(g, G_MODEL_BYTES);
-    if (sqlite3_bind_int64(st, 1, m->id) != SQLITE_OK) return qd_group_fail(g, "read model size");
-    int rc = qd_group_step(g, st, "read model size");
-    if (rc < 0) return g->fail_st;
-    m->stats_bytes = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    return QD_OK;
-}
-
-/* Fills m from the database when the model is stored (live then). */
+/* Fills m from the database when the model is stored (live then), with the bytes of sums it
+ * holds (its rows are not in the cache yet: a model is loaded before any of them). */
 static qd_status model_load(stats_group *g, model_row *m, qd_err *err)
 {
-    sqlite3_stmt *st = qd_group_stmt(g, G_MODEL_GET);
-    if (sqlite3_bind_text(st, 1, m->name, -1, SQLITE_STATIC) != SQLITE_OK)
-        return qd_group_fail(g, "read model");
-    int rc = qd_group_step(g, st, "read model");
-    if (rc < 0) return g->fail_st;
-    if (rc == SQLITE_DONE) return QD_OK;
-    /* the statement is reset on both ways out: left mid-step it would hold its read open */
-    if (!parse_averaging(sqlite3_column_text(st, 1), &m->conf.averaging)) {
-        sqlite3_reset(st);
+    qd_stat_model_rec rec = {.name = m->name};
+    bool found = false;
+    qd_err e;
+    qd_status st = g->ops->model_lock(g->w, &rec, &found, &e);
+    if (st != QD_OK) return qd_group_fail(g, st, &e);
+    if (!found) return QD_OK;
+    if (!parse_averaging((const unsigned char *)rec.averaging, &m->conf.averaging))
         return qd_fail(err, QD_DB, "model %s: unreadable averaging", m->name);
-    }
-    m->id = sqlite3_column_int64(st, 0);
+    m->id = rec.id;
     m->live = true;
-    m->conf.ema_constant = sqlite3_column_double(st, 2);
-    m->conf.bootstrap_steps = sqlite3_column_int64(st, 3);
-    m->posts = sqlite3_column_int64(st, 4);
-    m->last_ms = sqlite3_column_int64(st, 5);
-    m->created_ms = sqlite3_column_int64(st, 6);
-    m->updated_ms = sqlite3_column_int64(st, 7);
-    sqlite3_reset(st);
-    return model_bytes_load(g, m);
+    m->conf.ema_constant = rec.ema_constant;
+    m->conf.bootstrap_steps = rec.bootstrap_steps;
+    m->posts = rec.posts;
+    m->last_ms = rec.last_ms;
+    m->created_ms = rec.created_ms;
+    m->updated_ms = rec.updated_ms;
+    st = g->ops->model_bytes(g->w, m->id, &m->stats_bytes, &e);
+    return st == QD_OK ? QD_OK : qd_group_fail(g, st, &e);
 }
 
 qd_status qd_cache_model(stats_group *g, const char *name, model_row **out, qd_err *err)
@@ -152,62 +136,62 @@ bool qd_cache_row_alloc(stat_row *r, size_t doubles)
     return true;
 }
 
-/* Reads the stored row (the current row of G_ROW_GET: id, kind, shape, sq_len, count,
- * created_ms, then the arrays part by part) into r. */
-static qd_status row_fill(sqlite3_stmt *st, stat_row *r, qd_err *err)
+/* Reads the stored row into r. */
+static qd_status row_decode(stat_row *r, const qd_stat_row_rec *rec, qd_err *err)
 {
-    const char *kind = (const char *)sqlite3_column_text(st, 1);
-    const char *shape = (const char *)sqlite3_column_text(st, 2);
-    r->n_sq = sqlite3_column_type(st, 3) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 3);
-    r->count = sqlite3_column_int64(st, 4);
-    bool ok = qd_stat_kind_parse(kind, &r->kind) && r->count >= 1 && r->n_sq >= 0 &&
+    r->n_sq = rec->sq_len;
+    r->count = rec->count;
+    bool ok = qd_stat_kind_parse(rec->kind, &r->kind) && r->count >= 1 && r->n_sq >= 0 &&
               r->n_sq <= QD_STATS_MAX_ELEMS;
     if (ok && r->kind == QD_STAT_NONE) {
         r->rank = 0;
         r->n = 0;
         ok = r->n_sq > 0;
     } else if (ok) {
-        ok = qd_shape_parse(shape, &r->rank, r->shape, &r->n);
+        ok = qd_shape_parse(rec->shape, &r->rank, r->shape, &r->n);
     }
     if (!ok) return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", r->name);
-    r->rowid = sqlite3_column_int64(st, 0);
-    r->created_ms = sqlite3_column_int64(st, 5);
+    r->rowid = rec->id;
+    r->created_ms = rec->created_ms;
     if (!qd_cache_row_alloc(r, qd_stat_doubles(r->kind, r->n, r->n_sq))) return nomem(err);
-    r->has_last = sqlite3_column_type(st, 6 + A_LAST) != SQLITE_NULL;
-    r->has_ema = sqlite3_column_type(st, 6 + A_EMA) != SQLITE_NULL;
-    if (r->kind == QD_STAT_NONE) { /* mean_sq alone: its columns tell */
-        r->has_last = sqlite3_column_type(st, 6 + P_SQ * A_PER_PART + A_LAST) != SQLITE_NULL;
-        r->has_ema = sqlite3_column_type(st, 6 + P_SQ * A_PER_PART + A_EMA) != SQLITE_NULL;
-    }
+    /* the kept arrays: the range statistic's columns tell, or mean_sq's for mean_sq alone */
+    int told = r->kind == QD_STAT_NONE ? P_SQ * A_PER_PART : 0;
+    r->has_last = rec->arr[told + A_LAST] != NULL;
+    r->has_ema = rec->arr[told + A_EMA] != NULL;
     for (int k = 0; k < N_PARTS * A_PER_PART; k++) {
-        int part = k / A_PER_PART, which = k % A_PER_PART, col = 6 + k;
+        int part = k / A_PER_PART, which = k % A_PER_PART;
         if (!qd_stat_has_part(r->kind, r->n_sq, part) || (which == A_LAST && !r->has_last) ||
             (which == A_EMA && !r->has_ema))
             continue;
-        if (!qd_blob_to_doubles(sqlite3_column_blob(st, col), sqlite3_column_bytes(st, col),
-                                qd_stat_array(r, which, part),
+        if (rec->arr_bytes[k] > INT32_MAX ||
+            !qd_blob_to_doubles(rec->arr[k], (int)rec->arr_bytes[k], qd_stat_array(r, which, part),
                                 qd_stat_part_len(r->kind, r->n, r->n_sq, part)))
             return qd_fail(err, QD_DB, "activation %s: unreadable statistics row", r->name);
     }
     return QD_OK;
 }
 
+/* The engine's row_lock callback: a row read but not decoded marks r broken. */
+static qd_status row_fill(void *ctx, const qd_stat_row_rec *rec, qd_err *err)
+{
+    stat_row *r = ctx;
+    qd_status st = row_decode(r, rec, err);
+    r->broken = st != QD_OK;
+    return st;
+}
+
 static qd_status row_load(stats_group *g, stat_row *r, qd_err *err)
 {
     if (!r->model->id) return QD_OK; /* a model not stored has no rows */
-    sqlite3_stmt *st = qd_group_stmt(g, G_ROW_GET);
-    if (sqlite3_bind_int64(st, 1, r->model->id) != SQLITE_OK ||
-        sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC) != SQLITE_OK)
-        return qd_group_fail(g, "read statistics");
-    int rc = qd_group_step(g, st, "read statistics");
-    if (rc < 0) return g->fail_st;
-    qd_status res = rc == SQLITE_ROW ? row_fill(st, r, err) : QD_OK;
-    sqlite3_reset(st);
-    if (res != QD_OK) {
-        r->broken = true;
-        r->count = 0;
-    }
-    return res;
+    bool found = false;
+    qd_err e;
+    qd_status st = g->ops->row_lock(g->w, r->model->id, r->name, row_fill, r, &found, &e);
+    if (st == QD_OK) return QD_OK;
+    if (!r->broken) return qd_group_fail(g, st, &e); /* the engine failed */
+    /* the row was read but cannot be decoded: this activation is broken, the group goes on */
+    *err = e;
+    r->count = 0;
+    return st;
 }
 
 qd_status qd_cache_row(stats_group *g, model_row *m, const char *name, stat_row **out, qd_err *err)

@@ -1,5 +1,6 @@
-/* stats_group.c -- one group of the statistics writer: every queued request in one
- * BEGIN IMMEDIATE ... COMMIT on the writer's connection. Each post is checked whole against the
+/* stats_group.c -- one group of the statistics writer: every queued request in one transaction
+ * of the engine's writer connection (stats_engine.h; SQLite: BEGIN IMMEDIATE ... COMMIT), every
+ * stored row it reads taken through the engine's row locks. Each post is checked whole against the
  * cache (stats_cache.c: what is stored plus what earlier posts of the group changed) before any
  * of it is applied (stats_apply.c): its Idempotency-Key first (stats_idem.c: a replay or a
  * conflict applies nothing), then every activation, then the model's quota on stored sums (the
@@ -28,52 +29,21 @@
 #include "config.h"
 #include "stats_group.h"
 #include "stats_log.h"
-#include "write_gate.h"
 
 static int64_t now_ms(void);
-
-static const qd_db_stmt_def group_sql[] = {
-    {G_MODEL_GET, "SELECT id, averaging, ema_constant, bootstrap_steps, posts, "
-                  "stats_updated_ms, created_ms, updated_ms FROM stat_models WHERE name = ?1"},
-    {G_MODEL_INSERT, "INSERT INTO stat_models (name, averaging, ema_constant, bootstrap_steps, "
-                     "posts, stats_updated_ms, created_ms, updated_ms) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"},
-    {G_MODEL_UPDATE, "UPDATE stat_models SET averaging = ?2, ema_constant = ?3, "
-                     "bootstrap_steps = ?4, posts = ?5, stats_updated_ms = ?6, updated_ms = ?7 "
-                     "WHERE id = ?1"},
-    /* the arrays part by part (a, b, sq), each sum, last, ema: the order of stat_row.v */
-    {G_ROW_GET, "SELECT id, kind, shape, sq_len, count, created_ms, sum_a, last_a, ema_a, "
-                "sum_b, last_b, ema_b, sum_sq, last_sq, ema_sq FROM stats "
-                "WHERE model_id = ?1 AND name = ?2"},
-    {G_ROW_INSERT, "INSERT INTO stats (model_id, name, kind, shape, sq_len, count, created_ms, "
-                   "updated_ms, sum_a, last_a, ema_a, sum_b, last_b, ema_b, sum_sq, last_sq, "
-                   "ema_sq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                   "?14, ?15, ?16, ?17)"},
-    {G_ROW_UPDATE, "UPDATE stats SET count = ?2, updated_ms = ?3, sum_a = ?4, last_a = ?5, "
-                   "ema_a = ?6, sum_b = ?7, last_b = ?8, ema_b = ?9, sum_sq = ?10, "
-                   "last_sq = ?11, ema_sq = ?12 WHERE id = ?1"},
-    {G_ROWS_DELETE, "DELETE FROM stats WHERE model_id = ?1"},
-    {G_MODEL_BYTES, "SELECT coalesce(sum(coalesce(length(sum_a), 0) + "
-                    "coalesce(length(sum_b), 0) + coalesce(length(sum_sq), 0)), 0) "
-                    "FROM stats WHERE model_id = ?1"},
-    {G_KEY_GET, "SELECT fingerprint, activations, step, created_ms FROM stat_post_keys "
-                "WHERE model_id = ?1 AND key = ?2 AND created_ms >= ?3"},
-    {G_KEY_PUT, "INSERT OR REPLACE INTO stat_post_keys (model_id, key, fingerprint, activations, "
-                "step, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
-    {G_KEY_PURGE, "DELETE FROM stat_post_keys WHERE created_ms < ?1"},
-};
 
 /* ---- set-up ----------------------------------------------------------------------------------
  */
 
 static size_t sql_group(stats_group *g, stats_req *list);
 
-qd_status qd_stats_group_new(const char *path, const qd_db_tuning *tuning, qd_pending *pend,
-                             stats_group **out, qd_err *err)
+qd_status qd_stats_group_new(const qd_stats_ops *ops, const char *path, const qd_db_tuning *tuning,
+                             qd_pending *pend, stats_group **out, qd_err *err)
 {
     *out = NULL;
     stats_group *g = calloc(1, sizeof *g);
     if (!g) return qd_fail(err, QD_NOMEM, "out of memory");
+    g->ops = ops;
     g->pend = pend;
     g->log = calloc(1, sizeof *g->log);
     if (!g->log) {
@@ -81,15 +51,12 @@ qd_status qd_stats_group_new(const char *path, const qd_db_tuning *tuning, qd_pe
         return qd_fail(err, QD_NOMEM, "out of memory");
     }
     g->log->fd = -1;
-    qd_status st = qd_db_open_tuned(path, QD_DB_STATS_WRITER, tuning, &g->db, err);
-    if (st == QD_OK)
-        st = qd_db_prepare(g->db, group_sql, sizeof group_sql / sizeof group_sql[0], g->q, G_COUNT,
-                           err);
-    if (st == QD_OK) st = qd_db_prepared_all(g->db, g->q, G_COUNT, err);
-    if (st == QD_OK) st = qd_dlog_open(g->log, path, err);
+    qd_status st = ops->writer_open(path, tuning, &g->w, err);
+    /* a shared database has no delta log: every group commits its rows */
+    if (st == QD_OK && !ops->shared) st = qd_dlog_open(g->log, path, err);
     if (st == QD_OK) {
         /* the posts answered before the last stop (or crash) that were not folded: into SQLite */
-        g->need_replay = true;
+        g->need_replay = !ops->shared;
         g->set = (stats_settings){.cache_budget = QD_STATS_CACHE_BYTES,
                                   .quota_bytes = QD_STATS_QUOTA_BYTES,
                                   .window_ms = QD_STATS_WINDOW_S * 1000,
@@ -111,8 +78,7 @@ void qd_stats_group_free(stats_group *g)
 {
     if (!g) return;
     qd_cache_forget(g);
-    qd_db_finalize(g->q, G_COUNT);
-    qd_db_close(g->db);
+    if (g->w) g->ops->writer_close(g->w);
     if (g->log) qd_dlog_close(g->log);
     free(g->log);
     free(g->models);
@@ -128,31 +94,17 @@ int64_t qd_stats_group_fold_at(const stats_group *g, const stats_settings *set)
     return g->log->end > 0 ? g->first_logged_ms + set->fold_ms : 0;
 }
 
-/* ---- SQL helpers ------------------------------------------------------------------------------
+/* ---- failures ---------------------------------------------------------------------------------
  */
 
-qd_status qd_group_fail(stats_group *g, const char *op)
+qd_status qd_group_fail(stats_group *g, qd_status st, const qd_err *e)
 {
     if (!g->failed) {
         g->failed = true;
-        g->fail_st = qd_db_fail(g->db, &g->fail_err, op);
+        g->fail_st = st;
+        g->fail_err = *e;
     }
     return g->fail_st;
-}
-
-sqlite3_stmt *qd_group_stmt(stats_group *g, group_stmt k)
-{
-    sqlite3_reset(g->q[k]);
-    sqlite3_clear_bindings(g->q[k]);
-    return g->q[k];
-}
-
-int qd_group_step(stats_group *g, sqlite3_stmt *st, const char *op)
-{
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW || rc == SQLITE_DONE) return rc;
-    qd_group_fail(g, op);
-    return -1;
 }
 
 /* Records st (a failed BEGIN or COMMIT, its message in e) as the group's failure. */
@@ -275,11 +227,9 @@ static qd_status run_reset(stats_group *g, const char *model, qd_err *err)
     qd_status st = qd_cache_model(g, model, &m, err);
     if (st != QD_OK) return st;
     if (!m->live) return qd_fail(err, QD_NOT_FOUND, "model %s not found", model);
-    if (m->id) {
-        sqlite3_stmt *q = qd_group_stmt(g, G_ROWS_DELETE);
-        if (sqlite3_bind_int64(q, 1, m->id) != SQLITE_OK) return qd_group_fail(g, "reset");
-        if (qd_group_step(g, q, "reset") < 0) return g->fail_st;
-    }
+    qd_err e;
+    if (m->id && (st = g->ops->rows_delete(g->w, m->id, &e)) != QD_OK)
+        return qd_group_fail(g, st, &e);
     for (size_t i = 0; i < g->n_rows; i++) {
         stat_row *r = g->rows[i];
         if (r->model != m) continue;
@@ -314,93 +264,65 @@ static const char *const averaging_names[] = {[QD_AVG_SIMPLE] = "simple", [QD_AV
 
 static bool flush_model(stats_group *g, model_row *m)
 {
-    bool insert = m->id == 0;
-    sqlite3_stmt *st = qd_group_stmt(g, insert ? G_MODEL_INSERT : G_MODEL_UPDATE);
-    int at = 1;
-    int rc = insert ? sqlite3_bind_text(st, at++, m->name, -1, SQLITE_STATIC)
-                    : sqlite3_bind_int64(st, at++, m->id);
-    rc |= sqlite3_bind_text(st, at++, averaging_names[m->conf.averaging], -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_double(st, at++, m->conf.ema_constant);
-    rc |= sqlite3_bind_int64(st, at++, m->conf.bootstrap_steps);
-    rc |= sqlite3_bind_int64(st, at++, m->posts);
-    rc |= m->last_ms ? sqlite3_bind_int64(st, at++, m->last_ms) : sqlite3_bind_null(st, at++);
-    if (insert) rc |= sqlite3_bind_int64(st, at++, m->created_ms);
-    rc |= sqlite3_bind_int64(st, at++, m->updated_ms);
-    if (rc != SQLITE_OK) return qd_group_fail(g, "write model"), false;
-    int s = qd_group_step(g, st, "write model");
-    if (s < 0) return false;
-    if (insert) {
-        if (s != SQLITE_ROW) return qd_group_fail(g, "write model: no id"), false;
-        m->id = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_reset(st);
+    qd_stat_model_rec rec = {.id = m->id,
+                             .name = m->name,
+                             .ema_constant = m->conf.ema_constant,
+                             .bootstrap_steps = m->conf.bootstrap_steps,
+                             .posts = m->posts,
+                             .last_ms = m->last_ms,
+                             .created_ms = m->created_ms,
+                             .updated_ms = m->updated_ms};
+    snprintf(rec.averaging, sizeof rec.averaging, "%s", averaging_names[m->conf.averaging]);
+    qd_err e;
+    qd_status st =
+        m->id ? g->ops->model_update(g->w, &rec, &e) : g->ops->model_insert(g->w, &rec, &e);
+    if (st != QD_OK) return qd_group_fail(g, st, &e), false;
+    m->id = rec.id;
     m->dirty = false;
     return true;
 }
 
-/* Binds the arrays of r from parameter at on, part by part (a, b, sq), each sum, last, ema; NULL
- * for a part the activation has not and for the last values and EMA not kept. The arrays stay
- * put until the statement is reset, so SQLite reads them in place. */
-static int bind_arrays(sqlite3_stmt *st, int at, const stat_row *r)
+/* r as the engine writes it: the arrays part by part (a, b, sq), each sum, last, ema; NULL for a
+ * part the activation has not and for the last values and EMA not kept; shape NULL for mean_sq
+ * alone, sq_len 0 without mean_sq. shape is the caller's buffer (QD_SHAPE_TEXT_LEN). */
+static void row_rec(const stat_row *r, char *shape, qd_stat_row_rec *rec)
 {
-    int rc = SQLITE_OK;
-    for (int k = 0; k < N_PARTS * A_PER_PART; k++) {
-        int part = k / A_PER_PART, which = k % A_PER_PART;
-        int64_t len = qd_stat_part_len(r->kind, r->n, r->n_sq, part);
-        if (!qd_stat_has_part(r->kind, r->n_sq, part) || (which == A_LAST && !r->has_last) ||
-            (which == A_EMA && !r->has_ema)) {
-            rc |= sqlite3_bind_null(st, at + k);
-            continue;
-        }
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        rc |= sqlite3_bind_blob(st, at + k, qd_stat_array(r, which, part), (int)(len * 8),
-                                SQLITE_STATIC);
-#else
+    qd_shape_format(r->rank, r->shape, shape);
+    *rec = (qd_stat_row_rec){.id = r->rowid,
+                             .model_id = r->model->id,
+                             .name = r->name,
+                             .kind = qd_stat_kind_name(r->kind),
+                             .shape = r->kind == QD_STAT_NONE ? NULL : shape,
+                             .sq_len = r->n_sq,
+                             .count = r->count,
+                             .created_ms = r->created_ms,
+                             .updated_ms = r->updated_ms};
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the statistics store writes little-endian float64 blobs; add a byte swap for this host"
 #endif
+    for (int k = 0; k < N_PARTS * A_PER_PART; k++) {
+        int part = k / A_PER_PART, which = k % A_PER_PART;
+        if (!qd_stat_has_part(r->kind, r->n_sq, part) || (which == A_LAST && !r->has_last) ||
+            (which == A_EMA && !r->has_ema))
+            continue;
+        rec->arr[k] = qd_stat_array(r, which, part);
+        rec->arr_bytes[k] = qd_stat_part_len(r->kind, r->n, r->n_sq, part) * 8;
     }
-    return rc;
-}
-
-/* The columns of a new row before its arrays: model, name, kind, shape (NULL for mean_sq alone),
- * sq_len (NULL without mean_sq), count, times. */
-static int bind_new_row(sqlite3_stmt *st, const stat_row *r)
-{
-    char shape[QD_SHAPE_TEXT_LEN];
-    qd_shape_format(r->rank, r->shape, shape);
-    int rc = sqlite3_bind_int64(st, 1, r->model->id);
-    rc |= sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_text(st, 3, qd_stat_kind_name(r->kind), -1, SQLITE_STATIC);
-    rc |= r->kind == QD_STAT_NONE ? sqlite3_bind_null(st, 4)
-                                  : sqlite3_bind_text(st, 4, shape, -1, SQLITE_TRANSIENT);
-    rc |= r->n_sq > 0 ? sqlite3_bind_int64(st, 5, r->n_sq) : sqlite3_bind_null(st, 5);
-    rc |= sqlite3_bind_int64(st, 6, r->count);
-    rc |= sqlite3_bind_int64(st, 7, r->created_ms);
-    rc |= sqlite3_bind_int64(st, 8, r->updated_ms);
-    return rc;
 }
 
 static bool flush_row(stats_group *g, stat_row *r)
 {
-    bool insert = r->rowid == 0;
-    sqlite3_stmt *st = qd_group_stmt(g, insert ? G_ROW_INSERT : G_ROW_UPDATE);
-    int rc;
-    if (insert) {
-        rc = bind_new_row(st, r);
-        rc |= bind_arrays(st, 9, r);
-    } else {
-        rc = sqlite3_bind_int64(st, 1, r->rowid);
-        rc |= sqlite3_bind_int64(st, 2, r->count);
-        rc |= sqlite3_bind_int64(st, 3, r->updated_ms);
-        rc |= bind_arrays(st, 4, r);
-    }
-    if (rc != SQLITE_OK) return qd_group_fail(g, "write statistics"), false;
-    bool ok = qd_group_step(g, st, "write statistics") >= 0;
-    if (ok && insert) r->rowid = sqlite3_last_insert_rowid(qd_db_sqlite(g->db));
-    r->dirty = !ok;
-    sqlite3_reset(st); /* SQLite lets go of the arrays */
-    sqlite3_clear_bindings(st);
-    return ok;
+    char shape[QD_SHAPE_TEXT_LEN];
+    qd_stat_row_rec rec;
+    row_rec(r, shape, &rec);
+    qd_err e;
+    int64_t id = 0;
+    qd_status st =
+        r->rowid ? g->ops->row_update(g->w, &rec, &e) : g->ops->row_insert(g->w, &rec, &id, &e);
+    if (st != QD_OK) return qd_group_fail(g, st, &e), false;
+    if (!r->rowid) r->rowid = id;
+    r->dirty = false;
+    return true;
 }
 
 /* Models first: a model this group created gets its id before its rows are inserted. */
@@ -494,22 +416,23 @@ static bool replay(stats_group *g)
 /* ---- the two kinds of group ---------------------------------------------------------------------
  */
 
-/* Everything in one SQLite transaction, as before the log: the log's posts replayed first when
- * the cache lost them, every changed row written (a fold), the log emptied after the commit. */
+/* Everything in one transaction of the engine, as before the log: the log's posts replayed first
+ * when the cache lost them, every changed row written (a fold), the log emptied after the commit.
+ */
 static size_t sql_group(stats_group *g, stats_req *list)
 {
     bool logged = g->log->end > 0 || g->need_replay || g->log->stale;
     g->failed = false;
-    qd_write_gate_enter(); /* fair turns with the job store's writes */
     qd_err e;
-    if (txn_ok(g, qd_db_begin(g->db, true, &e), &e) && qd_idem_purge(g) && replay(g)) {
-        for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
-        if (!g->failed && flush_all(g)) txn_ok(g, qd_db_commit(g->db, &e), &e);
+    if (txn_ok(g, g->ops->group_begin(g->w, &e), &e)) {
+        if (qd_idem_purge(g) && replay(g)) {
+            for (stats_req *r = list; r && !g->failed; r = r->next) run_one(g, r);
+            if (!g->failed) flush_all(g);
+        }
+        /* every failure after BEGIN (the purge and the replay included) ends the transaction:
+         * left open, it would keep the write lock and refuse every later BEGIN */
+        txn_ok(g, g->ops->group_end(g->w, !g->failed, &e), &e);
     }
-    /* every failure after BEGIN (the purge and the replay included) ends the transaction: left
-     * open, it would keep the write lock and refuse every later BEGIN */
-    if (g->failed) qd_db_rollback(g->db);
-    qd_write_gate_leave();
     if (g->failed) {
         qd_cache_forget(g); /* the database went back: so does the cache */
         g->need_replay = g->need_replay || g->log->end > 0;
@@ -527,8 +450,31 @@ static size_t sql_group(stats_group *g, stats_req *list)
         for (size_t i = 0; i < g->n_rows; i++) g->rows[i]->pend = 0;
     }
     g->n_keys = 0; /* written by this fold */
-    qd_cache_trim(g, g->set.cache_budget);
+    if (g->ops->shared)
+        qd_cache_forget(g); /* other instances may change the rows before the next group */
+    else
+        qd_cache_trim(g, g->set.cache_budget);
     return 1;
+}
+
+/* How often a group the database gave way on runs again. */
+#define GROUP_RETRIES 3
+
+/* sql_group, run again (from a clean slate: the transaction rolled back, the cache forgotten)
+ * while its failure is one the engine says may pass: another instance's writer deadlocked with
+ * it or created the same model first. */
+static void sql_group_retried(stats_group *g, stats_req *list)
+{
+    sql_group(g, list);
+    for (int again = 0;
+         g->failed && again < GROUP_RETRIES && g->ops->retryable && g->ops->retryable(g->w);
+         again++) {
+        for (stats_req *r = list; r; r = r->next) {
+            r->st = QD_OK;
+            r->ans = (qd_stat_answer){.outcome = QD_POST_NONE};
+        }
+        sql_group(g, list);
+    }
 }
 
 /* May the group go to the log? Only posts that update activations the cache holds (nothing to
@@ -536,7 +482,8 @@ static size_t sql_group(stats_group *g, stats_req *list)
 static bool log_eligible(stats_group *g, const stats_req *list)
 {
     const stats_settings *set = &g->set;
-    if (!list || set->fold_ms <= 0 || set->purge_now || g->need_replay || g->log->stale)
+    if (!list || g->ops->shared || set->fold_ms <= 0 || set->purge_now || g->need_replay ||
+        g->log->stale)
         return false;
     if (g->log->end > 0 &&
         (g->now_ms >= g->first_logged_ms + set->fold_ms || g->log->end >= set->fold_bytes))
@@ -638,7 +585,7 @@ size_t qd_stats_group_run(stats_group *g, stats_req *list, const stats_settings 
         if (log_eligible(g, list))
             log_group(g, list);
         else
-            sql_group(g, list);
+            sql_group_retried(g, list);
     }
     g->groups++;
     size_t posts = 0;

@@ -1,5 +1,5 @@
 /* stats_group.h -- what the writer's group files share and nobody else sees: the group
- * (stats_group.c: its connection, statements and transaction, the quota), its cache of models
+ * (stats_group.c: its engine's connection and transaction, the quota), its cache of models
  * and activations (stats_cache.c), the checks and arithmetic of one update (stats_apply.c), and
  * the posts' Idempotency-Keys (stats_idem.c).
  * SPDX-License-Identifier: Apache-2.0
@@ -7,6 +7,7 @@
 #ifndef QD_STATS_GROUP_H
 #define QD_STATS_GROUP_H
 
+#include "stats_engine.h"
 #include "stats_internal.h"
 
 /* A model as the group sees it. */
@@ -22,6 +23,14 @@ typedef struct model_row {
     int64_t stats_bytes; /* what the quota counts: 8 bytes per value of its sum_a and sum_b */
     int64_t created_ms, updated_ms;
 } model_row;
+
+/* The arrays of a part, and the parts: a (absmax or min), b (max), sq (mean_sq); the engine's
+ * records order them alike (part * A_PER_PART + array). */
+enum { A_SUM, A_LAST, A_EMA, A_PER_PART };
+enum { P_A, P_B, P_SQ, N_PARTS };
+_Static_assert((int)A_PER_PART == (int)QD_ARR_PER_PART && (int)A_EMA == (int)QD_ARR_EMA &&
+                   (int)P_SQ == (int)QD_PART_SQ && N_PARTS * A_PER_PART == QD_STAT_ARRAYS,
+               "a row's arrays as stats_engine.h has them");
 
 /* One activation of one model as the group sees it. count == 0: no statistics (not stored yet,
  * or reset in this group); kind and shape are then taken from the first post that updates it.
@@ -51,25 +60,6 @@ typedef struct stat_row {
     size_t pend;   /* 1 + its index in the readers' overlay (stats_pending.c), 0: not there */
 } stat_row;
 
-/* The arrays of a part, and the parts: a (absmax or min), b (max), sq (mean_sq). */
-enum { A_SUM, A_LAST, A_EMA, A_PER_PART };
-enum { P_A, P_B, P_SQ, N_PARTS };
-
-typedef enum group_stmt {
-    G_MODEL_GET,
-    G_MODEL_INSERT,
-    G_MODEL_UPDATE,
-    G_ROW_GET,
-    G_ROW_INSERT,
-    G_ROW_UPDATE,
-    G_ROWS_DELETE,
-    G_MODEL_BYTES,
-    G_KEY_GET,
-    G_KEY_PUT,
-    G_KEY_PURGE,
-    G_COUNT
-} group_stmt;
-
 /* An Idempotency-Key of a logged post, not yet in stat_post_keys (the fold writes it). */
 typedef struct pend_key {
     const model_row *m;
@@ -79,9 +69,9 @@ typedef struct pend_key {
 } pend_key;
 
 struct stats_group {
-    qd_db *db; /* the statistics writer's connection (db.h) */
-    sqlite3_stmt *q[G_COUNT];
-    model_row **models; /* the models touched, in order */
+    const qd_stats_ops *ops; /* the engine (stats_engine.h) */
+    void *w;                 /* its writer's connection */
+    model_row **models;      /* the models touched, in order */
     size_t n_models, cap_models;
     stat_row **rows; /* the activations touched, in order */
     size_t n_rows, cap_rows;
@@ -109,15 +99,12 @@ struct stats_group {
     qd_err fail_err;
 };
 
-/* ---- stats_group.c: statements, failures, arrays ------------------------------------------------
+/* ---- stats_group.c: failures, arrays ------------------------------------------------------------
  */
 
-/* Records the group's SQL failure (the first one wins; every request gets it) and returns it. */
-qd_status qd_group_fail(stats_group *g, const char *op);
-/* Statement k, reset and with its bindings cleared. */
-sqlite3_stmt *qd_group_stmt(stats_group *g, group_stmt k);
-/* Steps st once: SQLITE_ROW or SQLITE_DONE, or -1 after recording a group failure. */
-int qd_group_step(stats_group *g, sqlite3_stmt *st, const char *op);
+/* Records st (an engine operation's failure, its message in e) as the group's failure (the first
+ * one wins; every request gets it) and returns the group's failure. */
+qd_status qd_group_fail(stats_group *g, qd_status st, const qd_err *e);
 /* arr (of *cap elements of elem bytes) with room for want: arr itself or a larger copy; NULL
  * when out of memory (arr untouched). */
 void *qd_group_reserve(void *arr, size_t *cap, size_t want, size_t elem);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "stats_engine.h"
 #include "stats_group.h"
 #include "timefmt.h"
 
@@ -55,18 +56,16 @@ static int64_t now_ms(void)
 /* ---- a stored key ------------------------------------------------------------------------------
  */
 
-/* The current row of a key look-up (fingerprint, activations, step, created_ms) into ans: a
- * replay when its fingerprint is fp, else a conflict. */
-static void key_row(sqlite3_stmt *st, const uint8_t *fp, qd_stat_answer *ans)
+/* A stored key's row into ans: a replay when its fingerprint is fp, else a conflict. */
+static void key_row(const qd_stat_key_rec *k, const uint8_t *fp, qd_stat_answer *ans)
 {
-    const void *stored = sqlite3_column_blob(st, 0);
-    bool same = sqlite3_column_bytes(st, 0) == QD_FINGERPRINT_LEN && stored &&
-                memcmp(stored, fp, QD_FINGERPRINT_LEN) == 0;
+    bool same = k->fingerprint_len == QD_FINGERPRINT_LEN &&
+                memcmp(k->fingerprint, fp, QD_FINGERPRINT_LEN) == 0;
     *ans = (qd_stat_answer){
         .outcome = same ? QD_POST_REPLAYED : QD_POST_KEY_CONFLICT,
-        .activations = sqlite3_column_int64(st, 1),
-        .step = sqlite3_column_type(st, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 2),
-        .first_ms = sqlite3_column_int64(st, 3),
+        .activations = k->activations,
+        .step = k->step,
+        .first_ms = k->created_ms,
     };
 }
 
@@ -97,15 +96,13 @@ qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *
                                 .step = k->step,
                                 .first_ms = k->created_ms};
     } else {
-        sqlite3_stmt *st = qd_group_stmt(g, G_KEY_GET);
-        if (sqlite3_bind_int64(st, 1, m->id) != SQLITE_OK ||
-            sqlite3_bind_text(st, 2, p->key, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 3, g->now_ms - g->set.window_ms) != SQLITE_OK)
-            return qd_group_fail(g, "read Idempotency-Key");
-        int rc = qd_group_step(g, st, "read Idempotency-Key");
-        if (rc < 0) return g->fail_st;
-        if (rc == SQLITE_ROW) key_row(st, p->fingerprint, ans);
-        sqlite3_reset(st);
+        qd_stat_key_rec rec;
+        bool found = false;
+        qd_err e;
+        qd_status st =
+            g->ops->key_get(g->w, m->id, p->key, g->now_ms - g->set.window_ms, &rec, &found, &e);
+        if (st != QD_OK) return qd_group_fail(g, st, &e);
+        if (found) key_row(&rec, p->fingerprint, ans);
     }
     if (ans->outcome != QD_POST_KEY_CONFLICT) return QD_OK;
     char when[QD_TIME_LEN];
@@ -119,18 +116,14 @@ qd_status qd_idem_check(stats_group *g, const model_row *m, const qd_stat_post *
 static bool key_put(stats_group *g, int64_t model_id, const char *key, const uint8_t *fp,
                     int64_t activations, int64_t step, int64_t created_ms)
 {
-    sqlite3_stmt *st = qd_group_stmt(g, G_KEY_PUT);
-    int rc = sqlite3_bind_int64(st, 1, model_id);
-    rc |= sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_blob(st, 3, fp, QD_FINGERPRINT_LEN, SQLITE_STATIC);
-    rc |= sqlite3_bind_int64(st, 4, activations);
-    rc |= step >= 0 ? sqlite3_bind_int64(st, 5, step) : sqlite3_bind_null(st, 5);
-    rc |= sqlite3_bind_int64(st, 6, created_ms);
-    if (rc != SQLITE_OK) return qd_group_fail(g, "record Idempotency-Key"), false;
-    bool ok = qd_group_step(g, st, "record Idempotency-Key") >= 0;
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st); /* SQLite lets go of the key and fingerprint */
-    return ok;
+    qd_stat_key_rec rec = {.fingerprint_len = QD_FINGERPRINT_LEN,
+                           .activations = activations,
+                           .step = step,
+                           .created_ms = created_ms};
+    memcpy(rec.fingerprint, fp, QD_FINGERPRINT_LEN);
+    qd_err e;
+    qd_status st = g->ops->key_put(g->w, model_id, key, &rec, &e);
+    return st == QD_OK || (qd_group_fail(g, st, &e), false);
 }
 
 bool qd_idem_record(stats_group *g, const model_row *m, const qd_stat_post *p)
@@ -159,10 +152,9 @@ bool qd_idem_purge(stats_group *g)
     if (!g->set.purge_now && g->last_purge_ms && g->now_ms - g->last_purge_ms < PURGE_EVERY_MS)
         return true;
     g->last_purge_ms = g->now_ms;
-    sqlite3_stmt *st = qd_group_stmt(g, G_KEY_PURGE);
-    if (sqlite3_bind_int64(st, 1, g->now_ms - g->set.window_ms) != SQLITE_OK)
-        return qd_group_fail(g, "purge Idempotency-Keys"), false;
-    return qd_group_step(g, st, "purge Idempotency-Keys") >= 0;
+    qd_err e;
+    qd_status st = g->ops->keys_purge(g->w, g->now_ms - g->set.window_ms, &e);
+    return st == QD_OK || (qd_group_fail(g, st, &e), false);
 }
 
 /* ---- the reader -------------------------------------------------------------------------------
@@ -174,22 +166,12 @@ qd_status qd_stats_key_peek(qd_stats *s, const char *model, const char *key,
 {
     *ans = (qd_stat_answer){.outcome = QD_POST_NONE};
     int64_t since = now_ms() - qd_stats_settings(s).window_ms;
+    qd_stat_key_rec rec;
+    bool found = false;
     pthread_mutex_lock(&s->rmu);
-    sqlite3_stmt *st = s->r[QD_R_KEY];
-    sqlite3_reset(st);
-    qd_status res = QD_OK;
-    int rc = SQLITE_ERROR;
-    if (sqlite3_bind_text(st, 1, model, -1, SQLITE_STATIC) == SQLITE_OK &&
-        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC) == SQLITE_OK &&
-        sqlite3_bind_int64(st, 3, since) == SQLITE_OK)
-        rc = sqlite3_step(st); /* one statement: its own read transaction */
-    if (rc == SQLITE_ROW)
-        key_row(st, fingerprint, ans);
-    else if (rc != SQLITE_DONE)
-        res = qd_db_fail(s->rdb, err, "read Idempotency-Key");
+    qd_status res = s->ops->read_key(s->rd, model, key, since, &rec, &found, err);
+    if (res == QD_OK && found) key_row(&rec, fingerprint, ans);
     if (ans->outcome != QD_POST_REPLAYED) ans->outcome = QD_POST_NONE; /* the writer decides */
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
     pthread_mutex_unlock(&s->rmu);
     return res;
 }

@@ -8,7 +8,6 @@
 #define QD_STATS_INTERNAL_H
 
 #include <pthread.h>
-#include <sqlite3.h>
 
 #include "db.h"
 #include "stats.h"
@@ -97,16 +96,15 @@ const qd_pend_row *qd_pending_row(const qd_pending *p, const char *model, const 
  * out of memory (a holds what was allocated: free it). */
 bool qd_pending_avg(const qd_pend_row *r, const qd_model_conf *c, qd_stat_avg *a);
 
-/* The reader's statements (stats_read.c lists their SQL). */
-typedef enum qd_read_stmt { QD_R_MODELS, QD_R_CONF, QD_R_ROWS, QD_R_KEY, QD_R_COUNT } qd_read_stmt;
+struct qd_stats_ops; /* stats_engine.h */
 
 struct qd_stats {
-    qd_metrics *metrics; /* may be NULL */
-    /* reads (stats_read.c): one reader connection (db.h) behind a mutex, never waiting for the
-     * writer */
-    qd_db *rdb;
+    qd_metrics *metrics;            /* may be NULL */
+    const struct qd_stats_ops *ops; /* the engine (stats_engine.h) */
+    /* reads (stats_read.c): the engine's reader connection behind a mutex, never waiting for
+     * the writer */
+    void *rd;
     pthread_mutex_t rmu;
-    sqlite3_stmt *r[QD_R_COUNT];
     /* the writer (stats_writer.c): its connection lives in the group */
     stats_group *group;
     pthread_mutex_t qmu;
@@ -124,9 +122,6 @@ struct qd_stats {
 /* ---- the reader (stats_read.c) and encodings (stats_store.c) -----------------------------------
  */
 
-/* The reader's statements, on s->rdb. */
-qd_status qd_stats_prepare_reads(qd_stats *s, qd_err *err);
-
 /* "[2,3]" ("[]" for rank 0) into buf (QD_SHAPE_TEXT_LEN). */
 void qd_shape_format(int rank, const int64_t *shape, char *buf);
 /* The reverse; false when text is not such a list (or too large). *n: the element count. */
@@ -141,7 +136,8 @@ qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err);
 /* ---- the writer (stats_writer.c) and its groups (stats_group.c) -------------------------------
  */
 
-qd_status qd_stats_writer_start(qd_stats *s, const char *path, const qd_db_tuning *tuning,
+/* Starts the writer on s->ops's writer connection to target. */
+qd_status qd_stats_writer_start(qd_stats *s, const char *target, const qd_db_tuning *tuning,
                                 qd_err *err);
 /* Drains the queue, stops and joins the thread, frees the group. */
 void qd_stats_writer_stop(qd_stats *s);
@@ -157,10 +153,12 @@ void qd_stats_writer_stop(qd_stats *s);
 #define QD_STATS_FOLD_MS    ((int64_t)1000)
 #define QD_STATS_FOLD_BYTES ((int64_t)64 << 20)
 
-/* Opens the writer's connection and the delta log beside path, and replays the log's records
- * into the database (a fold): the posts answered before a crash. pend: the readers' overlay. */
-qd_status qd_stats_group_new(const char *path, const qd_db_tuning *tuning, qd_pending *pend,
-                             stats_group **out, qd_err *err);
+/* Opens the engine's writer connection to path and the delta log beside path, and replays the
+ * log's records into the database (a fold): the posts answered before a crash. pend: the
+ * readers' overlay. */
+qd_status qd_stats_group_new(const struct qd_stats_ops *ops, const char *path,
+                             const qd_db_tuning *tuning, qd_pending *pend, stats_group **out,
+                             qd_err *err);
 /* When the delta log is due for a fold (CLOCK_REALTIME ms), 0 when it holds nothing. */
 int64_t qd_stats_group_fold_at(const stats_group *g, const stats_settings *set);
 void qd_stats_group_free(stats_group *g);

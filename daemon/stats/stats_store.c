@@ -1,14 +1,15 @@
-/* stats_store.c -- the statistics store's frame: opening and closing (the reader's connection
- * of the SQLite layer, db.h, here; the writer's in stats_group.c), the encodings the tables use
- * (float64 blobs, shapes as JSON text), checking a post before it is queued, the model settings'
- * defaults, and freeing what the API hands out. The reads are in stats_read.c, the writes in
- * stats_writer.c. SPDX-License-Identifier: Apache-2.0
+/* stats_store.c -- the statistics store's frame: opening and closing (on an engine of
+ * stats_engine.h: the reader's connection here, the writer's in stats_group.c), the encodings the
+ * tables use (float64 blobs, shapes as JSON text), checking a post before it is queued, the model
+ * settings' defaults, and freeing what the API hands out. The reads are in stats_read.c, the writes
+ * in stats_writer.c. SPDX-License-Identifier: Apache-2.0
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "stats_engine.h"
 #include "stats_internal.h"
 
 void qd_model_conf_defaults(qd_model_conf *c)
@@ -233,27 +234,39 @@ qd_status qd_stat_post_check(const qd_stat_post *p, qd_err *err)
 
 static void close_reader(qd_stats *s)
 {
-    qd_db_finalize(s->r, QD_R_COUNT);
-    qd_db_close(s->rdb);
-    s->rdb = NULL;
+    if (s->rd) s->ops->reader_close(s->rd);
+    s->rd = NULL;
 }
 
 qd_status qd_stats_open(const char *db_path, qd_metrics *metrics, const qd_db_tuning *tuning,
                         qd_stats **out, qd_err *err)
 {
+    return qd_stats_open_engine(QD_STORE_SQLITE, db_path, metrics, tuning, out, err);
+}
+
+/* The statistics' engine of each kind of store (store.h). */
+static const qd_stats_ops *const engines[QD_STORE_KIND_COUNT] = {
+    [QD_STORE_SQLITE] = &qd_stats_sqlite_ops,
+    [QD_STORE_POSTGRESQL] = &qd_stats_pg_ops,
+};
+
+qd_status qd_stats_open_engine(qd_store_kind kind, const char *db_path, qd_metrics *metrics,
+                               const qd_db_tuning *tuning, qd_stats **out, qd_err *err)
+{
     *out = NULL;
+    if ((unsigned)kind >= QD_STORE_KIND_COUNT)
+        return qd_fail(err, QD_INVALID, "unknown database engine %d", (int)kind);
     if (!db_path || !*db_path) return qd_fail(err, QD_INVALID, "no database path");
     qd_stats *s = calloc(1, sizeof *s);
     if (!s) return qd_fail(err, QD_NOMEM, "out of memory");
     s->metrics = metrics;
+    s->ops = engines[kind];
     if (pthread_mutex_init(&s->rmu, NULL) != 0) {
         free(s);
         return qd_fail(err, QD_NOMEM, "cannot create the statistics' read mutex");
     }
     qd_pending_init(&s->pend);
-    qd_db_tuning reader = {.busy_timeout_ms = tuning ? tuning->busy_timeout_ms : 0};
-    qd_status st = qd_db_open_tuned(db_path, QD_DB_READER, &reader, &s->rdb, err);
-    if (st == QD_OK) st = qd_stats_prepare_reads(s, err);
+    qd_status st = s->ops->reader_open(db_path, tuning, &s->rd, err);
     if (st == QD_OK) st = qd_stats_writer_start(s, db_path, tuning, err);
     if (st != QD_OK) {
         close_reader(s);

@@ -104,7 +104,7 @@ qd_status qd_stats_writer_start(qd_stats *s, const char *path, const qd_db_tunin
                               .window_ms = QD_STATS_WINDOW_S * 1000,
                               .fold_ms = QD_STATS_FOLD_MS,
                               .fold_bytes = QD_STATS_FOLD_BYTES};
-    qd_status st = qd_stats_group_new(path, tuning, &s->pend, &s->group, err);
+    qd_status st = qd_stats_group_new(s->ops, path, tuning, &s->pend, &s->group, err);
     if (st != QD_OK) return st;
     if (pthread_mutex_init(&s->qmu, NULL) != 0) {
         qd_stats_group_free(s->group);

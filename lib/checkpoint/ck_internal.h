@@ -125,6 +125,9 @@ typedef struct ck_tensor_plan {
     const quant_importance *imp;
     /* compressed-tensors: the static activation that became this weight's input_scale */
     const quant_static_act *static_act;
+    /* compressed-tensors: vLLM has a scheme for it but no common kernel takes its group size
+     * (ck_ct_kernel_warning says which) */
+    bool ct_group_warn;
 } ck_tensor_plan;
 
 /* A static activation scale (SRQ) planned into a shard: its output tensors. */
@@ -198,6 +201,9 @@ long ck_plan_add_out(ck_shard_plan *sp, const char *name, quant_st_dtype dtype, 
 /* Layout hooks: add the output tensors of a quantized tensor (tp->how and scale shape set). */
 quant_ck_status ck_native_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
 quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err);
+/* The warning of a tensor vLLM has a scheme for but whose group size its common kernels do not
+ * take (malloc'd text, the caller frees it), or NULL: none, or out of memory. */
+char *ck_ct_kernel_warning(const ck_tensor_plan *tp);
 /* compressed-tensors' quantization strategy of a planned weight, from its scale shape. */
 typedef enum { CK_CT_TENSOR, CK_CT_CHANNEL, CK_CT_GROUP, CK_CT_BLOCK } ck_ct_strategy;
 ck_ct_strategy ck_ct_strategy_of(const ck_tensor_plan *tp);

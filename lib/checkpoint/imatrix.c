@@ -52,11 +52,11 @@ static quant_ck_status add(quant_imatrix *m, const char *path, const char *name,
 {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(w[i]) || w[i] < 0) {
+            double bad = (double)w[i];
             free(w);
             return quant_ck_fail(err, QUANT_CK_ERR_FORMAT,
                                  "%s: entry '%.*s': value %lld is %g (must be finite and >= 0)",
-                                 path, (int)(len < 200 ? len : 200), name, (long long)i,
-                                 (double)w[i]);
+                                 path, (int)(len < 200 ? len : 200), name, (long long)i, bad);
         }
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 64;
@@ -285,7 +285,7 @@ static quant_ck_status name_entries(const quant_importance *e, size_t n, named *
             return quant_ck_fail(err, QUANT_CK_ERR_ARG, "importance of '%.80s': %s",
                                  e[i].act ? e[i].act : m,
                                  e[i].n ? "its GGUF name is too long" : "no values");
-        snprintf(out[i].name, sizeof out[i].name, "%s.weight", m);
+        snprintf(out[i].name, sizeof out[i].name, "%.*s.weight", (int)sizeof out[i].name - 8, m);
         out[i].e = &e[i];
     }
     qsort(out, n, sizeof *out, by_name);

@@ -5,9 +5,10 @@
  *
  * Mapping (refused with QUANT_CK_ERR_UNSUPPORTED otherwise):
  *  - only rank-2 tensors named `P.weight`, contraction on the last axis (or both axes);
- *  - int2..int8 weights: with an act_qtype -> `int-quantized` (P.weight I8, unpacked);
- *    weight-only -> `pack-quantized` (P.weight_packed I32 + P.weight_shape I64[2]), densely
- *    packed (ceil(n*bits/32) words: compressed-tensors 0.18.0 or later for int3/5/6/7);
+ *  - int2..int8 weights: int4 or int8 with an act_qtype -> `int-quantized` (P.weight I8,
+ *    unpacked); weight-only, or another width with an act_qtype -> `pack-quantized`
+ *    (P.weight_packed I32 + P.weight_shape I64[2]), densely packed (ceil(n*bits/32) words:
+ *    compressed-tensors 0.18.0 or later for int3/5/6/7);
  *  - float8_e4m3fn weights -> `float-quantized` (P.weight F8_E4M3);
  *  - mxfp4 -> `mxfp4-pack-quantized` (P.weight_packed U8 [out, ceil(in/2)], two e2m1 codes a
  *    byte, element 2i in the low nibble; no weight_shape) and mxfp8 -> `mxfp8-quantized`
@@ -34,9 +35,14 @@
  *
  * What vLLM serves (its compressed_tensors.py _get_scheme_from_parts and schemes/); every other
  * combination compressed-tensors could store is refused by ct_refusals[] at plan time:
- *  - int2..int8 weight-only, channel or group, symmetric; int4/int8 also asymmetric -> WNA16;
+ *  - int2..int8 weight-only, channel or group, symmetric; int4/int8 also asymmetric -> WNA16
+ *    (mixed-precision kernels: Marlin takes group sizes 32, 64, 128 and per channel, Machete 64
+ *    and 128; another group size gets a warning, ck_ct_kernel_warning);
  *  - int8 weights + int8 activations, tensor or channel, symmetric -> W8A8Int8;
  *  - int4 weights + int8 dynamic per-token activations, channel or group, symmetric -> W4A8Int;
+ *  - int2, int3, int5, int6, int7 weights + symmetric int8 dynamic per-token activations,
+ *    channel or group, symmetric -> pack-quantized with input_activations, WNAMInt (the Humming
+ *    kernel: any group size);
  *  - float8_e4m3fn weights, tensor / channel / block, symmetric, weight-only or with
  *    float8_e4m3fn activations -> W8A16Fp8 / W8A8Fp8;
  *  - mxfp4 weight-only -> W4A16Mxfp4 (_is_mxfp4: group 32, float, 4 bits, symmetric; the
@@ -217,6 +223,7 @@ typedef struct ct_scheme {
     bool asym;
     ct_act act;
     bool act_static; /* static per-tensor input_scale (SRQ), else dynamic per token */
+    bool act_asym;   /* the activations have a zero point */
 } ct_scheme;
 
 static bool channel_or_group(const ct_scheme *s)
@@ -234,9 +241,16 @@ static bool fp8_w_int8_act(const ct_scheme *s)
     return s->w == W_FP8 && s->act == ACT_INT8;
 }
 
-static bool odd_bits_with_act(const ct_scheme *s)
+/* WNAMInt (_is_wNaM_int): pack-quantized integer weights of any width, channel or group, with
+ * integer activations, run by the Humming kernel. vLLM's code is clear for symmetric dynamic
+ * per-token int8 activations over symmetric weights (it loads no weight zero point there);
+ * static per-tensor input scales are read as a fake quantization in one form of its dispatch and
+ * not matched in another, so they are refused. int4 and int8 with activations are written
+ * int-quantized (W4A8Int, W8A8Int8). */
+static bool wnam_unsupported(const ct_scheme *s)
 {
-    return s->w == W_INT && s->act != ACT_NONE && s->bits != 4 && s->bits != 8;
+    return s->w == W_INT && s->act == ACT_INT8 && s->bits != 4 && s->bits != 8 &&
+           (s->asym || !channel_or_group(s) || s->act_static || s->act_asym);
 }
 
 static bool w8a8_not_symmetric_tensor_channel(const ct_scheme *s)
@@ -273,48 +287,73 @@ static bool fp8_group(const ct_scheme *s)
 
 /* What compressed-tensors can store but vLLM (compressed_tensors.py _get_scheme_from_parts and
  * schemes/) has no scheme for, or would serve as something else; the first match refuses.
- * Beyond issue 12's list, from vLLM's source: int4 weights with int8 activations need W4A8Int's
- * terms (symmetric, channel or group, dynamic per token), int4 with float8_e4m3fn activations is
- * refused like int8 with them (the 8-bit checks ignore the activation type), and
- * float8_e4m3fn weights have no group scheme. */
+ * int4 weights with int8 activations need W4A8Int's terms (symmetric, channel or group, dynamic
+ * per token), other widths WNAMInt's; integer weights with float8_e4m3fn activations are refused
+ * (the 8-bit checks ignore the activation type), and float8_e4m3fn weights have no group
+ * scheme. */
 static const struct {
     bool (*applies)(const ct_scheme *s);
-    const char *why; /* the reason, then what would work */
+    const char *why;   /* what vLLM does with it */
+    const char *needs; /* what vLLM would need to serve it */
+    const char *use;   /* what works today */
 } ct_refusals[] = {
-    {int_w_fp8_act, "vLLM checks only that activations have 8 bits and would serve them as int8 "
-                    "(W8A8Int8, W4A8Int); use act_qtype int8, or float8_e4m3fn weights"},
-    {fp8_w_int8_act, "vLLM takes float8_e4m3fn weights with float8_e4m3fn activations only and "
-                     "would serve these weight-only (W8A16Fp8); use act_qtype float8_e4m3fn, or "
-                     "none"},
-    {odd_bits_with_act, "vLLM's schemes with activations take int8 (W8A8Int8) or int4 (W4A8Int) "
-                        "weights; use int8 or int4 weights, or no act_qtype (int2..int8 "
-                        "weight-only are served by WNA16)"},
+    {int_w_fp8_act,
+     "vLLM checks only that activations have 8 bits and would serve them as int8 (W8A8Int8, "
+     "W4A8Int)",
+     "a scheme for integer weights with float8_e4m3fn activations",
+     "act_qtype int8, or float8_e4m3fn weights"},
+    {fp8_w_int8_act,
+     "vLLM takes float8_e4m3fn weights with float8_e4m3fn activations only and would serve these "
+     "weight-only (W8A16Fp8)",
+     "a scheme for float8_e4m3fn weights with int8 activations",
+     "act_qtype float8_e4m3fn, or none"},
+    {wnam_unsupported,
+     "vLLM's WNAMInt (Humming kernel) takes int2..int8 weights with symmetric per-channel or "
+     "per-group scales and symmetric dynamic per-token int8 activations",
+     "weight and activation zero points and one reading of static input scales in WNAMInt",
+     "symmetric weight and activation calibration methods, a tile on the input axis only or "
+     "none, and no act_static_scale, or no act_qtype (WNA16)"},
     {w8a8_not_symmetric_tensor_channel,
-     "vLLM's W8A8Int8 takes symmetric int8 weights with a per-tensor or per-channel scale; use a "
-     "symmetric weight_calibration_method and no tile_size"},
-    {w4a8_unsupported, "vLLM's W4A8Int takes symmetric int4 weights with a per-channel or "
-                       "per-group scale and dynamic per-token activations; use a symmetric "
-                       "weight_calibration_method, a tile on the input axis only or none, and no "
-                       "act_static_scale"},
+     "vLLM's W8A8Int8 takes symmetric int8 weights with a per-tensor or per-channel scale",
+     "weight zero points and per-group or block scales in W8A8Int8",
+     "a symmetric weight_calibration_method and no tile_size"},
+    {w4a8_unsupported,
+     "vLLM's W4A8Int takes symmetric int4 weights with a per-channel or per-group scale and "
+     "dynamic per-token activations",
+     "weight zero points, per-tensor or block scales, or static input scales in W4A8Int",
+     "a symmetric weight_calibration_method, a tile on the input axis only or none, and no "
+     "act_static_scale"},
     {weight_only_not_channel_group,
-     "vLLM's weight-only scheme (WNA16) takes per-channel or per-group scales; use the default "
-     "contraction on the input axis, or a tile_size on it alone"},
-    {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only; use a "
-                            "symmetric weight_calibration_method, or int4 or int8"},
-    {mx_with_act, "vLLM serves mxfp4 weight-only whatever the activations (W4A16Mxfp4) and "
-                  "quantizes mxfp8's activations to mxfp8 (W8A8Mxfp8); use no act_qtype"},
-    {fp8_group, "vLLM takes float8_e4m3fn weights with a per-tensor, per-channel or block scale "
-                "(W8A8Fp8, W8A16Fp8); use no tile_size, or a 2-D tile_size"},
+     "vLLM's weight-only scheme (WNA16) takes per-channel or per-group scales",
+     "per-tensor and block scales in WNA16",
+     "the default contraction on the input axis, or a tile_size on it alone"},
+    {weight_only_asym_bits, "vLLM's WNA16 takes zero points for int4 and int8 only",
+     "zero-point kernels for the other widths",
+     "a symmetric weight_calibration_method, or int4 or int8"},
+    {mx_with_act,
+     "vLLM serves mxfp4 weight-only whatever the activations (W4A16Mxfp4) and quantizes mxfp8's "
+     "activations to mxfp8 (W8A8Mxfp8)",
+     "a scheme that reads the activations of mx weights", "no act_qtype"},
+    {fp8_group,
+     "vLLM takes float8_e4m3fn weights with a per-tensor, per-channel or block scale (W8A8Fp8, "
+     "W8A16Fp8)",
+     "a per-group float8_e4m3fn scheme", "no tile_size, or a 2-D tile_size"},
 };
 
-static const char *act_desc(const ct_scheme *s)
+/* "no activations", or e.g. "int8 asymmetric dynamic per-token activations". */
+static const char *act_desc(const ct_scheme *s, char *buf, size_t size)
 {
-    static const char *const desc[3][2] = {
-        [ACT_NONE] = {"no activations", "no activations"},
-        [ACT_INT8] = {"int8 dynamic per-token activations", "int8 static per-tensor activations"},
-        [ACT_FP8] = {"float8_e4m3fn dynamic per-token activations",
-                     "float8_e4m3fn static per-tensor activations"}};
-    return desc[s->act][s->act_static];
+    if (s->act == ACT_NONE) return "no activations";
+    snprintf(buf, size, "%s%s %s activations", s->act == ACT_FP8 ? "float8_e4m3fn" : "int8",
+             s->act_asym ? " asymmetric" : "",
+             s->act_static ? "static per-tensor" : "dynamic per-token");
+    return buf;
+}
+
+static bool act_asymmetric(const quant_rule *r)
+{
+    quant_calib_method m;
+    return quant_calib_parse(r->act_calibration, &m, NULL) == QUANT_OK && m.asymmetric;
 }
 
 /* Refuses the rule of a planned weight when vLLM cannot serve its compressed-tensors form. */
@@ -332,14 +371,18 @@ static quant_ck_status ct_check_servable(const ck_tensor_plan *tp, quant_ck_erro
                    .act = !r->has_act_qtype                        ? ACT_NONE
                           : r->act_qtype == QUANT_QTYPE_FP8_E4M3FN ? ACT_FP8
                                                                    : ACT_INT8,
-                   .act_static = r->has_act_qtype && r->act_static_scale};
+                   .act_static = r->has_act_qtype && r->act_static_scale,
+                   .act_asym = r->has_act_qtype && act_asymmetric(r)};
+    char acts[96];
     for (size_t i = 0; i < sizeof ct_refusals / sizeof ct_refusals[0]; i++) {
         if (!ct_refusals[i].applies(&s)) continue;
         return quant_ck_fail(err, QUANT_CK_ERR_UNSUPPORTED,
                              "tensor '%s' (rule %ld): compressed-tensors can store this but vLLM "
-                             "has no scheme for it: %s weights, %s strategy, %s, with %s: %s",
+                             "has no scheme for it: %s weights, %s strategy, %s, with %s: %s; "
+                             "vLLM would need %s; use %s",
                              tp->in->name, tp->rule, tr->name, ck_ct_strategy_name(s.strategy),
-                             s.asym ? "asymmetric" : "symmetric", act_desc(&s), ct_refusals[i].why);
+                             s.asym ? "asymmetric" : "symmetric", act_desc(&s, acts, sizeof acts),
+                             ct_refusals[i].why, ct_refusals[i].needs, ct_refusals[i].use);
     }
     return QUANT_CK_OK;
 }
@@ -419,7 +462,9 @@ quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quan
     if (tp->how.qtype == QUANT_QTYPE_NVFP4) return nvfp4_outputs(sp, tp, module, err);
     int bits = quant_qtype_traits_get(tp->how.qtype)->bits;
     bool is_float = tp->how.qtype == QUANT_QTYPE_FP8_E4M3FN;
-    bool packed = !is_float && !tp->r->has_act_qtype;
+    /* int4 and int8 with activations are int-quantized (W4A8Int, W8A8Int8); the other widths
+     * with activations are pack-quantized (WNAMInt reads weight_packed) */
+    bool packed = !is_float && (!tp->r->has_act_qtype || (bits != 4 && bits != 8));
     tp->how.pack = false;
     tp->codec = packed ? CK_CODEC_PACK32 : CK_CODEC_RAW;
     int64_t s_shape[2] = {tp->scale_shape[0], tp->scale_shape[1]};
@@ -443,11 +488,47 @@ quant_ck_status ck_ct_tensor_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quan
     return QUANT_CK_OK;
 }
 
+/* ---- kernels and group sizes ------------------------------------------------------------- */
+
+/* The group sizes vLLM's Marlin kernel takes (MARLIN_SUPPORTED_GROUP_SIZES: 32, 64, 128, and -1
+ * for per channel); Machete takes 64 and 128 of them. */
+static bool marlin_group_size(int64_t g)
+{
+    return g == 32 || g == 64 || g == 128;
+}
+
+/* The group size of a weight-only integer weight served by WNA16 when no Marlin kernel takes
+ * it, else 0. */
+static int64_t odd_group_size(const ck_tensor_plan *tp)
+{
+    if (tp->how.qtype > QUANT_QTYPE_INT8 || tp->r->has_act_qtype) return 0;
+    if (ck_ct_strategy_of(tp) != CK_CT_GROUP) return 0;
+    int64_t g = tp->in->shape[1] / tp->scale_shape[1];
+    return marlin_group_size(g) ? 0 : g;
+}
+
+char *ck_ct_kernel_warning(const ck_tensor_plan *tp)
+{
+    int64_t g = tp->ct_group_warn ? odd_group_size(tp) : 0;
+    if (g == 0) return NULL;
+    char text[512];
+    snprintf(text, sizeof text,
+             "vLLM has a scheme for this rule (WNA16), but its Marlin kernel takes group sizes 32, "
+             "64 and 128 (or per channel) and Machete 64 and 128, not %lld: only its Exllama "
+             "kernel (int4 or int8, float16 activations) or Humming kernel (CUDA, with the "
+             "optional humming package) can serve it, and vLLM refuses the layer when loading "
+             "where neither can; use tile_size 32, 64 or 128",
+             (long long)g);
+    return strdup(text);
+}
+
 quant_ck_status ck_ct_outputs(ck_shard_plan *sp, ck_tensor_plan *tp, quant_ck_error *err)
 {
     quant_ck_status st = ct_check(tp, err);
     if (st == QUANT_CK_OK) st = ct_check_servable(tp, err);
-    return st == QUANT_CK_OK ? ck_ct_tensor_outputs(sp, tp, err) : st;
+    if (st != QUANT_CK_OK) return st;
+    tp->ct_group_warn = odd_group_size(tp) != 0;
+    return ck_ct_tensor_outputs(sp, tp, err);
 }
 
 /* ---- static activation scales (SRQ) -> input_scale ------------------------------------------- */

@@ -96,6 +96,7 @@ static bool add_entry(quant_plan *p, const ck_shard_plan *sp, const ck_tensor_pl
     e->reason = tp->reason; /* static strings */
     e->rule = tp->rule;
     e->first_match = tp->first_match;
+    e->warning = tp->quantize ? ck_ct_kernel_warning(tp) : NULL; /* NULL: none */
     e->needs_statistics = tp->quantize && sp->stats_later &&
                           (tp->r->act_static_scale || (tp->r->weight_importance && !tp->imp));
     e->qtype = tp->how.qtype;
@@ -178,6 +179,7 @@ static bool copy_entry(quant_plan *p, const quant_plan_entry *src)
     *e = *src;
     e->name = strdup(src->name);
     e->shard = strdup(src->shard);
+    e->warning = src->warning ? strdup(src->warning) : NULL;
     quant_plan_output *o = calloc(src->n_outputs ? src->n_outputs : 1, sizeof *o);
     e->outputs = o;
     e->n_outputs = 0;
@@ -188,7 +190,8 @@ static bool copy_entry(quant_plan *p, const quant_plan_entry *src)
     }
     p->bytes_in += e->bytes_in;
     p->bytes_out += e->bytes_out;
-    return e->name && e->shard && o && e->n_outputs == src->n_outputs;
+    return e->name && e->shard && o && e->n_outputs == src->n_outputs &&
+           (e->warning || !src->warning);
 }
 
 quant_ck_status ck_plan_doc_from_entries(quant_layout layout, const quant_plan_entry *entries,
@@ -221,6 +224,7 @@ void quant_plan_free(quant_plan *p)
         free((char *)p->e[i].name);
         free((char *)p->e[i].shard);
         outputs_free(p->e[i].outputs, p->e[i].n_outputs);
+        free((char *)p->e[i].warning);
     }
     for (size_t i = 0; i < p->n_acts; i++) {
         free((char *)p->acts[i].name);
@@ -321,6 +325,7 @@ static json_t *entry_json(const quant_plan_entry *e)
     json_object_set_new(o, "bytes_in", json_integer((json_int_t)e->bytes_in));
     json_object_set_new(o, "bytes_out", json_integer((json_int_t)e->bytes_out));
     json_object_set_new(o, "outputs", outputs_json(e->outputs, e->n_outputs));
+    if (e->warning) json_object_set_new(o, "warning", json_string(e->warning));
     return o;
 }
 

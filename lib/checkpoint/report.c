@@ -58,6 +58,7 @@ void quant_report_free(quant_report *r)
         free((char *)r->e[i].name);
         free((char *)r->e[i].shard);
         free((char *)r->e[i].importance_act);
+        free((char *)r->e[i].warning);
     }
     for (size_t i = 0; i < r->n_acts; i++) static_act_clear(&r->acts[i]);
     ck_report_drop_outputs(r);
@@ -253,10 +254,12 @@ quant_report_entry *ck_report_add_entry(quant_report *r, const quant_report_entr
     e->name = strdup_or_null(src->name, &ok);
     e->shard = strdup_or_null(src->shard, &ok);
     e->importance_act = strdup_or_null(src->importance_act, &ok);
+    e->warning = strdup_or_null(src->warning, &ok);
     if (!ok) {
         free((char *)e->name);
         free((char *)e->shard);
         free((char *)e->importance_act);
+        free((char *)e->warning);
         return NULL;
     }
     r->n++;
@@ -285,6 +288,7 @@ quant_report_entry *ck_report_add(quant_report *r, const char *shard, const ck_t
     memcpy(e->shape, tp->in->shape, sizeof e->shape);
     if (tp->quantize) memcpy(e->scale_shape, tp->scale_shape, sizeof e->scale_shape);
     if (tp->quantize && tp->imp) e->importance_act = strdup(tp->imp->act); /* NULL: not shown */
+    if (tp->quantize) e->warning = ck_ct_kernel_warning(tp);               /* NULL: none */
     return e;
 }
 
@@ -331,6 +335,7 @@ static json_t *entry_json(const quant_report_entry *e)
             json_object_set_new(m, "importance", json_string(e->importance_act));
         json_object_set_new(o, "mse", m);
     }
+    if (e->warning) json_object_set_new(o, "warning", json_string(e->warning));
     return o;
 }
 

@@ -227,6 +227,9 @@ typedef struct quant_report_entry {
     double mse_err_before, mse_err_after;
     int64_t mse_groups, mse_shrunk;
     const char *importance_act;
+    /* compressed-tensors: what a server would make of it when it may fail to serve it (vLLM has
+     * a scheme but its common kernels do not take the group size); NULL: nothing to say */
+    const char *warning;
 } quant_report_entry;
 
 typedef struct quant_report quant_report;
@@ -434,6 +437,7 @@ typedef struct quant_plan_entry {
      * chosen cannot hold the row length and llama-quantize's fallback replaced it); NULL in the
      * other layouts */
     const char *chosen_by;
+    const char *warning; /* as quant_report_entry.warning */
 } quant_plan_entry;
 
 /* A static activation scale (quant_pipeline_options.static_acts) the run would write. */

@@ -1297,6 +1297,69 @@ START_TEST(test_plan_errors)
 }
 END_TEST
 
+/* A compressed-tensors group size no common vLLM kernel takes: plan and quantize succeed and warn
+ * once for the rule on stderr (its first tensor, how many more, the group size, what to use);
+ * the plan's JSON and the report carry the warning per tensor. */
+START_TEST(test_ct_group_size_warned)
+{
+    char *dir = ck_tmpdir(), *in = kit_join(dir, "model"), *out = kit_join(dir, "model-q");
+    char *rules = kit_join(dir, "rules.json");
+    ck_assert_int_eq(mkdir(in, 0700), 0);
+    char *shard = kit_join(in, "model.safetensors"), *cfg = kit_join(in, "config.json");
+    float a[4 * 86], b[4 * 86];
+    ck_fill(a, 4 * 86, 31, 1.0f);
+    ck_fill(b, 4 * 86, 32, 1.0f);
+    kit_st_tensor t[] = {{"m.a_proj.weight", "F32", 2, {4, 86}, a, sizeof a},
+                         {"m.b_proj.weight", "F32", 2, {4, 86}, b, sizeof b}};
+    ck_gen_file(shard, t, 2, NULL);
+    ck_write_file(cfg, "{}", 2);
+    const char *text = "[{\"module_path\":\".*_proj\",\"weight_qtype\":\"int4\",\"tile_size\":43}]";
+    ck_write_file(rules, text, strlen(text));
+
+    run_result r = RUN(dir, "plan", "-l", "compressed-tensors", "-r", rules, in);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "quant: warning: tensor 'm.a_proj.weight' and 1 more tensor of "
+                                "rule 0: vLLM has a scheme for this rule (WNA16)") != NULL,
+                  "stderr: %s", r.err);
+    ck_assert_msg(strstr(r.err, "not 43") && strstr(r.err, "use tile_size 32, 64 or 128"),
+                  "stderr: %s", r.err);
+    ck_assert_ptr_null(strstr(r.err, "m.b_proj.weight")); /* one line for the rule */
+    result_free(&r);
+    r = RUN(dir, "plan", "--json", "-l", "compressed-tensors", "-r", rules, in);
+    ck_assert_int_eq(r.status, 0);
+    json_t *doc = json_loads(r.out, 0, NULL);
+    ck_assert_ptr_nonnull(doc);
+    json_t *ts = json_object_get(doc, "tensors");
+    for (size_t i = 0; i < json_array_size(ts); i++)
+        ck_assert_ptr_nonnull(json_object_get(json_array_get(ts, i), "warning"));
+    json_decref(doc);
+    result_free(&r);
+
+    r = RUN(dir, "quantize", "-q", "-l", "compressed-tensors", "-r", rules, in, out);
+    ck_assert_msg(r.status == 0, "exit %d, %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "warning: tensor 'm.a_proj.weight' and 1 more tensor of rule 0") &&
+                      strstr(r.err, "not 43"),
+                  "stderr: %s", r.err);
+    result_free(&r);
+    char *report = kit_join(out, "quant-report.json");
+    json_t *rep = load_json_file(report);
+    ts = json_object_get(rep, "tensors");
+    ck_assert_int_eq(json_array_size(ts), 2);
+    for (size_t i = 0; i < json_array_size(ts); i++)
+        ck_assert_ptr_nonnull(
+            strstr(json_string_value(json_object_get(json_array_get(ts, i), "warning")), "not 43"));
+    json_decref(rep);
+    free(report);
+    free(shard);
+    free(cfg);
+    free(rules);
+    free(in);
+    free(out);
+    kit_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 Suite *suite_cli(void)
 {
     Suite *s = suite_create("cli");
@@ -1323,6 +1386,7 @@ Suite *suite_cli(void)
     tcase_add_test(tc, test_mse_importance_stats);
     tcase_add_test(tc, test_plan_command);
     tcase_add_test(tc, test_plan_errors);
+    tcase_add_test(tc, test_ct_group_size_warned);
     suite_add_tcase(s, tc);
     return s;
 }

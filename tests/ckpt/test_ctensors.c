@@ -18,9 +18,9 @@ typedef struct ct_case {
 } ct_case;
 
 /* Quantizes a one-weight file "layer.proj.weight" [rows, cols] (plus "lm_head.weight") in a
- * directory with config.json into `out`; returns the status. */
-static quant_ck_status ct_run(const char *root, const char *rules, int64_t rows, int64_t cols,
-                              quant_ck_error *err)
+ * directory with config.json into `out`; returns the status, the report in `*rep` (NULL: none). */
+static quant_ck_status ct_run_report(const char *root, const char *rules, int64_t rows,
+                                     int64_t cols, quant_report **rep, quant_ck_error *err)
 {
     char *in = kit_join(root, "in"), *out = kit_join(root, "out");
     kit_rmtree(in);
@@ -41,7 +41,7 @@ static quant_ck_status ct_run(const char *root, const char *rules, int64_t rows,
     quant_pipeline_options_init(&o);
     o.layout = QUANT_LAYOUT_CTENSORS;
     o.chunk_bytes = 64u << 10;
-    quant_ck_status st = quant_quantize_path(rs, in, out, &o, NULL, err);
+    quant_ck_status st = quant_quantize_path(rs, in, out, &o, rep, err);
     quant_ruleset_free(rs);
     free(w);
     free(shard);
@@ -49,6 +49,12 @@ static quant_ck_status ct_run(const char *root, const char *rules, int64_t rows,
     free(in);
     free(out);
     return st;
+}
+
+static quant_ck_status ct_run(const char *root, const char *rules, int64_t rows, int64_t cols,
+                              quant_ck_error *err)
+{
+    return ct_run_report(root, rules, rows, cols, NULL, err);
 }
 
 static quant_st_tensor out_tensor(const char *root, const char *name, void **data)
@@ -342,12 +348,20 @@ START_TEST(test_vllm_refusals)
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int8\",\"weight_calibration_method\":"
          "\"minmax\"," BLOCK_TILE "}]",
          "int8 weights, block strategy, asymmetric", "per-channel or per-group"},
-        /* int2/3/5/6/7 with activations */
-        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"act_qtype\":\"int8\"}]",
-         "int3 weights, channel strategy, symmetric, with int8 dynamic", "int8 (W8A8Int8) or int4"},
-        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int6\",\"act_qtype\":\"int8\",\"tile_"
-         "size\":16}]",
-         "int6 weights", "W4A8Int"},
+        /* int2/3/5/6/7 with activations: WNAMInt's terms only */
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"act_qtype\":\"int8\",\"weight_"
+         "calibration_method\":\"minmax\"}]",
+         "int3 weights, channel strategy, asymmetric, with int8 dynamic", "WNAMInt"},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int6\",\"act_qtype\":\"int8\","
+         "\"contraction_axes\":[0,1]}]",
+         "int6 weights, tensor strategy", "per-channel or per-group"},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int5\",\"act_qtype\":\"int8\",\"act_"
+         "calibration_method\":\"minmax\",\"tile_size\":16}]",
+         "int5 weights, group strategy, symmetric, with int8 asymmetric dynamic",
+         "symmetric dynamic per-token"},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int2\",\"act_qtype\":\"int8\","
+         "\"weight_calibration_method\":\"minmax\",\"tile_size\":8}]",
+         "int2 weights, group strategy, asymmetric", "zero points"},
         /* asymmetric weights of other than 4 or 8 bits */
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"weight_calibration_method\":"
          "\"minmax\"}]",
@@ -391,6 +405,7 @@ START_TEST(test_vllm_refusals)
         ck_assert_msg(strstr(m, cases[i].scheme) != NULL, "case %zu: %s", i, m);
         ck_assert_msg(strstr(m, cases[i].reason) != NULL, "case %zu: %s", i, m);
         ck_assert_msg(strstr(m, "; use ") != NULL, "case %zu names no way out: %s", i, m);
+        ck_assert_msg(strstr(m, "; vLLM would need ") != NULL, "case %zu names no need: %s", i, m);
         ck_assert_int_eq(ck_count_entries(out), -1); /* no output directory */
     }
     free(out);
@@ -415,6 +430,12 @@ START_TEST(test_vllm_accepts)
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int8\",\"act_qtype\":\"int8\","
          "\"contraction_axes\":[0,1]}]",
          "int-quantized", "tensor"},
+        /* WNAMInt: other widths with int8 dynamic per-token activations, pack-quantized */
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"act_qtype\":\"int8\"}]",
+         "pack-quantized", "channel"},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int6\",\"act_qtype\":\"int8\",\"tile_"
+         "size\":16}]",
+         "pack-quantized", "group"},
         /* W4A8Int: channel or group, dynamic per token */
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int4\",\"act_qtype\":\"int8\",\"tile_"
          "size\":16}]",
@@ -448,6 +469,128 @@ START_TEST(test_vllm_accepts)
     }
     kit_rmtree(root);
     free(root);
+}
+END_TEST
+
+/* int2, int3, int5, int6, int7 weights with int8 dynamic per-token activations are written as
+ * vLLM's WNAMInt loads them: pack-quantized weight_packed and weight_shape, input_activations in
+ * the config group. */
+START_TEST(test_wnam_tensors)
+{
+    char *root = ck_tmpdir();
+    quant_ck_error err;
+    ck_assert_msg(ct_run(root,
+                         "[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"act_qtype\":"
+                         "\"int8\",\"tile_size\":16}]",
+                         16, 32, &err) == QUANT_CK_OK,
+                  "%s", err.message);
+    assert_shape(out_tensor(root, "layer.proj.weight_packed", NULL), QUANT_ST_I32, 2, 16, 3);
+    assert_shape(out_tensor(root, "layer.proj.weight_shape", NULL), QUANT_ST_I64, 1, 2, 0);
+    assert_shape(out_tensor(root, "layer.proj.weight_scale", NULL), QUANT_ST_F32, 2, 16, 2);
+    char *path = kit_join(root, "out/model.safetensors");
+    quant_st_file *f = NULL;
+    ck_assert_int_eq(quant_st_open(path, &f, &err), QUANT_CK_OK);
+    ck_assert_ptr_null(quant_st_find(f, "layer.proj.weight")); /* not int-quantized */
+    quant_st_close(f);
+    free(path);
+    json_t *qc = qconfig(root);
+    json_t *g = json_object_get(json_object_get(qc, "config_groups"), "group_0");
+    json_t *w = json_object_get(g, "weights"), *a = json_object_get(g, "input_activations");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "format")), "pack-quantized");
+    ck_assert_int_eq(json_integer_value(json_object_get(w, "num_bits")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(w, "group_size")), 16);
+    ck_assert(json_is_true(json_object_get(w, "symmetric")));
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "num_bits")), 8);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "type")), "int");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "strategy")), "token");
+    ck_assert(json_is_true(json_object_get(a, "dynamic")));
+    ck_assert(json_is_true(json_object_get(a, "symmetric")));
+    json_decref(qc);
+    kit_rmtree(root);
+    free(root);
+}
+END_TEST
+
+/* The warning of `name` in the report and in a plan of the same input, NULL when none (the two
+ * must agree); the report's and plan's JSON carry it as "warning". */
+static char *group_warning(const char *rules, int64_t cols)
+{
+    char *root = ck_tmpdir(), *in = kit_join(root, "in");
+    quant_report *rep = NULL;
+    quant_ck_error err;
+    ck_assert_msg(ct_run_report(root, rules, 16, cols, &rep, &err) == QUANT_CK_OK, "%s",
+                  err.message);
+    const quant_report_entry *re = NULL;
+    for (size_t i = 0; i < quant_report_count(rep); i++)
+        if (strcmp(quant_report_entry_at(rep, i)->name, "layer.proj.weight") == 0)
+            re = quant_report_entry_at(rep, i);
+    ck_assert_ptr_nonnull(re);
+    char *warning = re->warning ? strdup(re->warning) : NULL;
+    char *text = quant_report_json(rep);
+    ck_assert_int_eq(strstr(text, "\"warning\"") != NULL, warning != NULL);
+    free(text);
+    quant_report_free(rep);
+
+    quant_ruleset *rs = NULL;
+    ck_assert_int_eq(quant_ruleset_parse(rules, strlen(rules), "t", &rs, &err), QUANT_CK_OK);
+    quant_pipeline_options o;
+    quant_pipeline_options_init(&o);
+    o.layout = QUANT_LAYOUT_CTENSORS;
+    quant_plan *plan = NULL;
+    ck_assert_msg(quant_plan_path(rs, in, &o, &plan, &err) == QUANT_CK_OK, "%s", err.message);
+    const quant_plan_entry *pe = NULL;
+    for (size_t i = 0; i < quant_plan_count(plan); i++)
+        if (strcmp(quant_plan_entry_at(plan, i)->name, "layer.proj.weight") == 0)
+            pe = quant_plan_entry_at(plan, i);
+    ck_assert_ptr_nonnull(pe);
+    ck_assert_int_eq(pe->warning != NULL, warning != NULL);
+    if (warning) ck_assert_str_eq(pe->warning, warning);
+    text = quant_plan_json(plan);
+    ck_assert_int_eq(strstr(text, "\"warning\"") != NULL, warning != NULL);
+    free(text);
+    quant_plan_free(plan);
+    quant_ruleset_free(rs);
+    free(in);
+    kit_rmtree(root);
+    free(root);
+    return warning;
+}
+
+/* WNA16 with a group size none of vLLM's Marlin and Machete kernels takes is written, with a
+ * warning in the run's report and the plan (which quant and quantd show); group sizes 32, 64,
+ * 128, per-channel scales and WNAMInt (Humming: any group size) have none. */
+START_TEST(test_group_size_warning)
+{
+    char *w = group_warning(
+        "[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int4\",\"tile_size\":43}]", 86);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_msg(strstr(w, "WNA16") && strstr(w, "Marlin") && strstr(w, "not 43") &&
+                      strstr(w, "use tile_size 32, 64 or 128"),
+                  "%s", w);
+    free(w);
+    w = group_warning("[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"tile_size\":16,"
+                      "\"weight_calibration_method\":\"absmax\"}]",
+                      32);
+    ck_assert_msg(w && strstr(w, "not 16"), "%s", w ? w : "no warning");
+    free(w);
+    static const struct {
+        const char *rules;
+        int64_t cols;
+    } quiet[] = {
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int4\",\"tile_size\":32}]", 64},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int8\",\"tile_size\":128}]", 256},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int4\"}]", 86},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int3\",\"act_qtype\":\"int8\",\"tile_"
+         "size\":43}]",
+         86},
+        {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"float8_e4m3fn\",\"tile_size\":{\"0\":8,"
+         "\"1\":43}}]",
+         86},
+    };
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        w = group_warning(quiet[i].rules, quiet[i].cols);
+        ck_assert_msg(w == NULL, "case %zu: %s", i, w ? w : "");
+    }
 }
 END_TEST
 
@@ -550,6 +693,8 @@ Suite *suite_ctensors(void)
     tcase_add_test(tc, test_zero_point_channel_run);
     tcase_add_test(tc, test_vllm_refusals);
     tcase_add_test(tc, test_vllm_accepts);
+    tcase_add_test(tc, test_wnam_tensors);
+    tcase_add_test(tc, test_group_size_warning);
     tcase_add_test(tc, test_file_writes_config);
     suite_add_tcase(s, tc);
     return s;

@@ -614,7 +614,7 @@ START_TEST(test_write_round_trip)
     static const int64_t ne[][2] = {{5, 3}, {64, 2}, {3, 7}};
     size_t idx;
     for (int i = 0; i < 3; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "t%d", i);
         ok(quant_gguf_writer_add_tensor(w, name, 2, ne[i], types[i], &idx, &err), &err);
         ck_assert_uint_eq(idx, (size_t)i);

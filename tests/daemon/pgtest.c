@@ -51,7 +51,8 @@ const char *qdt_pg_socket_dir(void)
 static bool wanted(void)
 {
     const char *suite = getenv("CK_RUN_SUITE");
-    return !suite || !*suite || strcmp(suite, "store") == 0 || strcmp(suite, "store_pg") == 0;
+    return !suite || !*suite || strcmp(suite, "store") == 0 || strcmp(suite, "store_pg") == 0 ||
+           strcmp(suite, "stats_store") == 0;
 }
 
 __attribute__((format(printf, 1, 2))) static void problem(const char *fmt, ...)

@@ -17,8 +17,9 @@
 #include <stdbool.h>
 
 /* In the runner, before the suites run: starts the cluster when a suite that needs it is
- * selected (CK_RUN_SUITE unset, "store" or "store_pg") and PostgreSQL cases are not skipped. A
- * failure is kept for the cases to report (qdt_pg_new_db fails them with it); nothing exits. */
+ * selected (CK_RUN_SUITE unset, "store", "store_pg" or "stats_store") and PostgreSQL cases are not
+ * skipped. A failure is kept for the cases to report (qdt_pg_new_db fails them with it); nothing
+ * exits. */
 void qdt_pg_start(void);
 /* In the runner, after the suites: stops the cluster and removes its directory. */
 void qdt_pg_stop(void);

@@ -241,6 +241,52 @@ START_TEST(test_job_unused_rules)
 }
 END_TEST
 
+/* A compressed-tensors group size no common vLLM kernel takes (16 here): the plan and the job's
+ * report carry the warning on each such tensor, the job succeeds. */
+START_TEST(test_ct_group_size_warning)
+{
+    plan_fixture f;
+    start(&f);
+    const char *rules = "\"layout\":\"compressed-tensors\",\"rules\":[{\"module_path\":\".*(q|k|v|"
+                        "o)_proj\",\"weight_qtype\":\"int4\",\"tile_size\":16}]";
+    qdp_resp r = post(&f, "/v1/plans", rules, "stories");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    json_t *doc = qdp_json(&r), *t;
+    size_t i, warned = 0;
+    json_array_foreach(json_object_get(doc, "tensors"), i, t) if (json_object_get(t, "warning"))
+        warned++;
+    ck_assert_uint_eq(warned, 20); /* q, k, v, o of 5 layers */
+    json_decref(doc);
+    qdp_resp_free(&r);
+    r = post(&f, "/v1/jobs", rules, "stories");
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body);
+    json_t *job = qdp_json(&r);
+    long long id = json_integer_value(json_object_get(job, "id"));
+    json_decref(job);
+    qdp_resp_free(&r);
+    job = qdp_wait_job(&f.d, id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(job, "state")), "succeeded");
+    json_decref(job);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%lld/report", id);
+    r = qdp_req(&f.d, "GET", path, NULL, NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    doc = qdp_json(&r);
+    warned = 0;
+    json_array_foreach(json_object_get(doc, "tensors"), i, t)
+    {
+        const char *w = json_string_value(json_object_get(t, "warning"));
+        if (!w) continue;
+        ck_assert_msg(strstr(w, "WNA16") && strstr(w, "not 16"), "%s", w);
+        warned++;
+    }
+    ck_assert_uint_eq(warned, 20);
+    json_decref(doc);
+    qdp_resp_free(&r);
+    stop(&f);
+}
+END_TEST
+
 /* The first 8 + header-length bytes of `path` written to `to`: a shard's header alone. */
 static void write_header_only(const char *path, const char *to)
 {
@@ -324,6 +370,7 @@ Suite *suite_plans(void)
     tcase_add_test(tc, test_plan_needs_statistics);
     tcase_add_test(tc, test_job_unused_rules);
     tcase_add_test(tc, test_plan_upload);
+    tcase_add_test(tc, test_ct_group_size_warning);
     suite_add_tcase(s, tc);
     return s;
 }

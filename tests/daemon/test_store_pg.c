@@ -70,7 +70,9 @@ START_TEST(test_pg_schema_fresh)
     ck_assert_int_eq(pg_int("SELECT version FROM quantd_schema"), qd_pg_n_migrations);
     char *tables = qdt_pg_text(g_db, "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM "
                                      "pg_tables WHERE schemaname = current_schema()");
-    ck_assert_str_eq(tables, "jobs,outputs,quantd_schema,reports,rulesets,tokens");
+    ck_assert_str_eq(tables,
+                     "jobs,outputs,quantd_schema,reports,rulesets,stat_models,stat_post_keys,"
+                     "stats,tokens");
     free(tables);
     qd_err err;
     ck_assert_int_eq(qd_store_ping(s, &err), QD_OK);
