@@ -3,7 +3,7 @@
  * before any data is written, so workers can pwrite each tensor at its offset; the file appears by
  * rename only. SPDX-License-Identifier: Apache-2.0
  *
- * Format (../shared/reference/formats-and-peers.md section 1): u64 little-endian header length N,
+ * Format (safetensors, as Hugging Face defines it): u64 little-endian header length N,
  * N bytes of JSON, then the byte buffer; each tensor's data_offsets are relative to the buffer.
  */
 #ifndef QUANT_ST_H

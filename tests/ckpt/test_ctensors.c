@@ -381,7 +381,7 @@ START_TEST(test_vllm_refusals)
          "]",
          "float8_e4m3fn weights, channel strategy, symmetric, with int8 dynamic",
          "weight-only (W8A16Fp8)"},
-        /* found in vLLM beyond the issue's list: int4 with activations, fp8 group */
+        /* found in vLLM beyond the first list: int4 with activations, fp8 group */
         {"[{\"module_path\":\"layer.*\",\"weight_qtype\":\"int4\",\"act_qtype\":\"int8\",\"weight_"
          "calibration_method\":"
          "\"minmax\"}]",

@@ -95,7 +95,7 @@ static const char *python(void)
 /* ---- llama_np.py ----------------------------------------------------------------------------- */
 
 /* The forward pass against known tokens: the fixture's greedy continuation of BOS. The first four
- * are what ../shared/data/README.md reports for this network (461, 461, 401, 401); the rest were
+ * are the ones published with this network (461, 461, 401, 401); the rest were
  * recorded from llama_np.py, which the float32 copy of the weights continues identically through
  * token 10. A wrong rotary convention, mask, GQA head mapping or norm changes them. */
 START_TEST(test_forward_known_answer)
