@@ -275,6 +275,7 @@ deps:
 	    $(QD_PKGS) || scripts/install-deps
 	@{ python3 -c 'import numpy' || /usr/bin/python3 -c 'import numpy'; } >/dev/null 2>&1 || \
 	    scripts/install-deps
+	@command -v curl >/dev/null 2>&1 || scripts/install-deps
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$QUANT_TEST_PG_BINDIR" ] || \
 	    scripts/install-deps
 	@[ "$${QUANT_SKIP_TORCH:-}" = 1 ] || { /usr/bin/python3 -c 'import torch' || \
