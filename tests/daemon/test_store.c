@@ -1368,7 +1368,9 @@ START_TEST(test_tokens)
     ck_assert_str_eq(list[0].name, "ci");
     ck_assert_str_eq(list[1].name, "ops");
     free(list);
-    eng_exec("UPDATE tokens SET expires_ms = created_ms - 1 WHERE name = 'ci'"); /* in the past */
+    /* made 10 ms ago, expired 1 ms after: in the past however fast this runs */
+    eng_exec("UPDATE tokens SET created_ms = created_ms - 10, expires_ms = created_ms - 9 WHERE "
+             "name = 'ci'");
     ck_assert_int_eq(check(t, ci, &who), QD_TOKEN_EXPIRED);
     ck_assert_str_eq(who.name, "ci");
     ck_assert_int_eq(qd_tokens_revoke(t, "ops", &err), QD_OK);
