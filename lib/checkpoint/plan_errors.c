@@ -32,7 +32,7 @@ static ck_plan_group *group_of(ck_plan_errors *pe, const char *why)
         if (strcmp(pe->groups[g].reason, why) == 0) return &pe->groups[g];
     if (pe->n_groups == CK_PLAN_GROUPS || strlen(why) >= sizeof pe->groups[0].reason) return NULL;
     ck_plan_group *g = &pe->groups[pe->n_groups++];
-    snprintf(g->reason, sizeof g->reason, "%s", why);
+    snprintf(g->reason, sizeof g->reason, "%.*s", (int)sizeof g->reason - 1, why);
     return g;
 }
 
