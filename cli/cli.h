@@ -57,8 +57,15 @@ int cli_put_text(char *text);
 
 /* Prints "quant: warning: <message>\n" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The warning of a rule's tensors: "tensor 'NAME' (and N more) (rule R): WARNING". */
-void cli_warn_tensors(const char *name, size_t more, long rule, const char *warning);
+/* A tensor's warning (a plan's or a report's entry). */
+typedef struct cli_tensor_warning {
+    const char *name;
+    long rule;
+    const char *warning; /* NULL: none */
+} cli_tensor_warning;
+/* One warning per rule among the n entries, in order of its first tensor: "tensor 'NAME' and N
+ * more tensors of rule R: WARNING". */
+void cli_warn_tensors(const cli_tensor_warning *w, size_t n);
 
 /* ---- option values (util.c) --------------------------------------------------------------- */
 

@@ -190,21 +190,14 @@ static void print_totals(const quant_plan *p, const quant_ruleset *rules)
 static void warn_tensors(const quant_plan *p)
 {
     size_t n = quant_plan_count(p);
+    cli_tensor_warning *w = calloc(n ? n : 1, sizeof *w);
+    if (!w) return; /* a warning only */
     for (size_t i = 0; i < n; i++) {
         const quant_plan_entry *e = quant_plan_entry_at(p, i);
-        bool first = e->warning != NULL;
-        for (size_t k = 0; first && k < i; k++) {
-            const quant_plan_entry *o = quant_plan_entry_at(p, k);
-            first = !(o->warning && o->rule == e->rule);
-        }
-        if (!first) continue;
-        size_t more = 0;
-        for (size_t k = i + 1; k < n; k++) {
-            const quant_plan_entry *o = quant_plan_entry_at(p, k);
-            more += o->warning && o->rule == e->rule;
-        }
-        cli_warn_tensors(e->name, more, e->rule, e->warning);
+        w[i] = (cli_tensor_warning){e->name, e->rule, e->warning};
     }
+    cli_warn_tensors(w, n);
+    free(w);
 }
 
 static int print_json(const quant_plan *p)

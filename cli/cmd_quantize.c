@@ -344,21 +344,14 @@ static void warn_unused(const quant_report *rep, const quant_ruleset *rules)
 static void warn_tensors(const quant_report *rep)
 {
     size_t n = quant_report_count(rep);
+    cli_tensor_warning *w = calloc(n ? n : 1, sizeof *w);
+    if (!w) return; /* a warning only */
     for (size_t i = 0; i < n; i++) {
         const quant_report_entry *e = quant_report_entry_at(rep, i);
-        bool first = e->warning != NULL;
-        for (size_t k = 0; first && k < i; k++) {
-            const quant_report_entry *o = quant_report_entry_at(rep, k);
-            first = !(o->warning && o->rule == e->rule);
-        }
-        if (!first) continue;
-        size_t more = 0;
-        for (size_t k = i + 1; k < n; k++) {
-            const quant_report_entry *o = quant_report_entry_at(rep, k);
-            more += o->warning && o->rule == e->rule;
-        }
-        cli_warn_tensors(e->name, more, e->rule, e->warning);
+        w[i] = (cli_tensor_warning){e->name, e->rule, e->warning};
     }
+    cli_warn_tensors(w, n);
+    free(w);
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */

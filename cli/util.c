@@ -32,12 +32,20 @@ void cli_warn(const char *fmt, ...)
     va_end(ap);
 }
 
-void cli_warn_tensors(const char *name, size_t more, long rule, const char *warning)
+void cli_warn_tensors(const cli_tensor_warning *w, size_t n)
 {
-    char others[64] = "";
-    if (more > 0)
-        snprintf(others, sizeof others, " and %zu more tensor%s", more, more == 1 ? "" : "s");
-    cli_warn("tensor '%s'%s of rule %ld: %s", name, others, rule, warning);
+    for (size_t i = 0; i < n; i++) {
+        if (!w[i].warning) continue;
+        bool first = true;
+        for (size_t k = 0; first && k < i; k++) first = !(w[k].warning && w[k].rule == w[i].rule);
+        if (!first) continue;
+        size_t more = 0;
+        for (size_t k = i + 1; k < n; k++) more += w[k].warning && w[k].rule == w[i].rule;
+        char others[64] = "";
+        if (more > 0)
+            snprintf(others, sizeof others, " and %zu more tensor%s", more, more == 1 ? "" : "s");
+        cli_warn("tensor '%s'%s of rule %ld: %s", w[i].name, others, w[i].rule, w[i].warning);
+    }
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
